@@ -1,0 +1,152 @@
+"""What a provider returns, what it is handed, and how its attempts are reported.
+
+Messages are plain dicts in one normalised, OpenAI-like form that every provider
+converts to its own wire format::
+
+    {"role": "system" | "user", "content": str}
+    {"role": "assistant", "content": str, "tool_calls": [{"id", "name", "arguments": dict}]}
+    {"role": "tool", "tool_call_id": str, "name": str, "content": str}
+
+Tool specs handed to ``complete(tools=...)`` are dicts
+``{"name": str, "description": str, "parameters": <JSON schema object>}``.
+
+Attempt reporting: every leaf provider reports each HTTP attempt (success or
+failure) through ``report_attempt``; the loop collects them with
+``collect_attempts()`` around a call, so ``Fallback`` and nested providers need no
+extra return channel. Outside a collector, reports are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "AttemptRecord",
+    "Completion",
+    "Provider",
+    "ToolCall",
+    "Usage",
+    "collect_attempts",
+    "report_attempt",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model asked for, arguments already parsed to a dict."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """Token counts as the provider reported them (0 when it did not)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """A successful answer from a provider (the leaf that answered is ``provider``)."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    finish_reason: str | None = None
+    provider: str = ""
+    model: str = ""
+    request_id: str | None = None
+    ttft_ms: float | None = None
+    latency_ms: float | None = None
+
+    def to_message(self) -> dict[str, Any]:
+        """The assistant message this completion adds to the conversation."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ]
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class AttemptRecord:
+    """One HTTP attempt by a leaf provider; becomes an ``attempts`` row."""
+
+    provider: str
+    model: str
+    started_at: float  # Unix seconds
+    latency_ms: float
+    kind: str | None = None  # ProviderErrorKind value; None on success
+    status: int | None = None
+    retry_after_s: float | None = None
+    ttft_ms: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    request_id: str | None = None
+    fell_back: bool = False  # a Fallback moved on to the next provider after this one
+    error: str | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Anything that can complete a conversation. All I/O is async."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    def hosts(self) -> list[str]:
+        """Network hosts this provider dials (all leaves, for the egress policy)."""
+        ...
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        stream: bool | None = None,
+    ) -> Completion: ...
+
+
+_collector: contextvars.ContextVar[list[AttemptRecord] | None] = contextvars.ContextVar(
+    "harnessnb_attempts", default=None
+)
+
+
+def report_attempt(record: AttemptRecord) -> None:
+    """Called by leaf providers (and Fallback) for every attempt."""
+    sink = _collector.get()
+    if sink is not None:
+        sink.append(record)
+
+
+def mark_last_fell_back() -> None:
+    """Fallback calls this when it moves on: the latest attempt is marked ``fell_back``."""
+    sink = _collector.get()
+    if sink:
+        sink[-1] = dataclasses.replace(sink[-1], fell_back=True)
+
+
+@contextlib.contextmanager
+def collect_attempts() -> Iterator[list[AttemptRecord]]:
+    """Collect every attempt reported inside the block, in order."""
+    sink: list[AttemptRecord] = []
+    token = _collector.set(sink)
+    try:
+        yield sink
+    finally:
+        _collector.reset(token)

@@ -1,0 +1,519 @@
+"""The failure taxonomy: every failure harnessnb reports is a ``HarnessError``.
+
+Class tree::
+
+    HarnessError                 code="UNKNOWN" when wrapping a foreign exception
+    ├── ProviderError            a provider call failed: .kind .status .retry_after
+    │                            .provider .request_id .retryable
+    ├── ConfigError              bad configuration (missing key, bad option)
+    ├── RefusedError             the policy or containment refused an act:
+    │                            .act .target .rule .layer
+    ├── ResumeError              a run cannot be resumed: .reason
+    ├── SandboxError             a tool could not do its work safely: .reason
+    ├── StoreError               the DuckDB store failed: .kind (busy/corrupt/...)
+    ├── ConflictError            another process drives this run: .run_id .owner
+    └── ToolError                a tool failed in a way the model can act on
+
+This module also holds the ONE classification table (HTTP status, body and header
+to ``ProviderErrorKind``) and the ONE ``Retry-After`` parser, shared by every
+provider. It is pure: no I/O, no clock except the ``now`` argument.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import html
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "ConflictError",
+    "HarnessError",
+    "ProviderError",
+    "ProviderErrorKind",
+    "RefusedError",
+    "ResumeError",
+    "SandboxError",
+    "StoreError",
+    "ToolError",
+    "classify_body_error",
+    "classify_status",
+    "parse_retry_after",
+    "parse_should_retry",
+    "request_id_from",
+    "wrap_unknown",
+]
+
+
+class ProviderErrorKind(enum.Enum):
+    """What went wrong with a provider call, in the terms a retry decision needs."""
+
+    TRANSPORT = "transport"
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    SERVER = "server"
+    AUTH = "auth"
+    REQUEST = "request"
+    MALFORMED = "malformed"
+    CONTEXT_OVERFLOW = "context_overflow"
+
+    @property
+    def retryable(self) -> bool:
+        """True for the kinds a retry can cure (transport .. malformed)."""
+        return self in _RETRYABLE_KINDS
+
+    @classmethod
+    def from_status(cls, status: int) -> ProviderErrorKind:
+        """The kind an HTTP status alone implies (no body to read)."""
+        return classify_status(status)
+
+
+_RETRYABLE_KINDS = frozenset(
+    {
+        ProviderErrorKind.TRANSPORT,
+        ProviderErrorKind.TIMEOUT,
+        ProviderErrorKind.RATE_LIMITED,
+        ProviderErrorKind.SERVER,
+        ProviderErrorKind.MALFORMED,
+    }
+)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class HarnessError(Exception):
+    """Base of every harnessnb failure.
+
+    Args:
+        message: What happened, for a person. Must hold no secret.
+        code: A stable, machine-routable string (defaults to the class's ``CODE``).
+    """
+
+    CODE = "UNKNOWN"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.CODE
+
+    # Context attributes shown in dicts and cards, in order; subclasses extend.
+    def _fields(self) -> dict[str, Any]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: name, code, message, context fields and the cause chain."""
+        out: dict[str, Any] = {"name": type(self).__name__, "code": self.code, "message": self.message}
+        out.update(self._fields())
+        out["causes"] = [f"{type(c).__name__}: {c}" for c in _cause_chain(self)]
+        return out
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        fields = "".join(f", {k}={v!r}" for k, v in self._fields().items() if v is not None)
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}{fields})"
+
+    # Notebook display: kept here (plain strings, escaped) so every error has a card
+    # without the core importing IPython.
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self._card_text(), "text/html": self._card_html()}
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of printing frames: 1-3 short lines.
+        lines = [f"{type(self).__name__} [{self.code}]: {_first_line(self.message)}"]
+        hint = self._hint()
+        if hint:
+            lines.append(hint)
+        causes = _cause_chain(self)
+        if causes:
+            lines.append(f"caused by {type(causes[0]).__name__}: {_first_line(str(causes[0]))}")
+        return lines[:3]
+
+    def _hint(self) -> str:
+        return ""
+
+    def _card_text(self) -> str:
+        lines = [f"{type(self).__name__} [{self.code}]: {self.message}"]
+        for key, value in self._fields().items():
+            if value is not None:
+                lines.append(f"  {key}: {value}")
+        for cause in _cause_chain(self):
+            lines.append(f"  caused by {type(cause).__name__}: {cause}")
+        return "\n".join(lines)
+
+    def _card_html(self) -> str:
+        esc = html.escape
+        rows = "".join(
+            f"<tr><th style='text-align:left;padding-right:1em'>{esc(str(k))}</th>"
+            f"<td>{esc(str(v))}</td></tr>"
+            for k, v in self._fields().items()
+            if v is not None
+        )
+        causes = "".join(
+            f"<li>{esc(type(c).__name__)}: {esc(str(c))}</li>" for c in _cause_chain(self)
+        )
+        cause_html = f"<div>caused by:<ul>{causes}</ul></div>" if causes else ""
+        badge = self._badge_html()
+        return (
+            "<div class='harnessnb-error' style='border:1px solid #c33;border-radius:6px;"
+            "padding:8px 12px;margin:4px 0;font-family:sans-serif;font-size:13px'>"
+            f"<div style='font-weight:bold;color:#a00'>{esc(type(self).__name__)} "
+            f"<code>{esc(self.code)}</code>{badge}</div>"
+            f"<div style='margin:4px 0;white-space:pre-wrap'>{esc(self.message)}</div>"
+            f"<table>{rows}</table>{cause_html}</div>"
+        )
+
+    def _badge_html(self) -> str:
+        return ""
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _cause_chain(err: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: set[int] = {id(err)}
+    cur = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    while cur is not None and id(cur) not in seen and len(chain) < 10:
+        chain.append(cur)
+        seen.add(id(cur))
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return chain
+
+
+def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError:
+    """Wrap a foreign exception caught at a seam as a ``HarnessError`` with code UNKNOWN.
+
+    A ``HarnessError`` is returned as it is. The original is kept as ``__cause__``.
+    """
+    if isinstance(exc, HarnessError):
+        return exc
+    err = HarnessError(message or f"{type(exc).__name__}: {exc}", code="UNKNOWN")
+    err.__cause__ = exc
+    return err
+
+
+class ProviderError(HarnessError):
+    """A provider call failed.
+
+    Args:
+        message: What happened.
+        kind: The ``ProviderErrorKind``.
+        status: The HTTP status, or None when no response arrived.
+        retry_after: Seconds the server asked to wait (None when it did not say).
+        provider: The leaf provider's name (``openai``, ``anthropic``, ...).
+        request_id: The server's request id, when it sent one.
+        should_retry: The server's ``x-should-retry`` answer, overriding the kind's.
+        model: The model asked.
+    """
+
+    CODE = "PROVIDER"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ProviderErrorKind,
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        request_id: str | None = None,
+        should_retry: bool | None = None,
+        model: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code or f"PROVIDER_{kind.name}")
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.provider = provider
+        self.request_id = request_id
+        self.should_retry = should_retry
+        self.model = model
+
+    @property
+    def retryable(self) -> bool:
+        """The kind's answer, unless the server said otherwise with ``x-should-retry``."""
+        if self.should_retry is not None:
+            return self.should_retry
+        return self.kind.retryable
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "retryable": self.retryable,
+            "status": self.status,
+            "retry_after": self.retry_after,
+            "provider": self.provider,
+            "model": self.model,
+            "request_id": self.request_id,
+        }
+
+    def _hint(self) -> str:
+        parts = [self.kind.value]
+        if self.status is not None:
+            parts.append(f"HTTP {self.status}")
+        parts.append("retryable" if self.retryable else "not retryable")
+        if self.retry_after is not None:
+            parts.append(f"retry after {self.retry_after:g} s")
+        return ", ".join(parts)
+
+    def _badge_html(self) -> str:
+        esc = html.escape
+        color = "#b60" if self.retryable else "#a00"
+        text = self._hint()
+        return (
+            f" <span style='background:{color};color:white;border-radius:4px;"
+            f"padding:1px 6px;margin-left:6px'>{esc(text)}</span>"
+        )
+
+
+class ConfigError(HarnessError):
+    """Bad or missing configuration, found before any request is sent."""
+
+    CODE = "CONFIG"
+
+
+class RefusedError(HarnessError):
+    """An act was refused by the policy, an approver, or workspace containment."""
+
+    CODE = "REFUSED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        act: str,
+        target: str,
+        rule: str | None = None,
+        layer: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
+        self.act = act
+        self.target = target
+        self.rule = rule
+        self.layer = layer
+
+    def _fields(self) -> dict[str, Any]:
+        return {"act": self.act, "target": self.target, "rule": self.rule, "layer": self.layer}
+
+
+class ResumeError(HarnessError):
+    """A run cannot be resumed; ``reason`` says why in one stable word."""
+
+    CODE = "RESUME"
+
+    def __init__(self, message: str, *, reason: str, code: str | None = None) -> None:
+        super().__init__(message, code=code or f"RESUME_{reason.upper()}")
+        self.reason = reason
+
+    def _fields(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+
+class SandboxError(HarnessError):
+    """A tool could not do its work within the sandbox (timeout, too big, binary...)."""
+
+    CODE = "SANDBOX"
+
+    def __init__(self, message: str, *, reason: str, code: str | None = None) -> None:
+        super().__init__(message, code=code or f"SANDBOX_{reason.upper()}")
+        self.reason = reason
+
+    def _fields(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+
+class StoreError(HarnessError):
+    """The DuckDB store failed. ``kind``: busy (retryable), corrupt, newer, io, ..."""
+
+    CODE = "STORE"
+
+    def __init__(
+        self, message: str, *, kind: str, path: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, code=code or f"STORE_{kind.upper()}")
+        self.kind = kind
+        self.path = path
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind == "busy"
+
+    def _fields(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "retryable": self.retryable}
+
+
+class ConflictError(HarnessError):
+    """Another live process drives this run."""
+
+    CODE = "CONFLICT"
+
+    def __init__(
+        self, message: str, *, run_id: str, owner: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.run_id = run_id
+        self.owner = owner
+
+    def _fields(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "owner": self.owner}
+
+
+class ToolError(HarnessError):
+    """A tool failed in a way the model can act on (missing file, bad argument...)."""
+
+    CODE = "TOOL"
+
+
+# ------------------------------------------------------------ classification table
+
+# Phrases providers use when a prompt does not fit the model's context window.
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[_ ]length|context window|maximum context|prompt is too long|"
+    r"too many tokens|exceeds? (the )?context|input length .*exceed|"
+    r"context_length_exceeded|reduce the length",
+    re.IGNORECASE,
+)
+
+# Provider error ``type``/``code`` strings found in bodies and stream events.
+_BODY_TYPES: dict[str, ProviderErrorKind] = {
+    "rate_limit_error": ProviderErrorKind.RATE_LIMITED,
+    "rate_limit_exceeded": ProviderErrorKind.RATE_LIMITED,
+    "overloaded_error": ProviderErrorKind.SERVER,
+    "api_error": ProviderErrorKind.SERVER,
+    "server_error": ProviderErrorKind.SERVER,
+    "internal_error": ProviderErrorKind.SERVER,
+    "service_unavailable": ProviderErrorKind.SERVER,
+    "timeout_error": ProviderErrorKind.TIMEOUT,
+    "authentication_error": ProviderErrorKind.AUTH,
+    "permission_error": ProviderErrorKind.AUTH,
+    "billing_error": ProviderErrorKind.AUTH,
+    "insufficient_quota": ProviderErrorKind.AUTH,
+    "invalid_api_key": ProviderErrorKind.AUTH,
+    "invalid_request_error": ProviderErrorKind.REQUEST,
+    "not_found_error": ProviderErrorKind.REQUEST,
+    "request_too_large": ProviderErrorKind.REQUEST,
+    "context_length_exceeded": ProviderErrorKind.CONTEXT_OVERFLOW,
+}
+
+
+def classify_status(status: int, message: str = "") -> ProviderErrorKind:
+    """Map an HTTP status (and its error message) to a kind.
+
+    429 rate_limited; 401/402/403 auth; 408 timeout; 5xx and 529 server; 400/413
+    naming a context-length overflow context_overflow; every other status (3xx
+    included, redirects are never followed) request.
+    """
+    if status == 429:
+        return ProviderErrorKind.RATE_LIMITED
+    if status in (401, 402, 403):
+        return ProviderErrorKind.AUTH
+    if status == 408:
+        return ProviderErrorKind.TIMEOUT
+    if 500 <= status <= 599:
+        return ProviderErrorKind.SERVER
+    if status in (400, 413) and message and _CONTEXT_OVERFLOW.search(message):
+        return ProviderErrorKind.CONTEXT_OVERFLOW
+    return ProviderErrorKind.REQUEST
+
+
+def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorKind:
+    """Classify an error object found in a body or stream event, by its own code/type.
+
+    Handles OpenAI ``{"message", "type", "code"}``, Anthropic ``{"type", "message"}``
+    and OpenRouter ``{"code": 429, "message"}`` shapes. ``status`` is the HTTP status
+    the response carried, used only when the object says nothing usable.
+    """
+    if not isinstance(error, Mapping):
+        return classify_status(status, str(error)) if status and status >= 300 else (
+            ProviderErrorKind.MALFORMED
+        )
+    message = str(error.get("message") or "")
+    code = error.get("code")
+    etype = error.get("type")
+    for word in (code, etype):
+        if isinstance(word, str) and word in _BODY_TYPES:
+            kind = _BODY_TYPES[word]
+            if kind is ProviderErrorKind.REQUEST and _CONTEXT_OVERFLOW.search(message):
+                return ProviderErrorKind.CONTEXT_OVERFLOW
+            return kind
+    numeric = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if numeric is None and isinstance(code, str) and code.isdigit():
+        numeric = int(code)
+    if numeric is not None and 100 <= numeric <= 599:
+        return classify_status(numeric, message)
+    if status is not None and status >= 300:
+        return classify_status(status, message)
+    if _CONTEXT_OVERFLOW.search(message):
+        return ProviderErrorKind.CONTEXT_OVERFLOW
+    # An error object inside a 200 that names nothing we know: a server-side failure.
+    return ProviderErrorKind.SERVER
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, then ``retry-after`` (seconds or HTTP-date).
+
+    A past date is 0. Anything unreadable is absent (None), never an exception.
+    ``now`` is the current Unix time (needed only for HTTP-dates).
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    ms = lower.get("retry-after-ms")
+    if ms is not None:
+        value = _finite_float(ms)
+        if value is not None and value >= 0:
+            return value / 1000.0
+    raw = lower.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _finite_float(raw)
+    if seconds is not None:
+        return seconds if seconds >= 0 else None
+    try:
+        parsed = email.utils.parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if parsed is None:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    if now is None:
+        import time
+
+        now = time.time()
+    return max(0.0, parsed.timestamp() - now)
+
+
+def _finite_float(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except (ValueError, AttributeError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_should_retry(headers: Mapping[str, str]) -> bool | None:
+    """The server's ``x-should-retry: true|false`` answer, or None."""
+    for key, value in headers.items():
+        if key.lower() == "x-should-retry":
+            v = value.strip().lower()
+            if v == "true":
+                return True
+            if v == "false":
+                return False
+    return None
+
+
+def request_id_from(headers: Mapping[str, str]) -> str | None:
+    """The request id from ``x-request-id`` or ``request-id``."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    return lower.get("x-request-id") or lower.get("request-id") or None
