@@ -52,21 +52,38 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from ._completion import AttemptRecord, Completion, ToolCall, Usage
 
-__all__ = sorted(
-    [
-        "ConfigError",
-        "ConflictError",
-        "HarnessError",
-        "ProviderError",
-        "ProviderErrorKind",
-        "RefusedError",
-        "ResumeError",
-        "SandboxError",
-        "StoreError",
-        "ToolError",
-        *_LAZY,
-    ]
-)
+__all__ = [
+    "REQUEST_TIMEOUT",
+    "Anthropic",
+    "ApprovalRequest",
+    "ApproveAll",
+    "AttemptRecord",
+    "Completion",
+    "ConfigError",
+    "ConflictError",
+    "Decision",
+    "DenyAll",
+    "Effect",
+    "Fallback",
+    "HarnessError",
+    "OpenAI",
+    "OpenRouter",
+    "Policy",
+    "ProviderError",
+    "ProviderErrorKind",
+    "RefusedError",
+    "ResumeError",
+    "SandboxError",
+    "Store",
+    "StoreError",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "Usage",
+    "Verdict",
+    "tool",
+]
 
 
 def __getattr__(name: str) -> Any:

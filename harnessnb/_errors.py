@@ -107,7 +107,11 @@ class HarnessError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: name, code, message, context fields and the cause chain."""
-        out: dict[str, Any] = {"name": type(self).__name__, "code": self.code, "message": self.message}
+        out: dict[str, Any] = {
+            "name": type(self).__name__,
+            "code": self.code,
+            "message": self.message,
+        }
         out.update(self._fields())
         out["causes"] = [f"{type(c).__name__}: {c}" for c in _cause_chain(self)]
         return out

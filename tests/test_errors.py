@@ -1,0 +1,199 @@
+"""The failure taxonomy: classification table, Retry-After parsing, error shape."""
+
+from __future__ import annotations
+
+import email.utils
+
+import pytest
+
+import harnessnb as hn
+from harnessnb._errors import (
+    classify_body_error,
+    classify_status,
+    parse_retry_after,
+    parse_should_retry,
+    request_id_from,
+    wrap_unknown,
+)
+
+K = hn.ProviderErrorKind
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (429, "", K.RATE_LIMITED),
+        (401, "", K.AUTH),
+        (402, "insufficient credits", K.AUTH),
+        (403, "", K.AUTH),
+        (408, "", K.TIMEOUT),
+        (500, "", K.SERVER),
+        (502, "", K.SERVER),
+        (503, "", K.SERVER),
+        (504, "", K.SERVER),
+        (529, "overloaded", K.SERVER),
+        (400, "This model's maximum context length is 8192 tokens", K.CONTEXT_OVERFLOW),
+        (400, "prompt is too long: 210000 tokens > 200000 maximum", K.CONTEXT_OVERFLOW),
+        (413, "context_length_exceeded", K.CONTEXT_OVERFLOW),
+        (400, "invalid value for temperature", K.REQUEST),
+        (413, "payload too large", K.REQUEST),
+        (404, "model not found", K.REQUEST),
+        (422, "", K.REQUEST),
+        (409, "", K.REQUEST),
+        (301, "", K.REQUEST),
+        (302, "", K.REQUEST),
+        (404, "maximum context length", K.REQUEST),  # only 400/413 can mean overflow
+    ],
+)
+def test_status_table(status: int, message: str, kind: hn.ProviderErrorKind) -> None:
+    assert classify_status(status, message) is kind
+    if not message:
+        assert K.from_status(status) is kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "retryable"),
+    [
+        (K.TRANSPORT, True),
+        (K.TIMEOUT, True),
+        (K.RATE_LIMITED, True),
+        (K.SERVER, True),
+        (K.MALFORMED, True),
+        (K.AUTH, False),
+        (K.REQUEST, False),
+        (K.CONTEXT_OVERFLOW, False),
+    ],
+)
+def test_kind_retryable(kind: hn.ProviderErrorKind, retryable: bool) -> None:
+    assert kind.retryable is retryable
+
+
+def test_kind_values_are_lower_case_names() -> None:
+    assert [k.value for k in K] == [k.name.lower() for k in K]
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "kind"),
+    [
+        ({"type": "overloaded_error", "message": "Overloaded"}, 200, K.SERVER),
+        ({"type": "rate_limit_error", "message": "slow down"}, 200, K.RATE_LIMITED),
+        ({"type": "api_error", "message": "boom"}, 200, K.SERVER),
+        ({"type": "authentication_error", "message": "bad key"}, 200, K.AUTH),
+        (
+            {"type": "invalid_request_error", "message": "prompt is too long"},
+            400,
+            K.CONTEXT_OVERFLOW,
+        ),
+        ({"type": "invalid_request_error", "message": "bad field"}, 400, K.REQUEST),
+        ({"code": 429, "message": "rate limited upstream"}, 200, K.RATE_LIMITED),
+        ({"code": 502, "message": "model down"}, 200, K.SERVER),
+        ({"code": 402, "message": "insufficient credits"}, 200, K.AUTH),
+        ({"code": "429", "message": "as text"}, 200, K.RATE_LIMITED),
+        ({"code": "context_length_exceeded", "message": "too long"}, 400, K.CONTEXT_OVERFLOW),
+        ({"message": "something odd"}, 200, K.SERVER),
+        ({"message": "something odd"}, 503, K.SERVER),
+        ("not an object", 200, K.MALFORMED),
+    ],
+)
+def test_body_error_table(error: object, status: int, kind: hn.ProviderErrorKind) -> None:
+    assert classify_body_error(error, status) is kind
+
+
+NOW = 1_700_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, None),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"Retry-After-Ms": "250", "retry-after": "9"}, 0.25),  # ms wins
+        ({"retry-after": "7"}, 7.0),
+        ({"Retry-After": "2.5"}, 2.5),
+        ({"retry-after": "100"}, 100.0),
+        ({"retry-after": email.utils.formatdate(NOW + 30, usegmt=True)}, 30.0),
+        ({"retry-after": email.utils.formatdate(NOW - 300, usegmt=True)}, 0.0),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": ""}, None),
+        ({"retry-after": "-3"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after-ms": "garbage", "retry-after": "3"}, 3.0),
+        ({"retry-after": "Wed, 99 Foo 2015 07:28:00 GMT"}, None),
+    ],
+)
+def test_retry_after_parsing(headers: dict[str, str], expected: float | None) -> None:
+    got = parse_retry_after(headers, now=NOW)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected)
+
+
+def test_should_retry_header() -> None:
+    assert parse_should_retry({"X-Should-Retry": "true"}) is True
+    assert parse_should_retry({"x-should-retry": "false"}) is False
+    assert parse_should_retry({"x-should-retry": "maybe"}) is None
+    assert parse_should_retry({}) is None
+
+
+def test_should_retry_overrides_kind() -> None:
+    err = hn.ProviderError("x", kind=K.SERVER, status=503, should_retry=False)
+    assert err.retryable is False
+    err = hn.ProviderError("x", kind=K.REQUEST, status=409, should_retry=True)
+    assert err.retryable is True
+    assert hn.ProviderError("x", kind=K.AUTH).retryable is False
+
+
+def test_request_id_headers() -> None:
+    assert request_id_from({"x-request-id": "req_1"}) == "req_1"
+    assert request_id_from({"Request-Id": "req_2"}) == "req_2"
+    assert request_id_from({}) is None
+
+
+def test_error_code_is_stable_and_distinct_from_message() -> None:
+    err = hn.ProviderError("Too many requests", kind=K.RATE_LIMITED, status=429, retry_after=3.0)
+    assert err.code == "PROVIDER_RATE_LIMITED"
+    d = err.to_dict()
+    assert d["code"] == "PROVIDER_RATE_LIMITED"
+    assert d["message"] == "Too many requests"
+    assert d["kind"] == "rate_limited"
+    assert d["retry_after"] == 3.0
+    assert d["retryable"] is True
+    assert hn.RefusedError("no", act="write", target="a", rule="r", layer="l").code == "REFUSED"
+    assert hn.ResumeError("gone", reason="unknown_run").code == "RESUME_UNKNOWN_RUN"
+    assert hn.StoreError("locked", kind="busy").retryable is True
+    assert hn.StoreError("bad", kind="corrupt").retryable is False
+
+
+def test_wrap_unknown_keeps_cause_chain() -> None:
+    original = ValueError("bad value")
+    err = wrap_unknown(original)
+    assert err.code == "UNKNOWN"
+    assert err.__cause__ is original
+    assert "ValueError: bad value" in err.to_dict()["causes"][0]
+    same = hn.ConfigError("c")
+    assert wrap_unknown(same) is same
+
+
+def test_raise_from_keeps_chain_in_dict() -> None:
+    try:
+        try:
+            raise ConnectionResetError("peer reset")
+        except ConnectionResetError as exc:
+            raise hn.ProviderError("dropped", kind=K.TRANSPORT) from exc
+    except hn.ProviderError as err:
+        assert err.to_dict()["causes"] == ["ConnectionResetError: peer reset"]
+
+
+def test_traceback_is_short_and_card_is_escaped() -> None:
+    err = hn.ProviderError(
+        "<script>alert(1)</script>", kind=K.RATE_LIMITED, status=429, retry_after=7.0
+    )
+    lines = err._render_traceback_()
+    assert 1 <= len(lines) <= 3
+    assert "rate_limited" in lines[1] and "HTTP 429" in lines[1] and "retry after 7 s" in lines[1]
+    bundle = err._repr_mimebundle_()
+    assert "<script>" not in bundle["text/html"]
+    assert "&lt;script&gt;" in bundle["text/html"]
+    assert "429" in bundle["text/plain"] and "retry_after: 7.0" in bundle["text/plain"]
