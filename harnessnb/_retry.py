@@ -1,0 +1,199 @@
+"""Retry rules for provider calls, the run's clock, and the testing switch.
+
+Pure decisions: ``RetryPolicy.delay`` says how long to wait before retry ``n``
+given the latest failure, and ``retry_decision`` says whether to retry at all and
+whether the wait fits the run's time budget. Time comes from a ``Clock`` so tests
+use ``FakeClock`` (virtual time) or ``set_testing(True)`` (real clock, no sleeping).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Literal
+
+from ._errors import ProviderError
+
+__all__ = [
+    "Clock",
+    "FakeClock",
+    "RetryDecision",
+    "RetryPolicy",
+    "SystemClock",
+    "is_testing",
+    "retry_decision",
+    "seconds",
+    "set_testing",
+    "testing",
+]
+
+_TESTING = False
+
+
+def set_testing(on: bool) -> None:
+    """Turn real sleeping off (True) or back on, process-wide.
+
+    With testing on, ``SystemClock.sleep`` returns at once: retries still happen and
+    are recorded, but no test waits for wall-clock backoff.
+    """
+    global _TESTING
+    _TESTING = bool(on)
+
+
+def is_testing() -> bool:
+    return _TESTING
+
+
+@contextlib.contextmanager
+def testing(on: bool = True) -> Iterator[None]:
+    """``set_testing`` as a context manager, restoring the previous setting."""
+    before = _TESTING
+    set_testing(on)
+    try:
+        yield
+    finally:
+        set_testing(before)
+
+
+def seconds(value: float | timedelta | None) -> float | None:
+    """Accept float seconds or a ``timedelta``; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+class Clock:
+    """Where the loop reads time and sleeps. Subclass for tests."""
+
+    def monotonic(self) -> float:
+        raise NotImplementedError
+
+    def time(self) -> float:
+        """Wall-clock Unix seconds, for timestamps in the store."""
+        raise NotImplementedError
+
+    async def sleep(self, delay: float) -> None:
+        raise NotImplementedError
+
+
+class SystemClock(Clock):
+    """The real clock; sleeping is skipped while the testing switch is on."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, delay: float) -> None:
+        if _TESTING or delay <= 0:
+            await asyncio.sleep(0)
+            return
+        await asyncio.sleep(delay)
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class FakeClock(Clock):
+    """Virtual time: ``sleep`` advances it at once. Records every sleep in ``sleeps``."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = 0.0
+        self._epoch = start
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def time(self) -> float:
+        return self._epoch + self._now
+
+    def advance(self, delay: float) -> None:
+        self._now += max(0.0, delay)
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+        self.advance(delay)
+        await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"FakeClock(t={self._now:.3f})"
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for failed provider calls.
+
+    Args:
+        base: First wait in seconds (0.5): doubled per retry.
+        cap: Longest computed wait (30 s). A server's Retry-After is honoured as
+            given even above the cap: the server knows its own limits.
+        jitter: Fraction of the wait drawn at random and subtracted (0 = off, the
+            default, so runs are reproducible).
+    """
+
+    base: float = 0.5
+    cap: float = 30.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base", seconds(self.base))
+        object.__setattr__(self, "cap", seconds(self.cap))
+        if self.base < 0 or self.cap < 0 or not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("RetryPolicy: base and cap must be >= 0, jitter in [0, 1]")
+
+    def delay(
+        self, retry: int, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based).
+
+        ``retry_after`` is the LATEST failure's Retry-After, used as given.
+        """
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        wait: float = min(self.base * 2.0 ** max(0, retry - 1), self.cap)
+        if self.jitter:
+            wait *= 1.0 - self.jitter * (rng or random).random()
+        return wait
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryDecision:
+    """What to do after a failed call: ``retry`` after ``delay``, or ``stop``."""
+
+    action: Literal["retry", "stop"]
+    delay: float = 0.0
+    reason: Literal["retry", "not_retryable", "retries_exhausted", "past_deadline"] = "retry"
+
+
+def retry_decision(
+    error: ProviderError,
+    *,
+    retries_done: int,
+    max_retries: int,
+    policy: RetryPolicy,
+    elapsed: float,
+    max_seconds: float | None,
+    rng: random.Random | None = None,
+) -> RetryDecision:
+    """Decide whether to retry a failed call and how long to wait.
+
+    A wait that would end past the run's time budget is never slept: the caller
+    stops at once (the error keeps its ``retry_after``).
+    """
+    if not error.retryable:
+        return RetryDecision("stop", reason="not_retryable")
+    if retries_done >= max_retries:
+        return RetryDecision("stop", reason="retries_exhausted")
+    wait = policy.delay(retries_done + 1, error.retry_after, rng)
+    if max_seconds is not None and elapsed + wait > max_seconds:
+        return RetryDecision("stop", delay=wait, reason="past_deadline")
+    return RetryDecision("retry", delay=wait)
