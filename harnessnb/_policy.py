@@ -1,0 +1,417 @@
+"""The permission policy: what an agent may read, write, run and dial.
+
+A ``Policy`` is an ordered list of named layers of rules plus one default effect per
+act. It is a pure value: every builder method returns a new policy.
+
+Acts and their targets:
+
+* ``read`` / ``write``: a workspace path, relative, ``/``-separated (``src/app.py``);
+* ``exec``: a command line (``shlex.join(argv)``), or ``tool:NAME`` for a user tool
+  with side effects;
+* ``net``: a host, optionally ``host:port``.
+
+Patterns are globs: ``*`` matches any run of characters, ``/`` included, and ``?``
+one character. A path pattern matches the whole relative path or its basename (so
+``.env`` matches ``config/.env``); an exec pattern matches the whole command line or
+the program name (so ``deny_exec("rm")`` denies ``rm -rf x``); a net pattern matches
+``host:port`` or the bare host, case-insensitively. Deny rules on paths also ignore
+case, because a case-insensitive filesystem opens ``.ENV`` as ``.env``.
+
+Evaluation (``explain``): a matching deny in any layer wins, then a matching ask, then
+a matching allow; the first match in layer order names the rule and layer. With no
+match the act's default decides and the verdict's rule and layer are ``None``.
+Specificity never matters: a deny cannot be carved out by a narrower allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import posixpath
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from ._errors import ConfigError
+
+__all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
+
+Act = Literal["read", "write", "exec", "net"]
+EffectName = Literal["allow", "ask", "deny"]
+
+ACTS: tuple[Act, ...] = ("read", "write", "exec", "net")
+# Ordered loosest to strictest; the index is the strictness rank.
+EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
+
+_DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
+_SECRETS = (".env", "*.pem", "*.key", "id_rsa", "id_ed25519")
+_USER_LAYER = "user"
+_FORMAT_VERSION = 1
+
+
+def _rank(effect: str) -> int:
+    return EFFECTS.index(_check_effect(effect))
+
+
+def _check_act(act: str) -> Act:
+    if act not in ACTS:
+        raise ConfigError(f"unknown act {act!r}; expected one of {', '.join(ACTS)}")
+    return act
+
+
+def _check_effect(effect: str) -> EffectName:
+    if effect not in EFFECTS:
+        raise ConfigError(f"unknown effect {effect!r}; expected one of {', '.join(EFFECTS)}")
+    return effect
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One rule: ``effect`` applies to ``act`` on targets matching ``pattern``."""
+
+    act: Act
+    effect: EffectName
+    pattern: str
+
+    def __str__(self) -> str:
+        return f"{self.effect} {self.act} {self.pattern}"
+
+    def matches(self, target: str) -> bool:
+        """True when ``pattern`` matches ``target`` under this act's matching rules."""
+        candidates = _candidates(self.act, target)
+        pattern = self.pattern
+        if self.act == "net" or (self.effect == "deny" and self.act in ("read", "write")):
+            pattern = pattern.lower()
+            candidates = [c.lower() for c in candidates]
+        return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
+
+
+def _candidates(act: str, target: str) -> list[str]:
+    """The strings a pattern is tried against for one target."""
+    if act in ("read", "write"):
+        path = _normalise_path(target)
+        return [path, posixpath.basename(path)]
+    if act == "exec":
+        program = target.split(" ", 1)[0]
+        return [target, program, posixpath.basename(program)]
+    host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
+    return [target, host]
+
+
+def _normalise_path(path: str) -> str:
+    # Targets arrive workspace-relative already; this only keeps "./a" and "a" alike.
+    path = path.replace("\\", "/")
+    while path.startswith("./"):
+        path = path[2:]
+    return path or "."
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """A named, ordered group of rules (``secrets``, ``provider``, ``app``...)."""
+
+    name: str
+    rules: tuple[Rule, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the policy decided for one act on one target, and which rule decided it.
+
+    ``rule`` is readable text (``"deny write .env"``) and ``layer`` the layer's name;
+    both are ``None`` when the act's default decided.
+    """
+
+    effect: EffectName
+    act: str
+    target: str
+    rule: str | None = None
+    layer: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.effect == "allow"
+
+    @property
+    def denied(self) -> bool:
+        return self.effect == "deny"
+
+    def reason(self) -> str:
+        """Why, in words: ``rule 'deny write .env' in layer 'secrets'`` or the default."""
+        if self.rule is None:
+            return f"the default for {self.act}"
+        return f"rule '{self.rule}' in layer '{self.layer}'"
+
+    def __str__(self) -> str:
+        return f"{self.effect} {self.act} {self.target} ({self.reason()})"
+
+
+class Policy:
+    """Ordered named layers of rules plus per-act defaults. Immutable.
+
+    ``Policy()`` has the bare defaults (read allow, write ask, exec ask, net deny) and
+    no rules; ``Policy.default()`` adds the ``secrets`` layer. Builder methods return a
+    new policy; rules go into the layer last chosen with ``.layer(name)`` (``user``
+    when none was chosen).
+    """
+
+    __slots__ = ("_current", "_defaults", "_layers")
+
+    def __init__(
+        self,
+        layers: Sequence[Layer] = (),
+        defaults: Mapping[Any, str] | None = None,
+        *,
+        current: str | None = None,
+    ) -> None:
+        merged = dict(_DEFAULTS)
+        for act, effect in (defaults or {}).items():
+            merged[_check_act(act)] = _check_effect(effect)
+        self._layers: tuple[Layer, ...] = tuple(layers)
+        self._defaults: dict[Act, EffectName] = merged
+        self._current = current
+
+    # ------------------------------------------------------------ presets
+
+    @classmethod
+    def default(cls) -> Policy:
+        """Read allow, write ask, exec ask, net deny, and the ``secrets`` layer."""
+        return cls([_secrets_layer()])
+
+    @classmethod
+    def permissive(cls, *, secrets: bool = True) -> Policy:
+        """Every act allowed. The ``secrets`` layer stays unless ``secrets=False``.
+
+        Secrets stay by default because a key read into a prompt has left the machine;
+        workspace containment holds either way (it is not a policy rule).
+        """
+        defaults = dict.fromkeys(ACTS, "allow")
+        return cls([_secrets_layer()] if secrets else [], defaults)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return self._layers
+
+    @property
+    def defaults(self) -> dict[str, str]:
+        return {str(act): str(effect) for act, effect in self._defaults.items()}
+
+    def rules(self) -> list[tuple[str, Rule]]:
+        """Every rule with its layer name, in evaluation order."""
+        return [(layer.name, rule) for layer in self._layers for rule in layer.rules]
+
+    def explain(self, act: str, target: str) -> Verdict:
+        """The verdict for ``act`` on ``target``: deny, then ask, then allow, then default."""
+        act = _check_act(act)
+        for effect in ("deny", "ask", "allow"):
+            for layer_name, rule in self.rules():
+                if rule.act == act and rule.effect == effect and rule.matches(target):
+                    return Verdict(rule.effect, act, target, str(rule), layer_name)
+        return Verdict(self._defaults[act], act, target)
+
+    # ------------------------------------------------------------ building
+
+    def layer(self, name: str) -> Policy:
+        """A policy whose following rules go into layer ``name`` (appended if new)."""
+        if not name:
+            raise ConfigError("a policy layer needs a name")
+        layers = self._layers
+        if all(layer.name != name for layer in layers):
+            layers = (*layers, Layer(name))
+        return Policy(layers, self._defaults, current=name)
+
+    def rule(self, act: str, effect: str, pattern: str) -> Policy:
+        """Add one rule to the current layer."""
+        new = Rule(_check_act(act), _check_effect(effect), _check_pattern(act, pattern))
+        name = self._current or _USER_LAYER
+        layers = list(self._layers)
+        for i, layer in enumerate(layers):
+            if layer.name == name:
+                layers[i] = Layer(name, (*layer.rules, new))
+                break
+        else:
+            layers.append(Layer(name, (new,)))
+        return Policy(layers, self._defaults, current=name)
+
+    def with_default(self, act: str, effect: str) -> Policy:
+        """Set the default effect for one act (a builder step, not a merge)."""
+        defaults = dict(self._defaults)
+        defaults[_check_act(act)] = _check_effect(effect)
+        return Policy(self._layers, defaults, current=self._current)
+
+    def allow_read(self, pattern: str) -> Policy:
+        return self.rule("read", "allow", pattern)
+
+    def ask_read(self, pattern: str) -> Policy:
+        return self.rule("read", "ask", pattern)
+
+    def deny_read(self, pattern: str) -> Policy:
+        return self.rule("read", "deny", pattern)
+
+    def allow_write(self, pattern: str) -> Policy:
+        return self.rule("write", "allow", pattern)
+
+    def ask_write(self, pattern: str) -> Policy:
+        return self.rule("write", "ask", pattern)
+
+    def deny_write(self, pattern: str) -> Policy:
+        return self.rule("write", "deny", pattern)
+
+    def allow_exec(self, pattern: str) -> Policy:
+        return self.rule("exec", "allow", pattern)
+
+    def ask_exec(self, pattern: str) -> Policy:
+        return self.rule("exec", "ask", pattern)
+
+    def deny_exec(self, pattern: str) -> Policy:
+        return self.rule("exec", "deny", pattern)
+
+    def allow_net(self, host: str) -> Policy:
+        return self.rule("net", "allow", host)
+
+    def ask_net(self, host: str) -> Policy:
+        return self.rule("net", "ask", host)
+
+    def deny_net(self, host: str) -> Policy:
+        return self.rule("net", "deny", host)
+
+    # ------------------------------------------------------------ combining
+
+    def merge(self, other: Policy) -> Policy:
+        """This policy overlaid with ``other``: layers concatenated, defaults stricter-of.
+
+        ``other`` may widen (its allow rules apply where nothing denies or asks) but it
+        can never undo a deny or an ask of this policy, since deny and ask beat allow
+        across all layers, and each act's default is the stricter of the two. Layers of
+        the same name are joined (this policy's rules first).
+        """
+        layers = list(self._layers)
+        for incoming in other._layers:
+            for i, layer in enumerate(layers):
+                if layer.name == incoming.name:
+                    layers[i] = Layer(layer.name, (*layer.rules, *incoming.rules))
+                    break
+            else:
+                layers.append(incoming)
+        defaults = {act: max(self._defaults[act], other._defaults[act], key=_rank) for act in ACTS}
+        return Policy(layers, defaults, current=other._current or self._current)
+
+    def with_provider_hosts(self, hosts: Iterable[str]) -> Policy:
+        """Allow net to ``hosts`` in an implicit ``provider`` layer beneath this policy's.
+
+        The layer goes first, so it only names the verdict when no caller rule matched;
+        an explicit ``deny_net`` (or ``ask_net``) of a provider host still wins.
+        """
+        rules = tuple(Rule("net", "allow", h.lower()) for h in dict.fromkeys(hosts) if h)
+        if not rules:
+            return self
+        kept = [layer for layer in self._layers if layer.name != "provider"]
+        return Policy([Layer("provider", rules), *kept], self._defaults, current=self._current)
+
+    def at_least_as_strict_as(self, other: Policy) -> bool:
+        """True when this policy allows nothing ``other`` would not (a sound check).
+
+        Sufficient, not necessary: every deny and ask rule of ``other`` is here (same
+        act, effect-or-stricter and pattern), every allow rule here is in ``other``,
+        every ask rule here is in ``other`` or cannot loosen a deny default there, and
+        each default here is at least as strict. Resume uses it so that a policy
+        handed in later never silently drops a boundary the run was started under.
+        """
+        if any(_rank(self._defaults[a]) < _rank(other._defaults[a]) for a in ACTS):
+            return False
+        mine = {(r.act, r.effect, r.pattern) for _, r in self.rules()}
+        theirs = {(r.act, r.effect, r.pattern) for _, r in other.rules()}
+        for act, effect, pattern in theirs:
+            if effect == "deny" and (act, "deny", pattern) not in mine:
+                return False
+            if effect == "ask" and not {(act, "ask", pattern), (act, "deny", pattern)} & mine:
+                return False
+        for act, effect, pattern in mine:
+            if effect == "allow" and (act, "allow", pattern) not in theirs:
+                return False
+            if (
+                effect == "ask"
+                and other._defaults[act] == "deny"
+                and not {(act, "ask", pattern), (act, "deny", pattern)} & theirs
+            ):
+                return False
+        return True
+
+    # ------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form, stored with a run so resume sees the same boundary."""
+        return {
+            "version": _FORMAT_VERSION,
+            "defaults": dict(self._defaults),
+            "layers": [
+                {"name": layer.name, "rules": [dataclasses.asdict(r) for r in layer.rules]}
+                for layer in self._layers
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+        """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``."""
+        try:
+            layers = [
+                Layer(
+                    str(item["name"]),
+                    tuple(
+                        Rule(
+                            _check_act(r["act"]),
+                            _check_effect(r["effect"]),
+                            _check_pattern(r["act"], r["pattern"]),
+                        )
+                        for r in item["rules"]
+                    ),
+                )
+                for item in data["layers"]
+            ]
+            return cls(layers, data["defaults"])
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"not a stored policy: {exc!r}") from exc
+
+    # ------------------------------------------------------------ display
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return self._layers == other._layers and self._defaults == other._defaults
+
+    def __hash__(self) -> int:
+        return hash((self._layers, tuple(sorted(self._defaults.items()))))
+
+    def __repr__(self) -> str:
+        names = ",".join(layer.name for layer in self._layers)
+        defaults = " ".join(f"{a}={e}" for a, e in self._defaults.items())
+        return f"Policy(layers=[{names}], rules={len(self.rules())}, {defaults})"
+
+    def __str__(self) -> str:
+        rows = [(name, r.act, r.effect, r.pattern) for name, r in self.rules()]
+        rows += [("(default)", act, effect, "*") for act, effect in self._defaults.items()]
+        header = ("layer", "act", "effect", "pattern")
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, [*widths, 0], strict=True))
+            for row in [header, *rows]
+        ]
+        return "\n".join(line.rstrip() for line in lines)
+
+
+def exec_target(argv: Sequence[str]) -> str:
+    """The ``exec`` target for an argv: ``shlex.join``, so an approver sees it unambiguously."""
+    return shlex.join(argv)
+
+
+def _check_pattern(act: str, pattern: str) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"a {act} rule needs a non-empty pattern")
+    return _normalise_path(pattern) if act in ("read", "write") else pattern
+
+
+def _secrets_layer() -> Layer:
+    rules = [Rule(act, "deny", pattern) for act in ("read", "write") for pattern in _SECRETS]
+    return Layer("secrets", tuple(rules))
