@@ -1,0 +1,219 @@
+"""Benchmark the DuckDB store: step commits, bulk appends, failure_rates vs pandas/SQLite.
+
+Run: ``python bench/store.py`` (from the repository root). Prints one table; the
+numbers in bench/RESULTS-store.md come from this script.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pandas as pd
+
+from harnessnb._store import Store
+
+KINDS = [None] * 8 + ["server", "rate_limited", "timeout", "transport"]
+PROVIDERS = ["openai", "anthropic", "openrouter", "local"]
+
+
+def attempt(step: int, n: int, at: float, rng: random.Random) -> dict[str, Any]:
+    """One attempt row shaped like the loop writes it."""
+    kind = rng.choice(KINDS)
+    return {
+        "step": step,
+        "attempt": n,
+        "provider": rng.choice(PROVIDERS),
+        "model": "m-1",
+        "kind": kind,
+        "status": 200 if kind is None else 503,
+        "retry_after_s": rng.choice([None, 1.0, 2.5, 30.0]) if kind else None,
+        "latency_ms": rng.uniform(50, 3000),
+        "ttft_ms": rng.uniform(10, 500),
+        "input_tokens": 1200,
+        "output_tokens": 80,
+        "request_id": f"req-{step}-{n}",
+        "fell_back": False,
+        "error": None if kind is None else "HTTP 503",
+        "started_at": at,
+    }
+
+
+def step_args(step: int, rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(step row, keyword arguments) for one commit: 3 attempts, 2 tool calls."""
+    at = time.time()
+    row = {
+        "step": step, "decision": "tool", "tool_calls": 2, "tokens": 1280,
+        "changed_workspace": True, "provider": "openai", "at": at,
+    }  # fmt: skip
+    tools = [
+        {"step": step, "seq": k, "tool": "read_file", "effect": "read",
+         "args": {"path": f"f{k}.txt"}, "status": "ok", "output_bytes": 120, "at": at}
+        for k in range(2)
+    ]  # fmt: skip
+    kwargs = {
+        "attempts": [attempt(step, n, at, rng) for n in range(3)],
+        "tool_calls": tools,
+        "stalls": [],
+        "checkpoint": {"messages": [{"role": "user", "content": "x" * 200}], "tokens": step},
+    }
+    return row, kwargs
+
+
+def timed(fn: Callable[[], None], n: int) -> list[float]:
+    """Wall times in ms of ``n`` calls."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def bench_commits(root: Path, *, reopen: bool, n: int) -> list[float]:
+    """Step commits on a file store, the file held (fast steps) or reopened each time."""
+    path = root / ("reopen.duckdb" if reopen else "held.duckdb")
+    rng = random.Random(1)
+    store = Store(path, linger_s=0.0 if reopen else 0.5)
+    store.create_run({"run_id": "r", "task": "bench", "started_at": time.time()})
+    counter = iter(range(1, 10**9))
+
+    def commit() -> None:
+        step = next(counter)
+        row, kwargs = step_args(step, rng)
+        if reopen:
+            # linger 0 lets the connection go; wait until it has, so each commit reopens.
+            store._db.close()  # type: ignore[union-attr]
+        store.commit_step("r", row, **kwargs)
+
+    times = timed(commit, n)
+    store.close()
+    return times
+
+
+def attempts_frame(n: int) -> pd.DataFrame:
+    """``n`` attempt rows as a DataFrame (the same data for every engine)."""
+    rng = random.Random(7)
+    rows = [attempt(i // 3, i % 3, 1.7e9 + i, rng) for i in range(n)]
+    for r in rows:
+        r["run_id"] = f"run-{r['step'] // 50}"
+    return pd.DataFrame(rows)
+
+
+def bench_bulk(root: Path, frame: pd.DataFrame) -> float:
+    """Seconds to append the frame's rows through ``add_attempts``."""
+    store = Store(root / "bulk.duckdb")
+    records = frame.drop(columns=["run_id"]).to_dict("records")
+    t0 = time.perf_counter()
+    store.add_attempts("run-bulk", records)
+    elapsed = time.perf_counter() - t0
+    store.close()
+    return elapsed
+
+
+def pandas_failure_rates(df: pd.DataFrame) -> pd.DataFrame:
+    """The ``failure_rates(by=("provider", "kind"))`` result computed in pandas."""
+    totals = df.groupby("provider").size().rename("attempts")
+    failed = df[df["kind"].notna()]
+    per_kind = failed.groupby(["provider", "kind"]).agg(
+        failures=("kind", "size"),
+        retry_after_s_mean=("retry_after_s", "mean"),
+        retry_after_s_p50=("retry_after_s", "median"),
+        retry_after_s_max=("retry_after_s", "max"),
+    )
+    out = per_kind.reset_index().merge(totals.reset_index(), on="provider")
+    out["failure_rate"] = out["failures"] / out["attempts"]
+    return out.sort_values(["provider", "failures"], ascending=[True, False])
+
+
+SQLITE_SQL = """
+WITH totals AS (SELECT provider, count(*) AS attempts FROM attempts GROUP BY provider),
+per_kind AS (
+  SELECT provider, kind, count(*) AS failures, avg(retry_after_s) AS mean_ra,
+         max(retry_after_s) AS max_ra
+  FROM attempts WHERE kind IS NOT NULL GROUP BY provider, kind),
+ranked AS (
+  SELECT provider, kind, retry_after_s,
+         row_number() OVER (PARTITION BY provider, kind ORDER BY retry_after_s) AS rn,
+         count(*) OVER (PARTITION BY provider, kind) AS n
+  FROM attempts WHERE kind IS NOT NULL AND retry_after_s IS NOT NULL),
+median AS (
+  SELECT provider, kind, avg(retry_after_s) AS p50 FROM ranked
+  WHERE rn IN ((n + 1) / 2, (n + 2) / 2) GROUP BY provider, kind)
+SELECT p.provider, p.kind, t.attempts, p.failures, 1.0 * p.failures / t.attempts,
+       p.mean_ra, m.p50, p.max_ra
+FROM per_kind p JOIN totals t USING (provider) LEFT JOIN median m USING (provider, kind)
+ORDER BY p.provider, p.failures DESC
+"""
+
+
+def bench_failure_rates(root: Path, frame: pd.DataFrame) -> dict[str, float]:
+    """Median ms of the same aggregation in the store, pandas and SQLite."""
+    store = Store(root / "big.duckdb")
+    store.add_attempts("x", frame.drop(columns=["run_id"]).to_dict("records"))
+    sqlite = sqlite3.connect(root / "big.sqlite")
+    cols = ["run_id", "step", "attempt", "provider", "kind", "retry_after_s"]
+    frame[cols].to_sql("attempts", sqlite, index=False)
+    out = {
+        "duckdb": statistics.median(timed(lambda: store.failure_rates(), 5)),
+        "pandas": statistics.median(timed(lambda: pandas_failure_rates(frame), 5)),
+        "sqlite": statistics.median(
+            timed(lambda: sqlite.execute(SQLITE_SQL).fetchall() and None, 3)
+        ),
+    }
+    duck = store.failure_rates()
+    theirs = pandas_failure_rates(frame)
+    assert len(duck) == len(theirs), (duck, theirs)
+    assert int(duck["failures"].sum()) == int(theirs["failures"].sum())
+    store.close()
+    sqlite.close()
+    return out
+
+
+def main() -> None:
+    """Run every benchmark and print the results."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        root = Path(tmp)
+        held = bench_commits(root, reopen=False, n=500)
+        reopened = bench_commits(root, reopen=True, n=100)
+        print(
+            f"step commit, file held    : median {statistics.median(held):6.2f} ms  "
+            f"p99 {pct(held, 0.99):6.2f} ms  (n=500, target median < 5 ms)"
+        )
+        print(
+            f"step commit, file reopened: median {statistics.median(reopened):6.2f} ms  "
+            f"p99 {pct(reopened, 0.99):6.2f} ms  (n=100, no target)"
+        )
+        bulk = bench_bulk(root, attempts_frame(100_000))
+        print(f"bulk append 100k attempts : {bulk:6.3f} s  (target < 1 s)")
+        rates = bench_failure_rates(root, attempts_frame(1_000_000))
+        duck = rates["duckdb"]
+        print(
+            f"failure_rates 1M attempts : store {duck:7.1f} ms | pandas {rates['pandas']:7.1f} ms "
+            f"({rates['pandas'] / duck:4.1f}x) | sqlite {rates['sqlite']:7.1f} ms "
+            f"({rates['sqlite'] / duck:4.1f}x)  (target >= 5x each)"
+        )
+        print(
+            f"python {sys.version.split()[0]}, duckdb {__import__('duckdb').__version__}, "
+            f"pandas {pd.__version__}, sqlite {sqlite3.sqlite_version}, cpus {os.cpu_count()}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The store's tables, their ordered migrations, and the schema-version check.
+
+Each migration is a list of DDL statements; ``ensure_schema`` applies the missing ones
+in order inside one transaction, so a store is at one version or the previous one,
+never between. Columns named ``at`` are quoted: ``AT`` is a keyword in DuckDB 2.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Final
+
+import duckdb
+
+from ._errors import StoreError
+
+__all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
+
+SCHEMA_VERSION: Final = 2
+
+# Version 1: the tables of DESIGN.md "Store tables".
+_V1: Final = [
+    "CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TIMESTAMP NOT NULL)",
+    """CREATE TABLE runs (
+        run_id VARCHAR PRIMARY KEY, task VARCHAR, workspace VARCHAR, provider VARCHAR,
+        model VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP, outcome VARCHAR,
+        steps INTEGER NOT NULL DEFAULT 0, tokens BIGINT NOT NULL DEFAULT 0,
+        schema_version INTEGER)""",
+    """CREATE TABLE attempts (
+        run_id VARCHAR NOT NULL, step INTEGER, attempt INTEGER, provider VARCHAR,
+        model VARCHAR, kind VARCHAR, status INTEGER, retry_after_s DOUBLE,
+        latency_ms DOUBLE, ttft_ms DOUBLE, input_tokens INTEGER, output_tokens INTEGER,
+        request_id VARCHAR, fell_back BOOLEAN, error VARCHAR, started_at TIMESTAMP)""",
+    """CREATE TABLE steps (
+        run_id VARCHAR NOT NULL, step INTEGER NOT NULL, decision VARCHAR,
+        tool_calls INTEGER, tokens INTEGER, changed_workspace BOOLEAN, provider VARCHAR,
+        "at" TIMESTAMP, PRIMARY KEY (run_id, step))""",
+    """CREATE TABLE tool_calls (
+        run_id VARCHAR NOT NULL, step INTEGER NOT NULL, seq INTEGER NOT NULL,
+        tool VARCHAR, effect VARCHAR, args VARCHAR, idempotency_key VARCHAR,
+        status VARCHAR, error_name VARCHAR, error_code VARCHAR, output_bytes BIGINT,
+        "at" TIMESTAMP, PRIMARY KEY (run_id, step, seq))""",
+    """CREATE TABLE stalls (
+        run_id VARCHAR NOT NULL, step INTEGER, signal VARCHAR, action VARCHAR,
+        detail VARCHAR, "at" TIMESTAMP)""",
+]
+
+# Version 2: what durability needs (checkpoints, leases, recordings, markers) and the
+# JSON columns resume reads back. The checkpoint is a column of its step row, not a
+# table: one statement fewer per commit, and a step cannot exist without it.
+_V2: Final = [
+    "ALTER TABLE runs ADD COLUMN contract VARCHAR",
+    "ALTER TABLE runs ADD COLUMN policy VARCHAR",
+    "ALTER TABLE runs ADD COLUMN error VARCHAR",
+    "ALTER TABLE runs ADD COLUMN extras VARCHAR",
+    "ALTER TABLE runs ADD COLUMN updated_at TIMESTAMP",
+    "ALTER TABLE tool_calls ADD COLUMN output VARCHAR",
+    "ALTER TABLE attempts ADD COLUMN base_url VARCHAR",
+    "ALTER TABLE steps ADD COLUMN checkpoint VARCHAR",
+    """CREATE TABLE leases (
+        run_id VARCHAR PRIMARY KEY, owner VARCHAR NOT NULL, generation BIGINT NOT NULL,
+        acquired_at TIMESTAMP, renewed_at TIMESTAMP, expires_at TIMESTAMP,
+        released BOOLEAN NOT NULL DEFAULT false)""",
+    """CREATE TABLE recordings (
+        key VARCHAR NOT NULL, seq INTEGER NOT NULL, response VARCHAR NOT NULL,
+        recorded_at TIMESTAMP, PRIMARY KEY (key, seq))""",
+    # The answer of a step whose tools began (written with its first intent), so a
+    # resume finishes that step without asking the model again.
+    """CREATE TABLE pending_steps (
+        run_id VARCHAR NOT NULL, step INTEGER NOT NULL, answer VARCHAR NOT NULL,
+        "at" TIMESTAMP, PRIMARY KEY (run_id, step))""",
+    """CREATE TABLE markers (
+        run_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, detail VARCHAR,
+        "at" TIMESTAMP)""",
+]
+
+# version -> statements that take a store from version-1 to version. Append only.
+MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2}
+
+# Column order of each table at SCHEMA_VERSION, as the writers fill them.
+COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "runs": (
+        "run_id", "task", "workspace", "provider", "model", "started_at", "finished_at",
+        "outcome", "steps", "tokens", "schema_version", "contract", "policy", "error",
+        "extras", "updated_at",
+    ),
+    "attempts": (
+        "run_id", "step", "attempt", "provider", "model", "kind", "status",
+        "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",
+        "request_id", "fell_back", "error", "started_at", "base_url",
+    ),
+    "steps": (
+        "run_id", "step", "decision", "tool_calls", "tokens", "changed_workspace",
+        "provider", "at", "checkpoint",
+    ),
+    "tool_calls": (
+        "run_id", "step", "seq", "tool", "effect", "args", "idempotency_key", "status",
+        "error_name", "error_code", "output_bytes", "at", "output",
+    ),
+    "stalls": ("run_id", "step", "signal", "action", "detail", "at"),
+    "markers": ("run_id", "kind", "detail", "at"),
+}  # fmt: skip
+
+
+def quote(name: str) -> str:
+    """An identifier quoted for DuckDB (``at`` is a keyword)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    """Create or migrate the schema in one transaction; return the version found.
+
+    Raises:
+        StoreError: kind ``newer`` for a store written by a newer harnessnb, kind
+            ``foreign`` for a database that has a ``runs`` table but no schema version.
+    """
+    found = _current_version(con, path)
+    if found == SCHEMA_VERSION:
+        return found
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store {path} has schema version {found}, newer than the {SCHEMA_VERSION} "
+            "this harnessnb understands; upgrade harnessnb to open it",
+            kind="newer",
+            path=path,
+        )
+    con.execute("BEGIN TRANSACTION")
+    try:
+        # Re-read inside the transaction: the check above ran outside it.
+        found = _current_version(con, path)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version]:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, now])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return found
+
+
+def _current_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    tables = {
+        row[0]
+        for row in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+            "AND database_name = current_database()"
+        ).fetchall()
+    }
+    if "schema_version" not in tables:
+        if "runs" in tables:
+            raise StoreError(
+                f"{path} holds a 'runs' table but no schema_version table: it is not a "
+                "harnessnb store; pass another path",
+                kind="foreign",
+                path=path,
+            )
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

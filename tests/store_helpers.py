@@ -1,0 +1,138 @@
+"""Shared builders for the store tests: rows shaped like the run loop writes them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+AT = 1_700_000_000.0
+
+
+def run_row(run_id: str = "r1", **extra: Any) -> dict[str, Any]:
+    """A ``create_run`` dict."""
+    return {
+        "run_id": run_id,
+        "task": "summarise README",
+        "workspace": "/ws",
+        "provider": "openai",
+        "model": "gpt-x",
+        "started_at": AT,
+        "contract": {"max_steps": 12},
+        "policy": {"layers": ["default"]},
+        **extra,
+    }
+
+
+def attempt(step: int, n: int, *, kind: str | None = None, **extra: Any) -> dict[str, Any]:
+    """An attempt dict (success unless ``kind``)."""
+    return {
+        "step": step,
+        "attempt": n,
+        "provider": "openai",
+        "model": "gpt-x",
+        "kind": kind,
+        "status": 200 if kind is None else 503,
+        "retry_after_s": None if kind is None else 2.0,
+        "latency_ms": 120.5,
+        "ttft_ms": 30.0,
+        "input_tokens": 100,
+        "output_tokens": 20,
+        "request_id": f"req-{step}-{n}",
+        "fell_back": False,
+        "error": None if kind is None else "HTTP 503",
+        "started_at": AT + step,
+        **extra,
+    }
+
+
+def tool(step: int, seq: int, *, status: str = "ok", **extra: Any) -> dict[str, Any]:
+    """A tool-call dict."""
+    return {
+        "step": step,
+        "seq": seq,
+        "tool": "read_file",
+        "effect": "read",
+        "args": {"path": f"f{seq}.txt"},
+        "idempotency_key": f"k-{step}-{seq}",
+        "status": status,
+        "error_name": None,
+        "error_code": None,
+        "output_bytes": 12,
+        "at": AT + step,
+        **extra,
+    }
+
+
+def step_kwargs(step: int, *, tokens: int = 120) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(step dict, keyword arguments of ``commit_step``): 3 attempts, 2 tool calls."""
+    row = {
+        "step": step,
+        "decision": "tool",
+        "tool_calls": 2,
+        "tokens": tokens,
+        "changed_workspace": False,
+        "provider": "openai",
+        "at": AT + step,
+    }
+    kwargs: dict[str, Any] = {
+        "attempts": [attempt(step, 0, kind="server"), attempt(step, 1, kind="server"),
+                     attempt(step, 2)],
+        "tool_calls": [tool(step, 0), tool(step, 1)],
+        "stalls": [],
+        "checkpoint": {"messages": [{"role": "user", "content": f"step {step}"}],
+                       "tokens": tokens * step},
+    }  # fmt: skip
+    return row, kwargs
+
+
+def child(script: str, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """Start ``python -c script args...`` with the package importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", script, *args], env=env, text=True, **popen)
+
+
+# A child that commits steps for its own run until killed; prints "ready" once.
+COMMIT_LOOP = """
+import sys
+sys.path.insert(0, sys.argv[3])
+from tests.store_helpers import run_row, step_kwargs
+from harnessnb._store import Store
+store = Store(sys.argv[1], linger_s=0.05)
+run_id = sys.argv[2]
+store.create_run(run_row(run_id))
+n = int(sys.argv[4]) if len(sys.argv) > 4 else 10**9
+for step in range(1, n + 1):
+    row, kw = step_kwargs(step)
+    store.commit_step(run_id, row, **kw)
+    if step == 1:
+        print("ready", flush=True)
+store.close()
+print("done", flush=True)
+"""
+
+# A child that reads (steps, failure_rates) until the stop file appears.
+READ_LOOP = """
+import os, sys
+from harnessnb._store import Store
+store = Store(sys.argv[1], linger_s=0.05)
+print("ready", flush=True)
+queries = 0
+while not os.path.exists(sys.argv[2]):
+    store.steps()
+    store.failure_rates()
+    queries += 2
+store.close()
+print(queries, flush=True)
+"""
+
+# A child that holds the file with a plain DuckDB connection until stdin closes.
+HOLD_FILE = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])
+print("holding", flush=True)
+sys.stdin.read()
+"""

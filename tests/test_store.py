@@ -1,0 +1,558 @@
+"""The DuckDB store in one process: schema, migrations, exact rows, leases, readers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pytest
+
+import harnessnb as hn
+from harnessnb._store import SCHEMA_VERSION, Lease, Store
+from harnessnb._store_rows import sanitize, scrub_text
+from harnessnb._store_schema import MIGRATIONS
+from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
+
+
+def ts(seconds: float) -> pd.Timestamp:
+    return pd.Timestamp(dt.datetime.fromtimestamp(seconds, dt.UTC).replace(tzinfo=None))
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts with every missing value (NaN, NA, NaT) as None."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "runs.duckdb")
+    s.create_run(run_row("r1"))
+    yield s
+    s.close()
+
+
+# ------------------------------------------------------------------ schema
+
+
+def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
+    code = "import sys, harnessnb; print('duckdb' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout  # fmt: skip
+    assert out.split() == ["False", "False"]
+
+
+def test_hn_store_is_the_store_class() -> None:
+    assert hn.Store is Store
+    assert Store.schema_version == SCHEMA_VERSION == 2
+
+
+def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
+    path = tmp_path / "new.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    versions = con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+    con.close()
+    assert tables == {"schema_version", "runs", "attempts", "steps", "tool_calls", "stalls",
+                      "leases", "recordings", "pending_steps", "markers"}  # fmt: skip
+    assert versions == [(1,), (2,)]
+
+
+def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "v1.duckdb"
+    con = duckdb.connect(str(path))
+    for statement in MIGRATIONS[1]:
+        con.execute(statement)
+    con.execute("INSERT INTO schema_version VALUES (1, TIMESTAMP '2024-01-01')")
+    con.execute("INSERT INTO runs (run_id, task, steps, tokens, schema_version) "
+                "VALUES ('old', 'legacy task', 1, 50, 1)")  # fmt: skip
+    con.execute("INSERT INTO steps (run_id, step, decision, tokens) VALUES ('old', 1, 'x', 50)")
+    con.close()
+
+    with Store(path) as s:
+        run = s.get_run("old")
+        assert run is not None
+        assert (run["task"], run["steps"], run["tokens"], run["contract"]) == (
+            "legacy task", 1, 50, None)  # fmt: skip
+        assert s.last_checkpoint("old") is None  # v1 steps carry no checkpoint
+        _commit(s, "old", 2)
+        assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
+        assert s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [1, 2]
+
+
+def _commit_args(step: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    return step_kwargs(step)
+
+
+def _commit(store: Store, run_id: str, step: int, *, tokens: int = 120, **extra: Any) -> None:
+    row, kwargs = step_kwargs(step, tokens=tokens)
+    store.commit_step(run_id, row, **kwargs, **extra)
+
+
+def test_newer_store_is_refused_with_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "future.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO schema_version VALUES (7, now()::TIMESTAMP)")
+    con.close()
+    with pytest.raises(hn.StoreError) as info:
+        Store(path)
+    assert info.value.kind == "newer"
+    assert "schema version 7" in info.value.message and "newer" in info.value.message
+    assert info.value.path == str(path)
+    assert not info.value.retryable
+
+
+def _corrupt_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.duckdb"
+    with Store(path) as s:
+        s.create_run(run_row("r1"))
+    data = bytearray(path.read_bytes())
+    for i in range(4096, len(data), 7):  # keep the header, break every block checksum
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"hello, this is a text file\n" * 20, b"SQLite format 3\x00" + b"\x00" * 200],
+    ids=["empty", "text", "sqlite"],
+)
+def test_non_duckdb_file_is_refused_and_left_untouched(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "notes.duckdb"
+    path.write_bytes(content)
+    with pytest.raises(hn.StoreError) as info:
+        Store(path)
+    assert (info.value.kind, info.value.path) == ("corrupt", str(path))
+    assert str(path) in info.value.message
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.duckdb"]
+
+
+def test_corrupt_duckdb_file_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    path = _corrupt_copy(tmp_path)
+    before = path.read_bytes()
+    with pytest.raises(hn.StoreError) as info:
+        Store(path)
+    assert (info.value.kind, info.value.path) == ("corrupt", str(path))
+    assert str(path) in info.value.message
+    assert path.read_bytes() == before
+
+
+def test_foreign_duckdb_database_with_a_runs_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE runs (x INTEGER)")
+    con.close()
+    with pytest.raises(hn.StoreError) as info:
+        Store(path)
+    assert info.value.kind == "foreign"
+
+
+def test_missing_directory_is_an_io_error(tmp_path: Path) -> None:
+    with pytest.raises(hn.StoreError) as info:
+        Store(tmp_path / "no" / "such" / "dir.duckdb")
+    assert info.value.kind == "io"
+
+
+# ------------------------------------------------------------------ writes
+
+
+def test_commit_step_writes_exact_rows(store: Store) -> None:
+    row, kwargs = step_kwargs(1, tokens=120)
+    kwargs["stalls"] = [{"step": 1, "signal": "window", "action": "replan", "detail": "same",
+                         "at": AT + 1}]  # fmt: skip
+    store.commit_step("r1", row, **kwargs)
+
+    steps = store.steps("r1")
+    assert records(steps) == [{
+        "run_id": "r1", "step": 1, "decision": "tool", "tool_calls": 2, "tokens": 120,
+        "changed_workspace": False, "provider": "openai", "at": ts(AT + 1),
+    }]  # fmt: skip
+    attempts = store.attempts("r1")
+    assert records(attempts[["step", "attempt", "kind", "status", "retry_after_s"]]) == [
+        {"step": 1, "attempt": 0, "kind": "server", "status": 503, "retry_after_s": 2.0},
+        {"step": 1, "attempt": 1, "kind": "server", "status": 503, "retry_after_s": 2.0},
+        {"step": 1, "attempt": 2, "kind": None, "status": 200, "retry_after_s": None},
+    ]
+    assert attempts["started_at"].tolist() == [ts(AT + 1)] * 3
+    tools = store.tool_calls("r1")
+    assert records(tools[["seq", "tool", "effect", "status", "output_bytes"]]) == [
+        {"seq": 0, "tool": "read_file", "effect": "read", "status": "ok", "output_bytes": 12},
+        {"seq": 1, "tool": "read_file", "effect": "read", "status": "ok", "output_bytes": 12},
+    ]
+    assert json.loads(tools["args"][0]) == {"path": "f0.txt"}
+    assert records(store.stalls("r1")[["step", "signal", "action", "detail"]]) == [
+        {"step": 1, "signal": "window", "action": "replan", "detail": "same"}
+    ]
+    assert store.last_checkpoint("r1") == {"step": 1, "state": kwargs["checkpoint"]}
+    run = store.get_run("r1")
+    assert run is not None and (run["steps"], run["tokens"]) == (1, 120)
+
+
+def test_commit_step_adds_up_steps_and_tokens(store: Store) -> None:
+    for step in (1, 2, 3):
+        _commit(store, "r1", step, tokens=10 * step)
+    run = store.get_run("r1")
+    assert run is not None and (run["steps"], run["tokens"]) == (3, 60)
+    checkpoint = store.last_checkpoint("r1")
+    assert checkpoint is not None and checkpoint["step"] == 3
+
+
+def test_duplicate_step_is_refused_and_writes_nothing(store: Store) -> None:
+    row, kwargs = step_kwargs(1)
+    store.commit_step("r1", row, **kwargs)
+    with pytest.raises(hn.StoreError) as info:
+        store.commit_step("r1", row, **kwargs)
+    assert info.value.kind == "duplicate"
+    assert len(store.attempts("r1")) == 3
+    run = store.get_run("r1")
+    assert run is not None and run["steps"] == 1
+
+
+def test_commit_step_for_unknown_run_writes_nothing(store: Store) -> None:
+    row, kwargs = step_kwargs(1)
+    with pytest.raises(hn.StoreError) as info:
+        store.commit_step("nope", row, **kwargs)
+    assert info.value.kind == "missing"
+    assert store.steps().empty and store.attempts().empty and store.tool_calls().empty
+
+
+def test_intent_row_commits_alone_and_the_step_replaces_it(store: Store) -> None:
+    write = tool(1, 0, status="intent", tool="write_file", effect="write")
+    store.record_intent("r1", write)
+    assert store.tool_calls("r1")["status"].tolist() == ["intent"]
+    intents = store.open_intents("r1")
+    assert [(i["step"], i["seq"], i["tool"], i["args"], i["at"]) for i in intents] == [
+        (1, 0, "write_file", {"path": "f0.txt"}, AT + 1)
+    ]
+
+    row, kwargs = step_kwargs(1)
+    kwargs["tool_calls"][0] = {**write, "status": "ok", "output": "wrote 3 bytes"}
+    store.commit_step("r1", row, **kwargs)
+    tools = store.tool_calls("r1")
+    assert records(tools[["seq", "tool", "status", "output"]]) == [
+        {"seq": 0, "tool": "write_file", "status": "ok", "output": "wrote 3 bytes"},
+        {"seq": 1, "tool": "read_file", "status": "ok", "output": None},
+    ]
+    assert store.open_intents("r1") == []
+
+
+def test_settle_tool_call_resolves_an_intent(store: Store) -> None:
+    store.record_intent("r1", tool(2, 0, status="intent"))
+    store.settle_tool_call("r1", 2, 0, status="ok", output="done")
+    tools = store.tool_calls("r1")
+    assert records(tools[["status", "output", "output_bytes"]]) == [
+        {"status": "ok", "output": "done", "output_bytes": 4}
+    ]
+    with pytest.raises(hn.StoreError) as info:
+        store.settle_tool_call("r1", 9, 9, status="ok")
+    assert info.value.kind == "missing"
+
+
+def test_add_attempts_appends_attempts_outside_a_step(store: Store) -> None:
+    store.add_attempts("r1", [attempt(1, n, kind="server") for n in range(3)])
+    frame = store.attempts("r1")
+    assert records(frame[["step", "attempt", "kind"]]) == [
+        {"step": 1, "attempt": n, "kind": "server"} for n in range(3)
+    ]
+    assert store.steps("r1").empty
+
+
+def test_add_attempts_bulk_path_matches_the_small_path(store: Store) -> None:
+    rows = [attempt(n // 3, n % 3, kind="server" if n % 2 else None) for n in range(300)]
+    store.add_attempts("r1", rows[:10])  # VALUES path
+    store.add_attempts("r2", rows[:10] + rows[10:])  # DataFrame path
+    small = store.attempts("r1").drop(columns="run_id")
+    bulk = store.attempts("r2").drop(columns="run_id").head(10)
+    pd.testing.assert_frame_equal(small, bulk)
+    assert len(store.attempts("r2")) == 300
+
+
+def test_finish_run_writes_outcome_error_and_last_attempts(store: Store) -> None:
+    error = {"code": "PROVIDER_SERVER", "message": "HTTP 503", "api_key": "sk-live-123456789"}
+    store.finish_run("r1", outcome="escalated_retryable", finished_at=AT + 60, error=error,
+                     attempts=[attempt(4, 0, kind="server")],
+                     stalls=[{"step": 4, "signal": "repetition", "action": "stalled",
+                              "detail": "d", "at": AT + 59}])  # fmt: skip
+    run = store.get_run("r1")
+    assert run is not None
+    assert (run["outcome"], run["finished_at"], run["updated_at"]) == (
+        "escalated_retryable", AT + 60, AT + 60)  # fmt: skip
+    assert run["error"] == {"code": "PROVIDER_SERVER", "message": "HTTP 503"}
+    assert store.attempts("r1")["kind"].tolist() == ["server"]
+    assert store.stalls("r1")["action"].tolist() == ["stalled"]
+    frame = store.runs("r1")
+    assert frame["outcome"].tolist() == ["escalated_retryable"]
+    assert frame["finished_at"].tolist() == [ts(AT + 60)]
+
+
+def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
+    store.create_run(run_row("r2", parent_run_id="r1"))
+    run = store.get_run("r2")
+    assert run == {
+        "run_id": "r2", "task": "summarise README", "workspace": "/ws", "provider": "openai",
+        "model": "gpt-x", "started_at": AT, "finished_at": None, "outcome": None,
+        "steps": 0, "tokens": 0, "schema_version": SCHEMA_VERSION,
+        "contract": {"max_steps": 12}, "policy": {"layers": ["default"]}, "error": None,
+        "updated_at": AT, "parent_run_id": "r1",
+    }  # fmt: skip
+    assert store.get_run("nope") is None
+    assert store.last_checkpoint("nope") is None
+
+
+def test_markers_are_appended(store: Store) -> None:
+    store.add_marker("r1", "resume", "resuming at step 3", AT)
+    store.add_marker("r1", "skipped", "step 1", AT + 1)
+    assert records(store.markers("r1")[["kind", "detail"]]) == [
+        {"kind": "resume", "detail": "resuming at step 3"},
+        {"kind": "skipped", "detail": "step 1"},
+    ]
+
+
+# ------------------------------------------------------------------ leases
+
+
+def test_second_owner_conflicts_while_the_lease_is_live(store: Store) -> None:
+    lease = store.acquire_lease("r1", "kernel-a", now=AT)
+    assert lease == Lease("r1", "kernel-a", 1, AT + 30.0)
+    with pytest.raises(hn.ConflictError) as info:
+        store.acquire_lease("r1", "kernel-b", now=AT + 1, owner_alive=lambda _: True)
+    assert (info.value.run_id, info.value.owner) == ("r1", "kernel-a")
+
+
+def test_expired_lease_is_taken_over_with_next_generation(store: Store) -> None:
+    store.acquire_lease("r1", "kernel-a", now=AT, ttl_s=10)
+    lease = store.acquire_lease("r1", "kernel-b", now=AT + 11)
+    assert (lease.owner, lease.generation) == ("kernel-b", 2)
+
+
+def test_dead_owner_is_taken_over_at_once(store: Store) -> None:
+    store.acquire_lease("r1", "pid:1", now=AT)
+    seen: list[str] = []
+
+    def alive(owner: str) -> bool:
+        seen.append(owner)
+        return False
+
+    lease = store.acquire_lease("r1", "pid:2", now=AT + 1, owner_alive=alive)
+    assert (lease.owner, lease.generation, seen) == ("pid:2", 2, ["pid:1"])
+
+
+def test_stale_lease_commit_conflicts_and_writes_nothing(store: Store) -> None:
+    old = store.acquire_lease("r1", "kernel-a", now=AT, ttl_s=1)
+    store.acquire_lease("r1", "kernel-b", now=AT + 5)
+    row, kwargs = step_kwargs(1)
+    with pytest.raises(hn.ConflictError) as info:
+        store.commit_step("r1", row, **kwargs, lease=old)
+    assert info.value.owner == "kernel-b"
+    with pytest.raises(hn.ConflictError):
+        store.record_intent("r1", tool(1, 0, status="intent"), lease=old)
+    with pytest.raises(hn.ConflictError):
+        store.finish_run("r1", outcome="success", finished_at=AT + 9, lease=old)
+    with pytest.raises(hn.ConflictError):
+        store.renew_lease(old)
+    assert store.steps().empty and store.attempts().empty and store.tool_calls().empty
+    run = store.get_run("r1")
+    assert run is not None and (run["steps"], run["outcome"]) == (0, None)
+
+
+def test_current_lease_commits_renews_and_releases(store: Store) -> None:
+    lease = store.acquire_lease("r1", "kernel-a")
+    row, kwargs = step_kwargs(1)
+    store.commit_step("r1", row, **kwargs, lease=lease)
+    renewed = store.renew_lease(lease, ttl_s=60)
+    assert renewed.generation == lease.generation and renewed.expires_at > lease.expires_at
+    store.release_lease(renewed)
+    with pytest.raises(hn.ConflictError):  # a released lease no longer writes
+        _commit(store, "r1", 2, lease=renewed)
+    again = store.acquire_lease("r1", "kernel-b", owner_alive=lambda _: True)
+    assert again.generation == 2  # released, not deleted: generations never repeat
+
+
+# ------------------------------------------------------------------ secrets
+
+
+def test_sanitize_strips_credential_keys_at_any_depth() -> None:
+    value = {
+        "headers": {"Authorization": "Bearer sk-abc", "X-Api-Key": "k", "api-key": "k",
+                    "content-type": "application/json"},
+        "body": {"api_key": "k", "messages": [{"api_key": "k", "content": "hi"}]},
+    }  # fmt: skip
+    assert sanitize(value) == {
+        "headers": {"content-type": "application/json"},
+        "body": {"messages": [{"content": "hi"}]},
+    }
+
+
+def test_scrub_text_masks_bearer_tokens_and_keys() -> None:
+    text = "401: Authorization: Bearer abc.DEF-123 rejected; key sk-proj-ABCDEFGH12345 invalid"
+    assert scrub_text(text) == (
+        "401: Authorization: Bearer [redacted] rejected; key sk-proj-[redacted] invalid"
+    )
+
+
+def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
+    path = tmp_path / "secret.duckdb"
+    secret = "sk-ant-SUPERSECRET0123456789"
+    with Store(path) as s:
+        s.create_run(run_row("r1"))
+        s.put_recording("rec", 0, {"request": {"headers": {"x-api-key": secret,
+                                                           "authorization": f"Bearer {secret}"},
+                                               "api_key": secret},
+                                   "response": {"text": "ok"}})  # fmt: skip
+        s.finish_run("r1", outcome="escalated_terminal", finished_at=AT,
+                     error={"message": f"invalid x-api-key {secret}"},
+                     attempts=[attempt(1, 0, kind="auth", error=f"bad key {secret}")])  # fmt: skip
+        assert s.get_recordings("rec") == [{"request": {"headers": {}}, "response": {"text": "ok"}}]
+        assert secret not in json.dumps(s.get_run("r1"))
+    # Checkpointed on close: every byte of the file is searched.
+    assert secret.encode() not in path.read_bytes()
+    assert b"SUPERSECRET" not in path.read_bytes()
+
+
+def test_recordings_are_ordered_by_seq_and_replaced_by_key(store: Store) -> None:
+    for seq in (2, 0, 1):
+        store.put_recording("k", seq, {"n": seq})
+    store.put_recording("k", 1, {"n": "again"})
+    assert store.get_recordings("k") == [{"n": 0}, {"n": "again"}, {"n": 2}]
+    assert store.get_recordings("other") == []
+
+
+# ------------------------------------------------------------------ readers
+
+
+def test_failure_rates_by_provider_and_kind(store: Store) -> None:
+    store.add_attempts("r1", [
+        attempt(1, 0), attempt(1, 1),
+        attempt(1, 2, kind="server", retry_after_s=2.0),
+        attempt(1, 3, kind="rate_limited", retry_after_s=10.0),
+        attempt(2, 0, kind="server", retry_after_s=4.0),
+        attempt(2, 1, provider="anthropic"), attempt(2, 2, provider="anthropic"),
+    ])  # fmt: skip
+    rates = store.failure_rates()
+    assert list(rates.columns) == [
+        "provider", "kind", "attempts", "failures", "failure_rate",
+        "retry_after_s_mean", "retry_after_s_p50", "retry_after_s_max"]  # fmt: skip
+    assert records(rates) == [
+        {"provider": "anthropic", "kind": None, "attempts": 2, "failures": 0,
+         "failure_rate": 0.0, "retry_after_s_mean": None, "retry_after_s_p50": None,
+         "retry_after_s_max": None},
+        {"provider": "openai", "kind": "server", "attempts": 5, "failures": 2,
+         "failure_rate": 0.4, "retry_after_s_mean": 3.0, "retry_after_s_p50": 3.0,
+         "retry_after_s_max": 4.0},
+        {"provider": "openai", "kind": "rate_limited", "attempts": 5, "failures": 1,
+         "failure_rate": 0.2, "retry_after_s_mean": 10.0, "retry_after_s_p50": 10.0,
+         "retry_after_s_max": 10.0},
+    ]  # fmt: skip
+    assert str(rates["attempts"].dtype) == "Int64"
+    by_provider = store.failure_rates("provider")
+    assert records(by_provider[["provider", "attempts", "failures", "failure_rate"]]) == [
+        {"provider": "anthropic", "attempts": 2, "failures": 0, "failure_rate": 0.0},
+        {"provider": "openai", "attempts": 5, "failures": 3, "failure_rate": 0.6},
+    ]  # fmt: skip
+    overall = store.failure_rates(())
+    assert records(overall[["attempts", "failures"]]) == [{"attempts": 7, "failures": 3}]
+
+
+@pytest.mark.parametrize("by", ["provider; DROP TABLE runs", ("provider", "provider"), ("x",)])
+def test_failure_rates_refuses_unknown_groups(store: Store, by: object) -> None:
+    with pytest.raises(hn.StoreError) as info:
+        store.failure_rates(by)  # type: ignore[arg-type]
+    assert info.value.kind == "query"
+    assert store.get_run("r1") is not None
+
+
+def test_readers_have_sensible_dtypes_even_without_nulls(store: Store) -> None:
+    _commit(store, "r1", 1)
+    attempts = store.attempts()
+    assert {c: str(attempts[c].dtype) for c in
+            ("step", "status", "input_tokens", "fell_back", "retry_after_s", "started_at")} == {
+        "step": "Int64", "status": "Int64", "input_tokens": "Int64", "fell_back": "boolean",
+        "retry_after_s": "float64", "started_at": "datetime64[us]"}  # fmt: skip
+    steps = store.steps()
+    assert str(steps["changed_workspace"].dtype) == "boolean"
+    assert "checkpoint" not in steps.columns
+    runs = store.runs()
+    assert str(runs["started_at"].dtype) == "datetime64[us]"
+    assert str(runs["steps"].dtype) == "Int64"
+    empty = store.stalls()
+    assert empty.empty and "signal" in empty.columns
+
+
+def test_reader_reprs_truncate_large_frames(store: Store) -> None:
+    store.add_attempts("r1", [attempt(n, 0) for n in range(20_000)])
+    frame = store.attempts()
+    assert len(frame) == 20_000
+    assert len(repr(frame).splitlines()) < 80
+    html = frame._repr_html_()
+    assert html is not None and len(html) < 200_000 and "20000 rows" in html
+
+
+def test_sql_returns_a_frame_and_maps_errors(store: Store) -> None:
+    frame = store.sql('SELECT run_id, steps, "at" IS NULL AS x FROM runs, (SELECT NULL AS "at")')
+    assert records(frame) == [{"run_id": "r1", "steps": 0, "x": True}]
+    assert store.sql("SELECT ? AS n", [3])["n"].tolist() == [3]
+    with pytest.raises(hn.StoreError) as info:
+        store.sql("SELEC nonsense")
+    assert info.value.kind == "query"
+
+
+# ------------------------------------------------------------------ lifecycle
+
+
+def test_memory_stores_work_and_are_independent() -> None:
+    a, b = Store(":memory:"), Store(":memory:")
+    a.create_run(run_row("r1"))
+    _commit(a, "r1", 1)
+    assert len(a.steps()) == 1 and b.runs().empty
+    a.close()
+    b.close()
+
+
+def test_closed_store_says_so_and_repr_does_no_io(tmp_path: Path) -> None:
+    s = Store(tmp_path / "x.duckdb")
+    assert repr(s) == f"Store({str(tmp_path / 'x.duckdb')!r}, open)"
+    s.close()
+    assert repr(s) == f"Store({str(tmp_path / 'x.duckdb')!r}, closed)"
+    with pytest.raises(hn.StoreError) as info:
+        s.runs()
+    assert info.value.kind == "closed"
+    s.close()  # twice is fine
+
+
+def test_stores_on_one_path_share_one_connection_across_threads(tmp_path: Path) -> None:
+    path = tmp_path / "shared.duckdb"
+    a, b = Store(path), Store(str(path.parent / "." / path.name))
+    assert a._db is b._db
+    for i in range(4):
+        a.create_run(run_row(f"t{i}"))
+    errors: list[BaseException] = []
+
+    def drive(run_id: str, store: Store) -> None:
+        try:
+            for step in range(1, 26):
+                _commit(store, run_id, step)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drive, args=(f"t{i}", (a, b)[i % 2])) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    counts = a.sql("SELECT run_id, count(*) AS n FROM steps GROUP BY 1 ORDER BY 1")
+    assert records(counts) == [{"run_id": f"t{i}", "n": 25} for i in range(4)]
+    a.close()
+    assert b.get_run("t0") is not None  # b still holds the shared database
+    b.close()

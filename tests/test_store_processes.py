@@ -1,0 +1,135 @@
+"""Many processes, one store file: crashes, concurrent writers and readers, busy locks."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import harnessnb as hn
+from harnessnb._store import Store
+from tests.store_helpers import COMMIT_LOOP, HOLD_FILE, READ_LOOP, ROOT, child, run_row
+
+
+def _assert_every_step_whole(store: Store) -> int:
+    """Every committed step has its 3 attempts, 2 tool rows and checkpoint; no orphans."""
+    broken = store.sql("""
+        SELECT s.run_id, s.step,
+               (SELECT count(*) FROM attempts a WHERE a.run_id = s.run_id AND a.step = s.step) AS na,
+               (SELECT count(*) FROM tool_calls t WHERE t.run_id = s.run_id AND t.step = s.step) AS nt,
+               s.checkpoint IS NULL AS no_checkpoint
+        FROM steps s WHERE na <> 3 OR nt <> 2 OR no_checkpoint
+    """)  # noqa: E501
+    assert broken.empty, broken
+    orphans = store.sql("""
+        SELECT run_id, step FROM attempts EXCEPT SELECT run_id, step FROM steps
+        UNION ALL
+        SELECT run_id, step FROM tool_calls EXCEPT SELECT run_id, step FROM steps
+    """)
+    assert orphans.empty, orphans
+    counts = store.sql("""
+        SELECT r.run_id, r.steps, (SELECT count(*) FROM steps s WHERE s.run_id = r.run_id) AS n
+        FROM runs r WHERE r.steps <> n
+    """)
+    assert counts.empty, counts
+    return len(store.steps())
+
+
+def test_sigkill_at_random_points_never_leaves_a_half_step(tmp_path: Path) -> None:
+    path = tmp_path / "crash.duckdb"
+    rng = random.Random(3)
+    committed = 0
+    for i in range(20):
+        proc = child(COMMIT_LOOP, str(path), f"run-{i}", str(ROOT),
+                     stdout=subprocess.PIPE)  # fmt: skip
+        assert proc.stdout is not None
+        if rng.random() < 0.25:
+            time.sleep(rng.uniform(0.0, 0.3))  # may die while opening or creating
+        else:
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.0, 0.15))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        with Store(path) as store:
+            committed = _assert_every_step_whole(store)
+    assert committed > 20  # the children did commit between kills
+
+
+def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared.duckdb"
+    Store(path).close()
+    stop = tmp_path / "stop"
+    reader = child(READ_LOOP, str(path), str(stop), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)  # fmt: skip
+    assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+    writers = [
+        child(COMMIT_LOOP, str(path), f"w{k}", str(ROOT), "50",
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for k in range(4)
+    ]  # fmt: skip
+    outputs = [w.communicate(timeout=120) for w in writers]
+    stop.touch()
+    reader_out, reader_err = reader.communicate(timeout=60)
+
+    for (out, err), w in zip(outputs, writers, strict=True):
+        assert (w.returncode, err) == (0, ""), err
+        assert out.split() == ["ready", "done"]
+    assert (reader.returncode, reader_err) == (0, ""), reader_err
+    assert int(reader_out.split()[-1]) > 0
+    with Store(path) as store:
+        counts = store.sql("SELECT run_id, count(*) AS n FROM steps GROUP BY 1 ORDER BY 1")
+        assert counts["n"].tolist() == [50] * 4
+        assert _assert_every_step_whole(store) == 200
+
+
+def test_lock_held_past_the_bound_is_a_retryable_busy_error(tmp_path: Path) -> None:
+    path = tmp_path / "held.duckdb"
+    Store(path).close()
+    holder = child(HOLD_FILE, str(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    try:
+        started = time.monotonic()
+        with pytest.raises(hn.StoreError) as info:
+            Store(path, busy_timeout_s=0.3)
+        waited = time.monotonic() - started
+    finally:
+        holder.communicate("")
+    assert (info.value.kind, info.value.retryable, info.value.path) == ("busy", True, str(path))
+    assert "locked by another process" in info.value.message
+    assert 0.3 <= waited < 2.0
+
+
+def test_a_busy_lock_released_within_the_bound_is_waited_for(tmp_path: Path) -> None:
+    path = tmp_path / "brief.duckdb"
+    Store(path).close()
+    holder = child(HOLD_FILE, str(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    assert holder.stdin is not None
+    holder.stdin.close()  # the holder exits now; the store's retries outlast it
+    with Store(path, busy_timeout_s=10) as store:
+        store.create_run(run_row("r1"))
+    holder.wait()
+
+
+def test_the_file_is_let_go_after_the_linger(tmp_path: Path) -> None:
+    path = tmp_path / "linger.duckdb"
+    with Store(path, linger_s=0.1) as store:
+        store.create_run(run_row("r1"))
+        time.sleep(0.4)
+        # Another process (plain DuckDB, no retries) can open the file now.
+        code = (f"import duckdb; con = duckdb.connect({str(path)!r}); "
+                "print(con.execute('select count(*) from runs').fetchone()[0])")  # fmt: skip
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=30)  # fmt: skip
+        assert (out.returncode, out.stdout.strip()) == (0, "1"), out.stderr
+        assert store.get_run("r1") is not None  # and this one reopens on demand
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    con.close()
