@@ -47,10 +47,48 @@ _LAZY: dict[str, str] = {
     "ApproveAll": "._approval",
     "Decision": "._approval",
     "DenyAll": "._approval",
+    "run": "._loop",
+    "run_sync": "._loop",
+    "TaskContract": "._contract",
+    "FileContains": "._contract",
+    "Command": "._contract",
+    "RunOutcome": "._contract",
+    "RunResult": "._result",
+    "RetryPolicy": "._retry",
+    "set_testing": "._retry",
+    "FakeClock": "._retry",
+    "Clock": "._retry",
+    "StallPolicy": "._stall",
+    "ScriptedProvider": "._scripted",
+    "RunEvent": "._events",
+    "resume": "._durable",
+    "resume_sync": "._durable",
+    "resolve": "._durable",
+    "abandon": "._durable",
+    "Record": "._durable",
+    "Replay": "._durable",
+    "replay": "._durable",
+    "replay_sync": "._durable",
 }
 
 if TYPE_CHECKING:
+    from ._anthropic import Anthropic
+    from ._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
     from ._completion import AttemptRecord, Completion, ToolCall, Usage
+    from ._contract import Command, FileContains, RunOutcome, TaskContract
+    from ._durable import Record, Replay, abandon, replay, replay_sync, resolve, resume, resume_sync
+    from ._events import RunEvent
+    from ._fallback import Fallback
+    from ._http import REQUEST_TIMEOUT
+    from ._loop import run, run_sync
+    from ._openai import OpenAI, OpenRouter
+    from ._policy import Policy, Verdict
+    from ._result import RunResult
+    from ._retry import Clock, FakeClock, RetryPolicy, set_testing
+    from ._scripted import ScriptedProvider
+    from ._stall import StallPolicy
+    from ._store import Store
+    from ._tools import Effect, Tool, ToolResult, tool
 
 __all__ = [
     "REQUEST_TIMEOUT",
@@ -58,30 +96,52 @@ __all__ = [
     "ApprovalRequest",
     "ApproveAll",
     "AttemptRecord",
+    "Clock",
+    "Command",
     "Completion",
     "ConfigError",
     "ConflictError",
     "Decision",
     "DenyAll",
     "Effect",
+    "FakeClock",
     "Fallback",
+    "FileContains",
     "HarnessError",
     "OpenAI",
     "OpenRouter",
     "Policy",
     "ProviderError",
     "ProviderErrorKind",
+    "Record",
     "RefusedError",
+    "Replay",
     "ResumeError",
+    "RetryPolicy",
+    "RunEvent",
+    "RunOutcome",
+    "RunResult",
     "SandboxError",
+    "ScriptedProvider",
+    "StallPolicy",
     "Store",
     "StoreError",
+    "TaskContract",
     "Tool",
     "ToolCall",
     "ToolError",
     "ToolResult",
     "Usage",
     "Verdict",
+    "abandon",
+    "replay",
+    "replay_sync",
+    "resolve",
+    "resume",
+    "resume_sync",
+    "run",
+    "run_sync",
+    "set_testing",
     "tool",
 ]
 
@@ -97,3 +157,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext harnessnb``: register the ``%harness`` / ``%%harness`` magics."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)

@@ -70,6 +70,44 @@ class Completion:
     ttft_ms: float | None = None
     latency_ms: float | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (for checkpoints and recordings)."""
+        return {
+            "text": self.text,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ],
+            "usage": {
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+            },
+            "finish_reason": self.finish_reason,
+            "provider": self.provider,
+            "model": self.model,
+            "request_id": self.request_id,
+            "ttft_ms": self.ttft_ms,
+            "latency_ms": self.latency_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Completion:
+        """The inverse of ``to_dict``."""
+        usage = data.get("usage") or {}
+        return cls(
+            text=str(data.get("text") or ""),
+            tool_calls=tuple(
+                ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
+                for c in data.get("tool_calls") or []
+            ),
+            usage=Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))),
+            finish_reason=data.get("finish_reason"),
+            provider=str(data.get("provider") or ""),
+            model=str(data.get("model") or ""),
+            request_id=data.get("request_id"),
+            ttft_ms=data.get("ttft_ms"),
+            latency_ms=data.get("latency_ms"),
+        )
+
     def to_message(self) -> dict[str, Any]:
         """The assistant message this completion adds to the conversation."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.text}

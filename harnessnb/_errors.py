@@ -439,8 +439,10 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
     the response carried, used only when the object says nothing usable.
     """
     if not isinstance(error, Mapping):
-        return classify_status(status, str(error)) if status and status >= 300 else (
-            ProviderErrorKind.MALFORMED
+        return (
+            classify_status(status, str(error))
+            if status and status >= 300
+            else (ProviderErrorKind.MALFORMED)
         )
     message = str(error.get("message") or "")
     code = error.get("code")

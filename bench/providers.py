@@ -1,0 +1,156 @@
+"""Client overhead: harnessnb ``complete()`` vs a raw httpx2 POST vs the official openai SDK.
+
+All three call the same healthy chaos server, which runs in its own process so that
+its CPU time does not share the client's GIL: the numbers measure the clients.
+
+Run: ``python bench/providers.py [--sequential 300] [--concurrent 1000] [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import harnessnb as hn  # noqa: E402
+from harnessnb import _http  # noqa: E402
+
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a benchmark."},
+    {"role": "user", "content": "Say hello in a sentence of moderate length, please."},
+]
+Call = Callable[[], Awaitable[str]]
+
+
+def start_server() -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessnb.chaos", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://"):
+        proc.kill()
+        raise SystemExit("chaos server did not start")
+    return proc, url
+
+
+async def clients(url: str) -> dict[str, Call]:
+    base = url + "/v1"
+    provider = hn.OpenAI("bench-model", base_url=base)
+    # The baseline gets harnessnb's own client configuration, so the ratio is the
+    # cost of harnessnb's layer alone (httpx2's default 5 s timeouts cost more).
+    raw = _http._new_client()
+    sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
+    body = {"model": "bench-model", "messages": MESSAGES}
+
+    async def harness() -> str:
+        return (await provider.complete(MESSAGES)).text
+
+    async def raw_post() -> str:
+        r = await raw.post(base + "/chat/completions", json=body)
+        r.raise_for_status()
+        return str(r.json()["choices"][0]["message"]["content"])
+
+    async def official() -> str:
+        r = await sdk.chat.completions.create(model="bench-model", messages=MESSAGES)  # type: ignore[arg-type]
+        return str(r.choices[0].message.content)
+
+    return {"harnessnb": harness, "raw httpx2": raw_post, "openai SDK": official}
+
+
+async def sequential(call: Call, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        await call()
+    return time.perf_counter() - started
+
+
+async def concurrent(call: Call, n: int, width: int = 100) -> float:
+    gate = asyncio.Semaphore(width)
+
+    async def one() -> None:
+        async with gate:
+            await call()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return time.perf_counter() - started
+
+
+async def main(seq_n: int, conc_n: int, rounds: int) -> None:
+    proc, url = start_server()
+    try:
+        calls = await clients(url)
+        for call in calls.values():  # warm up pools, imports and the server
+            assert (await call()).startswith("Say hello")
+            await concurrent(call, 200)
+        results: dict[str, dict[str, list[float]]] = {
+            name: {"seq": [], "conc": []} for name in calls
+        }
+        names = list(calls)
+        for r in range(rounds):
+            # Interleaved and rotated, so drift and order hit every client alike; the
+            # collector runs first so one client's garbage is not timed on the next.
+            for name in names[r % 3 :] + names[: r % 3]:
+                gc.collect()
+                results[name]["seq"].append(await sequential(calls[name], seq_n))
+                gc.collect()
+                results[name]["conc"].append(await concurrent(calls[name], conc_n))
+        report(results, seq_n, conc_n, rounds)
+        await _http.aclose_client()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+
+
+def report(
+    results: dict[str, dict[str, list[float]]], seq_n: int, conc_n: int, rounds: int
+) -> None:
+    # Best of the rounds: the machine is shared, and noise only ever adds time.
+    med = {n: {k: min(v) for k, v in r.items()} for n, r in results.items()}
+    raw, hnb, sdk = med["raw httpx2"], med["harnessnb"], med["openai SDK"]
+    print(f"best of {rounds} rounds; sequential {seq_n} calls, concurrent {conc_n} calls x100\n")
+    print(
+        f"{'client':<12} {'seq us/call':>12} {'seq calls/s':>12} {'conc calls/s':>13} "
+        f"{'seq vs raw':>11} {'conc vs raw':>12}"
+    )
+    for name, m in med.items():
+        seq_ratio, conc_ratio = m["seq"] / raw["seq"], m["conc"] / raw["conc"]
+        print(
+            f"{name:<12} {m['seq'] / seq_n * 1e6:>12.0f} {seq_n / m['seq']:>12.0f} "
+            f"{conc_n / m['conc']:>13.0f} {seq_ratio:>10.2f}x {conc_ratio:>11.2f}x"
+        )
+    print()
+    print(
+        f"harnessnb / raw httpx2 : seq {hnb['seq'] / raw['seq']:.2f}x, "
+        f"conc {hnb['conc'] / raw['conc']:.2f}x   (target <= 1.15x)"
+    )
+    print(
+        f"openai SDK / harnessnb : seq {sdk['seq'] / hnb['seq']:.2f}x, "
+        f"conc {sdk['conc'] / hnb['conc']:.2f}x   (target >= 1.5x)"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sequential", type=int, default=300)
+    parser.add_argument("--concurrent", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=9)
+    a = parser.parse_args()
+    asyncio.run(main(a.sequential, a.concurrent, a.rounds))

@@ -1,0 +1,243 @@
+"""Anthropic messages API: ``Anthropic``.
+
+Normalised messages become Anthropic's shape here: system prompts go to the
+top-level ``system`` field, tool calls and results become ``tool_use`` and
+``tool_result`` blocks, and consecutive user-side messages (tool results, then
+maybe text) merge into one user message, because the API wants roles to alternate.
+Stop reasons are mapped onto the OpenAI vocabulary so every provider's
+``Completion.finish_reason`` reads the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._completion import ToolCall, Usage
+from ._http import HTTPProvider, Parsed, StreamAccumulator, WireError, tool_arguments
+
+__all__ = ["Anthropic"]
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+"""Sent when ``complete(max_tokens=None)``: the messages API requires a value."""
+
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+
+
+class Anthropic(HTTPProvider):
+    """Anthropic's messages API (``{base_url}/v1/messages``).
+
+    With no ``base_url`` the key defaults to ``$ANTHROPIC_API_KEY``.
+    """
+
+    NAME = "anthropic"
+    DEFAULT_BASE_URL = "https://api.anthropic.com"
+    DEFAULT_MODEL = "claude-sonnet-4-5"
+    KEY_ENV = "ANTHROPIC_API_KEY"
+    BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+    MODEL_ENV = "ANTHROPIC_MODEL"
+    PATH = "/v1/messages"
+
+    def _auth_headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def _request_body(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        max_tokens: int | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        system, wire = _wire_messages(messages)
+        body: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": max_tokens if max_tokens is not None else DEFAULT_MAX_TOKENS,
+            "messages": wire,
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = [
+                {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
+                }
+                for t in tools
+            ]
+        if stream:
+            body["stream"] = True
+        return body
+
+    @staticmethod
+    def _error_object(body: Any) -> Any:
+        # {"type": "error", "error": {...}}; OpenRouter-style {"error": ...} also counts.
+        if isinstance(body, Mapping):
+            return body.get("error")
+        return None
+
+    def _parse_body(self, body: Any) -> Parsed:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for block in body.get("content") or ():
+            btype = block.get("type")
+            if btype == "text":
+                text.append(block.get("text") or "")
+            elif btype == "tool_use":
+                args = block.get("input")
+                if not isinstance(args, dict):
+                    raise WireError.malformed(
+                        f"tool call {block.get('name')!r} input is not an object"
+                    )
+                calls.append(ToolCall(id=str(block["id"]), name=block["name"], arguments=args))
+        return Parsed("".join(text), tuple(calls), _usage(body.get("usage")), _stop(body))
+
+    def _stream_accumulator(self) -> StreamAccumulator:
+        return _MessageStream()
+
+
+def _stop(body: Mapping[str, Any]) -> str | None:
+    reason = body.get("stop_reason")
+    return _STOP_REASONS.get(reason, reason) if isinstance(reason, str) else None
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, Mapping):
+        return Usage()
+    # Cached prompt tokens are reported apart from input_tokens; they were still read.
+    inp = sum(
+        int(raw.get(k) or 0)
+        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+    return Usage(inp, int(raw.get("output_tokens") or 0))
+
+
+def _wire_messages(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in messages:
+        role = m["role"]
+        content = m.get("content") or ""
+        if role == "system":
+            system.append(content)
+        elif role == "tool":
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": m["tool_call_id"],
+                        "content": content,
+                    }
+                ],
+            )
+        elif role == "assistant":
+            # An empty text block is rejected by the API, so it is left out.
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["name"],
+                    "input": c.get("arguments") or {},
+                }
+                for c in m.get("tool_calls") or ()
+            ]
+            add("assistant", blocks)
+        else:
+            add("user", [{"type": "text", "text": content}])
+    return "\n\n".join(s for s in system if s), out
+
+
+class _MessageStream(StreamAccumulator):
+    """Message stream events: content blocks by index, input JSON in fragments."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.input_usage: Any = None
+        self.output_tokens = 0
+        self.stop_reason: str | None = None
+
+    def feed(self, event: str, data: str) -> bool:
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise WireError.malformed(f"stream event {event!r} is not JSON") from exc
+        if not isinstance(obj, Mapping):
+            raise WireError.malformed(f"stream event {event!r} is not an object")
+        etype = obj.get("type") or event
+        if etype == "error" or event == "error":
+            raise WireError.from_error_object(obj.get("error", obj), "error event in the stream")
+        if etype == "message_start":
+            message = obj.get("message") or {}
+            self.input_usage = message.get("usage")
+            self.output_tokens = int((message.get("usage") or {}).get("output_tokens") or 0)
+        elif etype == "content_block_start":
+            block: dict[str, Any] = dict(obj.get("content_block") or {})
+            block["partial"] = ""
+            self.blocks[int(obj.get("index", 0))] = block
+            return bool(block.get("type") == "tool_use" or block.get("text"))
+        elif etype == "content_block_delta":
+            found = self.blocks.get(int(obj.get("index", 0)))
+            if found is None:
+                raise WireError.malformed("stream delta for a content block never started")
+            delta = obj.get("delta") or {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                found["text"] = (found.get("text") or "") + (delta.get("text") or "")
+                return True
+            if dtype == "input_json_delta":
+                found["partial"] += delta.get("partial_json") or ""
+                return True
+        elif etype == "message_delta":
+            reason = (obj.get("delta") or {}).get("stop_reason")
+            if reason:
+                self.stop_reason = _STOP_REASONS.get(reason, reason)
+            out = (obj.get("usage") or {}).get("output_tokens")
+            if out is not None:
+                self.output_tokens = int(out)  # cumulative, not a delta
+        elif etype == "message_stop":
+            self.done = True
+        return False
+
+    def result(self) -> Parsed:
+        if not self.done:
+            raise WireError.malformed("stream ended before message_stop")
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for _, block in sorted(self.blocks.items()):
+            if block.get("type") == "text":
+                text.append(block.get("text") or "")
+            elif block.get("type") == "tool_use":
+                name = str(block.get("name"))
+                start_input = block.get("input")
+                if block["partial"]:
+                    args = tool_arguments(block["partial"], name)
+                elif isinstance(start_input, dict):
+                    args = start_input
+                else:
+                    args = {}
+                calls.append(ToolCall(id=str(block.get("id")), name=name, arguments=args))
+        usage = _usage(self.input_usage)
+        usage = Usage(usage.input_tokens, self.output_tokens)
+        return Parsed("".join(text), tuple(calls), usage, self.stop_reason)

@@ -1,0 +1,677 @@
+"""The one module that speaks HTTP: client, deadlines, SSE and failure mapping.
+
+Every HTTP provider subclasses ``HTTPProvider``, which makes one attempt per
+``complete`` call (providers never retry), reports it with ``report_attempt``
+and turns every failure into a ``ProviderError`` through the table in
+``_errors``. Subclasses only convert messages to their wire format and parse the
+answer back; swapping the HTTP client library means editing this file alone.
+
+Time limits:
+    * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
+      of it, stream included). Exceeding it is ``timeout``.
+    * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
+      stream that stalls fails after seconds, not after the 600 s deadline.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import codecs
+import contextlib
+import copy
+import datetime
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple, Self
+from urllib.parse import urlsplit
+
+import httpx2
+
+from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
+from ._errors import (
+    ConfigError,
+    ProviderError,
+    ProviderErrorKind,
+    classify_body_error,
+    classify_status,
+    parse_retry_after,
+    parse_should_retry,
+    request_id_from,
+)
+
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "REQUEST_TIMEOUT",
+    "HTTPProvider",
+    "Parsed",
+    "StreamAccumulator",
+    "WireError",
+    "aclose_client",
+    "seconds",
+    "shared_client",
+    "tool_arguments",
+]
+
+REQUEST_TIMEOUT = 600.0
+"""Deadline of one provider attempt, in seconds (the official SDKs' default)."""
+
+DEFAULT_IDLE_TIMEOUT = 60.0
+"""Longest silence allowed between two chunks of a stream, in seconds."""
+
+# A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
+_CONNECT_TIMEOUT = 10.0
+# Error bodies are read for their message only; a huge HTML error page is cut short.
+_ERROR_BODY_LIMIT = 64 * 1024
+_REDACTED = "[REDACTED]"
+_DRAIN_TIMEOUT = 0.5
+
+
+def seconds(value: float | datetime.timedelta) -> float:
+    """A duration in seconds from a float or a ``timedelta``; must be positive."""
+    out = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
+    if not out > 0:
+        raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
+    return out
+
+
+# ------------------------------------------------------------------- the client
+
+# One client per event loop: an httpx2 pool's connections belong to the loop that
+# opened them, so a client must never be shared across loops (threads, asyncio.run).
+_clients_lock = threading.Lock()
+
+
+class _LoopClient(NamedTuple):
+    client: httpx2.AsyncClient
+    closer: AsyncIterator[None]  # see _close_at_loop_shutdown; kept alive with the client
+    starter: asyncio.Task[None]
+
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_client() -> httpx2.AsyncClient:
+    """The ``httpx2.AsyncClient`` of the running event loop, created on first use.
+
+    It is closed when the loop shuts down (``asyncio.run``, ``asyncio.Runner``), or
+    by ``aclose_client()``.
+    """
+    loop = asyncio.get_running_loop()
+    entry = _clients.get(loop)
+    if entry is not None and not entry[0].is_closed:
+        return entry[0]
+    with _clients_lock:
+        # Forget clients of loops closed without a shutdown; their sockets can no
+        # longer be closed gracefully, only released.
+        for old in [lp for lp in _clients if lp.is_closed()]:
+            del _clients[old]
+        entry = _clients.get(loop)
+        if entry is None or entry[0].is_closed:
+            client = _new_client()
+            closer = _close_at_loop_shutdown(client)
+            # Start it now: the loop then tracks it and closes it at shutdown.
+            starter = loop.create_task(_start(closer))
+            entry = _clients[loop] = _LoopClient(client, closer, starter)
+    return entry[0]
+
+
+async def _start(closer: AsyncIterator[None]) -> None:
+    await anext(closer)
+
+
+async def _close_at_loop_shutdown(client: httpx2.AsyncClient) -> AsyncIterator[None]:
+    # asyncio has no "loop is closing" hook, but it does aclose() every live async
+    # generator in shutdown_asyncgens(), which asyncio.run and Runner call: this
+    # generator parks at its yield until then, and closes the client's sockets.
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+def _new_client() -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        follow_redirects=False,  # a redirect is classified as a request error, never followed
+        # The deadline is enforced per attempt with asyncio; httpx2 only bounds connect.
+        timeout=httpx2.Timeout(None, connect=_CONNECT_TIMEOUT),
+        # Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
+        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+    )
+
+
+async def aclose_client() -> None:
+    """Close the running loop's shared client (the next call opens a new one)."""
+    loop = asyncio.get_running_loop()
+    with _clients_lock:
+        entry = _clients.pop(loop, None)
+    if entry is not None:
+        await entry[0].aclose()
+
+
+# ----------------------------------------------------------- what parsers return
+
+
+class WireError(Exception):
+    """Raised by a protocol parser: the answer is unreadable or carries an error.
+
+    The provider turns it into a ``ProviderError`` with its own context.
+    """
+
+    def __init__(self, kind: ProviderErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    @classmethod
+    def malformed(cls, message: str) -> WireError:
+        return cls(ProviderErrorKind.MALFORMED, message)
+
+    @classmethod
+    def from_error_object(cls, error: Any, where: str) -> WireError:
+        """An error object found in a 200 body or a stream event, classified by itself."""
+        kind = classify_body_error(error)
+        return cls(kind, f"{where}: {_error_text(error)}")
+
+
+class Parsed(NamedTuple):
+    """A parsed answer, before the provider adds timing and identity."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    finish_reason: str | None
+
+
+class StreamAccumulator(abc.ABC):
+    """Assembles a streamed answer from its SSE events."""
+
+    done: bool = False
+
+    @abc.abstractmethod
+    def feed(self, event: str, data: str) -> bool:
+        """Take one event; True when it carried model output (text or a tool fragment)."""
+
+    @abc.abstractmethod
+    def result(self) -> Parsed:
+        """The assembled answer; raises ``WireError`` when the stream ended early."""
+
+
+def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
+    """Parse a tool call's JSON arguments to a dict, or raise a malformed ``WireError``."""
+    # Some OpenAI-compatible servers send "" for a call without arguments.
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise WireError.malformed(f"tool call {tool!r} has arguments that are not JSON") from exc
+    if not isinstance(value, dict):
+        raise WireError.malformed(f"tool call {tool!r} has arguments that are not an object")
+    return value
+
+
+def _env(var: str) -> str | None:
+    value = os.environ.get(var, "").strip()
+    return value or None
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        label = error.get("type") or error.get("code")
+        text = str(message) if message else json.dumps(error)[:300]
+        return f"{label}: {text}" if label else text
+    return str(error)[:300]
+
+
+# ------------------------------------------------------------- the base provider
+
+
+class HTTPProvider(abc.ABC):
+    """A provider reached over HTTP: config, one attempt per call, failure mapping.
+
+    Args:
+        model: The model name sent to the server.
+        api_key: The secret; never shown in a repr, error or attempt record.
+        base_url: The server root, as the official SDK spells it.
+        timeout: Deadline of one attempt (float seconds or ``timedelta``).
+        idle_timeout: Longest silence between stream chunks.
+        headers: Extra headers sent with every request.
+    """
+
+    NAME: ClassVar[str]
+    DEFAULT_BASE_URL: ClassVar[str]
+    DEFAULT_MODEL: ClassVar[str]
+    KEY_ENV: ClassVar[str]
+    BASE_URL_ENV: ClassVar[str]
+    MODEL_ENV: ClassVar[str]
+    PATH: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
+        *,
+        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigError(f"{self.NAME}: a model name is required")
+        self._model = model
+        self._base_url = (base_url or self.DEFAULT_BASE_URL).rstrip("/")
+        if urlsplit(self._base_url).scheme not in ("http", "https"):
+            raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
+        if not api_key and base_url is None:
+            # The official host needs a key: take it from the environment like the
+            # SDKs do, but never send it to a custom base_url nobody handed it to.
+            api_key = _env(self.KEY_ENV)
+            if api_key is None:
+                raise ConfigError(
+                    f"{self.NAME}: no API key; set {self.KEY_ENV} or pass api_key=",
+                    code="CONFIG_MISSING_KEY",
+                )
+        self._api_key = api_key or None
+        self._timeout = seconds(timeout)
+        self._idle_timeout = seconds(idle_timeout)
+        try:
+            # Parsed once: httpx2 would otherwise re-parse the URL string on every call.
+            self._url = httpx2.URL(self._base_url + self.PATH)
+        except httpx2.InvalidURL as exc:
+            raise ConfigError(f"{self.NAME}: invalid base_url {self._base_url!r}: {exc}") from exc
+        self._headers = {**self._auth_headers(self._api_key), **(headers or {})}
+
+    @classmethod
+    def from_env(
+        cls,
+        model: str | None = None,
+        *,
+        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
+        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+    ) -> Self:
+        """Configure from the environment; ``ConfigError`` names a missing variable.
+
+        Reads the key variable (``KEY_ENV``), the optional base URL variable and,
+        when ``model`` is None, the model variable (else ``DEFAULT_MODEL``). The key
+        may be absent only when a custom base URL is set (a local server).
+        """
+        base_url = _env(cls.BASE_URL_ENV)
+        api_key = _env(cls.KEY_ENV)
+        if api_key is None and base_url is None:
+            raise ConfigError(
+                f"{cls.NAME}: environment variable {cls.KEY_ENV} is not set",
+                code="CONFIG_MISSING_KEY",
+            )
+        return cls(
+            model or _env(cls.MODEL_ENV) or cls.DEFAULT_MODEL,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            idle_timeout=idle_timeout,
+        )
+
+    # -- Provider protocol
+
+    @property
+    def name(self) -> str:
+        return self.NAME
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def idle_timeout(self) -> float:
+        return self._idle_timeout
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def hosts(self) -> list[str]:
+        host = urlsplit(self._base_url).hostname
+        return [host] if host else []
+
+    def with_timeout(
+        self,
+        timeout: float | datetime.timedelta,
+        *,
+        idle_timeout: float | datetime.timedelta | None = None,
+    ) -> Self:
+        """A new provider like this one with another deadline (and idle timeout)."""
+        new = copy.copy(self)
+        new._timeout = seconds(timeout)
+        if idle_timeout is not None:
+            new._idle_timeout = seconds(idle_timeout)
+        return new
+
+    def __repr__(self) -> str:
+        # Cheap and secret-free: the key is never part of the repr.
+        return (
+            f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, "
+            f"timeout={self._timeout:g})"
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        stream: bool | None = None,
+    ) -> Completion:
+        """One HTTP attempt; raises ``ProviderError`` on any failure (never retries)."""
+        body = self._request_body(messages, tools, max_tokens, bool(stream))
+        return await _Attempt(self, body, bool(stream)).run()
+
+    # -- what a protocol supplies
+
+    @abc.abstractmethod
+    def _auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Headers that authenticate (and version) every request."""
+
+    @abc.abstractmethod
+    def _request_body(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        max_tokens: int | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        """The JSON request body in the wire format."""
+
+    @abc.abstractmethod
+    def _parse_body(self, body: Any) -> Parsed:
+        """Parse a non-streamed 200 body; raise ``WireError`` when it is not an answer."""
+
+    @abc.abstractmethod
+    def _stream_accumulator(self) -> StreamAccumulator:
+        """A fresh accumulator for one streamed answer."""
+
+    @staticmethod
+    def _error_object(body: Any) -> Any:
+        """The error object inside an error body, or None (both wire shapes)."""
+        if isinstance(body, Mapping):
+            return body.get("error")
+        return None
+
+    # -- helpers for subclasses and the attempt
+
+    def _scrub(self, text: str) -> str:
+        """Remove the key from text that came from elsewhere (a server may echo it)."""
+        key = self._api_key
+        return text.replace(key, _REDACTED) if key and len(key) >= 4 else text
+
+
+class _Attempt:
+    """One HTTP attempt of one provider: send, read, classify, time and report."""
+
+    def __init__(self, provider: HTTPProvider, body: dict[str, Any], stream: bool) -> None:
+        self.p = provider
+        self.body = body
+        self.stream = stream
+        self.started_at = time.time()
+        self.t0 = time.perf_counter()
+        self.status: int | None = None
+        self.headers: Mapping[str, str] = {}
+        self.ttft_ms: float | None = None
+        self.idle_armed = False
+
+    async def run(self) -> Completion:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.p._timeout
+        try:
+            async with asyncio.timeout_at(deadline) as timer:
+                if self.stream:
+                    parsed = await self._send_streamed(timer, deadline)
+                else:
+                    parsed = await self._send()
+        except TimeoutError as exc:
+            # The idle timer fired when it was armed for earlier than the deadline.
+            when = timer.when()
+            if self.idle_armed and when is not None and when < deadline:
+                raise self._fail(
+                    ProviderErrorKind.TIMEOUT,
+                    f"stream went silent for {self.p._idle_timeout:g} s (idle timeout)",
+                ) from exc
+            raise self._fail(
+                ProviderErrorKind.TIMEOUT,
+                f"no complete answer within the {self.p._timeout:g} s deadline",
+            ) from exc
+        except httpx2.HTTPError as exc:
+            kind, text = _http_error_kind(exc)
+            raise self._fail(kind, text) from exc
+        except httpx2.InvalidURL as exc:
+            raise self._fail(ProviderErrorKind.REQUEST, f"invalid URL: {exc}") from exc
+        except WireError as exc:
+            # Not chained to the WireError itself: its text is unscrubbed server output.
+            raise self._fail(exc.kind, exc.message) from exc.__cause__
+        if not parsed.text and not parsed.tool_calls:
+            raise self._fail(
+                ProviderErrorKind.MALFORMED,
+                "answer holds neither text nor a tool call "
+                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
+            )
+        return self._succeed(parsed)
+
+    async def _send(self) -> Parsed:
+        client = shared_client()
+        request = client.build_request("POST", self.p._url, json=self.body, headers=self.p._headers)
+        # Sent as a stream so the status and request id are known even if the body dies.
+        response = await client.send(request, stream=True)
+        try:
+            self._took(response)
+            if response.status_code >= 300:
+                raise self._status_error(await _read_limited(response))
+            return self._parse_json(await response.aread())
+        finally:
+            await response.aclose()
+
+    async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
+        client = shared_client()
+        async with client.stream(
+            "POST", self.p._url, json=self.body, headers=self.p._headers
+        ) as response:
+            self._took(response)
+            if response.status_code >= 300:
+                raise self._status_error(await _read_limited(response))
+            ctype = response.headers.get("content-type", "")
+            if not ctype.startswith("text/event-stream"):
+                # A server may answer a stream request with one JSON body (an error in
+                # a 200, or a server that does not stream): read it as such.
+                return self._parse_json(await response.aread())
+            acc = self.p._stream_accumulator()
+            await self._read_sse(response, acc, timer, deadline)
+            return acc.result()
+
+    async def _read_sse(
+        self,
+        response: httpx2.Response,
+        acc: StreamAccumulator,
+        timer: asyncio.Timeout,
+        deadline: float,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        idle = self.p._idle_timeout
+        self.idle_armed = True
+        timer.reschedule(min(deadline, loop.time() + idle))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        event = ""
+        data: list[str] = []
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
+            timer.reschedule(min(deadline, loop.time() + idle))
+            pending += decoder.decode(chunk)
+            if "\n" not in pending:
+                continue
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                if line.endswith("\r"):
+                    line = line[:-1]
+                if line:
+                    field, _, value = line.partition(":")
+                    if value.startswith(" "):
+                        value = value[1:]
+                    if field == "data":
+                        data.append(value)
+                    elif field == "event":
+                        event = value
+                    continue
+                # A blank line dispatches the event (comments and ids are ignored).
+                if data:
+                    if acc.feed(event or "message", "\n".join(data)) and self.ttft_ms is None:
+                        self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                    if acc.done:
+                        # The answer is complete: its own deadline no longer applies.
+                        timer.reschedule(None)
+                        await _drain(chunks)
+                        return
+                event, data = "", []
+        if data:  # a last event without its blank line
+            acc.feed(event or "message", "\n".join(data))
+
+    def _parse_json(self, content: bytes) -> Parsed:
+        try:
+            body = json.loads(content)
+        except ValueError as exc:
+            raise WireError.malformed(f"200 body is not JSON ({len(content)} bytes)") from exc
+        error = self.p._error_object(body)
+        if error is not None:
+            raise WireError.from_error_object(error, "error in a 200 body")
+        try:
+            return self.p._parse_body(body)
+        except WireError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise WireError.malformed(f"unreadable 200 body ({type(exc).__name__})") from exc
+
+    def _took(self, response: httpx2.Response) -> None:
+        self.status = response.status_code
+        self.headers = response.headers
+
+    def _status_error(self, content: bytes) -> ProviderError:
+        status = self.status or 0
+        try:
+            body: Any = json.loads(content) if content else None
+        except ValueError:
+            body = None
+        error = self.p._error_object(body)
+        if error is not None:
+            detail = _error_text(error)
+        else:
+            detail = content.decode("utf-8", "replace").strip()[:300] or "(empty body)"
+        if 300 <= status < 400:
+            where = self.headers.get("location", "elsewhere")
+            detail = f"redirect to {where} not followed ({detail})"
+        kind = classify_status(status, detail)
+        reason = httpx2.codes.get_reason_phrase(status)
+        return self._fail(kind, f"HTTP {status} {reason}: {detail}")
+
+    def _fail(self, kind: ProviderErrorKind, text: str) -> ProviderError:
+        latency = (time.perf_counter() - self.t0) * 1000.0
+        p = self.p
+        headers = self.headers
+        # Retry-After and x-should-retry mean something only on a response that failed.
+        retry_after = parse_retry_after(headers) if headers else None
+        err = ProviderError(
+            p._scrub(f"{p.NAME} {p._model}: {text}"),
+            kind=kind,
+            status=self.status,
+            retry_after=retry_after,
+            provider=p.NAME,
+            request_id=request_id_from(headers) if headers else None,
+            should_retry=parse_should_retry(headers) if headers else None,
+            model=p._model,
+        )
+        report_attempt(
+            AttemptRecord(
+                provider=p.NAME,
+                model=p._model,
+                started_at=self.started_at,
+                latency_ms=latency,
+                kind=kind.value,
+                status=self.status,
+                retry_after_s=retry_after,
+                ttft_ms=self.ttft_ms,
+                request_id=err.request_id,
+                error=err.message,
+            )
+        )
+        return err
+
+    def _succeed(self, parsed: Parsed) -> Completion:
+        latency = (time.perf_counter() - self.t0) * 1000.0
+        p = self.p
+        request_id = request_id_from(self.headers)
+        report_attempt(
+            AttemptRecord(
+                provider=p.NAME,
+                model=p._model,
+                started_at=self.started_at,
+                latency_ms=latency,
+                status=self.status,
+                ttft_ms=self.ttft_ms,
+                input_tokens=parsed.usage.input_tokens,
+                output_tokens=parsed.usage.output_tokens,
+                request_id=request_id,
+            )
+        )
+        return Completion(
+            text=parsed.text,
+            tool_calls=parsed.tool_calls,
+            usage=parsed.usage,
+            finish_reason=parsed.finish_reason,
+            provider=p.NAME,
+            model=p._model,
+            request_id=request_id,
+            ttft_ms=self.ttft_ms,
+            latency_ms=latency,
+        )
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows the last event (the chunk terminator) so the connection is reused.
+
+    A server that keeps the stream open, or drops it, after its last event does not
+    turn a complete answer into a failure: the connection is just not reused.
+    """
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+        async with asyncio.timeout(_DRAIN_TIMEOUT):
+            async for _ in chunks:
+                pass
+
+
+async def _read_limited(response: httpx2.Response) -> bytes:
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) >= _ERROR_BODY_LIMIT:
+            break
+    return bytes(out[:_ERROR_BODY_LIMIT])
+
+
+def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
+    """The kind of an httpx2 failure that produced no usable response."""
+    name = type(exc).__name__
+    detail = str(exc) or name
+    if isinstance(exc, httpx2.TimeoutException):
+        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
+    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
+        # Our own request could not be sent as given: no retry can cure that.
+        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
+    if isinstance(exc, httpx2.DecodingError):
+        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
+    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
+    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"

@@ -1,0 +1,242 @@
+"""OpenAI chat completions: ``OpenAI`` (and any compatible server) and ``OpenRouter``.
+
+Finish reasons are kept as the protocol sends them (``stop``, ``tool_calls``,
+``length``, ``content_filter``); the Anthropic provider maps its own onto these.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._completion import ToolCall, Usage
+from ._http import (
+    DEFAULT_IDLE_TIMEOUT,
+    REQUEST_TIMEOUT,
+    HTTPProvider,
+    Parsed,
+    StreamAccumulator,
+    WireError,
+    tool_arguments,
+)
+
+__all__ = ["OpenAI", "OpenRouter"]
+
+
+class OpenAI(HTTPProvider):
+    """OpenAI chat completions, or any OpenAI-compatible server via ``base_url``.
+
+    A local server (vLLM, llama.cpp, Ollama) is
+    ``OpenAI(model, base_url="http://127.0.0.1:8000/v1")`` and needs no key.
+    With no ``base_url`` the key defaults to ``$OPENAI_API_KEY``.
+    """
+
+    NAME = "openai"
+    DEFAULT_BASE_URL = "https://api.openai.com/v1"
+    DEFAULT_MODEL = "gpt-4o-mini"
+    KEY_ENV = "OPENAI_API_KEY"
+    BASE_URL_ENV = "OPENAI_BASE_URL"
+    MODEL_ENV = "OPENAI_MODEL"
+    PATH = "/chat/completions"
+
+    def _auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def _max_tokens_field(self) -> str:
+        # api.openai.com rejects max_tokens for its reasoning models; compatible
+        # servers (vLLM, llama.cpp, Ollama, OpenRouter) all read max_tokens.
+        return "max_completion_tokens" if "api.openai.com" in self.hosts() else "max_tokens"
+
+    def _request_body(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        max_tokens: int | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self._model, "messages": _wire_messages(messages)}
+        if tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t["name"],
+                        "description": t.get("description", ""),
+                        "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+                    },
+                }
+                for t in tools
+            ]
+        if max_tokens is not None:
+            body[self._max_tokens_field()] = max_tokens
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _parse_body(self, body: Any) -> Parsed:
+        choices = body.get("choices")
+        usage = _usage(body.get("usage"))
+        if not choices:
+            raise WireError.malformed("200 body has no choice")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        text = message.get("content") or message.get("refusal") or ""
+        calls = tuple(
+            ToolCall(
+                id=str(c.get("id") or f"call_{i}"),
+                name=c["function"]["name"],
+                arguments=tool_arguments(c["function"].get("arguments"), c["function"]["name"]),
+            )
+            for i, c in enumerate(message.get("tool_calls") or ())
+        )
+        return Parsed(str(text), calls, usage, choice.get("finish_reason"))
+
+    def _stream_accumulator(self) -> StreamAccumulator:
+        return _ChatStream()
+
+
+class OpenRouter(OpenAI):
+    """OpenRouter: OpenAI-compatible, errors often inside 200 bodies and streams.
+
+    Args:
+        app_url: Sent as ``HTTP-Referer`` (OpenRouter's app attribution), optional.
+        app_name: Sent as ``X-Title``, optional.
+    """
+
+    NAME = "openrouter"
+    DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
+    DEFAULT_MODEL = "openai/gpt-4o-mini"
+    KEY_ENV = "OPENROUTER_API_KEY"
+    BASE_URL_ENV = "OPENROUTER_BASE_URL"
+    MODEL_ENV = "OPENROUTER_MODEL"
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
+        *,
+        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        headers: Mapping[str, str] | None = None,
+        app_url: str | None = None,
+        app_name: str | None = None,
+    ) -> None:
+        extra: dict[str, str] = {}
+        if app_url:
+            extra["HTTP-Referer"] = app_url
+        if app_name:
+            extra["X-Title"] = app_name
+        super().__init__(
+            model,
+            api_key,
+            base_url,
+            timeout,
+            idle_timeout=idle_timeout,
+            headers={**extra, **(headers or {})},
+        )
+
+
+def _wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m["role"]
+        if role == "assistant" and m.get("tool_calls"):
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": m.get("content") or None,
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {
+                                "name": c["name"],
+                                "arguments": json.dumps(c.get("arguments") or {}),
+                            },
+                        }
+                        for c in m["tool_calls"]
+                    ],
+                }
+            )
+        elif role == "tool":
+            out.append(
+                {"role": "tool", "tool_call_id": m["tool_call_id"], "content": m.get("content", "")}
+            )
+        else:
+            out.append({"role": role, "content": m.get("content", "")})
+    return out
+
+
+def _usage(raw: Any) -> Usage:
+    if not isinstance(raw, Mapping):
+        return Usage()
+    return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0))
+
+
+class _ChatStream(StreamAccumulator):
+    """Chat-completion chunks: text deltas, tool calls in fragments keyed by index."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        self.saw_choice = False
+
+    def feed(self, event: str, data: str) -> bool:
+        if data.strip() == "[DONE]":
+            self.done = True
+            return False
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise WireError.malformed("stream event is not JSON") from exc
+        if not isinstance(chunk, Mapping):
+            raise WireError.malformed("stream event is not an object")
+        if chunk.get("error") is not None:
+            raise WireError.from_error_object(chunk["error"], "error event in the stream")
+        if chunk.get("usage"):
+            self.usage = _usage(chunk["usage"])
+        carried = False
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            self.saw_choice = True
+            delta = choice.get("delta") or {}
+            piece = delta.get("content") or delta.get("refusal")
+            if piece:
+                self.text.append(piece)
+                carried = True
+            for frag in delta.get("tool_calls") or ():
+                carried = True
+                call = self.calls.setdefault(
+                    int(frag.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+                )
+                if frag.get("id"):
+                    call["id"] = frag["id"]
+                fn = frag.get("function") or {}
+                # Concatenate like the official SDK's delta accumulator does.
+                call["name"] += fn.get("name") or ""
+                call["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return carried
+
+    def result(self) -> Parsed:
+        if not self.done and self.finish_reason is None:
+            raise WireError.malformed("stream ended before its last chunk")
+        if not self.saw_choice:
+            raise WireError.malformed("stream carried no choice")
+        calls = tuple(
+            ToolCall(
+                id=c["id"] or f"call_{i}",
+                name=c["name"],
+                arguments=tool_arguments(c["arguments"], c["name"]),
+            )
+            for i, c in sorted(self.calls.items())
+        )
+        return Parsed("".join(self.text), calls, self.usage, self.finish_reason)

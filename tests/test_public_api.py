@@ -1,0 +1,106 @@
+"""The public surface: nothing leaks, everything promised resolves, import stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import harnessnb as hn
+
+# The contract of DESIGN.md "Public API", plus the few helpers documented beside it.
+INTENDED = {
+    "Anthropic",
+    "ApprovalRequest",
+    "ApproveAll",
+    "AttemptRecord",
+    "Clock",
+    "Command",
+    "Completion",
+    "ConfigError",
+    "ConflictError",
+    "Decision",
+    "DenyAll",
+    "Effect",
+    "FakeClock",
+    "Fallback",
+    "FileContains",
+    "HarnessError",
+    "OpenAI",
+    "OpenRouter",
+    "Policy",
+    "ProviderError",
+    "ProviderErrorKind",
+    "REQUEST_TIMEOUT",
+    "Record",
+    "RefusedError",
+    "Replay",
+    "ResumeError",
+    "RetryPolicy",
+    "RunEvent",
+    "RunOutcome",
+    "RunResult",
+    "SandboxError",
+    "ScriptedProvider",
+    "StallPolicy",
+    "Store",
+    "StoreError",
+    "TaskContract",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "Usage",
+    "Verdict",
+    "abandon",
+    "replay",
+    "replay_sync",
+    "resolve",
+    "resume",
+    "resume_sync",
+    "run",
+    "run_sync",
+    "set_testing",
+    "tool",
+}
+
+
+def test_all_matches_the_intended_names() -> None:
+    # ruff (RUF022) keeps __all__ sorted; here: no duplicates, nothing missing or extra
+    assert len(hn.__all__) == len(set(hn.__all__))
+    assert set(hn.__all__) == INTENDED
+
+
+def test_every_public_name_resolves() -> None:
+    for name in hn.__all__:
+        assert getattr(hn, name) is not None, name
+
+
+def test_request_timeout_default() -> None:
+    assert hn.REQUEST_TIMEOUT == 600.0
+
+
+def test_outcome_values_are_the_stored_strings() -> None:
+    assert [o.value for o in hn.RunOutcome] == [
+        "success",
+        "finished",
+        "step_cap",
+        "time_budget",
+        "token_budget",
+        "stalled",
+        "escalated_retryable",
+        "escalated_terminal",
+        "denied",
+        "cancelled",
+        "needs_reconciliation",
+        "awaiting_approval",
+    ]
+
+
+def test_import_does_not_pull_heavy_modules() -> None:
+    code = (
+        "import sys, harnessnb; "
+        "heavy = [m for m in ('pandas', 'duckdb', 'ipywidgets', 'httpx2', 'IPython') "
+        "if m in sys.modules]; print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
