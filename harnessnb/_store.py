@@ -51,6 +51,9 @@ _INT_TYPES: Final = frozenset(
 )
 
 
+_EFFECT: Final = COLUMNS["tool_calls"].index("effect")
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """The right to drive one run: valid while ``generation`` is current in the store."""
@@ -183,8 +186,11 @@ class Store:
             "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
         }
         run_update = [int(step.get("tokens") or 0), to_ts(at if at is not None else time.time())]
+        # Only an effectful call can have an intent row to replace: decide up front
+        # rather than fail and redo the whole transaction.
+        effectful = any(t[_EFFECT] != "read" for t in tools)
         try:
-            self._commit_step_once(run_id, tools, rows, run_update, lease, replace=False)
+            self._commit_step_once(run_id, tools, rows, run_update, lease, replace=effectful)
         except StoreError as exc:
             if exc.kind != "duplicate":
                 raise
@@ -202,16 +208,22 @@ class Store:
         replace: bool,
     ) -> None:
         with self._transaction() as con:
-            _check_lease(con, run_id, lease)
             # Tool rows first: the common case has no intent row to replace, and a plain
             # INSERT is 3x cheaper than an upsert; a clash fails here, before other work.
-            if replace:
-                _delete_tool_rows(con, run_id, tools)
+            if replace and tools:
+                con.execute(
+                    "DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, tools[0][1]]
+                )
             insert_rows(con, "tool_calls", tools)
             for table, values in rows.items():
                 insert_rows(con, table, values)
+            # The lease check rides on the run update: one statement fewer per step.
             _update_run(
-                con, run_id, "steps = steps + 1, tokens = tokens + ?, updated_at = ?", run_update
+                con,
+                run_id,
+                "steps = steps + 1, tokens = tokens + ?, updated_at = ?",
+                run_update,
+                lease=lease,
             )
 
     def record_intent(
@@ -321,6 +333,16 @@ class Store:
             out[key] = _loads(out[key])
         extras = _loads(out.pop("extras")) or {}
         return {**extras, **out}
+
+    def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+        """``[{"step": n, "state": {...}}, ...]`` of every committed step, in step order."""
+        with self._connection() as con:
+            found = con.execute(
+                "SELECT step, checkpoint FROM steps WHERE run_id = ? AND checkpoint IS NOT NULL "
+                "ORDER BY step",
+                [run_id],
+            ).fetchall()
+        return [{"step": int(step), "state": json.loads(state)} for step, state in found]
 
     def last_checkpoint(self, run_id: str) -> dict[str, Any] | None:
         """``{"step": n, "state": {...}}`` of the highest committed step, or None."""
@@ -572,12 +594,26 @@ def _lease_blocks(
 
 
 def _update_run(
-    con: duckdb.DuckDBPyConnection, run_id: str, assignments: str, params: list[Any]
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    assignments: str,
+    params: list[Any],
+    *,
+    lease: Lease | None = None,
 ) -> None:
-    updated = con.execute(
-        f"UPDATE runs SET {assignments} WHERE run_id = ?", [*params, run_id]
-    ).fetchone()
+    """Update the run row; with ``lease``, only while that lease is current."""
+    if lease is None:
+        sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
+        args = [*params, run_id]
+    else:
+        sql = (
+            f"UPDATE runs SET {assignments} WHERE run_id = ? AND EXISTS (SELECT 1 FROM leases "
+            "WHERE leases.run_id = ? AND generation = ? AND NOT released)"
+        )
+        args = [*params, run_id, run_id, lease.generation]
+    updated = con.execute(sql, args).fetchone()
     if not updated or updated[0] == 0:
+        _check_lease(con, run_id, lease)  # a stale lease says so; else the run is missing
         raise StoreError(f"no run {run_id!r} in the store", kind="missing")
 
 

@@ -1,0 +1,80 @@
+"""Harness overhead per step, and concurrent runs vs raw provider calls.
+
+1. Per-step overhead: a scripted provider (no network) drives N steps of a cheap
+   READ tool against a FILE store; median ms/step including the durable commit.
+   Target: under 3 ms/step.
+2. Throughput: 100 concurrent runs (1 step each, final answer) against the chaos
+   server in one process vs 100 concurrent raw ``provider.complete`` calls on the
+   same server. Target: runs reach at least 0.7x the raw throughput.
+
+Run: python bench/loop.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import harnessnb as hn
+from harnessnb.chaos import ChaosServer
+
+
+async def per_step(store: hn.Store, ws: Path, steps: int) -> list[float]:
+    times: list[float] = []
+    last = [time.perf_counter()]
+
+    def reply(messages: object) -> dict[str, object]:
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        return {"tool": "list_dir", "args": {"path": "."}}
+
+    contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
+    await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    return times[1:]  # the first gap includes run creation
+
+
+async def throughput(srv: ChaosServer, store: hn.Store, ws: Path, n: int) -> tuple[float, float]:
+    provider = hn.OpenAI("bench", base_url=srv.openai_url)
+    messages = [{"role": "user", "content": "hi"}]
+    await provider.complete(messages)  # warm the connection pool
+    t0 = time.perf_counter()
+    await asyncio.gather(*(provider.complete(messages) for _ in range(n)))
+    raw = n / (time.perf_counter() - t0)
+    contract = hn.TaskContract("say hi", ws, max_steps=1)
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(hn.run(contract, provider, store=store) for _ in range(n)))
+    runs = n / (time.perf_counter() - t0)
+    assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
+    return raw, runs
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        (ws / "a.txt").write_text("a\n")
+        store = hn.Store(Path(tmp) / "runs.duckdb")
+        times = await per_step(store, ws, 300)
+        med = statistics.median(times) * 1000
+        p99 = sorted(times)[int(len(times) * 0.99)] * 1000
+        print(
+            f"per-step overhead (scripted, file store): median {med:.2f} ms, p99 {p99:.2f} ms"
+            f"  target < 3 ms  {'OK' if med < 3 else 'MISS'}"
+        )
+        with ChaosServer() as srv:
+            raw, runs = await throughput(srv, store, ws, 100)
+        ratio = runs / raw
+        print(
+            f"100 concurrent: raw complete() {raw:.0f}/s, runs {runs:.0f}/s, "
+            f"ratio {ratio:.2f}x  target >= 0.7x  {'OK' if ratio >= 0.7 else 'MISS'}"
+        )
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,85 @@
+"""The sync bridge: one event-loop thread that harnessnb owns.
+
+``run_sync`` and the magics must work both in a plain script and inside a Jupyter
+kernel, whose main thread already runs an event loop (so ``asyncio.run`` fails
+there). Rather than patch asyncio globally (nest_asyncio), every blocking call
+submits its coroutine to this one long-lived loop thread and waits. The HTTP
+client, cached per loop, lives on this loop too, so connections are reused across
+calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["loop_thread", "run_blocking"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def loop_thread() -> asyncio.AbstractEventLoop:
+    """The harness-owned loop, started on first use (a daemon thread)."""
+    global _loop, _thread
+    with _lock:
+        if _loop is None or _thread is None or not _thread.is_alive():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=serve, name="harnessnb-loop", daemon=True)
+            thread.start()
+            ready.wait()
+            _loop, _thread = loop, thread
+        return _loop
+
+
+def run_blocking(coro: Coroutine[Any, Any, T], *, poll_s: float = 0.1) -> T:
+    """Run ``coro`` on the harness loop and block until it ends.
+
+    A KeyboardInterrupt in the waiting thread cancels the coroutine, waits for it
+    to wind down (so a run records ``cancelled`` and stays resumable), then
+    re-raises. Calling this from the harness loop itself would deadlock and is
+    refused.
+    """
+    loop = loop_thread()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise RuntimeError("run_sync was called from harnessnb's own loop; use `await` there")
+    finished = threading.Event()
+
+    async def tracked() -> T:
+        try:
+            return await coro
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(tracked(), loop)
+    try:
+        while True:
+            try:
+                # Short waits keep the main thread able to receive KeyboardInterrupt.
+                return future.result(timeout=poll_s)
+            except concurrent.futures.TimeoutError:
+                continue
+    except KeyboardInterrupt:
+        future.cancel()
+        # The concurrent future reports "cancelled" at once; wait for the task's own
+        # cleanup (recording the cancelled run) before handing control back.
+        finished.wait(timeout=30)
+        raise

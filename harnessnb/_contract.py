@@ -1,0 +1,185 @@
+"""The task contract a run is held to, its verifications, and how runs end."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from ._errors import ConfigError
+from ._retry import RetryPolicy, seconds
+from ._stall import StallPolicy
+
+__all__ = ["Command", "FileContains", "RunOutcome", "TaskContract", "Verification"]
+
+
+class RunOutcome(enum.StrEnum):
+    """How a run ended; the value is what the store keeps."""
+
+    SUCCESS = "success"  # the verification passed
+    FINISHED = "finished"  # the model answered without a tool call (no verification passed)
+    STEP_CAP = "step_cap"
+    TIME_BUDGET = "time_budget"
+    TOKEN_BUDGET = "token_budget"
+    STALLED = "stalled"
+    ESCALATED_RETRYABLE = "escalated_retryable"  # a retryable failure outlasted the retries
+    ESCALATED_TERMINAL = "escalated_terminal"  # a failure no retry can cure
+    DENIED = "denied"  # the policy refused something the run cannot do without
+    CANCELLED = "cancelled"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    AWAITING_APPROVAL = "awaiting_approval"
+
+    @property
+    def resumable(self) -> bool:
+        """Outcomes a ``resume`` continues rather than reports."""
+        return self in _RESUMABLE
+
+
+_RESUMABLE = frozenset(
+    {
+        RunOutcome.CANCELLED,
+        RunOutcome.ESCALATED_RETRYABLE,
+        RunOutcome.NEEDS_RECONCILIATION,
+        RunOutcome.AWAITING_APPROVAL,
+        RunOutcome.TIME_BUDGET,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileContains:
+    """Passes when ``path`` (inside the workspace) exists and contains ``needle``."""
+
+    path: str
+    needle: str
+
+    def describe(self) -> str:
+        return f"{self.path} contains {self.needle!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "file_contains", "path": self.path, "needle": self.needle}
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """Passes when ``argv`` run in the workspace exits with ``expect_exit``.
+
+    The command goes through the exec policy like any tool call; a check that could
+    not run (refused, not found, timed out) is reported apart from one that ran and
+    failed.
+    """
+
+    argv: Sequence[str]
+    expect_exit: int = 0
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.argv, str) or not self.argv:
+            raise ConfigError("Command(argv): give a non-empty list of strings, not a string")
+        object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
+
+    def describe(self) -> str:
+        return f"`{' '.join(self.argv)}` exits {self.expect_exit}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "command",
+            "argv": list(self.argv),
+            "expect_exit": self.expect_exit,
+            "timeout_s": self.timeout_s,
+        }
+
+
+Verification = FileContains | Command
+
+
+def verification_from_dict(data: dict[str, Any] | None) -> Verification | None:
+    if not data:
+        return None
+    if data.get("type") == "file_contains":
+        return FileContains(data["path"], data["needle"])
+    if data.get("type") == "command":
+        return Command(data["argv"], data.get("expect_exit", 0), data.get("timeout_s", 60.0))
+    raise ConfigError(f"unknown verification {data.get('type')!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskContract:
+    """What the agent must do, where, and within which budgets.
+
+    Args:
+        task: The instruction, in plain words.
+        workspace: The folder the agent works in; it must exist.
+        verification: A check that decides success (None: the run is ``finished``
+            when the model answers without a tool call).
+        max_steps: Model turns allowed (12).
+        max_seconds: Wall-clock budget from the run's start, bounding every wait
+            (None: no limit). Float seconds or ``timedelta``.
+        max_tokens: Token budget, checked after each step's usage is counted.
+        max_retries: Retries per provider call (2, so 3 attempts).
+        retry: Backoff rule for those retries.
+        stall: Stall detection; ``StallPolicy(window=0)`` disables it.
+        system_prompt: Replaces the built-in system prompt when given.
+    """
+
+    task: str
+    workspace: str | os.PathLike[str]
+    verification: Verification | None = None
+    max_steps: int = 12
+    max_seconds: float | timedelta | None = None
+    max_tokens: int | None = None
+    max_retries: int = 2
+    retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
+    stall: StallPolicy = dataclasses.field(default_factory=StallPolicy)
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task, str) or not self.task.strip():
+            raise ConfigError("TaskContract: the task is empty")
+        object.__setattr__(self, "workspace", os.fspath(self.workspace))
+        object.__setattr__(self, "max_seconds", seconds(self.max_seconds))
+        if self.max_steps < 1:
+            raise ConfigError("TaskContract: max_steps must be at least 1")
+        if self.max_retries < 0:
+            raise ConfigError("TaskContract: max_retries must be >= 0")
+        if self.budget_seconds is not None and self.budget_seconds <= 0:
+            raise ConfigError("TaskContract: max_seconds must be > 0")
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            raise ConfigError("TaskContract: max_tokens must be > 0")
+
+    @property
+    def budget_seconds(self) -> float | None:
+        value = self.max_seconds
+        return None if value is None else float(value)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "workspace": str(self.workspace),
+            "verification": self.verification.to_dict() if self.verification else None,
+            "max_steps": self.max_steps,
+            "max_seconds": self.budget_seconds,
+            "max_tokens": self.max_tokens,
+            "max_retries": self.max_retries,
+            "retry": dataclasses.asdict(self.retry),
+            "stall": dataclasses.asdict(self.stall),
+            "system_prompt": self.system_prompt,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskContract:
+        return cls(
+            task=data["task"],
+            workspace=data["workspace"],
+            verification=verification_from_dict(data.get("verification")),
+            max_steps=data.get("max_steps", 12),
+            max_seconds=data.get("max_seconds"),
+            max_tokens=data.get("max_tokens"),
+            max_retries=data.get("max_retries", 2),
+            retry=RetryPolicy(**data.get("retry", {})),
+            stall=StallPolicy(**data.get("stall", {})),
+            system_prompt=data.get("system_prompt"),
+        )

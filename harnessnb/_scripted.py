@@ -1,0 +1,160 @@
+"""A provider that answers from a script: for tests and examples, no network.
+
+Each scripted reply is one of:
+
+- a ``str``: a final text answer;
+- a dict ``{"text": ..., "tool_calls": [{"name": ..., "arguments": {...}}]}``, or the
+  shorthand ``{"tool": name, "args": {...}}`` for one tool call;
+- a ``Completion``, used as it is;
+- a ``ProviderError`` instance, raised (and reported as a failed attempt).
+
+``replies`` is a list (answered in order) or a function of the conversation
+returning one reply, like pydantic-ai's FunctionModel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
+from ._errors import ConfigError, ProviderError, ProviderErrorKind
+
+__all__ = ["ScriptedProvider"]
+
+Reply = str | dict[str, Any] | Completion | ProviderError
+ReplyFunction = Callable[[Sequence[dict[str, Any]]], Reply]
+
+
+class ScriptedProvider:
+    """Answers from a list or a function; reports one attempt per call.
+
+    Args:
+        replies: The script (see module docstring).
+        model: The model name to report ("scripted").
+        name: The provider name to report ("scripted").
+        tokens_per_reply: Usage to report per answer (input, output).
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[Reply] | ReplyFunction,
+        *,
+        model: str = "scripted",
+        name: str = "scripted",
+        tokens_per_reply: tuple[int, int] = (10, 5),
+    ) -> None:
+        self._replies = replies
+        self._name = name
+        self._model = model
+        self._tokens = tokens_per_reply
+        self.calls: list[list[dict[str, Any]]] = []
+        self._index = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def hosts(self) -> list[str]:
+        return []
+
+    def with_timeout(self, seconds: float) -> ScriptedProvider:
+        return self
+
+    def __repr__(self) -> str:
+        return f"ScriptedProvider(model={self._model!r}, calls={len(self.calls)})"
+
+    def _next_reply(self, messages: Sequence[dict[str, Any]]) -> Reply:
+        if callable(self._replies):
+            return self._replies(messages)
+        if self._index >= len(self._replies):
+            raise ProviderError(
+                f"the script has no reply left (it had {len(self._replies)})",
+                kind=ProviderErrorKind.REQUEST,
+                provider=self._name,
+                model=self._model,
+            )
+        reply = self._replies[self._index]
+        self._index += 1
+        return reply
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        stream: bool | None = None,
+    ) -> Completion:
+        started = time.time()
+        self.calls.append([dict(m) for m in messages])
+        try:
+            reply = self._next_reply(messages)
+            if isinstance(reply, ProviderError):
+                raise reply
+            completion = self._to_completion(reply)
+        except ProviderError as exc:
+            report_attempt(
+                AttemptRecord(
+                    provider=self._name,
+                    model=self._model,
+                    started_at=started,
+                    latency_ms=(time.time() - started) * 1000,
+                    kind=exc.kind.value,
+                    status=exc.status,
+                    retry_after_s=exc.retry_after,
+                    request_id=exc.request_id,
+                    error=exc.message,
+                )
+            )
+            raise
+        report_attempt(
+            AttemptRecord(
+                provider=self._name,
+                model=self._model,
+                started_at=started,
+                latency_ms=(time.time() - started) * 1000,
+                input_tokens=completion.usage.input_tokens,
+                output_tokens=completion.usage.output_tokens,
+                request_id=completion.request_id,
+            )
+        )
+        return completion
+
+    def _to_completion(self, reply: Reply) -> Completion:
+        if isinstance(reply, Completion):
+            return reply
+        usage = Usage(*self._tokens)
+        if isinstance(reply, str):
+            return Completion(
+                text=reply,
+                usage=usage,
+                finish_reason="stop",
+                provider=self._name,
+                model=self._model,
+            )
+        if isinstance(reply, dict):
+            raw_calls = list(reply.get("tool_calls") or [])
+            if "tool" in reply:
+                raw_calls.append({"name": reply["tool"], "arguments": reply.get("args", {})})
+            calls = tuple(
+                ToolCall(
+                    id=str(c.get("id") or f"call_{self._index}_{i}"),
+                    name=str(c["name"]),
+                    arguments=dict(c.get("arguments") or {}),
+                )
+                for i, c in enumerate(raw_calls)
+            )
+            return Completion(
+                text=str(reply.get("text", "")),
+                tool_calls=calls,
+                usage=usage,
+                finish_reason="tool_calls" if calls else "stop",
+                provider=self._name,
+                model=self._model,
+            )
+        raise ConfigError(f"ScriptedProvider: cannot use a reply of type {type(reply).__name__}")

@@ -1,0 +1,94 @@
+"""Running a contract's verification against the workspace.
+
+A check that could not run (refused by the policy or containment, a program not
+found, a timeout) is reported apart from one that ran and failed: ``ran`` False
+versus ``passed`` False.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ._approval import ApprovalRequest, decide
+from ._contract import Command, FileContains, Verification
+from ._errors import HarnessError
+
+if TYPE_CHECKING:
+    from ._approval import Approver
+    from ._policy import Policy
+    from ._workspace import Workspace
+
+__all__ = ["VerifyOutcome", "run_verification"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyOutcome:
+    ran: bool
+    passed: bool
+    detail: str
+
+
+async def run_verification(
+    check: Verification,
+    workspace: Workspace,
+    *,
+    policy: Policy,
+    approver: Approver | None,
+) -> VerifyOutcome:
+    """Run ``check``; never raises for a failing or unrunnable check."""
+    if isinstance(check, FileContains):
+        return _file_contains(check, workspace)
+    return await _command(check, workspace, policy, approver)
+
+
+def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
+    try:
+        path = workspace.resolve(check.path)
+    except HarnessError as exc:
+        return VerifyOutcome(False, False, f"could not run: {exc.message}")
+    if not path.is_file():
+        return VerifyOutcome(True, False, f"{check.path} does not exist")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if check.needle in text:
+        return VerifyOutcome(True, True, check.describe())
+    return VerifyOutcome(True, False, f"{check.path} does not contain {check.needle!r}")
+
+
+async def _command(
+    check: Command, workspace: Workspace, policy: Policy, approver: Approver | None
+) -> VerifyOutcome:
+    from ._policy import exec_target
+    from ._workspace import run_argv
+
+    line = exec_target(list(check.argv))
+    verdict = policy.explain("exec", line)
+    if verdict.effect == "deny":
+        return VerifyOutcome(False, False, f"could not run: refused by rule {verdict.rule!r}")
+    if verdict.effect == "ask":
+        if approver is None:
+            return VerifyOutcome(
+                False, False, "could not run: refused (exec needs approval and no approver is set)"
+            )
+        request = ApprovalRequest(
+            act="exec",
+            target=line,
+            preview=line,
+            rule=verdict.rule,
+            layer=verdict.layer,
+            tool="verification",
+        )
+        decision = await decide(approver, request)
+        if decision.kind != "approve":
+            return VerifyOutcome(False, False, f"could not run: refused ({decision.reason})")
+    try:
+        done = await run_argv(list(check.argv), cwd=workspace.root, timeout_s=check.timeout_s)
+    except HarnessError as exc:
+        return VerifyOutcome(False, False, f"could not run: {exc.message}")
+    if done.timed_out or done.exit_code is None:
+        return VerifyOutcome(False, False, f"could not run: `{line}` timed out")
+    if done.exit_code == check.expect_exit:
+        return VerifyOutcome(True, True, check.describe())
+    return VerifyOutcome(
+        True, False, f"`{line}` exited {done.exit_code}, expected {check.expect_exit}"
+    )
