@@ -83,8 +83,9 @@ def test_retry_decision_table(
 
 def test_x_should_retry_false_stops_a_retryable_kind() -> None:
     e = hn.ProviderError("x", kind=K.SERVER, should_retry=False)
-    d = retry_decision(e, retries_done=0, max_retries=2, policy=RetryPolicy(), elapsed=0,
-                       max_seconds=None)
+    d = retry_decision(
+        e, retries_done=0, max_retries=2, policy=RetryPolicy(), elapsed=0, max_seconds=None
+    )
     assert d.reason == "not_retryable"
 
 
@@ -105,8 +106,9 @@ def test_fake_clock_advances_on_sleep() -> None:
 # ------------------------------------------------------------------------ stalls
 
 
-def run_detector(steps: list[tuple[list[str], bool]], policy: StallPolicy | None = None
-                 ) -> list[tuple[int, str, str]]:
+def run_detector(
+    steps: list[tuple[list[str], bool]], policy: StallPolicy | None = None
+) -> list[tuple[int, str, str]]:
     det = StallDetector(policy or StallPolicy())
     out = []
     for i, (calls, changed) in enumerate(steps, start=1):
@@ -154,8 +156,14 @@ def test_alternating_repeats_trip_the_window_signal() -> None:
 def test_productive_step_resets_the_window() -> None:
     b = call_signature("read_file", {"path": "b.txt"})
     w = call_signature("write_file", {"path": "c", "content": "1"})
-    steps = [([READ_A], False), ([b], False), ([READ_A], False), ([w], True),
-             ([READ_A], False), ([b], False)]
+    steps = [
+        ([READ_A], False),
+        ([b], False),
+        ([READ_A], False),
+        ([w], True),
+        ([READ_A], False),
+        ([b], False),
+    ]
     assert run_detector(steps) == []
 
 

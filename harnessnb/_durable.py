@@ -1,0 +1,421 @@
+"""Durable runs: resume after a crash, settle dangling writes, record and replay.
+
+``resume`` continues a run at the first step not committed, from the checkpoint the
+store holds. A step the previous process had begun (its answer is durable with its
+first tool intent) is finished without asking the model again: finished tool calls
+are reused, READ and IDEMPOTENT intents run again with their recorded key, and a
+WRITE intent with no completion stops the run as ``needs_reconciliation`` until a
+person says what happened (``resolve``) or gives it up (``abandon``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._completion import AttemptRecord, Completion, Provider, report_attempt
+from ._contract import RunOutcome, TaskContract
+from ._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
+from ._events import Callback
+from ._loop import PendingStep, _Driver, default_store
+from ._result import RunResult
+from ._retry import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from ._approval import Approver
+    from ._policy import Policy
+    from ._store import Store
+    from ._tools import Tool
+
+__all__ = [
+    "Record",
+    "Replay",
+    "abandon",
+    "replay",
+    "replay_sync",
+    "resolve",
+    "resume",
+    "resume_sync",
+]
+
+
+def _open(store: Store | str | os.PathLike[str] | None) -> Store:
+    """A store from a Store, a path, or None (the default store)."""
+    from ._store import Store as StoreClass
+
+    if store is None:
+        return default_store()
+    if isinstance(store, str | os.PathLike):
+        try:
+            return StoreClass(store)
+        except StoreError as exc:
+            raise _newer(exc, os.fspath(store)) from exc
+    return store
+
+
+def _newer(exc: StoreError, path: str) -> HarnessError:
+    if exc.kind != "newer":
+        return exc
+    return ResumeError(
+        f"the store {path!r} was written by a newer harnessnb; upgrade to resume",
+        reason="newer_store",
+    )
+
+
+async def _get_run(store: Store, run_id: str) -> dict[str, Any]:
+    try:
+        row = await asyncio.to_thread(store.get_run, run_id)
+    except StoreError as exc:
+        raise _newer(exc, store.path) from exc
+    if row is None:
+        raise ResumeError(f"no run {run_id!r} in the store {store.path!r}", reason="unknown_run")
+    return row
+
+
+def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
+    from ._policy import Policy
+
+    try:
+        return TaskContract.from_dict(row["contract"]), Policy.from_dict(row["policy"])
+    except Exception as exc:
+        raise ResumeError(
+            f"run {row.get('run_id')!r}: its recorded contract or policy cannot be read ({exc})",
+            reason="unreadable_checkpoint",
+        ) from exc
+
+
+def _stored_result(row: dict[str, Any]) -> RunResult:
+    return RunResult(
+        run_id=row["run_id"],
+        outcome=RunOutcome(row["outcome"]),
+        steps=int(row.get("steps") or 0),
+        tokens=int(row.get("tokens") or 0),
+        elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
+        task=str(row.get("task") or ""),
+    )
+
+
+async def resume(
+    run_id: str,
+    provider: Provider,
+    *,
+    store: Store | str | os.PathLike[str] | None = None,
+    policy: Policy | None = None,
+    approver: Approver | None = None,
+    tools: Sequence[Tool] = (),
+    on_event: Callback | None = None,
+    clock: Clock | None = None,
+) -> RunResult:
+    """Continue ``run_id`` where its last committed step left it.
+
+    A run that already ended (success, finished, a budget, stalled, terminal) is a
+    no-op that reports its outcome. The recorded policy is used unless ``policy`` is
+    given, and a given policy looser than the recorded one is refused: resuming
+    must not silently drop a boundary.
+
+    Raises:
+        ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy`` or
+            ``unreadable_checkpoint``.
+        ConflictError: another live process drives the run.
+    """
+    from ._loop import _default_approver
+
+    store = _open(store)
+    clock = clock or SystemClock()
+    row = await _get_run(store, run_id)
+    contract, recorded = _recorded(row)
+    if policy is None:
+        policy = recorded
+    elif not policy.at_least_as_strict_as(recorded):
+        raise ResumeError(
+            f"run {run_id!r} was recorded under a stricter policy than the one given; "
+            "resume without policy= to keep the recorded one",
+            reason="weaker_policy",
+        )
+    if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
+        await asyncio.to_thread(
+            store.add_marker, run_id, "skipped", f"already {row['outcome']}", clock.time()
+        )
+        return _stored_result(row)
+
+    driver = _Driver(
+        contract,
+        provider,
+        store=store,
+        policy=policy,
+        approver=approver if approver is not None else _default_approver(),
+        tools=tools,
+        on_event=on_event,
+        clock=clock,
+        run_id=run_id,
+    )
+    await driver.take_lease()
+    try:
+        pending = await _restore(driver, store, row)
+    except BaseException:
+        await driver.release()
+        raise
+    await asyncio.to_thread(
+        store.add_marker, run_id, "resume", f"at step {driver.step + 1}", clock.time()
+    )
+    await driver.emit("started", task=contract.task, provider=provider.name,
+                      model=provider.model, max_steps=contract.max_steps, resumed=True)
+    state_outcome = driver.pending_outcome
+    if state_outcome is not None:
+        return await driver.finish(RunOutcome(state_outcome))
+    return await driver.drive(pending)
+
+
+async def _restore(driver: _Driver, store: Store, row: dict[str, Any]) -> PendingStep | None:
+    """Load the checkpoint into ``driver``; return the begun-but-uncommitted step."""
+    try:
+        checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)
+        driver.restore(row, checkpoints)
+        begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
+        if begun is None:
+            return None
+        rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
+        return PendingStep(
+            completion=Completion.from_dict(begun["completion"]),
+            attempts=list(begun.get("attempts") or []),
+            settled={int(r["seq"]): r for r in rows},
+        )
+    except (ResumeError, StoreError):
+        raise
+    except Exception as exc:
+        raise ResumeError(
+            f"run {driver.run_id!r}: its checkpoint cannot be read ({type(exc).__name__}: {exc})",
+            reason="unreadable_checkpoint",
+        ) from exc
+
+
+def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:
+    """``resume`` for blocking callers (scripts, notebooks), on harnessnb's loop thread."""
+    from ._bridge import run_blocking
+
+    return run_blocking(resume(run_id, provider, **kwargs))
+
+
+def _unsettled(store: Store, run_id: str) -> dict[str, Any]:
+    if store.get_run(run_id) is None:
+        raise ResumeError(f"no run {run_id!r} in the store {store.path!r}", reason="unknown_run")
+    rows = [r for r in store.unsettled_tool_calls(run_id) if r.get("effect") == "write"]
+    if not rows:
+        raise ResumeError(
+            f"run {run_id!r} has no write waiting for reconciliation", reason="nothing_to_resolve"
+        )
+    return rows[0]
+
+
+def resolve(
+    run_id: str, output: str, *, store: Store | str | os.PathLike[str] | None = None
+) -> None:
+    """Say that the dangling write of ``run_id`` did land; ``output`` is what the model
+    will see as its result. Then ``resume`` continues."""
+    store = _open(store)
+    found = _unsettled(store, run_id)
+    store.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status="ok",
+                           output=str(output))
+    store.add_marker(run_id, "resolved", f"{found['tool']} at step {found['step']}", time.time())
+
+
+def abandon(
+    run_id: str, reason: str, *, store: Store | str | os.PathLike[str] | None = None
+) -> None:
+    """Give up the dangling write of ``run_id``: the model is told it may or may not have
+    happened, with ``reason``. Then ``resume`` continues."""
+    store = _open(store)
+    found = _unsettled(store, run_id)
+    store.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status="abandoned",
+                           output=str(reason))
+    store.add_marker(run_id, "abandoned", f"{found['tool']} at step {found['step']}: {reason}",
+                     time.time())
+
+
+# ------------------------------------------------------------------ record / replay
+
+
+def request_key(model: str | None, messages: Sequence[dict[str, Any]],
+                tools: Sequence[dict[str, Any]] | None) -> str:
+    """The recording key: the request's content (never a counter, never a header).
+
+    With ``model`` None the key covers messages and tools only, which is what a
+    ``Replay`` that was not told the model looks up.
+    """
+    body = {"model": model, "messages": list(messages), "tools": list(tools or [])}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, default=str)
+    prefix = "m" if model is not None else "c"
+    return f"{prefix}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+class Record:
+    """Wraps a provider and records every successful completion in ``store``.
+
+    Identical requests are recorded in order, so a replay answers them in the same
+    order. Nothing but the completion is stored: no header, no key.
+    """
+
+    def __init__(self, provider: Provider, store: Store) -> None:
+        self.inner = provider
+        self.store = store
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def hosts(self) -> list[str]:
+        return self.inner.hosts()
+
+    def __repr__(self) -> str:
+        return f"Record({self.inner!r})"
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        stream: bool | None = None,
+    ) -> Completion:
+        completion = await self.inner.complete(messages, tools, max_tokens, stream)
+        payload = completion.to_dict()
+        for key in (request_key(self.inner.model, messages, tools),
+                    request_key(None, messages, tools)):
+            await asyncio.to_thread(self._append, key, payload)
+        return completion
+
+    def _append(self, key: str, payload: dict[str, Any]) -> None:
+        seq = len(self.store.get_recordings(key))
+        self.store.put_recording(key, seq, payload)
+
+
+class Replay:
+    """Answers requests from recordings in ``store``: no network, no key.
+
+    Args:
+        store: The store holding the recordings.
+        model: The model the recording was made with; None matches on messages and
+            tools alone.
+
+    A request with no recording left is a non-retryable ``ProviderError`` (kind
+    request) naming what was missing.
+    """
+
+    def __init__(self, store: Store, model: str | None = None) -> None:
+        self.store = store
+        self._model = model
+        self._served: dict[str, int] = {}
+
+    @property
+    def name(self) -> str:
+        return "replay"
+
+    @property
+    def model(self) -> str:
+        return self._model or "replay"
+
+    def hosts(self) -> list[str]:
+        return []
+
+    def __repr__(self) -> str:
+        return f"Replay({self.store!r}, model={self._model!r})"
+
+    async def complete(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        stream: bool | None = None,
+    ) -> Completion:
+        started = time.time()
+        key = request_key(self._model, messages, tools)
+        recorded = await asyncio.to_thread(self.store.get_recordings, key)
+        index = self._served.get(key, 0)
+        if index >= len(recorded):
+            last = messages[-1] if messages else {}
+            err = ProviderError(
+                f"no recording for this request (after {index} answered): the conversation "
+                f"differs from the recorded run at its last message "
+                f"({last.get('role')}: {str(last.get('content'))[:120]!r})",
+                kind=ProviderErrorKind.REQUEST,
+                provider="replay",
+                model=self.model,
+            )
+            report_attempt(AttemptRecord("replay", self.model, started, 0.0,
+                                         kind=err.kind.value, error=err.message))
+            raise err
+        self._served[key] = index + 1
+        completion = Completion.from_dict(recorded[index])
+        report_attempt(
+            AttemptRecord(
+                provider=completion.provider or "replay",
+                model=completion.model or self.model,
+                started_at=started,
+                latency_ms=(time.time() - started) * 1000,
+                input_tokens=completion.usage.input_tokens,
+                output_tokens=completion.usage.output_tokens,
+                request_id=completion.request_id,
+            )
+        )
+        return completion
+
+
+async def replay(
+    run_id: str,
+    source: Store | str | os.PathLike[str],
+    *,
+    store: Store | str | os.PathLike[str] | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    approver: Approver | None = None,
+    on_event: Callback | None = None,
+    tools: Sequence[Tool] = (),
+) -> RunResult:
+    """Run a recorded run again from its recordings: no network, no key.
+
+    The recorded contract and policy are used, with the same run id (so its store
+    rows equal the original's except for wall-clock columns), into ``store`` (a new
+    in-memory store by default; a store already holding ``run_id`` gets
+    ``RUN_ID-replay-N``). ``workspace`` replaces the recorded folder: give a copy of
+    the folder as it was before the original run. Writes the original run had
+    approved by a person need ``approver`` (say ``hn.ApproveAll()``) again.
+    """
+    from ._loop import run
+    from ._store import Store as StoreClass
+
+    src = _open(source)
+    row = await _get_run(src, run_id)
+    contract, policy = _recorded(row)
+    if workspace is not None:
+        contract = dataclasses.replace(contract, workspace=os.fspath(workspace))
+    target = StoreClass(":memory:") if store is None else _open(store)
+    new_id = run_id
+    n = 1
+    while await asyncio.to_thread(target.get_run, new_id) is not None:
+        new_id = f"{run_id}-replay-{n}"
+        n += 1
+    return await run(
+        contract,
+        Replay(src, model=row.get("model")),
+        store=target,
+        policy=policy,
+        approver=approver,
+        tools=tools,
+        on_event=on_event,
+        run_id=new_id,
+    )
+
+
+def replay_sync(run_id: str, source: Store | str | os.PathLike[str], **kwargs: Any) -> RunResult:
+    """``replay`` for blocking callers."""
+    from ._bridge import run_blocking
+
+    return run_blocking(replay(run_id, source, **kwargs))

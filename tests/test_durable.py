@@ -1,0 +1,371 @@
+"""Durable runs: kill a real process at every commit boundary and resume; leases;
+record and replay; every ResumeError reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import harnessnb as hn
+from harnessnb._durable import Record, Replay, abandon, resolve, resume_sync
+from harnessnb._store import Store
+
+sys.path.insert(0, str(Path(__file__).parent / "durable"))
+import reference_run as ref
+
+CHILD = str(Path(__file__).parent / "durable" / "reference_run.py")
+
+
+def snapshot(ws: Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(ws.rglob("*")):
+        if path.is_file():
+            text = path.read_text()
+            if path.parent.name == "kv":
+                text = text.split(" (")[0]  # the idempotency key suffix is checked apart
+            out[path.relative_to(ws).as_posix()] = text
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("reference")
+    ws = root / "ws"
+    ref.seed_workspace(ws)
+    out = subprocess.run([sys.executable, CHILD, str(root / "r.duckdb"), str(ws), "run_ref"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["outcome"] == "success"
+    return snapshot(ws)
+
+
+def child(store: Path, ws: Path, run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, CHILD, str(store), str(ws), run_id, *extra],
+                          capture_output=True, text=True, timeout=60)
+
+
+def drive_to_the_end(store_path: Path, ws: Path, run_id: str) -> list[str]:
+    """Resume until the run ends, playing the person who reconciles a dangling write:
+    resolve it when its line is in the ledger, abandon it when not."""
+    os.environ["HNB_WS"] = str(ws)
+    outcomes = []
+    store = Store(store_path)
+    try:
+        for _ in range(6):
+            try:
+                result = resume_sync(run_id, ref.provider(), store=store, tools=ref.TOOLS)
+            except hn.ResumeError as exc:
+                assert exc.reason == "unknown_run"  # killed before the run row landed
+                result = hn.run_sync(ref.contract(str(ws)), ref.provider(), store=store,
+                                     policy=ref.policy(), tools=ref.TOOLS, run_id=run_id)
+            outcomes.append(result.outcome.value)
+            if result.outcome is not hn.RunOutcome.NEEDS_RECONCILIATION:
+                return outcomes
+            (dangling,) = store.unsettled_tool_calls(run_id)
+            if landed(ws, dangling["tool"], dangling["args"]):
+                resolve(run_id, output="done (checked by a person)", store=store)
+            else:
+                abandon(run_id, "not found in the workspace", store=store)
+        raise AssertionError(f"run did not end: {outcomes}")
+    finally:
+        store.close()
+
+
+def landed(ws: Path, tool: str, args: dict[str, Any]) -> bool:
+    """What a person checks before resolving: did this write reach the workspace?"""
+    if tool == "append_ledger":
+        ledger = ws / "LEDGER.txt"
+        return ledger.exists() and args["line"] + "\n" in ledger.read_text()
+    path = ws / args["path"]
+    if tool == "write_file":
+        return path.exists() and path.read_text() == args["content"]
+    if tool == "edit_file":
+        return path.exists() and args["new"] in path.read_text()
+    raise AssertionError(f"unexpected dangling write {tool}")
+
+
+def check_against_reference(ws: Path, reference: dict[str, str], store_path: Path,
+                            run_id: str) -> None:
+    assert snapshot(ws) == reference
+    ledger = (ws / "LEDGER.txt").read_text().splitlines()
+    assert ledger == [f"entry {i}" for i in range(1, 5)]  # each line exactly once
+    with Store(store_path) as store:
+        run = store.get_run(run_id)
+        assert run is not None and run["outcome"] == "success"
+        keys = store.tool_calls(run_id)
+        kv = keys[keys["tool"] == "put_value"]["idempotency_key"].tolist()
+    # an IDEMPOTENT call keeps the key drawn for it, on every execution and on resume
+    for i, key in enumerate(kv, start=1):
+        assert (ws / "kv" / f"k{i}").read_text().endswith(f"({key[:9]})\n")
+
+
+REFERENCE_WRITES = 52  # store writes in one uninterrupted reference run
+
+
+def test_reference_run_makes_the_expected_number_of_commits(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ref.seed_workspace(ws)
+    out = child(tmp_path / "s.duckdb", ws, "run_count")
+    assert json.loads(out.stdout)["writes"] == REFERENCE_WRITES
+
+
+def test_kill_at_every_commit_boundary_then_resume(tmp_path: Path,
+                                                   reference: dict[str, str]) -> None:
+    reconciled = 0
+    for k in range(1, REFERENCE_WRITES + 1):
+        ws, store = tmp_path / f"ws{k}", tmp_path / f"s{k}.duckdb"
+        ref.seed_workspace(ws)
+        out = child(store, ws, f"run_{k}", "--kill-at", str(k))
+        assert out.returncode == -signal.SIGKILL, out.stderr
+        outcomes = drive_to_the_end(store, ws, f"run_{k}")
+        reconciled += outcomes.count("needs_reconciliation")
+        check_against_reference(ws, reference, store, f"run_{k}")
+    assert reconciled >= 4  # every ledger intent boundary left a write to reconcile
+
+
+def test_kill_inside_a_write_ends_needs_reconciliation_then_resolve_resume_success(
+    tmp_path: Path, reference: dict[str, str]
+) -> None:
+    ws, store = tmp_path / "ws", tmp_path / "s.duckdb"
+    ref.seed_workspace(ws)
+    out = child(store, ws, "run_w", "--kill-in-ledger", "2")
+    assert out.returncode == -signal.SIGKILL
+    assert drive_to_the_end(store, ws, "run_w") == ["needs_reconciliation", "success"]
+    check_against_reference(ws, reference, store, "run_w")
+    with Store(store) as s:
+        assert s.markers("run_w")["kind"].tolist() == ["resume", "resolved", "resume"]
+
+
+def test_kill_at_random_moments_then_resume(tmp_path: Path, reference: dict[str, str]) -> None:
+    rng = random.Random(20261129)
+    for i in range(30):
+        ws, store = tmp_path / f"ws{i}", tmp_path / f"s{i}.duckdb"
+        ref.seed_workspace(ws)
+        proc = subprocess.Popen([sys.executable, CHILD, str(store), str(ws), f"run_{i}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.15, 0.7))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        drive_to_the_end(store, ws, f"run_{i}")
+        check_against_reference(ws, reference, store, f"run_{i}")
+
+
+def test_resuming_a_finished_run_is_a_no_op_reporting_its_outcome(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ref.seed_workspace(ws)
+    os.environ["HNB_WS"] = str(ws)
+    store = Store(tmp_path / "s.duckdb")
+    first = hn.run_sync(ref.contract(str(ws)), ref.provider(), store=store,
+                        policy=ref.policy(), tools=ref.TOOLS)
+    again = resume_sync(first.run_id, ref.provider(), store=store, tools=ref.TOOLS)
+    assert (again.outcome, again.steps) == (first.outcome, first.steps)
+    assert store.markers(first.run_id)["kind"].tolist() == ["skipped"]
+    assert len(store.steps(first.run_id)) == first.steps
+    store.close()
+
+
+# ------------------------------------------------------------------ ResumeError reasons
+
+
+def test_unknown_run_id(tmp_path: Path) -> None:
+    with pytest.raises(hn.ResumeError) as info:
+        resume_sync("run_nope", ref.provider(), store=Store(":memory:"))
+    assert info.value.reason == "unknown_run"
+
+
+def test_store_newer_than_this_harnessnb(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO schema_version VALUES (99, now())")
+    con.close()
+    with pytest.raises(hn.StoreError) as opened:
+        Store(path)
+    assert opened.value.kind == "newer"
+    with pytest.raises(hn.ResumeError) as info:
+        resume_sync("run_x", ref.provider(), store=str(path))
+    assert info.value.reason == "newer_store"
+
+
+def _crashed_run(tmp_path: Path, kill_at: int = 20) -> tuple[Path, Path]:
+    ws, store = tmp_path / "ws", tmp_path / "s.duckdb"
+    ref.seed_workspace(ws)
+    child(store, ws, "run_c", "--kill-at", str(kill_at))
+    return ws, store
+
+
+def test_a_looser_policy_than_recorded_is_refused(tmp_path: Path) -> None:
+    ws, path = _crashed_run(tmp_path)
+    os.environ["HNB_WS"] = str(ws)
+    looser = hn.Policy.permissive()
+    with Store(path) as store, pytest.raises(hn.ResumeError) as info:
+        resume_sync("run_c", ref.provider(), store=store, policy=looser, tools=ref.TOOLS)
+    assert info.value.reason == "weaker_policy"
+
+
+def test_unreadable_checkpoint(tmp_path: Path) -> None:
+    ws, path = _crashed_run(tmp_path)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE steps SET checkpoint = '{not json' WHERE run_id = 'run_c'")
+    con.close()
+    os.environ["HNB_WS"] = str(ws)
+    with Store(path) as store, pytest.raises(hn.ResumeError) as info:
+        resume_sync("run_c", ref.provider(), store=store, tools=ref.TOOLS)
+    assert info.value.reason == "unreadable_checkpoint"
+
+
+# ------------------------------------------------------------------ one driver per run
+
+SLOW_RESUMER = """
+import os, sys, time
+sys.path.insert(0, {durable!r})
+os.environ["HNB_WS"] = {ws!r}
+import harnessnb as hn
+import reference_run as ref
+from harnessnb._durable import resume_sync
+from harnessnb._store import Store
+
+def slow(messages):
+    time.sleep(0.3)
+    return ref.brain(messages)
+
+store = Store({store!r}, linger_s=0.05)
+print(resume_sync("run_c", hn.ScriptedProvider(slow), store=store, tools=ref.TOOLS).outcome.value)
+"""
+
+
+def test_two_processes_resuming_one_run_exactly_one_drives(tmp_path: Path) -> None:
+    ws, path = _crashed_run(tmp_path, kill_at=3)  # right after step 1 committed
+    code = SLOW_RESUMER.format(durable=str(Path(CHILD).parent), ws=str(ws), store=str(path))
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while True:  # wait until the driver holds the lease
+            with Store(path) as store:
+                held = store.sql("select owner from leases where run_id = 'run_c' "
+                                 "and not released")
+                if len(held) and str(driver.pid) in held["owner"].iloc[0]:
+                    break
+            assert time.time() < deadline, "the driver never took the lease"
+            time.sleep(0.05)
+        os.environ["HNB_WS"] = str(ws)
+        with Store(path) as store, pytest.raises(hn.ConflictError) as info:
+            resume_sync("run_c", ref.provider(), store=store, tools=ref.TOOLS)
+        assert str(driver.pid) in (info.value.owner or "")
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        with Store(path) as store:
+            result = resume_sync("run_c", ref.provider(), store=store, tools=ref.TOOLS)
+        assert result.outcome is hn.RunOutcome.SUCCESS
+    finally:
+        driver.kill()
+
+
+def test_a_stale_owner_is_refused_at_its_next_commit(tmp_path: Path) -> None:
+    store = Store(":memory:")
+    ws = tmp_path / "ws"
+    ref.seed_workspace(ws)
+    os.environ["HNB_WS"] = str(ws)
+    taken: list[Any] = []
+
+    def brain(messages: Any) -> Any:
+        if len(messages) > 4 and not taken:  # another owner takes the run mid-way
+            # ...as if our lease had expired while this process slept
+            later = time.time() + 3600
+            taken.append(store.acquire_lease(run_id[0], "otherhost:1:x", now=later))
+        return ref.brain(messages)
+
+    run_id = ["run_stale"]
+    with pytest.raises(hn.ConflictError):
+        hn.run_sync(ref.contract(str(ws)), hn.ScriptedProvider(brain), store=store,
+                    policy=ref.policy(), tools=ref.TOOLS, run_id=run_id[0])
+    assert taken
+
+
+# ------------------------------------------------------------------ record and replay
+
+REPLAYER = """
+import json
+from harnessnb._durable import replay_sync
+from harnessnb._store import Store
+dst = Store({dst!r})
+result = replay_sync("run_rec", {src!r}, store=dst, workspace={ws!r})
+tools = dst.tool_calls("run_rec").sort_values(["step", "seq"])
+cols = ["step", "seq", "tool", "args", "idempotency_key", "status"]
+print(json.dumps({{"outcome": result.outcome.value, "steps": result.steps,
+                  "run_id": result.run_id, "tools": tools[cols].astype(str).values.tolist()}}))
+"""
+
+
+def test_record_then_replay_in_a_fresh_process_without_the_server(tmp_path: Path) -> None:
+    from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+
+    def responder(req: ChaosRequest) -> Reply:
+        done = sum(1 for m in req.messages if m.get("role") == "tool")
+        if done == 0:
+            return Reply(tool_calls=[{"name": "read_file", "arguments": {"path": "a.txt"}}])
+        if done == 1:
+            return Reply(tool_calls=[{"name": "write_file",
+                                      "arguments": {"path": "b.txt", "content": "copied"}}])
+        return Reply(text="copied a to b")
+
+    src_path = tmp_path / "rec.duckdb"
+    for name in ("ws", "ws2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.txt").write_text("alpha\n")
+    contract = hn.TaskContract("copy a.txt to b.txt", tmp_path / "ws")
+    policy = hn.Policy.default().layer("t").allow_write("*.txt")
+    with ChaosServer(responder=responder) as srv, Store(src_path) as store:
+        provider = Record(hn.OpenAI("m", api_key="sk-canary-777", base_url=srv.openai_url),
+                          store)
+        original = hn.run_sync(contract, provider, store=store, policy=policy,
+                               run_id="run_rec")
+        tools = store.tool_calls("run_rec").sort_values(["step", "seq"])
+        expected = tools[["step", "seq", "tool", "args", "idempotency_key", "status"]]
+        expected_rows = expected.astype(str).values.tolist()
+    assert original.outcome is hn.RunOutcome.FINISHED
+    assert b"sk-canary-777" not in src_path.read_bytes()
+    # the server is closed now: nothing answers on its port
+    code = REPLAYER.format(src=str(src_path), dst=str(tmp_path / "replay.duckdb"),
+                           ws=str(tmp_path / "ws2"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    replayed = json.loads(out.stdout)
+    assert (replayed["outcome"], replayed["steps"]) == ("finished", original.steps)
+    assert replayed["run_id"] == "run_rec"
+    assert replayed["tools"] == expected_rows  # same calls, same args, same keys
+    assert (tmp_path / "ws2" / "b.txt").read_text() == "copied"
+
+
+async def test_a_missing_recording_is_a_non_retryable_request_error() -> None:
+    replay = Replay(Store(":memory:"))
+    with pytest.raises(hn.ProviderError) as info:
+        await replay.complete([{"role": "user", "content": "never recorded"}])
+    assert info.value.kind is hn.ProviderErrorKind.REQUEST
+    assert not info.value.retryable
+    assert "never recorded" in info.value.message
+
+
+async def test_identical_requests_replay_in_recorded_order() -> None:
+    store = Store(":memory:")
+    answers = iter(["first", "second"])
+    inner = hn.ScriptedProvider(lambda m: next(answers))
+    rec = Record(inner, store)
+    msgs = [{"role": "user", "content": "same"}]
+    assert (await rec.complete(msgs)).text == "first"
+    assert (await rec.complete(msgs)).text == "second"
+    replay = Replay(store, model="scripted")
+    assert [(await replay.complete(msgs)).text for _ in range(2)] == ["first", "second"]
+    replay = Replay(store)  # without the model: matched on messages and tools
+    assert (await replay.complete(msgs)).text == "first"
