@@ -22,7 +22,10 @@ import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ._errors import ProviderError
 
 __all__ = [
     "AttemptRecord",
@@ -135,6 +138,53 @@ class AttemptRecord:
     request_id: str | None = None
     fell_back: bool = False  # a Fallback moved on to the next provider after this one
     error: str | None = None
+
+    @classmethod
+    def succeeded(
+        cls,
+        completion: Completion,
+        *,
+        started_at: float,
+        latency_ms: float,
+        status: int | None = None,
+    ) -> AttemptRecord:
+        """The record of an attempt that produced ``completion``."""
+        return cls(
+            provider=completion.provider,
+            model=completion.model,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            status=status,
+            ttft_ms=completion.ttft_ms,
+            input_tokens=completion.usage.input_tokens,
+            output_tokens=completion.usage.output_tokens,
+            request_id=completion.request_id,
+        )
+
+    @classmethod
+    def failed(
+        cls,
+        error: ProviderError,
+        *,
+        provider: str,
+        model: str,
+        started_at: float,
+        latency_ms: float,
+        ttft_ms: float | None = None,
+    ) -> AttemptRecord:
+        """The record of an attempt that failed with ``error``."""
+        return cls(
+            provider=provider,
+            model=model,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            kind=error.kind.value,
+            status=error.status,
+            retry_after_s=error.retry_after,
+            ttft_ms=ttft_ms,
+            request_id=error.request_id,
+            error=error.message,
+        )
 
 
 @runtime_checkable

@@ -350,20 +350,17 @@ class Replay:
                 provider="replay",
                 model=self.model,
             )
-            report_attempt(AttemptRecord("replay", self.model, started, 0.0,
-                                         kind=err.kind.value, error=err.message))
+            report_attempt(
+                AttemptRecord.failed(
+                    err, provider="replay", model=self.model, started_at=started, latency_ms=0.0
+                )
+            )
             raise err
         self._served[key] = index + 1
         completion = Completion.from_dict(recorded[index])
         report_attempt(
-            AttemptRecord(
-                provider=completion.provider or "replay",
-                model=completion.model or self.model,
-                started_at=started,
-                latency_ms=(time.time() - started) * 1000,
-                input_tokens=completion.usage.input_tokens,
-                output_tokens=completion.usage.output_tokens,
-                request_id=completion.request_id,
+            AttemptRecord.succeeded(
+                completion, started_at=started, latency_ms=(time.time() - started) * 1000
             )
         )
         return completion

@@ -596,17 +596,13 @@ class _Attempt:
             model=p._model,
         )
         report_attempt(
-            AttemptRecord(
+            AttemptRecord.failed(
+                err,
                 provider=p.NAME,
                 model=p._model,
                 started_at=self.started_at,
                 latency_ms=latency,
-                kind=kind.value,
-                status=self.status,
-                retry_after_s=retry_after,
                 ttft_ms=self.ttft_ms,
-                request_id=err.request_id,
-                error=err.message,
             )
         )
         return err
@@ -615,20 +611,7 @@ class _Attempt:
         latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
         request_id = request_id_from(self.headers)
-        report_attempt(
-            AttemptRecord(
-                provider=p.NAME,
-                model=p._model,
-                started_at=self.started_at,
-                latency_ms=latency,
-                status=self.status,
-                ttft_ms=self.ttft_ms,
-                input_tokens=parsed.usage.input_tokens,
-                output_tokens=parsed.usage.output_tokens,
-                request_id=request_id,
-            )
-        )
-        return Completion(
+        completion = Completion(
             text=parsed.text,
             tool_calls=parsed.tool_calls,
             usage=parsed.usage,
@@ -639,6 +622,12 @@ class _Attempt:
             ttft_ms=self.ttft_ms,
             latency_ms=latency,
         )
+        report_attempt(
+            AttemptRecord.succeeded(
+                completion, started_at=self.started_at, latency_ms=latency, status=self.status
+            )
+        )
+        return completion
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:

@@ -330,9 +330,16 @@ class _Driver:
         # later ones (fallback legs) keep their real offsets from the first.
         first = records[0].started_at
         for rec in records:
+            rows.append(self._attempt_row(rec, call_start, first))
             if rec.fell_back:
                 self.fallbacks += 1
-            rows.append(self._attempt_row(rec, call_start, first))
+                await self.emit(
+                    "fell_back",
+                    from_provider=rec.provider,
+                    model=rec.model,
+                    kind=rec.kind,
+                    status=rec.status,
+                )
         return result
 
     async def call_provider(self, rows: list[dict[str, Any]]) -> Completion | _Failure:
@@ -795,29 +802,23 @@ def _verify_feedback(check: VerifyOutcome) -> str:
 def _synthetic_record(
     provider: Provider, result: Completion | HarnessError, started: float
 ) -> AttemptRecord:
+    """The attempt row of a provider that reported none itself (a custom provider)."""
     import time
 
     latency = (time.time() - started) * 1000
     if isinstance(result, Completion):
-        return AttemptRecord(
-            provider=result.provider or provider.name,
-            model=result.model or provider.model,
-            started_at=started,
-            latency_ms=latency,
-            input_tokens=result.usage.input_tokens,
-            output_tokens=result.usage.output_tokens,
-            request_id=result.request_id,
+        filled = dataclasses.replace(
+            result, provider=result.provider or provider.name, model=result.model or provider.model
         )
-    kind = result.kind.value if isinstance(result, ProviderError) else None
-    return AttemptRecord(
-        provider=getattr(result, "provider", None) or provider.name,
+        return AttemptRecord.succeeded(filled, started_at=started, latency_ms=latency)
+    if not isinstance(result, ProviderError):
+        result = ProviderError(result.message, kind=ProviderErrorKind.TRANSPORT)
+    return AttemptRecord.failed(
+        result,
+        provider=result.provider or provider.name,
         model=provider.model,
         started_at=started,
         latency_ms=latency,
-        kind=kind or "transport",
-        status=getattr(result, "status", None),
-        retry_after_s=getattr(result, "retry_after", None),
-        error=result.message,
     )
 
 

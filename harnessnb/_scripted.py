@@ -99,28 +99,18 @@ class ScriptedProvider:
             completion = self._to_completion(reply)
         except ProviderError as exc:
             report_attempt(
-                AttemptRecord(
+                AttemptRecord.failed(
+                    exc,
                     provider=self._name,
                     model=self._model,
                     started_at=started,
                     latency_ms=(time.time() - started) * 1000,
-                    kind=exc.kind.value,
-                    status=exc.status,
-                    retry_after_s=exc.retry_after,
-                    request_id=exc.request_id,
-                    error=exc.message,
                 )
             )
             raise
         report_attempt(
-            AttemptRecord(
-                provider=self._name,
-                model=self._model,
-                started_at=started,
-                latency_ms=(time.time() - started) * 1000,
-                input_tokens=completion.usage.input_tokens,
-                output_tokens=completion.usage.output_tokens,
-                request_id=completion.request_id,
+            AttemptRecord.succeeded(
+                completion, started_at=started, latency_ms=(time.time() - started) * 1000
             )
         )
         return completion

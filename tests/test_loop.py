@@ -324,13 +324,18 @@ async def test_backoff_without_retry_after_doubles(ws: Path, store: hn.Store) ->
 async def test_fallback_from_always_503_to_healthy_records_the_leaf(
     ws: Path, store: hn.Store
 ) -> None:
+    events: list[Any] = []
     with ChaosServer() as bad, ChaosServer() as good:
         bad.set_default(Fault.status(503))
         provider = hn.Fallback(
             hn.OpenAI("bad-model", base_url=bad.openai_url),
             hn.Anthropic("good-model", api_key="k", base_url=good.anthropic_url),
         )
-        result = await hn.run(contract(ws), provider, store=store)
+        result = await hn.run(contract(ws), provider, store=store, on_event=events.append)
+    fell = [e.data for e in events if e.kind == "fell_back"]
+    assert fell == [
+        {"from_provider": "openai", "model": "bad-model", "kind": "server", "status": 503}
+    ]
     assert result.outcome is hn.RunOutcome.FINISHED
     assert result.providers == ("anthropic",)
     rows = attempts_of(store, result.run_id)

@@ -1,0 +1,53 @@
+"""Exercises the public API under ``mypy --strict`` (run by .ci/run; not a pytest file).
+
+If a public signature changes in a way users' typed code would notice, this file stops
+type-checking.
+"""
+
+from __future__ import annotations
+
+import harnessnb as hn
+
+
+async def typed_usage(store: hn.Store) -> None:
+    contract = hn.TaskContract(
+        "summarise README.md into NOTES.md",
+        "repo",
+        verification=hn.FileContains("NOTES.md", "#"),
+        max_steps=12,
+        max_seconds=300.0,
+        retry=hn.RetryPolicy(base=0.5, cap=30.0),
+        stall=hn.StallPolicy(window=3, max_replans=1),
+    )
+    provider = hn.Fallback(
+        hn.OpenAI("gpt-4o-mini", api_key="k"),
+        hn.Anthropic("claude", api_key="k").with_timeout(30.0),
+    )
+    policy = hn.Policy.default().layer("app").allow_write("NOTES.md")
+    result: hn.RunResult = await hn.run(
+        contract, provider, store=store, policy=policy, approver=hn.ApproveAll()
+    )
+    outcome: hn.RunOutcome = result.outcome
+    error: hn.HarnessError | None = result.error
+    if isinstance(error, hn.ProviderError):
+        kind: hn.ProviderErrorKind = error.kind
+        wait: float | None = error.retry_after
+        print(kind.value, kind.retryable, wait, error.status, error.request_id)
+    print(outcome.value, result.steps, result.tokens, result.verified)
+    completion: hn.Completion = await hn.ScriptedProvider(["hi"]).complete(
+        [{"role": "user", "content": "hi"}]
+    )
+    print(completion.text, completion.tool_calls, completion.usage.total_tokens)
+    again: hn.RunResult = await hn.resume(result.run_id, provider, store=store)
+    print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
+    assert hn.REQUEST_TIMEOUT == 600.0
+
+
+@hn.tool(effect=hn.Effect.WRITE)
+async def publish(title: str) -> str:
+    """Publish a post.
+
+    Args:
+        title: The title.
+    """
+    return title
