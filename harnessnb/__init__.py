@@ -69,6 +69,8 @@ _LAZY: dict[str, str] = {
     "Replay": "._durable",
     "replay": "._durable",
     "replay_sync": "._durable",
+    "WidgetApprover": ".notebook._approver",
+    "plot_failures": ".notebook._plots",
 }
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ if TYPE_CHECKING:
     from ._stall import StallPolicy
     from ._store import Store
     from ._tools import Effect, Tool, ToolResult, tool
+    from .notebook._approver import WidgetApprover
+    from .notebook._plots import plot_failures
 
 __all__ = [
     "REQUEST_TIMEOUT",
@@ -133,7 +137,9 @@ __all__ = [
     "ToolResult",
     "Usage",
     "Verdict",
+    "WidgetApprover",
     "abandon",
+    "plot_failures",
     "replay",
     "replay_sync",
     "resolve",
@@ -164,3 +170,10 @@ def load_ipython_extension(ipython: Any) -> None:
     from .notebook import load_ipython_extension as load
 
     load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext harnessnb``: remove the magics and the cell transformer."""
+    from .notebook import unload_ipython_extension as unload
+
+    unload(ipython)

@@ -155,7 +155,7 @@ class HarnessError(Exception):
         esc = html.escape
         rows = "".join(
             f"<tr><th style='text-align:left;padding-right:1em'>{esc(str(k))}</th>"
-            f"<td>{esc(str(v))}</td></tr>"
+            f"<td style='text-align:left'>{esc(str(v))}</td></tr>"
             for k, v in self._fields().items()
             if v is not None
         )

@@ -62,6 +62,7 @@ def default_store() -> Store:
 
 
 LEASE_TTL_S = 30.0
+COMMAND_TIMEOUT_S = 30.0  # run_command's default timeout, cut to the run's remaining time
 _OWNER_TOKEN = uuid.uuid4().hex[:8]
 
 
@@ -97,8 +98,16 @@ def idempotency_key(run_id: str, step: int, seq: int) -> str:
 
 
 _TOOL_ROW_KEYS = (
-    "step", "seq", "tool", "effect", "args", "idempotency_key", "status",
-    "error_name", "error_code", "output_bytes",
+    "step",
+    "seq",
+    "tool",
+    "effect",
+    "args",
+    "idempotency_key",
+    "status",
+    "error_name",
+    "error_code",
+    "output_bytes",
 )
 
 
@@ -196,7 +205,10 @@ class _Driver:
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
         self.lease = await self._store(
-            "acquire_lease", self.run_id, owner_identity(), ttl_s=LEASE_TTL_S,
+            "acquire_lease",
+            self.run_id,
+            owner_identity(),
+            ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )
 
@@ -465,6 +477,13 @@ class _Driver:
                     "record_intent", self.run_id, dict(row), lease=self.lease, pending=pending
                 )
 
+            # A command may not outlive the run's time budget either.
+            remaining = self.remaining()
+            self.executor.command_timeout_s = (
+                COMMAND_TIMEOUT_S
+                if remaining is None
+                else max(0.1, min(COMMAND_TIMEOUT_S, remaining))
+            )
             result = await self.executor.execute(call, idempotency_key=key, before_run=before_run)
             changed = changed or result.changed_workspace
             content = result.to_message_content()
@@ -482,8 +501,12 @@ class _Driver:
                 # The call's completion is durable at once: a crash later in the step
                 # must not make a finished write look like one that may not have run.
                 await self._store(
-                    "settle_tool_call", self.run_id, self.step, seq,
-                    status=result.status, output=content,
+                    "settle_tool_call",
+                    self.run_id,
+                    self.step,
+                    seq,
+                    status=result.status,
+                    output=content,
                 )
             tool_rows.append(row)
             if result.status == "deferred":
@@ -513,7 +536,10 @@ class _Driver:
 
     async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
         await self._store(
-            "settle_tool_call", self.run_id, self.step, int(earlier["seq"]),
+            "settle_tool_call",
+            self.run_id,
+            self.step,
+            int(earlier["seq"]),
             status="needs_reconciliation",
         )
         args = json.dumps(earlier.get("args"), ensure_ascii=False)

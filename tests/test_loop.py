@@ -446,3 +446,17 @@ async def test_step_checkpoints_hold_only_the_new_messages(ws: Path, store: hn.S
     assert first.get("messages_from") is None
     assert second["messages_from"] == 4
     assert [m["role"] for m in second["messages_delta"]] == ["assistant"]
+
+
+async def test_a_command_cannot_outlive_the_time_budget(ws: Path, store: hn.Store) -> None:
+    import time
+
+    provider = hn.ScriptedProvider(
+        [{"tool": "run_command", "args": {"argv": ["sleep", "20"]}}, "unreachable"]
+    )
+    policy = hn.Policy.default().layer("t").allow_exec("sleep")
+    started = time.monotonic()
+    result = await hn.run(contract(ws, max_seconds=1.0), provider, store=store, policy=policy)
+    assert time.monotonic() - started < 10
+    assert result.outcome is hn.RunOutcome.TIME_BUDGET
+    assert store.tool_calls(result.run_id)["error_code"].tolist() == ["SANDBOX_TIMEOUT"]

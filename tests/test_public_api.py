@@ -51,6 +51,8 @@ INTENDED = {
     "ToolResult",
     "Usage",
     "Verdict",
+    "WidgetApprover",
+    "plot_failures",
     "abandon",
     "replay",
     "replay_sync",

@@ -1,0 +1,190 @@
+"""Choices both faces (the ``harnessnb`` command and the ``%%harness`` magics) make from
+user text: which provider to use, and what ``--verify "FILE contains TEXT"`` means.
+
+One place for each rule, so the command line and the notebook never disagree. No
+IPython here: the CLI imports this module too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._completion import Provider
+    from ._contract import Command, FileContains
+
+__all__ = [
+    "KEY_ORDER",
+    "PROVIDER_NAMES",
+    "build_provider",
+    "choose_provider",
+    "parse_verify",
+    "parse_verify_cmd",
+]
+
+PROVIDER_NAMES = ("openai", "openrouter", "anthropic", "local", "demo")
+
+# When no provider is named: the first key found wins, in this order.
+KEY_ORDER = (
+    ("OPENROUTER_API_KEY", "openrouter"),
+    ("ANTHROPIC_API_KEY", "anthropic"),
+    ("OPENAI_API_KEY", "openai"),
+)
+
+_SET_ONE_OF = (
+    "set HARNESSNB_PROVIDER (openai, openrouter, anthropic, local, demo) or one of "
+    "OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
+)
+
+
+def choose_provider(
+    name: str | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    fallbacks: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> tuple[Provider, str]:
+    """The provider a user asked for, and a note saying why it was chosen.
+
+    With ``name`` None: ``$HARNESSNB_PROVIDER``; else ``local`` when ``base_url`` is
+    given; else the first API key found (``OPENROUTER_API_KEY``,
+    ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``); else the demo model (rule-based, not
+    an LLM) with a note that no key was found. The note is "" for a named provider.
+
+    Args:
+        name: ``openai``, ``openrouter``, ``anthropic``, ``local`` or ``demo``.
+        model: The model (default: the provider's ``*_MODEL`` variable, else its default).
+        base_url: Another server speaking the provider's protocol; ``local`` needs one.
+        fallbacks: Provider names tried in order after the first (``hn.Fallback``).
+        env: The environment to read (default ``os.environ``; tests pass a dict).
+
+    Raises:
+        ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
+    """
+    env = os.environ if env is None else env
+    note = ""
+    if name is None:
+        name, note = _name_from_env(env, base_url)
+    primary = build_provider(name, model=model, base_url=base_url, env=env)
+    if not fallbacks:
+        return primary, note
+    from ._fallback import Fallback
+
+    others = [build_provider(n, env=env) for n in fallbacks]
+    return Fallback(primary, *others), note
+
+
+def _name_from_env(env: Mapping[str, str], base_url: str | None) -> tuple[str, str]:
+    named = env.get("HARNESSNB_PROVIDER", "").strip().lower()
+    if named:
+        return named, f"provider {named} from HARNESSNB_PROVIDER"
+    if base_url:
+        return "local", ""
+    for key, provider in KEY_ORDER:
+        if env.get(key, "").strip():
+            return provider, f"provider {provider}: {key} is set"
+    from .demo import DEMO_LABEL
+
+    return "demo", f"no API key found ({_SET_ONE_OF}); using the {DEMO_LABEL}"
+
+
+def build_provider(
+    name: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Provider:
+    """One provider by name; ``base_url`` points it at another server.
+
+    Raises:
+        ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
+    """
+    from ._anthropic import Anthropic
+    from ._openai import OpenAI, OpenRouter
+
+    env = os.environ if env is None else env
+    name = name.strip().lower()
+    if name == "demo":
+        from .demo import demo_provider
+
+        return demo_provider()
+    if name == "local":
+        if not base_url:
+            raise ConfigError(
+                "provider 'local' needs a base URL (an OpenAI-compatible server, e.g. "
+                "--base-url http://127.0.0.1:8000/v1)",
+                code="CONFIG_BASE_URL",
+            )
+        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url)
+    classes: dict[str, type[OpenAI] | type[Anthropic]] = {
+        "openai": OpenAI,
+        "openrouter": OpenRouter,
+        "anthropic": Anthropic,
+    }
+    cls = classes.get(name)
+    if cls is None:
+        raise ConfigError(
+            f"unknown provider {name!r}; choose one of {', '.join(PROVIDER_NAMES)}",
+            code="CONFIG_PROVIDER",
+        )
+    # As the SDKs do: the key goes to the official host or to a URL the user gave
+    # (a proxy or gateway); only a custom URL may do without one.
+    url = base_url or env.get(cls.BASE_URL_ENV, "").strip() or None
+    key = env.get(cls.KEY_ENV, "").strip() or None
+    if key is None and url is None:
+        raise ConfigError(
+            f"{name}: environment variable {cls.KEY_ENV} is not set",
+            code="CONFIG_MISSING_KEY",
+        )
+    return cls(model or env.get(cls.MODEL_ENV) or cls.DEFAULT_MODEL, api_key=key, base_url=url)
+
+
+_VERIFY = re.compile(r"^\s*(?P<path>\S+)\s+contains\s+(?P<needle>.+?)\s*$", re.DOTALL)
+
+
+def parse_verify(text: str) -> FileContains:
+    """``"NOTES.md contains #"`` -> ``FileContains("NOTES.md", "#")``.
+
+    Quotes around the text are removed (``NOTES.md contains "two words"``).
+
+    Raises:
+        ConfigError: the text is not ``FILE contains TEXT``.
+    """
+    from ._contract import FileContains
+
+    match = _VERIFY.match(text or "")
+    if match is None:
+        raise ConfigError(
+            f'--verify {text!r}: write it as "FILE contains TEXT", e.g. "NOTES.md contains #"',
+            code="CONFIG_VERIFY",
+        )
+    needle = match.group("needle")
+    if len(needle) >= 2 and needle[0] == needle[-1] and needle[0] in "\"'":
+        needle = needle[1:-1]
+    return FileContains(match.group("path"), needle)
+
+
+def parse_verify_cmd(text: str) -> Command:
+    """``"pytest -q"`` -> ``Command(["pytest", "-q"])`` (shell-style splitting, no shell).
+
+    Raises:
+        ConfigError: the text is empty or its quotes do not close.
+    """
+    import shlex
+
+    from ._contract import Command
+
+    try:
+        argv = shlex.split(text or "")
+    except ValueError as exc:
+        raise ConfigError(f"--verify-cmd {text!r}: {exc}", code="CONFIG_VERIFY") from exc
+    if not argv:
+        raise ConfigError('--verify-cmd: give a command, e.g. "pytest -q"', code="CONFIG_VERIFY")
+    return Command(argv)

@@ -1,0 +1,29 @@
+"""The notebook layer: ``%harness`` magics, live progress, cards, approval in the page.
+
+The only part of harnessnb that imports IPython or ipywidgets, and only when used:
+importing this package stays cheap; ``%load_ext harnessnb`` loads the magics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._approver import WidgetApprover
+from ._plots import plot_failures
+
+__all__ = ["WidgetApprover", "load_ipython_extension", "plot_failures",
+           "unload_ipython_extension"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext harnessnb``: register ``%harness`` and ``%%harness``."""
+    from ._magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext harnessnb``: drop the awaiting-cell transformer and widget approver."""
+    from ._magics import unload
+
+    unload(ipython)

@@ -1,0 +1,502 @@
+"""The ``%harness`` line magic and ``%%harness`` cell magic.
+
+Each subcommand is planned on the kernel thread (parse, build provider and store);
+a run is then driven on harnessnb's loop thread while the cell waits, with live
+progress, and its card replaces the progress through a display handle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import threading
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+
+from .._bridge import loop_thread, run_blocking
+from .._choose import choose_provider, parse_verify, parse_verify_cmd
+from .._contract import Command, FileContains, RunOutcome, TaskContract
+from .._errors import ConfigError, HarnessError, StoreError
+from .._events import RunEvent
+from .._result import RunResult
+from ._args import HelpShown, help_text, interpolate, parse, words
+from ._env import kernel_of, widget_frontend
+from ._ipython import display, get_ipython, html_object
+from ._progress import TextProgress, WidgetProgress
+
+__all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
+
+Progress = TextProgress | WidgetProgress
+Starter = Callable[[Callable[[RunEvent], None] | None], Coroutine[Any, Any, RunResult]]
+
+# Errors of runs driven in this kernel, for ``%harness tb`` (the store keeps no frames).
+_ERRORS: dict[str, BaseException] = {}
+_ERRORS_KEPT = 50
+_STORES: dict[str, Any] = {}
+_NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
+
+
+def _store(path: str | None) -> Any:
+    """One Store per file per kernel (DuckDB allows one read-write opener per process)."""
+    from .._store import Store
+
+    key = os.path.abspath(path or os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
+    if path == ":memory:":
+        return Store(":memory:")
+    store = _STORES.get(key)
+    if store is None:
+        store = _STORES[key] = Store(key)
+    return store
+
+
+def step_rows(store: Any, run_id: str) -> tuple[dict[str, Any], ...]:
+    """Rows for the card's step table: the step, its tools and its failed attempts."""
+    steps = store.steps(run_id)
+    if steps.empty:
+        return ()
+    tools = store.tool_calls(run_id)
+    attempts = store.attempts(run_id)
+    rows = []
+    for s in steps.to_dict("records"):
+        n = s["step"]
+        names = tools[tools["step"] == n]["tool"].tolist() if not tools.empty else []
+        failed = (
+            attempts[(attempts["step"] == n) & attempts["kind"].notna()]
+            if not attempts.empty
+            else attempts
+        )
+        failures = [
+            f"{k}" + (f" {int(st)}" if st is not None and st == st else "")
+            for k, st in zip(failed.get("kind", []), failed.get("status", []), strict=False)
+        ]
+        rows.append(
+            {
+                "step": int(n),
+                "decision": s.get("decision"),
+                "tools": names,
+                "tokens": None if s.get("tokens") is None else int(s["tokens"]),
+                "provider": s.get("provider"),
+                "changed": bool(s.get("changed_workspace")),
+                "failures": failures,
+            }
+        )
+    return tuple(rows)
+
+
+def _with_steps(result: RunResult, store: Any) -> RunResult:
+    try:
+        return dataclasses.replace(result, step_rows=step_rows(store, result.run_id))
+    except HarnessError:  # the card without its table beats no card
+        return result
+
+
+def _remember_error(run_id: str, err: BaseException) -> None:
+    _ERRORS[run_id] = err
+    while len(_ERRORS) > _ERRORS_KEPT:
+        _ERRORS.pop(next(iter(_ERRORS)))
+
+
+def _fail(err: HarnessError, handle: Any = None) -> None:
+    """Show ``err``'s card (in place of the progress when there is one), then raise it."""
+    if handle is not None:
+        handle.update(err)
+    else:
+        display(err)
+    raise err
+
+
+@dataclasses.dataclass
+class _RunJob:
+    """A run, resume or replay ready to go: how to start it and how to present it."""
+
+    shell: Any
+    start: Starter
+    store: Any
+    run_id: str | None
+    out: str | None = None
+    quiet: bool = False
+    note: str | None = None
+
+    # -- presentation
+
+    def _open(self) -> tuple[Progress | None, Any]:
+        if self.note:
+            display(_Note(self.note))
+        if self.quiet:
+            return None, None
+        if widget_frontend(self.shell):
+            widget = WidgetProgress()
+            handle = display(widget.panel, display_id=True)
+            progress: Progress = widget
+        else:
+            progress, handle = TextProgress(), None
+        progress.show()
+        return progress, handle
+
+    def _close(self, progress: Progress | None, handle: Any, result: RunResult) -> None:
+        if progress is not None:
+            progress.close()
+        card = _with_steps(result, self.store)
+        if self.out:
+            self.shell.user_ns[self.out] = card
+        failed = result.error is not None and result.outcome not in (
+            RunOutcome.CANCELLED,
+            RunOutcome.AWAITING_APPROVAL,
+        )
+        if handle is not None:
+            handle.update(card)
+        elif not self.quiet or failed:
+            display(card)
+        if failed and result.error is not None:
+            _remember_error(result.run_id, result.error)
+            raise result.error
+
+    def _interrupted(self, progress: Progress | None, handle: Any) -> None:
+        if progress is not None:
+            progress.close()
+        where = f"run {self.run_id}" if self.run_id else "the run"
+        how = f"; continue it with %harness resume {self.run_id}" if self.run_id else ""
+        note = _Note(f"interrupted: {where} was recorded as cancelled{how}")
+        if handle is not None:
+            handle.update(note)
+        else:
+            display(note)
+
+    def _errored(self, progress: Progress | None, handle: Any, err: HarnessError) -> None:
+        if progress is not None:
+            progress.close()
+        if self.run_id:
+            _remember_error(self.run_id, err)
+        _fail(err, handle)
+
+    # -- the two ways to wait
+
+    def run_sync(self) -> None:
+        """Block the cell on the run (terminal IPython, plain shells, autoawait off)."""
+        progress, handle = self._open()
+        try:
+            result = run_blocking(self.start(progress))
+        except KeyboardInterrupt:
+            self._interrupted(progress, handle)
+            raise
+        except HarnessError as err:
+            self._errored(progress, handle, err)
+            raise
+        self._close(progress, handle, result)
+
+    async def run_async(self) -> None:
+        """Await the run on the kernel's loop: the kernel keeps handling widget clicks."""
+        progress, handle = self._open()
+        finished = threading.Event()
+
+        async def tracked() -> RunResult:
+            try:
+                return await self.start(progress)
+            finally:
+                finished.set()
+
+        future = asyncio.run_coroutine_threadsafe(tracked(), loop_thread())
+        try:
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # ipykernel turns the interrupt button into a cancellation of the cell.
+            future.cancel()
+            await asyncio.to_thread(finished.wait, 30)
+            self._interrupted(progress, handle)
+            raise KeyboardInterrupt from None
+        except HarnessError as err:
+            self._errored(progress, handle, err)
+            raise
+        self._close(progress, handle, result)
+
+
+class _Note:
+    """A one-line note with a true text form (no key found, run cancelled, ...)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"[harnessnb] {self.text}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        import html
+
+        return {
+            "text/plain": repr(self),
+            "text/html": "<div class='harnessnb-note' style='color:#555;font-family:sans-serif;"
+            f"font-size:13px'>harnessnb: {html.escape(self.text)}</div>",
+        }
+
+
+def plan(shell: Any, line: str, cell: str | None) -> Any:
+    """Parse ``line`` and do the subcommand; a run comes back as a ``_RunJob`` to wait on."""
+    try:
+        sub, args = parse(line)
+    except HelpShown:
+        return None
+    handler = _HANDLERS[sub]
+    if cell is not None and sub != "run" and cell.strip():
+        raise UsageError(f"%%harness {sub}: only `run` takes a cell body; use %harness {sub}")
+    return handler(shell, args, cell)
+
+
+def _check_provider_args(sub: str, args: argparse.Namespace) -> None:
+    if args.provider == "local" and not args.base_url:
+        raise UsageError(
+            f"%harness {sub}: --provider local needs --base-url (an OpenAI-compatible "
+            "server, e.g. http://127.0.0.1:8000/v1)"
+        )
+
+
+def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
+    from .._loop import new_id
+    from .._loop import run as run_loop
+    from .._policy import Policy
+
+    _check_provider_args("run", args)
+    line_task = words(args.task)
+    if cell is not None and cell.strip():
+        if line_task:
+            raise UsageError(
+                "%%harness run: give the task as the cell body or on the line, not both"
+            )
+        task = interpolate(cell, shell.user_ns).strip()
+    else:
+        task = line_task
+    if not task:
+        raise UsageError("%harness run: no task (write it in the cell body, or after `run`)")
+    verification: FileContains | Command | None = None
+    try:
+        if args.verify:
+            verification = parse_verify(args.verify)
+        elif args.verify_cmd:
+            verification = parse_verify_cmd(args.verify_cmd)
+    except ConfigError as err:  # a malformed option: one line, like any argument error
+        raise UsageError(f"%harness run: {err.message}") from None
+    try:
+        contract = TaskContract(
+            task,
+            args.workspace,
+            verification=verification,
+            max_steps=args.max_steps,
+            max_seconds=args.max_seconds,
+        )
+        provider, note = choose_provider(
+            args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
+        )
+        store = _store(args.store)
+    except HarnessError as err:
+        _fail(err)
+        raise
+    policy = Policy.default()
+    if args.allow_write:
+        policy = policy.layer("magic")
+        for glob in args.allow_write:
+            policy = policy.allow_write(glob)
+    run_id = new_id("run")
+
+    def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
+        return run_loop(contract, provider, store=store, policy=policy,
+                        on_event=on_event, run_id=run_id)
+
+    return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
+
+
+def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
+    from .._durable import resume
+
+    _check_provider_args("resume", args)
+    try:
+        provider, note = choose_provider(
+            args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
+        )
+        store = _store(args.store)
+    except HarnessError as err:
+        _fail(err)
+        raise
+
+    def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
+        return resume(args.run_id, provider, store=store, on_event=on_event)
+
+    return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
+
+
+def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
+    from .._durable import replay
+    from .._store import Store
+
+    try:
+        source = _store(args.store)
+        target = Store(":memory:") if args.into is None else _store(args.into)
+    except HarnessError as err:
+        _fail(err)
+        raise
+
+    def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
+        return replay(args.run_id, source, store=target, workspace=args.workspace,
+                      on_event=on_event)
+
+    return _RunJob(shell, start, target, None, out=args.out, quiet=args.quiet)
+
+
+def _plan_runs(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
+    try:
+        frame = _store(args.store).runs()
+    except HarnessError as err:
+        _fail(err)
+        raise
+    frame = frame.drop(columns=[c for c in _NO_RESULT_COLUMNS if c in frame.columns])
+    if args.out:
+        shell.user_ns[args.out] = frame
+    return frame
+
+
+def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
+    by = tuple(c.strip() for c in args.by.split(",") if c.strip())
+    try:
+        frame = _store(args.store).failure_rates(by=by)
+    except StoreError as err:
+        if err.kind == "query":
+            raise UsageError(f"%harness failures: --by {args.by!r}: {err.message}") from None
+        _fail(err)
+        raise
+    if args.out:
+        shell.user_ns[args.out] = frame
+    return frame
+
+
+def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
+    from .._durable import _stored_result
+
+    store = _store(args.store)
+    row = store.get_run(args.run_id)
+    if row is None:
+        raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
+    result = dataclasses.replace(_stored_result(row), step_rows=step_rows(store, args.run_id))
+    display(result)
+    for title, frame in (
+        ("steps", store.steps(args.run_id)),
+        ("attempts", store.attempts(args.run_id)),
+        ("tool calls", store.tool_calls(args.run_id)),
+    ):
+        display(html_object(f"<b>{title}</b>"))
+        display(frame)
+
+
+def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
+    err = _ERRORS.get(args.run_id)
+    if err is not None:
+        print("".join(traceback.format_exception(err)), end="")
+        return
+    store = _store(args.store)
+    row = store.get_run(args.run_id)
+    if row is None:
+        raise UsageError(f"%harness tb: no run {args.run_id!r} in {store.path}")
+    stored = row.get("error")
+    if not stored:
+        print(f"run {args.run_id} ended {row.get('outcome')} with no error")
+        return
+    print(f"{stored.get('name')} [{stored.get('code')}]: {stored.get('message')}")
+    for key, value in stored.items():
+        if key not in ("name", "code", "message", "causes") and value is not None:
+            print(f"  {key}: {value}")
+    for cause in stored.get("causes") or ():
+        print(f"  caused by {cause}")
+    print("(frames are kept only in the kernel that ran it; this is the stored error)")
+
+
+_HANDLERS: dict[str, Callable[[Any, argparse.Namespace, str | None], Any]] = {
+    "run": _plan_run,
+    "resume": _plan_resume,
+    "replay": _plan_replay,
+    "runs": _plan_runs,
+    "failures": _plan_failures,
+    "show": _plan_show,
+    "tb": _plan_tb,
+}
+
+
+@magics_class
+class HarnessMagics(Magics):
+    """``%harness`` and ``%%harness``: see ``%harness --help``."""
+
+    @no_var_expand  # type: ignore[untyped-decorator]
+    @line_cell_magic  # type: ignore[untyped-decorator]
+    def harness(self, line: str, cell: str | None = None) -> Any:
+        job = plan(self.shell, line, cell)
+        if isinstance(job, _RunJob):
+            job.run_sync()
+            return None
+        return job
+
+
+HarnessMagics.harness.__doc__ = help_text()
+
+
+async def harness_async(shell: Any, line: str, cell: str | None = None) -> Any:
+    """The magic as a coroutine: what ``%%harness`` cells become in ipykernel."""
+    job = plan(shell, line, cell)
+    if isinstance(job, _RunJob):
+        await job.run_async()
+        return None
+    return job
+
+
+_CALLS = (
+    "get_ipython().run_cell_magic('harness', ",
+    "get_ipython().run_line_magic('harness', ",
+)
+_AWAIT = (
+    "await __import__('harnessnb.notebook._magics', fromlist=['_'])"
+    ".harness_async(get_ipython(), "
+)
+
+
+def await_harness_cells(lines: list[str]) -> list[str]:
+    """IPython post-transformer: make top-level ``%harness`` calls awaiting ones.
+
+    Quirk (a blocking cell starves the kernel): ipykernel handles widget clicks as
+    shell messages, which a synchronously blocking cell holds back until it ends,
+    so Approve / Deny could never reach a waiting run. A cell that *awaits* lets
+    ipykernel (7.4+) dispatch comm messages meanwhile, and keeps cell order for
+    "Run All". Only top-level statements are rewritten, and only with autoawait on.
+    """
+    shell = get_ipython()
+    if shell is None or not getattr(shell, "autoawait", False):
+        return lines
+    out = []
+    for line in lines:
+        for call in _CALLS:
+            if line.startswith(call):
+                line = _AWAIT + line[len(call):]
+                break
+        out.append(line)
+    return out
+
+
+def load(shell: Any) -> None:
+    """Register the magics; in ipykernel, the awaiting-cell transformer and widget approver."""
+    shell.register_magics(HarnessMagics)
+    if kernel_of(shell) is not None and await_harness_cells not in shell.input_transformers_post:
+        shell.input_transformers_post.append(await_harness_cells)
+    if widget_frontend(shell):
+        from .._loop import set_default_approver_factory
+        from ._approver import WidgetApprover
+
+        set_default_approver_factory(WidgetApprover)
+
+
+def unload(shell: Any) -> None:
+    """Undo ``load`` (``%unload_ext harnessnb``)."""
+    from .._loop import set_default_approver_factory
+
+    if await_harness_cells in shell.input_transformers_post:
+        shell.input_transformers_post.remove(await_harness_cells)
+    set_default_approver_factory(None)

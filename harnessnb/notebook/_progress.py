@@ -1,0 +1,234 @@
+"""Live progress of a run: a state folded from ``RunEvent``s, shown as a widget or text.
+
+``ProgressState`` is pure (events in, text/HTML out; time is an argument). The two
+views take events on the harness loop thread: ``WidgetProgress`` sets ipywidgets
+traits there (ipykernel sends comm messages from any thread through its IOPub
+thread), throttled; ``TextProgress`` prints one line per event worth a line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from .._events import RunEvent
+
+__all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
+
+_NOTES_KEPT = 6
+
+
+@dataclasses.dataclass
+class ProgressState:
+    """What the live panel shows. ``fold`` applies one event; ``now`` is monotonic time."""
+
+    run_id: str = ""
+    max_steps: int = 0
+    step: int = 0
+    tokens: int = 0
+    provider: str = ""
+    started: float = 0.0
+    activity: str = "starting"
+    retry: tuple[str, int | None, int, int, float] | None = None  # kind, status, n, of, until
+    notes: list[str] = dataclasses.field(default_factory=list)
+    outcome: str | None = None
+
+    def fold(self, event: RunEvent, now: float) -> str | None:
+        """Apply ``event``; return a one-line description when it deserves a line."""
+        data = event.data
+        kind = event.kind
+        self.run_id = event.run_id or self.run_id
+        line: str | None = None
+        if kind == "started":
+            self.started = self.started or now
+            self.max_steps = int(data.get("max_steps") or self.max_steps)
+            self.provider = str(data.get("provider") or "")
+            self.step = max(self.step, event.step)
+            verb = "resumed" if data.get("resumed") else "started"
+            line = f"{verb} {event.run_id} with {self.provider} ({data.get('model')})"
+            self.activity = "waiting for the model"
+        elif kind == "step":
+            self.retry = None
+            self.step = event.step
+            self.tokens = int(data.get("tokens") or self.tokens)
+            served = data.get("provider")
+            if served and self.provider and served != self.provider:
+                self._note(f"step {event.step} served by {served}")
+            self.activity = "waiting for the model"
+            line = (
+                f"step {event.step}/{self.max_steps}: {data.get('tool_calls', 0)} tool call(s), "
+                f"{self.tokens} tokens"
+            )
+        elif kind == "tool_call":
+            self.retry = None
+            self.activity = f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
+            line = f"  {self.activity}"
+        elif kind == "retry":
+            delay = float(data.get("delay") or 0.0)
+            self.retry = (
+                str(data.get("kind")),
+                data.get("status"),
+                int(data.get("attempt") or 0),
+                int(data.get("max_attempts") or 0),
+                now + delay,
+            )
+            line = self.retry_line(now)
+        elif kind == "fell_back":
+            line = (
+                f"fell back from {data.get('from_provider')} after {data.get('kind')}"
+                f"{_http(data.get('status'))}"
+            )
+            self._note(line)
+        elif kind in ("replan", "stalled"):
+            line = f"{kind}: {data.get('signal')} - {data.get('detail')}"
+            self._note(line)
+        elif kind == "refused":
+            line = f"refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
+            self._note(line)
+        elif kind == "approval_requested":
+            self.activity = "waiting for approval"
+            line = f"approval asked: {data.get('act', '')} {data.get('target', '')}".rstrip()
+        elif kind == "approval_decided":
+            line = f"approval: {data.get('decision', data.get('kind', ''))}"
+            self._note(line)
+        elif kind == "shrunk":
+            line = "context too long: old tool output dropped and the call retried"
+            self._note(line)
+        elif kind == "finished":
+            self.retry = None
+            self.outcome = str(data.get("outcome"))
+            self.activity = f"finished: {self.outcome}"
+        return line
+
+    def _note(self, text: str) -> None:
+        self.notes = [*self.notes, text][-_NOTES_KEPT:]
+
+    def retry_line(self, now: float) -> str:
+        """``rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3``, or "" with no retry."""
+        if self.retry is None:
+            return ""
+        kind, status, attempt, of, until = self.retry
+        wait = max(0, math.ceil(until - now))
+        return f"{kind}{_http(status)} - retrying in {wait} s, attempt {attempt}/{of}"
+
+    def text(self, now: float) -> str:
+        """The whole state as one line (for a text status)."""
+        elapsed = now - self.started if self.started else 0.0
+        head = (
+            f"{self.run_id}: step {self.step}/{self.max_steps}, {self.tokens} tokens, "
+            f"{elapsed:.0f} s"
+        )
+        return f"{head} - {self.retry_line(now) or self.activity}"
+
+    def html(self, now: float) -> str:
+        """The panel body; every value escaped."""
+        esc = html.escape
+        elapsed = now - self.started if self.started else 0.0
+        retry = self.retry_line(now)
+        activity = (
+            f"<span style='color:#b60'>{esc(retry)}</span>" if retry else esc(self.activity)
+        )
+        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
+        return (
+            "<div class='harnessnb-progress' style='font-family:sans-serif;font-size:13px'>"
+            f"<code>{esc(self.run_id)}</code> step <b>{self.step}</b> of {self.max_steps}"
+            f" &middot; {self.tokens} tokens &middot; {elapsed:.0f} s"
+            f"<div>{activity}</div>"
+            + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else "")
+            + "</div>"
+        )
+
+
+def _http(status: Any) -> str:
+    return f" (HTTP {status})" if status is not None else ""
+
+
+def _args(args: Any, limit: int = 60) -> str:
+    text = str(args) if not isinstance(args, str) else args
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class TextProgress:
+    """Plain text progress lines (no widget frontend: terminal, headless, plain python)."""
+
+    def __init__(self, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+        self.state = ProgressState()
+        self._stream = stream
+        self._clock = clock
+
+    def __call__(self, event: RunEvent) -> None:
+        line = self.state.fold(event, self._clock())
+        if line:
+            stream = self._stream or sys.stdout
+            print(f"[harnessnb] {line}", file=stream, flush=True)
+
+    def show(self) -> None:
+        """Nothing to show up front: lines come as events do."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+class WidgetProgress:
+    """An ipywidgets panel (progress bar + status HTML) updated from run events.
+
+    Updates are throttled to one per ``min_interval`` seconds, except retries and
+    the end; a ticker thread refreshes the elapsed time and retry countdown once a
+    second while the run is live.
+    """
+
+    def __init__(self, *, min_interval: float = 0.25, clock: Callable[[], float] = time.monotonic):
+        import ipywidgets  # type: ignore[import-untyped]
+
+        self.state = ProgressState()
+        self._clock = clock
+        self._min_interval = min_interval
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self.bar = ipywidgets.IntProgress(value=0, min=0, max=1, layout={"width": "260px"})
+        self.status = ipywidgets.HTML(value="harnessnb: starting")
+        self.panel = ipywidgets.VBox([self.bar, self.status])
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def show(self) -> None:
+        """Start the once-a-second refresh (the caller displays ``panel``)."""
+        self._ticker = threading.Thread(target=self._tick, name="harnessnb-progress", daemon=True)
+        self._ticker.start()
+
+    def __call__(self, event: RunEvent) -> None:
+        with self._lock:
+            self.state.fold(event, self._clock())
+        urgent = event.kind in ("retry", "fell_back", "finished", "approval_requested", "started")
+        self.refresh(force=urgent)
+
+    def refresh(self, *, force: bool = False) -> None:
+        now = self._clock()
+        with self._lock:
+            if not force and now - self._last < self._min_interval:
+                return
+            self._last = now
+            body = self.state.html(now)
+            step, most = self.state.step, max(1, self.state.max_steps)
+        self.bar.max = most
+        self.bar.value = min(step, most)
+        self.status.value = body
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            self.refresh(force=True)
+
+    def close(self) -> None:
+        """Stop the ticker and close the widgets (their comms)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+        self.panel.close()
+        self.bar.close()
+        self.status.close()

@@ -1,0 +1,457 @@
+"""The %harness / %%harness magics in a real IPython InteractiveShell."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.notebook import _magics
+from harnessnb.notebook._args import help_text
+
+ENV_KEYS = (
+    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
+    "HARNESSNB_NO_WIDGETS",
+)  # fmt: skip
+
+
+@pytest.fixture
+def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InteractiveShell]:
+    for key in ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "harnessnb")
+    yield sh
+    for name in ("R", "frame", "x", "who"):
+        sh.user_ns.pop(name, None)
+
+
+@pytest.fixture
+def srv() -> Iterator[ChaosServer]:
+    with ChaosServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("# Title\n\n## Usage\n")
+    return root
+
+
+def opts(srv: ChaosServer, ws: Path, tmp_path: Path) -> str:
+    return (
+        f"--provider openai --base-url {srv.openai_url} --workspace {ws} "
+        f"--store {tmp_path / 'runs.duckdb'}"
+    )
+
+
+def runs(tmp_path: Path) -> Any:
+    return _magics._store(str(tmp_path / "runs.duckdb")).runs()
+
+
+# ------------------------------------------------------------------ run
+
+
+def test_cell_magic_runs_the_body_and_assigns_out(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with capture_output() as cap:
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "say hi\n")
+    result = shell.user_ns["R"]
+    assert isinstance(result, hn.RunResult)
+    assert (result.outcome, result.text, result.steps) == (hn.RunOutcome.FINISHED, "say hi", 1)
+    assert result.step_rows[0]["decision"] == "answer"
+    assert srv.requests[0].messages[-1]["content"] == "say hi"
+    assert "[harnessnb] started" in cap.stdout  # text progress: no widget frontend here
+    (card,) = [o for o in cap.outputs if "text/html" in o.data]
+    assert "harnessnb-run" in card.data["text/html"]
+    assert card.data["text/plain"].startswith(f"run {result.run_id}: finished")
+    assert runs(tmp_path)["outcome"].tolist() == ["finished"]
+
+
+def test_line_magic_takes_the_task_from_the_line(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with capture_output():
+        shell.run_line_magic("harness", f"run say hello there {opts(srv, ws, tmp_path)} --out R")
+    assert shell.user_ns["R"].text == "say hello there"
+
+
+def test_body_interpolates_names_from_the_notebook(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    shell.user_ns["who"] = "world"
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R",
+                             "greet {who} {{literally}}")
+    assert shell.user_ns["R"].text == "greet world {literally}"
+
+
+def test_missing_name_in_body_is_a_one_line_usage_error(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match="'nowhere' is not defined") as err:
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "greet {nowhere}")
+    assert "\n" not in str(err.value)
+    assert srv.requests == []
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("run --max-steps x task", "not a whole number"),
+        ("run --max-steps 0 task", "at least 1"),
+        ("run --max-seconds -1 task", "more than 0"),
+        ("run --provider nope task", "invalid choice"),
+        ("run --fallback nope task", "invalid choice"),
+        ("run --verify nonsense task", "FILE contains TEXT"),
+        ("run --verify 'a contains b' --verify-cmd true task", "not allowed with"),
+        ("run --bogus task", "unrecognized arguments"),
+        ('run "unbalanced', "cannot split"),
+        ("run", "no task"),
+        ("frobnicate", "unknown subcommand"),
+        ("runs --nope", "unrecognized arguments"),
+        ("failures --by nope", "failure_rates"),
+        ("resume", "required: RUN_ID"),
+        ("show no_such_run", "no run 'no_such_run'"),
+        ("tb no_such_run", "no run 'no_such_run'"),
+        ("run --provider local task", "needs --base-url"),
+    ],
+)
+def test_bad_arguments_are_one_line_usage_errors(
+    shell: InteractiveShell, line: str, match: str
+) -> None:
+    with pytest.raises(UsageError, match=match) as err:
+        shell.run_line_magic("harness", line)
+    assert "\n" not in str(err.value)
+
+
+def test_usage_error_through_run_cell_shows_no_traceback(shell: InteractiveShell) -> None:
+    with capture_output() as cap:
+        result = shell.run_cell("%harness run --max-steps x task")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "Traceback" not in cap.stdout + cap.stderr
+
+
+@pytest.mark.parametrize("line", ["--help", "run --help", "", "failures -h"])
+def test_help_lists_every_option(shell: InteractiveShell, line: str) -> None:
+    with capture_output() as cap:
+        assert shell.run_line_magic("harness", line) is None
+    if line == "failures -h":
+        assert all(o in cap.stdout for o in ("--by", "--store", "--out"))
+        return
+    for option in ("--provider", "--model", "--base-url", "--out"):
+        assert option in cap.stdout
+    if line in ("--help", "run --help", ""):
+        for option in ("--workspace", "--verify", "--verify-cmd", "--max-steps",
+                       "--max-seconds", "--store", "--allow-write", "--fallback", "--quiet"):
+            assert option in cap.stdout
+
+
+def test_magic_docstring_is_the_help() -> None:
+    assert _magics.HarnessMagics.harness.__doc__ == help_text()
+    for sub in ("run", "resume", "runs", "failures", "show", "replay", "tb"):
+        assert f"%harness {sub}" in help_text()
+
+
+# ------------------------------------------------------------------ providers
+
+
+def _serve_all(monkeypatch: pytest.MonkeyPatch, srv: ChaosServer) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
+    monkeypatch.setenv("OPENROUTER_BASE_URL", srv.openai_url)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.url)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"OPENROUTER_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"},
+         "openrouter"),
+        ({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, "anthropic"),
+        ({"OPENAI_API_KEY": "k"}, "openai"),
+        ({"HARNESSNB_PROVIDER": "openai", "OPENROUTER_API_KEY": "k", "OPENAI_API_KEY": "k"},
+         "openai"),
+    ],
+)
+def test_provider_selection_order(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str,
+) -> None:
+    _serve_all(monkeypatch, srv)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with capture_output():
+        shell.run_cell_magic("harness", f"run --workspace {ws} --out R", "hi")
+    assert shell.user_ns["R"].providers == (expected,)
+    assert srv.requests[0].protocol == ("anthropic" if expected == "anthropic" else "openai")
+
+
+def test_no_key_uses_the_demo_model_with_a_visible_note(
+    shell: InteractiveShell, ws: Path
+) -> None:
+    with capture_output() as cap:
+        shell.run_cell_magic("harness", f"run --workspace {ws} --out R --quiet", "list files")
+    assert shell.user_ns["R"].providers == ("demo",)
+    notes = [o.data["text/plain"] for o in cap.outputs if "harnessnb-note" in
+             o.data.get("text/html", "")]
+    assert notes and "no API key found" in notes[0]
+    assert "OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY" in notes[0]
+
+
+def test_a_named_provider_without_its_key_shows_a_config_card_and_fails(
+    shell: InteractiveShell, ws: Path
+) -> None:
+    with capture_output() as cap, pytest.raises(hn.ConfigError, match="OPENAI_API_KEY") as err:
+        shell.run_cell_magic("harness", f"run --provider openai --workspace {ws}", "hi")
+    assert len(err.value._render_traceback_()) <= 3
+    assert any("harnessnb-error" in o.data.get("text/html", "") for o in cap.outputs)
+
+
+def test_fallback_serves_the_step_after_a_retryable_failure(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENROUTER_API_KEY", "k")
+    monkeypatch.setenv("OPENROUTER_BASE_URL", srv.openai_url)
+    srv.push(Fault.status(503))
+    with capture_output():
+        shell.run_cell_magic(
+            "harness", f"run {opts(srv, ws, tmp_path)} --fallback openrouter --out R", "hi"
+        )
+    result = shell.user_ns["R"]
+    assert result.providers == ("openrouter",)
+    assert result.fallbacks == 1
+
+
+# ------------------------------------------------------------------ policy, verify
+
+
+def _writer(request: ChaosRequest) -> Reply:
+    if any(m.get("role") == "tool" for m in request.messages):
+        return Reply(text="wrote NOTES.md")
+    return Reply(tool_calls=[{"name": "write_file",
+                              "arguments": {"path": "NOTES.md", "content": "# Notes\n"}}])
+
+
+def test_allow_write_and_verify_make_a_successful_run(
+    shell: InteractiveShell, ws: Path, tmp_path: Path
+) -> None:
+    with ChaosServer(responder=_writer) as server, capture_output():
+        shell.run_cell_magic(
+            "harness",
+            f'run {opts(server, ws, tmp_path)} --allow-write NOTES.md '
+            '--verify "NOTES.md contains # Notes" --max-steps 3 --out R',
+            "write notes",
+        )
+    result = shell.user_ns["R"]
+    assert (result.outcome, result.verified) == (hn.RunOutcome.SUCCESS, True)
+    assert (ws / "NOTES.md").read_text() == "# Notes\n"
+    assert result.step_rows[0]["tools"] == ["write_file"]
+
+
+def test_without_allow_write_the_write_is_refused_with_a_hint(
+    shell: InteractiveShell, ws: Path, tmp_path: Path
+) -> None:
+    with ChaosServer(responder=_writer) as server, capture_output():
+        shell.run_cell_magic(
+            "harness", f"run {opts(server, ws, tmp_path)} --verify-cmd 'test -f NOTES.md' "
+            "--max-steps 2 --out R", "write notes",
+        )
+        refused = [m for m in server.requests[1].messages if m.get("role") == "tool"]
+    assert not (ws / "NOTES.md").exists()
+    assert "refused" in refused[0]["content"]
+    assert shell.user_ns["R"].verified is not True
+
+
+def test_max_steps_caps_the_run(
+    shell: InteractiveShell, ws: Path, tmp_path: Path
+) -> None:
+    def reader(request: ChaosRequest) -> Reply:
+        n = len(request.messages)
+        return Reply(tool_calls=[{"name": "list_dir", "arguments": {"path": "." * (1 + n % 2)}}])
+
+    with ChaosServer(responder=reader) as server, capture_output():
+        shell.run_cell_magic("harness", f"run {opts(server, ws, tmp_path)} --max-steps 2 "
+                             "--out R --quiet", "look around")
+    assert shell.user_ns["R"].steps == 2
+
+
+# ------------------------------------------------------------------ failures
+
+
+def test_rate_limited_run_shows_card_then_raises_short_error(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.push(Fault.status(429, retry_after="100"))
+    with capture_output() as cap, pytest.raises(hn.ProviderError) as err:
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --max-seconds 5", "hi")
+    assert err.value.kind is hn.ProviderErrorKind.RATE_LIMITED
+    lines = err.value._render_traceback_()
+    assert 1 <= len(lines) <= 3
+    assert lines[-1] == "rate_limited, HTTP 429, retryable, retry after 100 s"
+    (card,) = [o for o in cap.outputs if "harnessnb-run" in o.data.get("text/html", "")]
+    assert "retry after 100 s" in card.data["text/html"]
+    assert "status: 429" in card.data["text/plain"]
+    assert runs(tmp_path)["outcome"].tolist() == ["escalated_retryable"]
+
+
+def test_failed_cell_through_run_cell_prints_at_most_three_lines(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.set_default(Fault.status(401))
+    with capture_output() as cap:
+        result = shell.run_cell(f"%harness run hi {opts(srv, ws, tmp_path)}")
+    assert isinstance(result.error_in_exec, hn.ProviderError)
+    err_lines = [ln for ln in (cap.stdout + cap.stderr).splitlines() if "ProviderError" in ln
+                 or "auth, HTTP 401" in ln]
+    assert err_lines and len(err_lines) <= 3
+
+
+def test_tb_prints_the_full_traceback_of_a_failed_run(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.set_default(Fault.status(401))
+    with capture_output(), pytest.raises(hn.ProviderError):
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "hi")
+    run_id = runs(tmp_path)["run_id"].iloc[0]
+    with capture_output() as cap:
+        shell.run_line_magic("harness", f"tb {run_id} --store {tmp_path / 'runs.duckdb'}")
+    assert "Traceback (most recent call last)" in cap.stdout
+    assert "ProviderError" in cap.stdout
+    _magics._ERRORS.clear()  # a new kernel: only the stored error is left
+    with capture_output() as cap:
+        shell.run_line_magic("harness", f"tb {run_id} --store {tmp_path / 'runs.duckdb'}")
+    assert "ProviderError [PROVIDER_AUTH]" in cap.stdout
+    assert "status: 401" in cap.stdout
+
+
+# ------------------------------------------------------------------ interrupt + resume
+
+
+def test_interrupt_cancels_the_run_and_resume_continues_it(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.push(Fault.hang(5.0))
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with capture_output() as cap, pytest.raises(KeyboardInterrupt):
+            shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "hi")
+    finally:
+        timer.cancel()
+    frame = runs(tmp_path)
+    assert frame["outcome"].tolist() == ["cancelled"]
+    run_id = frame["run_id"].iloc[0]
+    assert f"%harness resume {run_id}" in cap.stdout + "".join(
+        o.data["text/plain"] for o in cap.outputs
+    )
+    with capture_output():
+        shell.run_line_magic(
+            "harness",
+            f"resume {run_id} --provider openai --base-url {srv.openai_url} "
+            f"--store {tmp_path / 'runs.duckdb'} --out R",
+        )
+    assert shell.user_ns["R"].outcome is hn.RunOutcome.FINISHED
+    assert runs(tmp_path)["outcome"].tolist() == ["finished"]
+
+
+# ------------------------------------------------------------------ tables
+
+
+def test_runs_and_failures_return_frames_and_assign_out(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.push(Fault.status(503))
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "hi")
+    store = f"--store {tmp_path / 'runs.duckdb'}"
+    frame = shell.run_line_magic("harness", f"runs {store} --out frame")
+    assert frame is shell.user_ns["frame"]
+    assert frame["outcome"].tolist() == ["finished"]
+    assert "contract" not in frame.columns
+    rates = shell.run_line_magic("harness", f"failures {store} --by provider,kind")
+    assert rates[["provider", "kind", "failures"]].values.tolist() == [["openai", "server", 1]]
+    by_provider = shell.run_line_magic("harness", f"failures {store} --by provider --out frame")
+    assert by_provider["attempts"].tolist() == [2]
+    assert shell.user_ns["frame"] is by_provider
+
+
+def test_show_displays_the_card_and_the_tables(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
+    run_id = shell.user_ns["R"].run_id
+    with capture_output() as cap:
+        shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
+    html = [o.data.get("text/html", "") for o in cap.outputs]
+    assert "harnessnb-run" in html[0] and "<details" in html[0]
+    assert [h for h in html if h.startswith("<b>")] == [
+        "<b>steps</b>", "<b>attempts</b>", "<b>tool calls</b>"
+    ]
+
+
+def test_replay_runs_a_recorded_run_again_without_the_network(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    store = _magics._store(str(tmp_path / "runs.duckdb"))
+    recorded = hn.run_sync(
+        hn.TaskContract("say hi", ws), hn.Record(hn.OpenAI("m", base_url=srv.openai_url), store),
+        store=store,
+    )
+    srv.set_default(Fault.status(500))  # the replay must not call the server
+    with capture_output():
+        shell.run_line_magic(
+            "harness", f"replay {recorded.run_id} --store {tmp_path / 'runs.duckdb'} "
+            f"--workspace {ws} --out R",
+        )
+    again = shell.user_ns["R"]
+    assert (again.outcome, again.text) == (hn.RunOutcome.FINISHED, "say hi")
+    assert len(srv.requests) == 1
+
+
+def test_only_run_takes_a_cell_body(shell: InteractiveShell) -> None:
+    with pytest.raises(UsageError, match="only `run` takes a cell body"):
+        shell.run_cell_magic("harness", "runs", "body")
+
+
+# ------------------------------------------------------------------ awaiting cells
+
+
+def test_harness_cells_become_awaiting_cells_in_a_kernel() -> None:
+    lines = [
+        "get_ipython().run_cell_magic('harness', 'run --quiet', 'task\\n')\n",
+        "    get_ipython().run_line_magic('harness', 'runs')\n",
+        "x = get_ipython().run_line_magic('harness', 'runs')\n",
+    ]
+    out = _magics.await_harness_cells(lines)
+    assert out[0].startswith("await __import__('harnessnb.notebook._magics'")
+    assert out[0].endswith(".harness_async(get_ipython(), 'run --quiet', 'task\\n')\n")
+    assert out[1:] == lines[1:]  # nested or assigned: left as they are
+
+
+def test_the_awaiting_path_runs_in_a_shell_with_the_transformer(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    shell.input_transformers_post.append(_magics.await_harness_cells)
+    try:
+        with capture_output():
+            result = shell.run_cell(f"%%harness run {opts(srv, ws, tmp_path)} --out R\nhi\n")
+    finally:
+        shell.input_transformers_post.remove(_magics.await_harness_cells)
+    assert result.error_in_exec is None
+    assert shell.user_ns["R"].outcome is hn.RunOutcome.FINISHED

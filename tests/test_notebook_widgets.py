@@ -1,0 +1,262 @@
+"""Progress state and views, the WidgetApprover (buttons driven from another thread),
+environment detection, cards and plot_failures."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+from harnessnb.notebook import WidgetApprover, plot_failures
+from harnessnb.notebook._env import widget_frontend
+from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
+
+
+def ev(event: Any, step: int = 0, /, **data: Any) -> hn.RunEvent:
+    return hn.RunEvent(event, "run_x", step, 0.0, data)
+
+
+def request(**kw: Any) -> hn.ApprovalRequest:
+    base: dict[str, Any] = dict(act="write", target="NOTES.md", preview="+# Notes <b>",
+                                rule="write:*", layer="default", tool="write_file")
+    return hn.ApprovalRequest(**{**base, **kw})
+
+
+# ------------------------------------------------------------------ progress
+
+
+def test_retry_line_counts_down_the_wait() -> None:
+    state = ProgressState()
+    state.fold(ev("started", max_steps=5, provider="openai", model="m"), now=100.0)
+    line = state.fold(ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3,
+                         delay=7.0, retry_after=7.0), now=100.0)
+    assert line == "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"
+    assert state.retry_line(now=103.2) == "rate_limited (HTTP 429) - retrying in 4 s, attempt 2/3"
+    assert state.text(now=103.2).startswith("run_x: step 0/5, 0 tokens, 3 s - rate_limited")
+    state.fold(ev("step", 1, tokens=40, tool_calls=0, provider="openai"), now=104.0)
+    assert state.retry is None and (state.step, state.tokens) == (1, 40)
+
+
+def test_fallback_replan_and_step_served_elsewhere_become_notes() -> None:
+    state = ProgressState()
+    state.fold(ev("started", max_steps=3, provider="fallback"), now=0.0)
+    state.fold(ev("fell_back", from_provider="openai", kind="server", status=503), now=1.0)
+    state.fold(ev("step", 1, tokens=5, provider="anthropic"), now=1.0)
+    state.fold(ev("replan", 2, signal="window", detail="same calls"), now=2.0)
+    assert state.notes == [
+        "fell back from openai after server (HTTP 503)",
+        "step 1 served by anthropic",
+        "replan: window - same calls",
+    ]
+    assert "<li>replan: window - same calls</li>" in state.html(now=2.0)
+
+
+def test_progress_html_escapes_tool_arguments() -> None:
+    state = ProgressState()
+    state.fold(ev("tool_call", 1, tool="read_file", args={"path": "<img src=x>"}, status="ok"),
+               now=0.0)
+    assert "<img" not in state.html(now=0.0)
+    assert "&lt;img src=x&gt;" in state.html(now=0.0)
+
+
+def test_text_progress_prints_one_line_per_event_worth_it() -> None:
+    out = io.StringIO()
+    progress = TextProgress(stream=out, clock=lambda: 0.0)
+    progress(ev("started", max_steps=2, provider="openai", model="m"))
+    progress(ev("retry", kind="server", status=503, attempt=2, max_attempts=3, delay=1.0))
+    progress(ev("finished", outcome="finished"))
+    assert out.getvalue().splitlines() == [
+        "[harnessnb] started run_x with openai (m)",
+        "[harnessnb] server (HTTP 503) - retrying in 1 s, attempt 2/3",
+    ]
+
+
+def test_widget_progress_updates_from_another_thread_and_throttles() -> None:
+    now = [0.0]
+    progress = WidgetProgress(min_interval=0.5, clock=lambda: now[0])
+    progress(ev("started", max_steps=4, provider="openai", model="m"))
+    worker = threading.Thread(target=progress, args=(ev("step", 1, tokens=10),))
+    worker.start()
+    worker.join()
+    assert progress.bar.value == 0  # throttled: within 0.5 s of the last update
+    now[0] = 1.0
+    progress(ev("step", 2, tokens=20))
+    assert (progress.bar.value, progress.bar.max) == (2, 4)
+    progress(ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3, delay=9))
+    assert "rate_limited (HTTP 429) - retrying in 9 s, attempt 2/3" in progress.status.value
+    progress.show()
+    progress.close()
+
+
+# ------------------------------------------------------------------ environment
+
+
+def test_no_widget_frontend_outside_a_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeKernelShell:
+        kernel = object()
+
+    monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
+    assert widget_frontend(object()) is False  # a shell without a kernel (terminal IPython)
+    assert widget_frontend(FakeKernelShell()) is True
+    monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
+    assert widget_frontend(FakeKernelShell()) is False
+
+
+# ------------------------------------------------------------------ approver
+
+
+def _click_when_shown(approver: WidgetApprover, action: str, reason: str = "") -> threading.Thread:
+    def click() -> None:
+        deadline = time.monotonic() + 5
+        while not approver.panels and time.monotonic() < deadline:
+            time.sleep(0.01)
+        panel = approver.panels[-1]
+        if reason:
+            panel.reason.value = reason
+        getattr(panel, f"{action}_button").click()
+
+    thread = threading.Thread(target=click)
+    thread.start()
+    return thread
+
+
+async def test_approve_button_clicked_from_another_thread_approves() -> None:
+    approver = WidgetApprover(widgets=True)
+    clicker = _click_when_shown(approver, "approve")
+    decision = await approver(request())
+    clicker.join()
+    assert decision == hn.Decision.approve()
+    panel = approver.panels[0]
+    assert panel.approve_button.disabled and "approved" in panel.status.value
+    assert "&lt;b&gt;" in panel.summary.value and "write:*" in panel.summary.value
+
+
+async def test_deny_button_carries_the_typed_reason() -> None:
+    approver = WidgetApprover(widgets=True)
+    clicker = _click_when_shown(approver, "deny", reason="not that file")
+    decision = await approver(request())
+    clicker.join()
+    assert decision == hn.Decision.deny("not that file")
+    approver.panels[0].deny_button.click()  # a second click changes nothing
+    assert approver.panels[0].decision == hn.Decision.deny("not that file")
+
+
+async def test_unanswered_request_defers_after_the_timeout() -> None:
+    approver = WidgetApprover(widgets=True, timeout=0.05)
+    decision = await approver(request())
+    assert decision.kind == "defer"
+
+
+async def test_without_frontend_the_default_is_a_refusal_that_says_how_to_allow() -> None:
+    decision = await WidgetApprover(widgets=False)(request())
+    assert decision.kind == "deny"
+    assert "allow_write('NOTES.md')" in str(decision.reason)
+    assert "--allow-write" in str(decision.reason)
+
+
+@pytest.mark.parametrize(("reply", "kind"), [("y", "approve"), ("no way", "deny"), ("", "deny")])
+async def test_prompt_fallback_asks_on_stdin(
+    monkeypatch: pytest.MonkeyPatch, reply: str, kind: str
+) -> None:
+    monkeypatch.setattr(builtins, "input", lambda prompt="": reply)
+    decision = await WidgetApprover(widgets=False, fallback="prompt")(request())
+    assert decision.kind == kind
+
+
+def test_bad_fallback_is_refused() -> None:
+    with pytest.raises(ValueError, match="fallback"):
+        WidgetApprover(fallback="maybe")  # type: ignore[arg-type]
+
+
+def _writer(req: ChaosRequest) -> Reply:
+    if any(m.get("role") == "tool" for m in req.messages):
+        return Reply(text="done")
+    return Reply(tool_calls=[{"name": "write_file",
+                              "arguments": {"path": "NOTES.md", "content": "# N\n"}}])
+
+
+def test_a_run_waits_for_the_click_on_the_harness_loop(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    approver = WidgetApprover(widgets=True)
+    with ChaosServer(responder=_writer) as srv:
+        clicker = _click_when_shown(approver, "approve")
+        result = hn.run_sync(
+            hn.TaskContract("write notes", tmp_path / "ws", max_steps=3),
+            hn.OpenAI("m", base_url=srv.openai_url),
+            store=hn.Store(":memory:"),
+            approver=approver,
+        )
+        clicker.join()
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert (tmp_path / "ws" / "NOTES.md").read_text() == "# N\n"
+    assert approver.panels[0].request.target == "NOTES.md"
+
+
+async def test_cancelled_wait_marks_the_panel() -> None:
+    approver = WidgetApprover(widgets=True)
+    task = asyncio.ensure_future(approver(request()))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "cancelled" in approver.panels[0].status.value
+
+
+# ------------------------------------------------------------------ cards
+
+
+def test_run_card_has_an_escaped_collapsible_step_table() -> None:
+    result = hn.RunResult(
+        run_id="run_1", outcome=hn.RunOutcome.FINISHED, steps=1, tokens=3,
+        text="<script>x()</script>",
+        step_rows=({"step": 1, "decision": "tool_calls", "tools": ["read_file"], "tokens": 3,
+                    "provider": "<b>p</b>", "changed": False, "failures": ["server 503"]},),
+    )
+    bundle = result._repr_mimebundle_()
+    html = bundle["text/html"]
+    assert "<details" in html and "<summary>1 step</summary>" in html
+    assert "<script>" not in html and "&lt;b&gt;p&lt;/b&gt;" in html
+    assert "server 503" in html
+    assert "step 1: decision tool_calls, tools read_file, tokens 3" in bundle["text/plain"]
+
+
+# ------------------------------------------------------------------ plot
+
+
+def test_plot_failures_draws_bars_by_provider_and_kind() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    frame = pd.DataFrame({
+        "provider": ["a", "a", "b"], "kind": ["server", "rate_limited", None],
+        "attempts": [10, 10, 4], "failures": [2, 1, 0], "failure_rate": [0.2, 0.1, 0.0],
+    })
+    axes = plot_failures(frame)
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["a"]
+    assert sorted(t.get_text() for t in axes.get_legend().get_texts()) == [
+        "rate_limited", "server"
+    ]
+    store = hn.Store(":memory:")
+    assert plot_failures(store) is not None  # an empty store still plots (nothing failed)
+
+
+def test_plot_failures_without_matplotlib_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    with pytest.raises(hn.ConfigError, match="pip install matplotlib"):
+        plot_failures(hn.Store(":memory:"))
