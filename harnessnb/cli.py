@@ -1,0 +1,444 @@
+"""The ``harnessnb`` command: a thin face over the run loop and the store.
+
+Commands::
+
+    harnessnb demo [--seed N] [--chaos | --no-chaos] [--stall] [--workspace DIR]
+    harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
+                  [--verify "FILE contains TEXT"] [--allow-write GLOB ...]
+                  [--max-steps N] [--max-seconds S]
+    harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
+    harnessnb runs
+    harnessnb failures [--by provider,kind]
+
+Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
+``runs.duckdb`` in the working directory: the same store the notebook magics use).
+With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
+(OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model
+(rule-based, not an LLM), with a note saying so.
+
+Exit codes (the run's outcome decides for demo, run and resume)::
+
+    0    success or finished
+    1    an error outside a run (the store, a resume that cannot start, a bug)
+    2    usage or configuration error (bad option, missing key, no such workspace)
+    3    escalated_retryable: a retryable provider failure outlasted the retries
+    4    escalated_terminal: a failure no retry can cure (auth, bad request)
+    5    stalled: the agent went round in circles
+    6    a budget ran out: step_cap, time_budget or token_budget
+    7    needs_reconciliation: a write may or may not have landed (resolve, then resume)
+    8    denied or awaiting_approval: the policy refused, or a person must decide
+    130  cancelled (Ctrl-C); the run stays resumable
+
+Errors print as the error's short text card, never as a Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._errors import ConfigError, HarnessError, wrap_unknown
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ._completion import Provider
+    from ._events import RunEvent
+    from ._result import RunResult
+    from ._store import Store
+
+__all__ = ["DEMO_CHAOS", "DEMO_SEED", "DEMO_TASK", "EXIT_CODES", "main"]
+
+EXIT_CODES: dict[str, int] = {
+    "success": 0,
+    "finished": 0,
+    "escalated_retryable": 3,
+    "escalated_terminal": 4,
+    "stalled": 5,
+    "step_cap": 6,
+    "time_budget": 6,
+    "token_budget": 6,
+    "needs_reconciliation": 7,
+    "denied": 8,
+    "awaiting_approval": 8,
+    "cancelled": 130,
+}
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+DEMO_TASK = "summarise README.md into NOTES.md"
+DEMO_SEED = 32
+"""The default demo seed: its first three attempts get a 429 (Retry-After 1 s), a 503 and
+a malformed answer, then the run goes through: every kind of retry in about 3 s."""
+DEMO_CHAOS: dict[str, float] = {"rate_limited": 0.2, "server": 0.1, "malformed": 0.05}
+"""Failure rates of ``harnessnb demo``; the 429s carry ``Retry-After: 1``."""
+
+_EPILOG = """\
+exit codes: 0 success/finished, 1 error outside a run, 2 usage or configuration error,
+3 escalated_retryable, 4 escalated_terminal, 5 stalled, 6 step/time/token budget,
+7 needs_reconciliation, 8 denied or awaiting_approval, 130 cancelled (Ctrl-C)."""
+
+
+# ------------------------------------------------------------------ progress
+
+
+class LineProgress:
+    """Prints one line per step (with its tool calls), retry, fallback and stall."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._calls: list[str] = []
+        self.run_id: str | None = None
+        self.max_steps = 0
+
+    def __call__(self, event: RunEvent) -> None:
+        line = self.line(event)
+        if line is not None:
+            print(line, file=self._stream or sys.stdout, flush=True)
+
+    def line(self, event: RunEvent) -> str | None:
+        """The line for ``event``, or None (tool calls wait for their step's line)."""
+        data = event.data
+        kind = event.kind
+        if kind == "started":
+            self.run_id = event.run_id
+            self.max_steps = int(data.get("max_steps") or 0)
+            verb = "resumed" if data.get("resumed") else "started"
+            return f"{verb} {event.run_id} with {data.get('provider')} ({data.get('model')})"
+        if kind == "tool_call":
+            self._calls.append(
+                f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
+            )
+            return None
+        if kind == "step":
+            calls, self._calls = self._calls, []
+            did = "; ".join(calls) if calls else "answered"
+            of = f"/{self.max_steps}" if self.max_steps else ""
+            return f"  step {event.step}{of}: {did} [{data.get('tokens')} tokens]"
+        if kind == "retry":
+            after = " (Retry-After)" if data.get("retry_after") is not None else ""
+            return (
+                f"  retry: {data.get('kind')}{_http(data.get('status'))} from "
+                f"{data.get('provider')}, waiting {float(data.get('delay') or 0):.1f} s{after}, "
+                f"attempt {data.get('attempt')}/{data.get('max_attempts')}"
+            )
+        if kind == "fell_back":
+            return (
+                f"  fallback: {data.get('from_provider')} failed with {data.get('kind')}"
+                f"{_http(data.get('status'))}; trying the next provider"
+            )
+        if kind in ("replan", "stalled"):
+            then = "told the model to change approach" if kind == "replan" else "stopping"
+            return f"  stall ({data.get('signal')}): {data.get('detail')}; {then}"
+        if kind == "refused":
+            return f"  refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
+        if kind == "shrunk":
+            return "  context too long: old tool output dropped and the call retried"
+        return None
+
+
+def _http(status: Any) -> str:
+    return f" (HTTP {status})" if status is not None else ""
+
+
+def _args(args: Any, limit: int = 50) -> str:
+    if isinstance(args, dict) and "content" in args:
+        # A file body says nothing on one line; its size does.
+        args = {**args, "content": f"<{len(str(args['content']))} chars>"}
+    text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args)
+    text = text.removeprefix("{").removesuffix("}")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``harnessnb`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
+    )
+    choice = argparse.ArgumentParser(add_help=False)
+    choice.add_argument(
+        "--provider",
+        choices=("openai", "openrouter", "anthropic", "local", "demo"),
+        help="default: $HARNESSNB_PROVIDER, else the first API key found, else demo",
+    )
+    choice.add_argument("--model", metavar="M", help="the model (default: the provider's)")
+    choice.add_argument("--base-url", metavar="URL", help="another server for the protocol")
+
+    parser = argparse.ArgumentParser(
+        prog="harnessnb",
+        description="Run LLM agents on tasks in a workspace, durably; analyse the runs.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the quickstart task on the demo model, with some chaos (no key needed)",
+        description=(
+            f"Run {DEMO_TASK!r} on the harnessnb demo model (rule-based, not an LLM) over "
+            "loopback HTTP, with seeded failures, then print the outcome and the failure "
+            "table from the store."
+        ),
+        epilog=_EPILOG,
+    )
+    demo.add_argument("--seed", type=int, default=DEMO_SEED, help="seeds the failure draw")
+    demo.add_argument(
+        "--chaos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="inject failures: " + ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()),
+    )
+    demo.add_argument("--stall", action="store_true", help="make the model loop on one read")
+    demo.add_argument("--workspace", metavar="DIR", help="where to build the demo project")
+    demo.set_defaults(handler=cmd_demo)
+
+    run = sub.add_parser(
+        "run", parents=[common, choice], help="run an agent on a task", epilog=_EPILOG
+    )
+    run.add_argument("task", metavar="TASK", help="the task, in plain words")
+    run.add_argument("--workspace", metavar="DIR", required=True, help="the folder to work in")
+    run.add_argument("--verify", metavar='"FILE contains TEXT"', help="the success check")
+    run.add_argument(
+        "--allow-write",
+        metavar="GLOB",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="allow writing these paths without asking",
+    )
+    run.add_argument("--max-steps", type=int, default=12, metavar="N")
+    run.add_argument("--max-seconds", type=float, metavar="S")
+    run.set_defaults(handler=cmd_run)
+
+    resume = sub.add_parser(
+        "resume", parents=[common, choice], help="continue an interrupted run", epilog=_EPILOG
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.set_defaults(handler=cmd_resume)
+
+    runs = sub.add_parser("runs", parents=[common], help="list the runs in the store")
+    runs.set_defaults(handler=cmd_runs)
+
+    failures = sub.add_parser(
+        "failures", parents=[common], help="failure rates from the store's attempts"
+    )
+    failures.add_argument(
+        "--by", default="provider,kind", metavar="COLS", help="comma-separated columns"
+    )
+    failures.set_defaults(handler=cmd_failures)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``harnessnb`` command; returns the exit code (see the module docstring)."""
+    args = build_parser().parse_args(argv)  # exits 2 on a usage error
+    try:
+        code: int = args.handler(args)
+        return code
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return EXIT_CODES["cancelled"]
+    except HarnessError as exc:
+        return _report(exc)
+    except Exception as exc:  # a bug: still a short card, not a traceback
+        return _report(wrap_unknown(exc))
+
+
+def _report(exc: HarnessError) -> int:
+    print(exc._repr_mimebundle_()["text/plain"], file=sys.stderr)
+    return EXIT_USAGE if exc.code.startswith("CONFIG") else EXIT_ERROR
+
+
+# ------------------------------------------------------------------ commands
+
+
+def _store(args: argparse.Namespace) -> Store:
+    from ._loop import default_store
+    from ._store import Store
+
+    return Store(args.store) if args.store else default_store()
+
+
+def _provider(args: argparse.Namespace) -> Provider:
+    from ._choose import choose_provider
+
+    provider, note = choose_provider(args.provider, model=args.model, base_url=args.base_url)
+    if note:
+        print(f"note: {note}", flush=True)
+    return provider
+
+
+def _drive(run: Any, progress: LineProgress) -> RunResult:
+    """Run a blocking call; on Ctrl-C say how to continue, then re-raise."""
+    try:
+        result: RunResult = run()
+        return result
+    except KeyboardInterrupt:
+        if progress.run_id:
+            print(
+                f"\ncancelled: {progress.run_id} is recorded as cancelled; continue with "
+                f"`harnessnb resume {progress.run_id}`",
+                file=sys.stderr,
+            )
+        raise
+
+
+def _finish(result: RunResult) -> int:
+    print(result.summary_text())
+    return EXIT_CODES.get(result.outcome.value, EXIT_ERROR)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``harnessnb demo``: the quickstart task on the demo model, with seeded chaos."""
+    import harnessnb as hn
+
+    from .demo import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+
+    workspace = make_demo_workspace(
+        args.workspace or Path(tempfile.mkdtemp(prefix="harnessnb-demo-")) / "project"
+    )
+    rates = DEMO_CHAOS if args.chaos else None
+    store = _store(args)
+    chaos = ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()) if rates else "none"
+    print(f"harnessnb demo: {DEMO_TASK!r}")
+    print(f"  model      {DEMO_LABEL}, over loopback HTTP")
+    print(f"  chaos      {chaos} (seed {args.seed})")
+    print(f"  workspace  {workspace}")
+    print(f"  store      {store.path}")
+    contract = hn.TaskContract(
+        DEMO_TASK,
+        workspace,
+        verification=hn.FileContains("NOTES.md", "#"),
+        max_seconds=60,
+        # Short real waits so the demo takes seconds; more retries than the default 2
+        # so a failure streak at 35% chaos rarely ends the run.
+        max_retries=4,
+        retry=hn.RetryPolicy(base=0.2, cap=2.0),
+    )
+    policy = hn.Policy.default().layer("demo").allow_write("NOTES.md")
+    progress = LineProgress()
+    with demo_server(seed=args.seed, rates=rates, stall=args.stall) as server:
+        provider = provider_for(server)
+        result = _drive(
+            lambda: hn.run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+            progress,
+        )
+    print()
+    code = _finish(result)
+    notes = workspace / "NOTES.md"
+    if notes.exists():
+        print(f"\n{notes}:\n" + _indent(notes.read_text(encoding="utf-8")))
+    print("\nfailures of this run, from the store (attempts by provider and kind):")
+    print(_indent(_to_text(_run_failures(store, result.run_id))))
+    stalls = store.stalls(result.run_id)
+    if len(stalls):
+        print("\nstalls of this run:")
+        print(_indent(_to_text(stalls[["step", "signal", "action", "detail"]])))
+    print(
+        f"\nnext: `harnessnb runs --store {store.path}`, `harnessnb failures`, "
+        "or open notebooks/01-quickstart.ipynb"
+    )
+    return code
+
+
+def _run_failures(store: Store, run_id: str) -> pd.DataFrame:
+    table = store.failure_rates(by=("run_id", "provider", "kind"))
+    mine = table[table["run_id"] == run_id]
+    return mine.drop(columns=["run_id"])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``harnessnb run TASK --workspace DIR``."""
+    import harnessnb as hn
+
+    from ._choose import parse_verify
+
+    if not Path(args.workspace).is_dir():
+        raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
+    verification = parse_verify(args.verify) if args.verify else None
+    policy = hn.Policy.default()
+    if args.allow_write:
+        policy = policy.layer("cli")
+        for glob in args.allow_write:
+            policy = policy.allow_write(glob)
+    contract = hn.TaskContract(
+        args.task,
+        args.workspace,
+        verification=verification,
+        max_steps=args.max_steps,
+        max_seconds=args.max_seconds,
+    )
+    provider = _provider(args)
+    store = _store(args)
+    progress = LineProgress()
+    result = _drive(
+        lambda: hn.run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+        progress,
+    )
+    return _finish(result)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``harnessnb resume RUN_ID``."""
+    import harnessnb as hn
+
+    provider = _provider(args)
+    store = _store(args)
+    progress = LineProgress()
+    progress.run_id = args.run_id
+    result = _drive(
+        lambda: hn.resume_sync(args.run_id, provider, store=store, on_event=progress), progress
+    )
+    return _finish(result)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """``harnessnb runs``: the store's runs, oldest first."""
+    store = _store(args)
+    runs = store.runs()
+    if not len(runs):
+        print(f"no runs in {store.path}")
+        return 0
+    cols = ["run_id", "started_at", "provider", "model", "outcome", "steps", "tokens", "task"]
+    table = runs[cols].copy()
+    table["started_at"] = table["started_at"].astype(str).str.slice(0, 19)
+    table["task"] = table["task"].astype(str).map(lambda t: t if len(t) <= 40 else t[:37] + "...")
+    print(_to_text(table))
+    return 0
+
+
+def cmd_failures(args: argparse.Namespace) -> int:
+    """``harnessnb failures [--by provider,kind]``."""
+    store = _store(args)
+    by = tuple(c.strip() for c in args.by.split(",") if c.strip())
+    table = store.failure_rates(by=by)
+    if not len(table):
+        print(f"no attempts in {store.path}")
+        return 0
+    print(_to_text(table))
+    return 0
+
+
+def _to_text(frame: pd.DataFrame) -> str:
+    shown = frame.copy()
+    for col in shown.columns:
+        if col == "failure_rate" or col.startswith("retry_after_s"):
+            shown[col] = shown[col].astype("Float64").round(3)
+    return str(shown.to_string(index=False))
+
+
+def _indent(text: str) -> str:
+    return "\n".join(("  " + line).rstrip() for line in text.rstrip("\n").splitlines())

@@ -1,0 +1,509 @@
+"""The demo model: a rule-based stand-in agent served over real HTTP, no key, no network.
+
+It is NOT an LLM, and says so in its model name and its answers. It lets a newcomer
+see the whole real path (HTTP, streaming, tool calls, retries, fallback, the store)
+work on a machine with no API key::
+
+    import harnessnb as hn
+    from harnessnb.demo import demo_provider, make_demo_workspace
+
+    ws = make_demo_workspace("demo-repo")
+    contract = hn.TaskContract("summarise README.md into NOTES.md", ws,
+                               verification=hn.FileContains("NOTES.md", "#"))
+    policy = hn.Policy.default().layer("demo").allow_write("NOTES.md")
+    hn.run_sync(contract, demo_provider(), policy=policy)
+
+How it works: ``DemoModel`` is the chaos server's responder. From the conversation it
+receives (OpenAI or Anthropic wire form) it lists the workspace, reads the files the
+task names, writes the file the task asks for (for "summarise X into Y": "# Notes"
+and a bullet list of X's headings), then stops with a one-line summary. With
+``stall=True`` it reads the same file forever, so stall detection has something to
+catch; ``rates`` make the server fail by kind at seeded rates (see
+``harnessnb.chaos.RATE_FAULTS``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .chaos import ChaosRequest, ChaosServer, Reply
+
+if TYPE_CHECKING:
+    from ._completion import Provider
+
+__all__ = [
+    "DEMO_LABEL",
+    "DEMO_MODEL",
+    "DEMO_TIMEOUT_S",
+    "DemoModel",
+    "demo_provider",
+    "demo_server",
+    "make_demo_workspace",
+]
+
+DEMO_LABEL = "harnessnb demo model (rule-based, not an LLM)"
+DEMO_MODEL = DEMO_LABEL
+"""The model name the demo provider sends, and the server echoes into every answer."""
+
+DEMO_TIMEOUT_S = 3.0
+"""Request deadline of ``demo_provider``: the model answers in milliseconds on
+loopback, so a ``timeout`` fault costs seconds, not the 600 s of a real provider."""
+
+# Keys: names from ``chaos.RATE_FAULTS`` or ``Fault`` objects (Any: dict keys are invariant).
+Rates = Mapping[Any, float]
+
+# A file name as people write it in a task: "README.md", "docs/notes.txt".
+_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})\b")
+# The file a task asks to be written: "... into NOTES.md", "write NOTES.md", ...
+_TARGET = re.compile(
+    r"\b(?:into|to|as|write|create|save)\s+(?:(?:a|the|new|file)\s+)*`?"
+    r"((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})",
+    re.IGNORECASE,
+)
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+# ------------------------------------------------------------------ the conversation
+
+
+@dataclasses.dataclass
+class _Call:
+    """One tool call the model made earlier, with the result it got (None: no result yet)."""
+
+    id: str
+    name: str
+    args: dict[str, Any]
+    result: str | None = None
+    failed: bool = False
+
+
+@dataclasses.dataclass
+class _Conversation:
+    """What the demo model needs from a request, whatever its wire form."""
+
+    task: str
+    calls: list[_Call]
+    tools: list[str]
+
+
+def _text(content: Any) -> str:
+    """The text of an OpenAI string content or an Anthropic list of blocks."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, Sequence):
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "text":
+                parts.append(str(block.get("text") or ""))
+    return "".join(parts)
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(str(b.get("text") or "") for b in content if isinstance(b, Mapping))
+    return ""
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            value = json.loads(raw or "{}")
+            if isinstance(value, dict):
+                return value
+    return {}
+
+
+def read_conversation(request: ChaosRequest) -> _Conversation:
+    """Normalise an OpenAI or Anthropic request into task, earlier calls and tools."""
+    task = ""
+    calls: list[_Call] = []
+    by_id: dict[str, _Call] = {}
+    for message in request.messages:
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        content = message.get("content")
+        if role == "user":
+            if not task:
+                task = _text(content)
+            # Anthropic: tool results are blocks inside a user message.
+            if isinstance(content, Sequence) and not isinstance(content, str):
+                for block in content:
+                    if isinstance(block, Mapping) and block.get("type") == "tool_result":
+                        call = by_id.get(str(block.get("tool_use_id")))
+                        if call is not None:
+                            call.result = _result_text(block.get("content"))
+                            call.failed = bool(block.get("is_error"))
+        elif role == "assistant":
+            for raw in message.get("tool_calls") or ():  # OpenAI
+                if isinstance(raw, Mapping):
+                    fn = raw.get("function") or {}
+                    name = str(fn.get("name") or "")
+                    call = _Call(str(raw.get("id")), name, _arguments(fn.get("arguments")))
+                    calls.append(call)
+                    by_id[call.id] = call
+            if isinstance(content, Sequence) and not isinstance(content, str):
+                for block in content:  # Anthropic
+                    if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                        call = _Call(
+                            str(block.get("id")),
+                            str(block.get("name") or ""),
+                            _arguments(block.get("input")),
+                        )
+                        calls.append(call)
+                        by_id[call.id] = call
+        elif role == "tool":  # OpenAI
+            call = by_id.get(str(message.get("tool_call_id")))
+            if call is not None:
+                call.result = _result_text(content)
+    for call in calls:
+        # harnessnb reports a failed tool as "ERROR [CODE] message" in both protocols.
+        if call.result is not None and call.result.startswith("ERROR ["):
+            call.failed = True
+    return _Conversation(task=task.strip(), calls=calls, tools=request.tools)
+
+
+# ------------------------------------------------------------------ the model
+
+
+def _labelled(text: str) -> str:
+    return f"{text}\n\n({DEMO_LABEL})"
+
+
+def headings(markdown: str) -> list[tuple[int, str]]:
+    """The ATX headings of a Markdown text as (level, title), code blocks skipped."""
+    found: list[tuple[int, str]] = []
+    fenced = False
+    for line in markdown.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        match = None if fenced else _HEADING.match(line)
+        if match:
+            found.append((len(match.group(1)), match.group(2)))
+    return found
+
+
+def notes_from(sources: Mapping[str, str]) -> str:
+    """The notes the demo model writes: "# Notes" and a bullet list of headings."""
+    lines = ["# Notes", ""]
+    for name, text in sources.items():
+        lines.append(f"Summary of {name}, written by the {DEMO_LABEL}.")
+        lines.append("")
+        found = headings(text)
+        if found:
+            top = min(level for level, _ in found)
+            lines += [f"{'  ' * (level - top)}- {title}" for level, title in found]
+        else:
+            first = [ln.strip() for ln in text.splitlines() if ln.strip()][:5]
+            lines += [f"- {ln}" for ln in first] or ["- (the file is empty)"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _parse_task(task: str) -> tuple[list[str], str | None]:
+    """The files a task names to read, and the one it asks to write (if any)."""
+    target_match = _TARGET.search(task)
+    target = target_match.group(1) if target_match else None
+    sources: list[str] = []
+    for name in _FILE.findall(task):
+        if name != target and name not in sources:
+            sources.append(name)
+    return sources, target
+
+
+def _listing_readme(calls: Sequence[_Call]) -> str | None:
+    """A README the workspace listing showed: the source of "summarise the README"."""
+    for call in calls:
+        if call.name == "list_dir" and call.result and not call.failed:
+            for entry in call.result.splitlines():
+                if entry.lower().startswith("readme") and not entry.endswith("/"):
+                    return entry.rstrip("@")
+    return None
+
+
+class DemoModel:
+    """The rule-based agent behind the demo server (a ``ChaosServer`` responder).
+
+    Args:
+        stall: Misbehave on purpose: after listing the workspace, read the same file
+            again and again (stall detection stops it).
+
+    Calling it with a ``ChaosRequest`` returns the ``Reply`` to send. It never raises:
+    input it does not understand gets a plain "I can't handle that" answer.
+    """
+
+    def __init__(self, *, stall: bool = False) -> None:
+        self.stall = stall
+
+    def __repr__(self) -> str:
+        return f"DemoModel(stall={self.stall})"
+
+    def __call__(self, request: ChaosRequest) -> Reply:
+        try:
+            return self.answer(read_conversation(request))
+        except Exception as exc:  # the demo must answer anything, never crash the server
+            return Reply(text=_labelled(f"I can't handle that ({type(exc).__name__})."))
+
+    def answer(self, conv: _Conversation) -> Reply:
+        """The next reply for a normalised conversation."""
+        if not conv.tools:
+            return Reply(
+                text=_labelled(
+                    "I only work through tools (list_dir, read_file, write_file), and this "
+                    "request offered none. Give me a task such as "
+                    "'summarise README.md into NOTES.md' with tools and I will do it."
+                )
+            )
+        sources, target = _parse_task(conv.task)
+        if not sources and target is None:
+            return Reply(
+                text=_labelled(
+                    "I can't handle that: I only read the files a task names and write the "
+                    "file it asks for, e.g. 'summarise README.md into NOTES.md'."
+                )
+            )
+        listed = any(c.name == "list_dir" for c in conv.calls)
+        if not listed and "list_dir" in conv.tools:
+            return _tool("Looking at the workspace first.", "list_dir", {"path": "."})
+        if not sources:
+            readme = _listing_readme(conv.calls)
+            sources = [readme] if readme else []
+        if self.stall and sources:
+            # On purpose: the same read forever, replan directive or not.
+            return _tool(f"Reading {sources[0]} again.", "read_file", {"path": sources[0]})
+        if "read_file" not in conv.tools and sources:
+            return Reply(text=_labelled("I can't handle that: I need the read_file tool."))
+        reads = {c.args.get("path"): c for c in conv.calls if c.name == "read_file"}
+        for source in sources:
+            if source not in reads:
+                return _tool(f"Reading {source}.", "read_file", {"path": source})
+        texts = {s: reads[s].result or "" for s in sources if not reads[s].failed}
+        failed = [s for s in sources if reads[s].failed]
+        if target is None:
+            return Reply(text=_labelled(_describe(texts, failed, reads)))
+        if sources and not texts:
+            return Reply(
+                text=_labelled(
+                    f"I could not read {', '.join(failed)}: "
+                    f"{_first_line(reads[failed[0]].result)}. Nothing written."
+                )
+            )
+        writes = [c for c in conv.calls if c.name == "write_file" and c.args.get("path") == target]
+        if not writes:
+            if "write_file" not in conv.tools:
+                return Reply(text=_labelled("I can't handle that: I need the write_file tool."))
+            count = sum(len(headings(t)) for t in texts.values())
+            return _tool(
+                f"Writing {target}: a bullet list of the {count} heading(s) of "
+                f"{', '.join(texts) or 'nothing'}.",
+                "write_file",
+                {"path": target, "content": notes_from(texts)},
+            )
+        last = writes[-1]
+        if last.failed or last.result is None:
+            return Reply(text=_labelled(f"I could not write {target}: {_first_line(last.result)}"))
+        count = sum(len(headings(t)) for t in texts.values())
+        read_names = ", ".join(texts) or "nothing"
+        return Reply(
+            text=_labelled(f"Done: wrote {target} with {count} heading(s) from {read_names}.")
+        )
+
+
+def _tool(text: str, name: str, args: dict[str, Any]) -> Reply:
+    return Reply(text=text, tool_calls=[{"name": name, "arguments": args}])
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "no result").strip().splitlines()
+    return lines[0] if lines else "no result"
+
+
+def _describe(texts: Mapping[str, str], failed: Sequence[str], reads: Mapping[Any, _Call]) -> str:
+    parts = []
+    for name, text in texts.items():
+        found = [title for _, title in headings(text)]
+        if found:
+            parts.append(f"{name} has {len(found)} heading(s): {', '.join(found)}.")
+        else:
+            parts.append(f"{name} has {len(text.splitlines())} line(s) and no heading.")
+    for name in failed:
+        parts.append(f"I could not read {name}: {_first_line(reads[name].result)}.")
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------------ servers and providers
+
+
+def demo_server(*, seed: int = 0, rates: Rates | None = None, stall: bool = False) -> ChaosServer:
+    """A chaos server answering as the demo model (not started: use ``with``).
+
+    Args:
+        seed: Seeds the failure draw: the same seed gives the same failures.
+        rates: Failure rates by kind, e.g. ``{"rate_limited": 0.2, "server": 0.1}``
+            (names from ``harnessnb.chaos.RATE_FAULTS``, or ``Fault`` objects).
+        stall: Make the model loop on one read (see ``DemoModel``).
+    """
+    return ChaosServer(seed=seed, responder=DemoModel(stall=stall), rates=rates)
+
+
+_servers: dict[tuple[Any, ...], ChaosServer] = {}
+_servers_lock = threading.Lock()
+
+
+def _stop_all() -> None:
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def shared_demo_server(
+    *, seed: int = 0, rates: Rates | None = None, stall: bool = False
+) -> ChaosServer:
+    """The process's running demo server for these settings (started on first use)."""
+    key = (seed, tuple((rates or {}).items()), stall)
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None:
+            server = demo_server(seed=seed, rates=rates, stall=stall).start()
+            _servers[key] = server
+        return server
+
+
+def demo_provider(
+    *,
+    seed: int = 0,
+    rates: Rates | None = None,
+    stall: bool = False,
+    protocol: Literal["openai", "anthropic"] = "openai",
+    timeout: float = DEMO_TIMEOUT_S,
+) -> Provider:
+    """A provider talking to the demo model over loopback HTTP; no key needed.
+
+    The server is started once per ``(seed, rates, stall)`` per process and stopped
+    at exit. The provider's name is ``demo`` (so demo attempts never mix with a real
+    ``openai`` in failure tables) and its model is ``DEMO_MODEL``.
+
+    Args:
+        seed: Seeds the failure draw.
+        rates: Failure rates by kind (see ``demo_server``).
+        stall: Make the model loop on one read.
+        protocol: ``"openai"`` (chat completions) or ``"anthropic"`` (messages).
+        timeout: Request deadline in seconds (``DEMO_TIMEOUT_S``).
+
+    Returns:
+        An ``hn.OpenAI`` (or ``hn.Anthropic``) subclass instance named ``demo``.
+    """
+    server = shared_demo_server(seed=seed, rates=rates, stall=stall)
+    return provider_for(server, protocol=protocol, timeout=timeout)
+
+
+def provider_for(
+    server: ChaosServer,
+    *,
+    protocol: Literal["openai", "anthropic"] = "openai",
+    timeout: float = DEMO_TIMEOUT_S,
+    name: str = "demo",
+) -> Provider:
+    """A provider named ``name`` for a running demo (or any chaos) server."""
+    from ._anthropic import Anthropic
+    from ._openai import OpenAI
+
+    if protocol == "anthropic":
+        anthropic_cls = type("DemoAnthropic", (Anthropic,), {"NAME": name})
+        provider: Provider = anthropic_cls(
+            DEMO_MODEL, base_url=server.anthropic_url, timeout=timeout
+        )
+        return provider
+    if protocol != "openai":
+        raise ValueError(f"protocol must be 'openai' or 'anthropic', not {protocol!r}")
+    # A subclass only to carry its own NAME: attempts are recorded under the leaf's NAME.
+    openai_cls = type("DemoOpenAI", (OpenAI,), {"NAME": name})
+    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout=timeout)
+    return provider
+
+
+# ------------------------------------------------------------------ the workspace
+
+_README = """\
+# harnessnb demo project
+
+A tiny project for the harnessnb demo: a greeting library and its command line.
+
+## Install
+
+Copy `src/` next to your code; there is nothing to build.
+
+## Usage
+
+Call `greet("Ada")` from Python, or run `python src/cli.py Ada`.
+
+```
+# this line is inside a code block, not a heading
+```
+
+## Design
+
+### Greeting rules
+
+Names are trimmed and title-cased; an empty name greets the world.
+
+## License
+
+MIT
+"""
+
+_GREET = '''\
+"""Greetings."""
+
+
+def greet(name: str) -> str:
+    """Say hello to ``name`` (the world when it is empty)."""
+    name = name.strip().title()
+    return f"Hello, {name or 'world'}!"
+'''
+
+_CLI = '''\
+"""python src/cli.py NAME"""
+
+import sys
+
+from greet import greet
+
+if __name__ == "__main__":
+    print(greet(" ".join(sys.argv[1:])))
+'''
+
+
+def make_demo_workspace(path: str | os.PathLike[str]) -> Path:
+    """Create (or refresh) the small demo project at ``path`` and return its path.
+
+    Writes README.md (with headings), src/greet.py and src/cli.py; other files in
+    the folder, a NOTES.md from an earlier run included, are left alone.
+    """
+    root = Path(path)
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / "README.md").write_text(_README, encoding="utf-8")
+    (root / "src" / "greet.py").write_text(_GREET, encoding="utf-8")
+    (root / "src" / "cli.py").write_text(_CLI, encoding="utf-8")
+    return root

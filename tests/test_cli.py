@@ -1,0 +1,241 @@
+"""The ``harnessnb`` command: the README's main job, exit codes, errors as cards, the
+store commands, resume, and the provider choice it shares with the magics."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb import cli
+from harnessnb._choose import choose_provider, parse_verify, parse_verify_cmd
+from harnessnb.demo import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+
+KEYS = ("OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSNB_PROVIDER")
+
+
+def keyless_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in KEYS and k != "HARNESSNB_STORE"}
+    # Any attempt to leave the machine would go to a dead proxy; loopback is exempt.
+    env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9",
+               NO_PROXY="127.0.0.1,localhost")
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in (*KEYS, "HARNESSNB_STORE"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_main_job_command_succeeds_without_keys_and_prints_a_failure_table(
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "demo", "--store", "demo.duckdb"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert re.search(r"^run run_\w+: success$", out.stdout, re.M)
+    assert DEMO_LABEL in out.stdout
+    table = out.stdout.split("failures of this run, from the store")[1]
+    rows = {m[0]: int(m[1]) for m in re.findall(r"^\s+demo\s+(\w+)\s+\d+\s+(\d+)", table, re.M)}
+    assert rows == {"rate_limited": 1, "server": 1, "malformed": 1}
+    assert "retry: rate_limited (HTTP 429) from demo, waiting 1.0 s (Retry-After)" in out.stdout
+    with hn.Store(tmp_path / "demo.duckdb") as store:
+        assert store.failure_rates()["failures"].sum() == 3
+        assert store.runs()["outcome"].tolist() == ["success"]
+    assert elapsed < 15
+
+
+def test_the_default_store_is_runs_duckdb_in_the_working_directory(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "demo", "--no-chaos"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "runs.duckdb").exists()
+    listed = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "runs"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert listed.returncode == 0 and "success" in listed.stdout
+
+
+def test_every_outcome_has_an_exit_code_and_the_groups_are_distinct() -> None:
+    assert set(cli.EXIT_CODES) == {o.value for o in hn.RunOutcome}
+    codes = cli.EXIT_CODES
+    assert codes["success"] == codes["finished"] == 0
+    groups = [
+        {"escalated_retryable"}, {"escalated_terminal"}, {"stalled"},
+        {"step_cap", "time_budget", "token_budget"}, {"needs_reconciliation"},
+        {"denied", "awaiting_approval"}, {"cancelled"},
+    ]
+    per_group = [{codes[o] for o in g} for g in groups]
+    assert all(len(s) == 1 for s in per_group)
+    values = [s.pop() for s in per_group]
+    assert len(set(values)) == len(values)
+    assert not {0, 1, 2} & set(values) and codes["cancelled"] == 130
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for word in ("130 cancelled", "7 needs_reconciliation", "5 stalled", "2 usage"):
+        assert word in text.replace("\n", " ")
+
+
+def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", "--workspace"])
+    assert info.value.code == 2
+
+
+def test_the_stall_demo_exits_5_and_shows_the_stalls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["demo", "--stall", "--no-chaos", "--store", str(tmp_path / "s.duckdb"),
+                     "--workspace", str(tmp_path / "ws")])
+    out = capsys.readouterr().out
+    assert code == 5
+    assert "stall (repetition)" in out and "told the model to change approach" in out
+    assert re.search(r"^\s+7\s+repetition\s+stalled", out, re.M)
+
+
+def test_run_with_a_budget_exits_6(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+                     "--provider", "demo", "--max-steps", "1",
+                     "--store", str(tmp_path / "s.duckdb")])
+    assert code == 6
+    assert "step_cap" in capsys.readouterr().out
+
+
+def test_run_verifies_and_allows_the_named_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+                     "--verify", "NOTES.md contains - Usage", "--allow-write", "NOTES.md",
+                     "--store", str(tmp_path / "s.duckdb")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "note: no API key found" in out and DEMO_LABEL in out  # no key: the demo model
+    assert "step 3/12: write_file" in out and "success" in out
+
+
+def test_a_config_error_is_a_short_card_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["run", "x", "--workspace", str(tmp_path), "--provider", "openai",
+                     "--store", str(tmp_path / "s.duckdb")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("ConfigError [CONFIG_MISSING_KEY]: openai: environment variable "
+                          "OPENAI_API_KEY is not set")
+    assert "Traceback" not in err and len(err.splitlines()) <= 3
+
+
+def test_an_unknown_run_is_a_resume_error_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["resume", "run_nope", "--store", str(tmp_path / "s.duckdb")])
+    assert code == 1
+    assert "ResumeError [RESUME_UNKNOWN_RUN]" in capsys.readouterr().err
+
+
+def test_resume_continues_an_escalated_run_to_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    path = tmp_path / "s.duckdb"
+    contract = hn.TaskContract("summarise README.md into NOTES.md", ws, max_retries=0,
+                               verification=hn.FileContains("NOTES.md", "#"))
+    policy = hn.Policy.default().layer("t").allow_write("NOTES.md")
+    with hn.Store(path) as store, demo_server(rates={"server": 1.0}) as down:
+        first = hn.run_sync(contract, provider_for(down), store=store, policy=policy)
+    assert first.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    code = cli.main(["resume", first.run_id, "--provider", "demo", "--store", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"resumed {first.run_id} with demo" in out and "success" in out
+    assert (ws / "NOTES.md").exists()
+
+
+def test_runs_and_failures_read_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "s.duckdb")
+    assert cli.main(["runs", "--store", path]) == 0
+    assert "no runs in" in capsys.readouterr().out
+    assert cli.main(["demo", "--store", path, "--workspace", str(tmp_path / "ws")]) == 0
+    capsys.readouterr()
+    assert cli.main(["runs", "--store", path]) == 0
+    assert re.search(r"run_\w+ .* demo .* success\s+3", capsys.readouterr().out)
+    assert cli.main(["failures", "--store", path, "--by", "provider"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["provider", "attempts", "failures", "failure_rate"]
+    assert lines[1].split()[:3] == ["demo", "6", "3"]
+    assert cli.main(["failures", "--store", path, "--by", "nope"]) == 1
+    assert "StoreError" in capsys.readouterr().err
+
+
+def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_runs", interrupted)
+    assert cli.main(["runs"]) == 130
+
+
+# ------------------------------------------------------------------ shared choices
+
+
+def test_provider_choice_order() -> None:
+    def chosen(env: dict[str, str], **kw: Any) -> tuple[str, str]:
+        provider, note = choose_provider(env=env, **kw)
+        return provider.name, note
+
+    every = {"OPENROUTER_API_KEY": "k1", "ANTHROPIC_API_KEY": "k2", "OPENAI_API_KEY": "k3"}
+    assert chosen({**every, "HARNESSNB_PROVIDER": "anthropic"})[0] == "anthropic"
+    assert chosen(every) == ("openrouter", "provider openrouter: OPENROUTER_API_KEY is set")
+    assert chosen({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})[0] == "anthropic"
+    assert chosen({"OPENAI_API_KEY": "k"})[0] == "openai"
+    assert chosen({}, base_url="http://127.0.0.1:1/v1")[0] == "openai"  # local
+    name, note = chosen({})
+    assert name == "demo" and note.startswith("no API key found") and DEMO_LABEL in note
+    assert choose_provider("openai", env={}, base_url="http://127.0.0.1:1/v1")[1] == ""
+
+
+def test_provider_choice_errors() -> None:
+    with pytest.raises(hn.ConfigError, match="unknown provider 'nope'"):
+        choose_provider("nope", env={})
+    with pytest.raises(hn.ConfigError, match="OPENROUTER_API_KEY is not set"):
+        choose_provider("openrouter", env={})
+    with pytest.raises(hn.ConfigError, match="needs a base URL"):
+        choose_provider("local", env={})
+
+
+def test_fallbacks_build_a_fallback() -> None:
+    provider, _ = choose_provider("demo", fallbacks=["openai"], env={"OPENAI_API_KEY": "k"})
+    assert provider.name == "fallback(demo,openai)"
+
+
+def test_verify_text() -> None:
+    assert parse_verify("NOTES.md contains #") == hn.FileContains("NOTES.md", "#")
+    assert parse_verify('NOTES.md contains "two words"') == hn.FileContains("NOTES.md", "two words")
+    with pytest.raises(hn.ConfigError, match="FILE contains TEXT"):
+        parse_verify("NOTES.md has #")
+    assert parse_verify_cmd("pytest -q 'a b'") == hn.Command(["pytest", "-q", "a b"])

@@ -1,0 +1,112 @@
+"""The example notebooks run top to bottom with no key and no network (nbclient, with a
+kernel on this interpreter), and are kept in git without outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+KERNEL = "harnessnb-tests"
+KEYS = ("OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSNB_PROVIDER",
+        "HARNESSNB_STORE")
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A kernelspec on THIS interpreter (whatever `python3` means elsewhere), an
+    environment without keys, and proxies that go nowhere: only loopback can work."""
+    home = tmp_path_factory.mktemp("jupyter")
+    spec = home / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "harnessnb tests",
+        "language": "python",
+    }))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("JUPYTER_PATH", str(home))
+    for key in KEYS:
+        mp.delenv(key, raising=False)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        mp.setenv(var, "http://127.0.0.1:9")
+    mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+    mp.setenv("no_proxy", "127.0.0.1,localhost")
+    yield
+    mp.undo()
+
+
+def execute(name: str, where: Path) -> nbformat.NotebookNode:
+    """Copy notebooks/ (with its data) to ``where`` and run ``name`` there."""
+    shutil.copytree(ROOT / "notebooks", where, dirs_exist_ok=True)
+    nb = nbformat.read(where / name, as_version=4)
+    client = NotebookClient(nb, timeout=120, kernel_name=KERNEL,
+                            resources={"metadata": {"path": str(where)}})
+    client.execute()
+    return nb
+
+
+def outputs(nb: nbformat.NotebookNode) -> str:
+    """Every text and HTML output of the notebook, joined."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            data = out.get("data", {})
+            parts += [data.get("text/plain", ""), data.get("text/html", "")]
+    return "\n".join(parts)
+
+
+def test_there_are_four_notebooks() -> None:
+    assert [p.name for p in NOTEBOOKS] == [
+        "01-quickstart.ipynb", "02-failure-analysis.ipynb", "03-durable-runs.ipynb",
+        "04-replay.ipynb",
+    ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_are_stored_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path,
+                                              kernel_env: None) -> None:
+    started = time.monotonic()
+    nb = execute(path.name, tmp_path)
+    text = outputs(nb)
+    assert "Traceback" not in text
+    if path.stem.startswith("01"):
+        assert "success" in text and "harnessnb-run" in text  # the card, as HTML
+        assert (tmp_path / "runs.duckdb").exists()  # the default store, in the cwd
+    assert time.monotonic() - started < 90
+
+
+def test_the_recording_is_small_and_made_by_its_script() -> None:
+    data = ROOT / "notebooks" / "data" / "recorded-run.duckdb"
+    assert data.stat().st_size < 512 * 1024
+    assert (ROOT / "scripts" / "make_recording.py").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("HARNESSNB_CHECK_BINDER"),
+                    reason="builds a fresh venv from binder/requirements.txt (minutes); "
+                           "set HARNESSNB_CHECK_BINDER=1 to run it")
+def test_binder_requirements_alone_run_every_notebook() -> None:
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "check_binder.sh")],
+                         capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
