@@ -197,7 +197,14 @@ class _Driver:
         await self.emit(kind, **data)
 
     async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        # DuckDB calls block; keep them off the loop so concurrent runs interleave.
+        # Writes go to the store's writer thread, which commits the writes of every
+        # concurrent run queued meanwhile in one transaction (group commit); reads and
+        # stores without ``submit`` block a worker thread, never the loop.
+        from ._store import WRITE_METHODS
+
+        submit = getattr(self.store, "submit", None)
+        if submit is not None and method in WRITE_METHODS:
+            return await asyncio.wrap_future(submit(method, *args, **kwargs))
         return await asyncio.to_thread(getattr(self.store, method), *args, **kwargs)
 
     # ------------------------------------------------------------------ lease
@@ -241,8 +248,9 @@ class _Driver:
 
     async def start(self) -> RunResult | None:
         self.messages = self.initial_messages()
-        await self._store(
-            "create_run",
+        # The run row and its lease in one commit: a run is never recorded undriven.
+        self.lease = await self._store(
+            "start_run",
             {
                 "run_id": self.run_id,
                 "task": self.contract.task,
@@ -253,8 +261,10 @@ class _Driver:
                 "contract": self.contract.to_dict(),
                 "policy": self.base_policy.to_dict(),
             },
+            owner_identity(),
+            ttl_s=LEASE_TTL_S,
+            owner_alive=owner_alive,
         )
-        await self.take_lease()
         await self.emit(
             "started",
             task=self.contract.task,
@@ -640,6 +650,14 @@ class _Driver:
         if ending is None and self.step >= self.contract.max_steps:
             ending = (RunOutcome.STEP_CAP, None)
 
+        final = None
+        if ending is not None:
+            # The last step and the run's end (lease released) are one commit.
+            final = {
+                "outcome": ending[0].value,
+                "finished_at": self.clock.time(),
+                "error": ending[1].to_dict() if ending[1] is not None else None,
+            }
         await self._store(
             "commit_step",
             self.run_id,
@@ -657,7 +675,10 @@ class _Driver:
             stalls=stall_rows,
             checkpoint=self.checkpoint(ending[0] if ending else None),
             lease=self.lease,
+            finish=final,
         )
+        if final is not None:
+            self.lease = None
         await self.emit(
             "step",
             tokens=self.tokens,
@@ -668,7 +689,7 @@ class _Driver:
         if signal is not None:
             await self.emit(signal.action, signal=signal.signal, detail=signal.detail)
         if ending is not None:
-            return await self.finish(ending[0], ending[1])
+            return await self.finished(ending[0], ending[1])
         return None
 
     def checkpoint(self, pending: RunOutcome | None) -> dict[str, Any]:
@@ -739,8 +760,13 @@ class _Driver:
             error=error.to_dict() if error is not None else None,
             attempts=attempts or [],
             lease=self.lease,
+            release=True,  # the lease is given up in the same commit
         )
-        await self.release()
+        self.lease = None
+        return await self.finished(outcome, error)
+
+    async def finished(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
+        """The result and the ``finished`` event of a run whose end is committed."""
         result = self.result(outcome, error)
         await self.emit(
             "finished",
@@ -791,9 +817,9 @@ class _Driver:
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
                 lease=self.lease,
+                release=True,
             )
-            if self.lease is not None:
-                self.store.release_lease(self.lease)
+            self.lease = None
             raise
         finally:
             if renewer is not None:

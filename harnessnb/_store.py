@@ -11,11 +11,11 @@ that go in and come out; JSON-ish values are stored as JSON text, credentials re
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any, Final
 import duckdb
 
 from ._errors import ConflictError, StoreError
+from ._store_batch import Batch, WriteOp, append_rows, check_lease, run_update
 from ._store_conn import SharedDb, acquire_shared, parallel, release_shared
-from ._store_rows import dumps, from_ts, insert_records, insert_rows, row, to_ts
+from ._store_rows import dumps, from_ts, insert_records, row, to_ts
 from ._store_schema import COLUMNS, SCHEMA_VERSION, quote
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "Lease", "Store"]
+__all__ = ["SCHEMA_VERSION", "WRITE_METHODS", "Lease", "Store"]
 
 # Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
 FAILURE_GROUPS: Final = (
@@ -52,6 +53,34 @@ _INT_TYPES: Final = frozenset(
 
 
 _EFFECT: Final = COLUMNS["tool_calls"].index("effect")
+
+# The methods ``Store.submit`` queues for group commit (every write of the store).
+WRITE_METHODS: Final = frozenset({
+    "create_run", "start_run", "commit_step", "record_intent", "add_attempts", "finish_run",
+    "settle_tool_call", "add_marker", "acquire_lease", "renew_lease", "release_lease",
+    "put_recording",
+})  # fmt: skip
+
+# How a committed step and a finished run change the run row (see ``Batch.update_run``).
+_STEP_DONE: Final = run_update(
+    "steps = runs.steps + 1, tokens = runs.tokens + v.c0, updated_at = v.c1", "BIGINT", "TIMESTAMP"
+)
+_LAST_STEP_DONE: Final = run_update(
+    "steps = runs.steps + 1, tokens = runs.tokens + v.c0, updated_at = v.c1, "
+    "outcome = v.c2, finished_at = v.c3, error = v.c4",
+    "BIGINT",
+    "TIMESTAMP",
+    "VARCHAR",
+    "TIMESTAMP",
+    "VARCHAR",
+)
+_FINISHED: Final = run_update(
+    "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3",
+    "VARCHAR",
+    "TIMESTAMP",
+    "VARCHAR",
+    "TIMESTAMP",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +139,6 @@ class Store:
         with self._db.connection(self._busy_timeout_s) as con:
             yield con
 
-    @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        with self._connection() as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                yield con
-            except BaseException:
-                _rollback(con)
-                raise
-            con.execute("COMMIT")
-
     def close(self) -> None:
         """Let go of the file (the last ``Store`` on a path in this process closes it)."""
         db, self._db = self._db, None
@@ -138,23 +156,88 @@ class Store:
         return f"Store({self.path!r}, {state})"
 
     # --------------------------------------------------------------- writes
+    #
+    # Each write is a ``WriteOp`` (built by ``_<name>_op``): the blocking methods run it
+    # in their own transaction at once; ``submit`` queues it for group commit.
+
+    def submit(self, method: str, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Queue the write ``method(*args, **kwargs)`` for the store's writer thread.
+
+        The writer commits every write queued while its previous transaction ran in ONE
+        transaction (group commit), so concurrent runs of a process share statements
+        and commits. The future holds what ``method`` returns or raises; an error of
+        one write (say ``ConflictError``) fails only that write. Await it from asyncio
+        with ``asyncio.wrap_future``.
+
+        Raises:
+            ValueError: ``method`` is not one of ``WRITE_METHODS``.
+        """
+        if method not in WRITE_METHODS:
+            raise ValueError(f"{method!r} is not a store write; expected one of {WRITE_METHODS}")
+        op: WriteOp = getattr(self, f"_{method}_op")(*args, **kwargs)
+        return self._shared().submit(op, self._busy_timeout_s)
+
+    def _write(self, op: WriteOp) -> Any:
+        return self._shared().write(op, self._busy_timeout_s)
+
+    def _shared(self) -> SharedDb:
+        if self._db is None:
+            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
+        return self._db
 
     def create_run(self, run: Mapping[str, Any]) -> None:
         """Insert a run row; keys outside the ``runs`` columns are kept in ``extras``."""
-        extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
-        values = row(
-            "runs",
-            run,
-            outcome=None,
-            finished_at=None,
-            steps=0,
-            tokens=0,
-            schema_version=SCHEMA_VERSION,
-            extras=extras or None,
-            updated_at=run.get("started_at") or time.time(),
-        )
-        with self._transaction() as con:
-            insert_rows(con, "runs", [values])
+        self._write(self._create_run_op(run))
+
+    def _create_run_op(self, run: Mapping[str, Any]) -> WriteOp:
+        values = _run_row(run)
+        return WriteOp("create_run", lambda con, batch: batch.append("runs", [values]), False)
+
+    def start_run(
+        self,
+        run: Mapping[str, Any],
+        owner: str,
+        *,
+        ttl_s: float = 30.0,
+        now: float | None = None,
+        owner_alive: Callable[[str], bool] | None = None,
+    ) -> Lease:
+        """``create_run`` and ``acquire_lease`` in one transaction: the run row and its
+        first lease land together or not at all.
+
+        Raises:
+            StoreError: ``duplicate`` when the run exists.
+            ConflictError: a lease on this run id is held by another live owner.
+        """
+        op = self._start_run_op(run, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
+        lease: Lease = self._write(op)
+        return lease
+
+    def _start_run_op(
+        self,
+        run: Mapping[str, Any],
+        owner: str,
+        *,
+        ttl_s: float = 30.0,
+        now: float | None = None,
+        owner_alive: Callable[[str], bool] | None = None,
+    ) -> WriteOp:
+        values = _run_row(run)
+        run_id = str(run["run_id"])
+        at = time.time() if now is None else now
+
+        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
+            if batch.single:
+                append_rows(con, "runs", [values])
+                return _acquire(con, run_id, owner, ttl_s, at, owner_alive)
+            # A new run has no lease row: a plain append of generation 1. A stray row
+            # makes the batch fail, and this op alone then takes the path above.
+            batch.append("runs", [values])
+            batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
+                                     to_ts(at + ttl_s), False)])  # fmt: skip
+            return Lease(run_id, owner, 1, at + ttl_s)
+
+        return WriteOp("start_run", apply, direct=False)
 
     def commit_step(
         self,
@@ -166,11 +249,14 @@ class Store:
         stalls: list[dict[str, Any]],
         checkpoint: Mapping[str, Any],
         lease: Lease | None = None,
+        finish: Mapping[str, Any] | None = None,
     ) -> None:
         """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
 
         Tool rows replace rows with the same (run_id, step, seq), such as the intent row
         of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's.
+        ``finish`` (``outcome``, ``finished_at``, ``error`` as for ``finish_run``) ends
+        the run with its last step in the same transaction and releases ``lease``.
 
         Raises:
             ConflictError: ``lease`` is no longer current (another owner took the run);
@@ -178,53 +264,64 @@ class Store:
             StoreError: ``missing`` for an unknown run, ``duplicate`` for a step already
                 committed.
         """
+        op = self._commit_step_op(run_id, step, attempts=attempts, tool_calls=tool_calls,
+                                  stalls=stalls, checkpoint=checkpoint, lease=lease,
+                                  finish=finish)  # fmt: skip
+        self._write(op)
+
+    def _commit_step_op(
+        self,
+        run_id: str,
+        step: Mapping[str, Any],
+        *,
+        attempts: list[dict[str, Any]],
+        tool_calls: list[dict[str, Any]],
+        stalls: list[dict[str, Any]],
+        checkpoint: Mapping[str, Any],
+        lease: Lease | None = None,
+        finish: Mapping[str, Any] | None = None,
+    ) -> WriteOp:
         at = step.get("at")
         tools = [row("tool_calls", t, run_id=run_id) for t in tool_calls]
         rows = {
+            # Tool rows first: a clash with an intent row fails before the rest.
+            "tool_calls": tools,
             "steps": [row("steps", step, run_id=run_id, checkpoint=checkpoint)],
             "attempts": [row("attempts", a, run_id=run_id) for a in attempts],
             "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
         }
-        run_update = [int(step.get("tokens") or 0), to_ts(at if at is not None else time.time())]
-        # Only an effectful call can have an intent row to replace: decide up front
-        # rather than fail and redo the whole transaction.
-        effectful = any(t[_EFFECT] != "read" for t in tools)
-        try:
-            self._commit_step_once(run_id, tools, rows, run_update, lease, replace=effectful)
-        except StoreError as exc:
-            if exc.kind != "duplicate":
-                raise
-            # A tool row with the same key exists (a WRITE's intent): redo, replacing it.
-            self._commit_step_once(run_id, tools, rows, run_update, lease, replace=True)
+        counts: tuple[Any, ...] = (
+            int(step.get("tokens") or 0),
+            to_ts(at if at is not None else time.time()),
+        )
+        update = _STEP_DONE
+        if finish is not None:
+            update = _LAST_STEP_DONE
+            counts += _ended(finish["outcome"], finish["finished_at"], finish.get("error"))[:3]
+        generation = None if lease is None else lease.generation
+        holder = "" if lease is None else lease.owner
 
-    def _commit_step_once(
-        self,
-        run_id: str,
-        tools: list[tuple[Any, ...]],
-        rows: dict[str, list[tuple[Any, ...]]],
-        run_update: list[Any],
-        lease: Lease | None,
-        *,
-        replace: bool,
-    ) -> None:
-        with self._transaction() as con:
-            # Tool rows first: the common case has no intent row to replace, and a plain
-            # INSERT is 3x cheaper than an upsert; a clash fails here, before other work.
-            if replace and tools:
+        def append(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+            for table, values in rows.items():
+                batch.append(table, values)
+            batch.update_run(con, update, run_id, counts, generation, holder)
+            if finish is not None and generation is not None:
+                batch.release(run_id, generation)
+
+        def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+            # DELETE+INSERT beats an upsert 3x, and DuckDB 2 allows both in one transaction.
+            if tools:
                 con.execute(
                     "DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, tools[0][1]]
                 )
-            insert_rows(con, "tool_calls", tools)
-            for table, values in rows.items():
-                insert_rows(con, table, values)
-            # The lease check rides on the run update: one statement fewer per step.
-            _update_run(
-                con,
-                run_id,
-                "steps = steps + 1, tokens = tokens + ?, updated_at = ?",
-                run_update,
-                lease=lease,
-            )
+            append(con, batch)
+
+        replacing = WriteOp("commit_step", replace)
+        # Only an effectful call can have an intent row to replace: decide up front;
+        # a clash all the same (a READ row left by a crash) redoes it, replacing.
+        if any(t[_EFFECT] != "read" for t in tools):
+            return replacing
+        return WriteOp("commit_step", append, direct=False, fallback=replacing)
 
     def record_intent(
         self,
@@ -239,22 +336,40 @@ class Store:
         ``pending`` (the step's answer and attempts, given with the step's first
         intent) is kept in the same transaction for ``pending_step``.
         """
+        self._write(self._record_intent_op(run_id, tool_call, lease=lease, pending=pending))
+
+    def _record_intent_op(
+        self,
+        run_id: str,
+        tool_call: Mapping[str, Any],
+        *,
+        lease: Lease | None = None,
+        pending: Mapping[str, Any] | None = None,
+    ) -> WriteOp:
         values = row("tool_calls", tool_call, run_id=run_id, status="intent")
-        with self._transaction() as con:
+        answer = None
+        if pending is not None:
+            answer = [run_id, tool_call["step"], dumps(pending, text=False),
+                      to_ts(tool_call.get("at") or time.time())]  # fmt: skip
+
+        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
             _check_lease(con, run_id, lease)
             _delete_tool_rows(con, run_id, [values])
-            insert_rows(con, "tool_calls", [values])
-            if pending is not None:
-                con.execute(
-                    'INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)',
-                    [run_id, tool_call["step"], dumps(pending, text=False),
-                     to_ts(tool_call.get("at") or time.time())],
-                )
+            append_rows(con, "tool_calls", [values])
+            if answer is not None:
+                con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
+
+        return WriteOp("record_intent", apply)
 
     def add_attempts(self, run_id: str, attempts: list[dict[str, Any]]) -> None:
         """Append attempt rows outside a step (a call that ended the run), in one batch."""
-        with self._transaction() as con:
-            insert_records(con, "attempts", attempts, run_id=run_id)
+        self._write(self._add_attempts_op(run_id, attempts))
+
+    def _add_attempts_op(self, run_id: str, attempts: list[dict[str, Any]]) -> WriteOp:
+        return WriteOp(
+            "add_attempts",
+            lambda con, batch: insert_records(con, "attempts", attempts, run_id=run_id),
+        )
 
     def finish_run(
         self,
@@ -266,26 +381,47 @@ class Store:
         attempts: list[dict[str, Any]] | None = None,
         stalls: list[dict[str, Any]] | None = None,
         lease: Lease | None = None,
+        release: bool = False,
     ) -> None:
         """Set the run's outcome, end time and error, with its last attempts and stalls.
+
+        With ``release`` the ``lease`` is given up in the same transaction (as
+        ``release_lease`` would), so ending a run is one commit.
 
         Raises:
             ConflictError: ``lease`` is stale; nothing is written.
             StoreError: ``missing`` for an unknown run.
         """
-        outcome = getattr(outcome, "value", outcome)
-        with self._transaction() as con:
-            _check_lease(con, run_id, lease)
-            insert_rows(
-                con, "attempts", [row("attempts", a, run_id=run_id) for a in attempts or []]
-            )
-            insert_rows(con, "stalls", [row("stalls", s, run_id=run_id) for s in stalls or []])
-            _update_run(
-                con,
-                run_id,
-                "outcome = ?, finished_at = ?, error = ?, updated_at = ?",
-                [outcome, to_ts(finished_at), dumps(error), to_ts(finished_at)],
-            )
+        self._write(self._finish_run_op(run_id, outcome=outcome, finished_at=finished_at,
+                                        error=error, attempts=attempts, stalls=stalls,
+                                        lease=lease, release=release))  # fmt: skip
+
+    def _finish_run_op(
+        self,
+        run_id: str,
+        *,
+        outcome: str,
+        finished_at: float,
+        error: dict[str, Any] | None = None,
+        attempts: list[dict[str, Any]] | None = None,
+        stalls: list[dict[str, Any]] | None = None,
+        lease: Lease | None = None,
+        release: bool = False,
+    ) -> WriteOp:
+        attempt_rows = [row("attempts", a, run_id=run_id) for a in attempts or []]
+        stall_rows = [row("stalls", s, run_id=run_id) for s in stalls or []]
+        ended = _ended(outcome, finished_at, error)
+        generation = None if lease is None else lease.generation
+        holder = "" if lease is None else lease.owner
+
+        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+            batch.append("attempts", attempt_rows)
+            batch.append("stalls", stall_rows)
+            batch.update_run(con, _FINISHED, run_id, ended, generation, holder)
+            if release and generation is not None:
+                batch.release(run_id, generation)
+
+        return WriteOp("finish_run", apply, direct=False)
 
     def settle_tool_call(
         self, run_id: str, step: int, seq: int, *, status: str, output: str | None = None
@@ -295,8 +431,14 @@ class Store:
         Raises:
             StoreError: ``missing`` when there is no such tool row.
         """
+        self._write(self._settle_tool_call_op(run_id, step, seq, status=status, output=output))
+
+    def _settle_tool_call_op(
+        self, run_id: str, step: int, seq: int, *, status: str, output: str | None = None
+    ) -> WriteOp:
         size = None if output is None else len(output.encode("utf-8"))
-        with self._transaction() as con:
+
+        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
             updated = con.execute(
                 "UPDATE tool_calls SET status = ?, output = coalesce(?, output), "
                 "output_bytes = coalesce(?, output_bytes) "
@@ -310,11 +452,15 @@ class Store:
                     path=self.path,
                 )
 
+        return WriteOp("settle_tool_call", apply)
+
     def add_marker(self, run_id: str, kind: str, detail: str, at: float) -> None:
         """Append a resume/skipped/resolved/abandoned marker row."""
+        self._write(self._add_marker_op(run_id, kind, detail, at))
+
+    def _add_marker_op(self, run_id: str, kind: str, detail: str, at: float) -> WriteOp:
         values = row("markers", {}, run_id=run_id, kind=kind, detail=detail, at=at)
-        with self._transaction() as con:
-            insert_rows(con, "markers", [values])
+        return WriteOp("add_marker", lambda con, batch: batch.append("markers", [values]), False)
 
     # ------------------------------------------------------- reads for resume
 
@@ -408,58 +554,66 @@ class Store:
         ``owner_alive(owner)`` says its process is gone; otherwise ``ConflictError``.
         The previous holder's next commit then fails with ``ConflictError``.
         """
-        now = time.time() if now is None else now
-        with self._transaction() as con:
-            held = con.execute(
-                "SELECT owner, generation, expires_at, released FROM leases WHERE run_id = ?",
-                [run_id],
-            ).fetchone()
-            generation = 1 if held is None else int(held[1]) + 1
-            if held is not None and _lease_blocks(held, owner, now, owner_alive):
-                raise ConflictError(
-                    f"run {run_id!r} is driven by {held[0]!r} (lease generation {held[1]}, "
-                    f"expires in {(from_ts(held[2]) or now) - now:.0f} s)",
-                    run_id=run_id,
-                    owner=str(held[0]),
-                )
-            con.execute(
-                "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, false) ON CONFLICT (run_id) DO "
-                "UPDATE SET owner = excluded.owner, generation = excluded.generation, "
-                "acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, "
-                "expires_at = excluded.expires_at, released = false",
-                [run_id, owner, generation, to_ts(now), to_ts(now), to_ts(now + ttl_s)],
-            )
-        return Lease(run_id, owner, generation, now + ttl_s)
+        op = self._acquire_lease_op(run_id, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
+        lease: Lease = self._write(op)
+        return lease
+
+    def _acquire_lease_op(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float = 30.0,
+        now: float | None = None,
+        owner_alive: Callable[[str], bool] | None = None,
+    ) -> WriteOp:
+        at = time.time() if now is None else now
+        return WriteOp(
+            "acquire_lease", lambda con, batch: _acquire(con, run_id, owner, ttl_s, at, owner_alive)
+        )
 
     def renew_lease(self, lease: Lease, *, ttl_s: float = 30.0) -> Lease:
         """Extend a current lease. Raises ``ConflictError`` when it was taken over."""
+        renewed: Lease = self._write(self._renew_lease_op(lease, ttl_s=ttl_s))
+        return renewed
+
+    def _renew_lease_op(self, lease: Lease, *, ttl_s: float = 30.0) -> WriteOp:
         now = time.time()
-        with self._transaction() as con:
+
+        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
             _check_lease(con, lease.run_id, lease)
             con.execute(
                 "UPDATE leases SET renewed_at = ?, expires_at = ? WHERE run_id = ?",
                 [to_ts(now), to_ts(now + ttl_s), lease.run_id],
             )
-        return Lease(lease.run_id, lease.owner, lease.generation, now + ttl_s)
+            return Lease(lease.run_id, lease.owner, lease.generation, now + ttl_s)
+
+        return WriteOp("renew_lease", apply)
 
     def release_lease(self, lease: Lease) -> None:
         """Give up a lease; a stale one is ignored (someone else holds the run now)."""
-        with self._transaction() as con:
-            # The row stays, so the next acquire still bumps past this generation.
-            con.execute(
-                "UPDATE leases SET released = true WHERE run_id = ? AND generation = ?",
-                [lease.run_id, lease.generation],
-            )
+        self._write(self._release_lease_op(lease))
+
+    def _release_lease_op(self, lease: Lease) -> WriteOp:
+        # The row stays, so the next acquire still bumps past this generation.
+        return WriteOp(
+            "release_lease", lambda con, batch: batch.release(lease.run_id, lease.generation), False
+        )
 
     # ------------------------------------------------------------ recordings
 
     def put_recording(self, key: str, seq: int, response: Mapping[str, Any]) -> None:
         """Store (or replace) response ``seq`` of recording ``key``, credentials removed."""
-        with self._transaction() as con:
-            con.execute(
-                "INSERT OR REPLACE INTO recordings VALUES (?, ?, ?, ?)",
-                [key, seq, dumps(response), to_ts(time.time())],
-            )
+        self._write(self._put_recording_op(key, seq, response))
+
+    def _put_recording_op(self, key: str, seq: int, response: Mapping[str, Any]) -> WriteOp:
+        values = [key, seq, dumps(response), to_ts(time.time())]
+        return WriteOp(
+            "put_recording",
+            lambda con, batch: con.execute(
+                "INSERT OR REPLACE INTO recordings VALUES (?, ?, ?, ?)", values
+            ),
+        )
 
     def get_recordings(self, key: str) -> list[dict[str, Any]]:
         """The responses recorded under ``key``, ordered by seq."""
@@ -545,26 +699,61 @@ class Store:
 # ------------------------------------------------------------------- helpers
 
 
-def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    # Suppressed: the failing statement may already have aborted the transaction.
-    with contextlib.suppress(duckdb.Error):
-        con.execute("ROLLBACK")
-
-
 def _check_lease(con: duckdb.DuckDBPyConnection, run_id: str, lease: Lease | None) -> None:
-    if lease is None:
-        return
+    if lease is not None:
+        check_lease(con, run_id, lease.generation, lease.owner)
+
+
+def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
+    """(outcome, finished_at, error, updated_at) of a run that ends."""
+    return (getattr(outcome, "value", outcome), to_ts(finished_at), dumps(error),
+            to_ts(finished_at))  # fmt: skip
+
+
+def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The runs row of a new run; keys outside the columns go to ``extras``."""
+    extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
+    return row(
+        "runs",
+        run,
+        outcome=None,
+        finished_at=None,
+        steps=0,
+        tokens=0,
+        schema_version=SCHEMA_VERSION,
+        extras=extras or None,
+        updated_at=run.get("started_at") or time.time(),
+    )
+
+
+def _acquire(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    owner: str,
+    ttl_s: float,
+    now: float,
+    owner_alive: Callable[[str], bool] | None,
+) -> Lease:
     held = con.execute(
-        "SELECT owner, generation, released FROM leases WHERE run_id = ?", [run_id]
+        "SELECT owner, generation, expires_at, released FROM leases WHERE run_id = ?",
+        [run_id],
     ).fetchone()
-    if held is None or int(held[1]) != lease.generation or held[2]:
-        owner = None if held is None or held[2] else str(held[0])
+    generation = 1 if held is None else int(held[1]) + 1
+    if held is not None and _lease_blocks(held, owner, now, owner_alive):
         raise ConflictError(
-            f"the lease of {lease.owner!r} on run {run_id!r} (generation {lease.generation}) "
-            f"is no longer current" + (f": {owner!r} drives the run now" if owner else ""),
+            f"run {run_id!r} is driven by {held[0]!r} (lease generation {held[1]}, "
+            f"expires in {(from_ts(held[2]) or now) - now:.0f} s)",
             run_id=run_id,
-            owner=owner,
+            owner=str(held[0]),
         )
+    con.execute(
+        "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, false) ON CONFLICT (run_id) DO "
+        "UPDATE SET owner = excluded.owner, generation = excluded.generation, "
+        "acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, "
+        "expires_at = excluded.expires_at, released = false",
+        [run_id, owner, generation, to_ts(now), to_ts(now), to_ts(now + ttl_s)],
+    )
+    return Lease(run_id, owner, generation, now + ttl_s)
 
 
 def _delete_tool_rows(
@@ -591,30 +780,6 @@ def _lease_blocks(
     if (from_ts(expires_at) or 0.0) <= now:
         return False
     return owner_alive is None or owner_alive(str(holder))
-
-
-def _update_run(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    assignments: str,
-    params: list[Any],
-    *,
-    lease: Lease | None = None,
-) -> None:
-    """Update the run row; with ``lease``, only while that lease is current."""
-    if lease is None:
-        sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
-        args = [*params, run_id]
-    else:
-        sql = (
-            f"UPDATE runs SET {assignments} WHERE run_id = ? AND EXISTS (SELECT 1 FROM leases "
-            "WHERE leases.run_id = ? AND generation = ? AND NOT released)"
-        )
-        args = [*params, run_id, run_id, lease.generation]
-    updated = con.execute(sql, args).fetchone()
-    if not updated or updated[0] == 0:
-        _check_lease(con, run_id, lease)  # a stale lease says so; else the run is missing
-        raise StoreError(f"no run {run_id!r} in the store", kind="missing")
 
 
 def _loads(text: str | None) -> Any:

@@ -9,7 +9,10 @@ take its turn. A busy lock is retried with jittered, bounded backoff; one that c
 be had within ``busy_timeout_s`` is ``StoreError(kind="busy")``, which is retryable.
 
 Within a process every ``Store`` on the same real path shares one ``SharedDb`` whose
-lock serialises all statements: concurrent runs in one kernel funnel through it.
+lock serialises all statements: concurrent runs in one kernel funnel through it. Writes
+submitted asynchronously go to the ``SharedDb``'s writer thread, which commits every
+write queued while the previous transaction ran as ONE transaction (group commit, see
+``_store_batch``), so a hundred runs pay for a few statements, not a few hundred.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ import os
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
-from typing import Final
+from concurrent.futures import Future
+from typing import Any, Final
 
 import duckdb
 
 from ._errors import StoreError
+from ._store_batch import Batch, WriteOp
 from ._store_schema import ensure_schema
 
 __all__ = [
@@ -44,6 +50,8 @@ MAX_HOLD_S: Final = 1.0
 _YIELD_S: Final = (0.03, 0.08)
 _BACKOFF_FIRST_S: Final = 0.002
 _BACKOFF_CAP_S: Final = 0.025
+# The writer thread ends after this long with nothing to write (restarted on demand).
+_WRITER_IDLE_S: Final = 2.0
 # The first 12 bytes of a DuckDB file: an 8-byte checksum, then the magic "DUCK".
 _MAGIC: Final = b"DUCK"
 
@@ -62,6 +70,14 @@ class SharedDb:
         self._last_used = 0.0
         self._reopen_after = 0.0
         self._reaper: threading.Thread | None = None
+        self._closed = False
+        # Appenders of the open connection, reused by every batch (they die with it).
+        self._appenders: dict[str, duckdb.Appender] = {}
+        # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
+        self._queue: deque[tuple[WriteOp, Future[Any], float]] = deque()
+        self._queue_lock = threading.Lock()
+        self._queued = threading.Condition(self._queue_lock)
+        self._writer: threading.Thread | None = None
 
     @property
     def memory(self) -> bool:
@@ -90,6 +106,114 @@ class SharedDb:
         """Close the connection now (a ``:memory:`` database is lost)."""
         with self._lock:
             self._drop()
+
+    def shutdown(self) -> None:
+        """Close for good: writes still queued fail with ``StoreError(closed)``."""
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+    # ------------------------------------------------------------------ writes
+
+    def write(self, op: WriteOp, busy_timeout_s: float) -> Any:
+        """Run ``op`` in its own transaction in the calling thread; return its result."""
+        with self._lock:
+            try:
+                return self._write_alone(op, busy_timeout_s)
+            finally:
+                self._after_use()
+
+    def submit(self, op: WriteOp, busy_timeout_s: float) -> Future[Any]:
+        """Queue ``op`` for the writer thread, which commits it with the writes queued
+        beside it in one transaction. The future holds the op's result or error."""
+        future: Future[Any] = Future()
+        with self._queue_lock:
+            self._queue.append((op, future, busy_timeout_s))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_queued,
+                    name=f"harnessnb-store-writer:{self.path}",
+                    daemon=True,
+                )
+                self._writer.start()
+            else:
+                self._queued.notify()
+        return future
+
+    def _write_queued(self) -> None:
+        while True:
+            with self._queue_lock:
+                while not self._queue:
+                    if not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
+                        self._writer = None
+                        return
+                items = list(self._queue)
+                self._queue.clear()
+            # A caller that gave up (a cancelled run) before its write began: skip it.
+            live = [item for item in items if item[1].set_running_or_notify_cancel()]
+            if live:
+                self._write_group(live)
+
+    def _write_group(self, items: list[tuple[WriteOp, Future[Any], float]]) -> None:
+        timeout = max(item[2] for item in items)
+        with self._lock:
+            try:
+                if len(items) > 1:
+                    try:
+                        results = self._transact([op for op, _, _ in items], timeout)
+                    except StoreError as exc:
+                        if exc.kind in ("busy", "closed"):  # the file, not an op: all fail
+                            for _, future, _ in items:
+                                future.set_exception(exc)
+                            return
+                    except Exception:
+                        pass  # rolled back: each op alone, so an error is only its own
+                    else:
+                        for (_, future, _), result in zip(items, results, strict=True):
+                            future.set_result(result)
+                        return
+                for op, future, _ in items:
+                    try:
+                        future.set_result(self._write_alone(op, timeout))
+                    except Exception as exc:
+                        future.set_exception(exc)
+            finally:
+                self._after_use()
+
+    def _write_alone(self, op: WriteOp, busy_timeout_s: float) -> Any:
+        try:
+            return self._transact([op], busy_timeout_s)[0]
+        except StoreError as exc:
+            if exc.kind != "duplicate" or op.fallback is None:
+                raise
+        return self._transact([op.fallback], busy_timeout_s)[0]
+
+    def _transact(self, ops: list[WriteOp], busy_timeout_s: float) -> list[Any]:
+        """Run ``ops`` in one transaction (the lock held); driver errors as StoreError."""
+        if self._closed:
+            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
+        con = self._con if self._con is not None else self._open(busy_timeout_s)
+        batch = Batch(self._appenders, single=len(ops) == 1)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                results = []
+                for op in ops:
+                    if op.direct:
+                        batch.flush(con)
+                    results.append(op.apply(con, batch))
+                batch.flush(con)
+                con.execute("COMMIT")
+            except BaseException:
+                batch.discard()
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise
+        except duckdb.Error as exc:
+            if _is_fatal(exc):
+                self._drop()
+            raise store_error(exc, self.path) from exc
+        return results
 
     # -------------------------------------------------------------- internals
 
@@ -166,12 +290,20 @@ class SharedDb:
         """In a forked child: let go of the parent's connection without closing it."""
         if self._con is not None:
             _FORK_ORPHANS.append(self._con)
+            _FORK_ORPHANS.extend(self._appenders.values())
         self._con = None
         self._reaper = None
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
+        self._appenders = {}
+        # The parent's writer thread does not exist here; its queued writes are its own.
+        self._queue = deque()
+        self._queue_lock = threading.Lock()
+        self._queued = threading.Condition(self._queue_lock)
+        self._writer = None
 
     def _drop(self) -> None:
+        self._appenders.clear()
         con, self._con = self._con, None
         if con is not None:
             with contextlib.suppress(duckdb.Error):
@@ -243,7 +375,7 @@ _REGISTRY: dict[str, SharedDb] = {}
 _REGISTRY_LOCK = threading.Lock()
 # Connections inherited through fork(): never closed or collected in the child, since
 # closing would checkpoint into a file the parent still holds.
-_FORK_ORPHANS: list[duckdb.DuckDBPyConnection] = []
+_FORK_ORPHANS: list[object] = []
 
 
 def acquire_shared(path: str, *, linger_s: float) -> SharedDb:
@@ -269,7 +401,7 @@ def release_shared(db: SharedDb) -> None:
             return
         if not db.memory:
             _REGISTRY.pop(os.path.realpath(db.path), None)
-    db.close()
+    db.shutdown()
 
 
 def _close_all() -> None:

@@ -20,8 +20,9 @@ from typing import Any
 import harnessnb as hn
 from harnessnb._store import Store
 
-WRITES = ("create_run", "acquire_lease", "record_intent", "settle_tool_call", "commit_step",
-          "finish_run", "release_lease", "renew_lease")
+WRITES = ("create_run", "start_run", "acquire_lease", "record_intent", "settle_tool_call",
+          "commit_step", "finish_run", "release_lease", "renew_lease", "add_attempts",
+          "add_marker")
 
 KILL_IN_LEDGER = [0]
 LEDGER_CALLS = [0]
@@ -53,6 +54,25 @@ def _wrap(name: str) -> None:
 
 for _name in WRITES:
     _wrap(_name)
+
+
+def _submit(self: KillingStore, method: str, /, *args: Any, **kwargs: Any) -> Any:
+    """The loop's writes go through ``submit`` (group commit): count each one when it
+    has committed, and die right then, in the writer thread."""
+    future = Store.submit(self, method, *args, **kwargs)
+    if method in WRITES:
+        def committed(done: Any) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            type(self).writes += 1
+            if type(self).writes == type(self).kill_at:
+                kill_now()
+
+        future.add_done_callback(committed)
+    return future
+
+
+KillingStore.submit = _submit  # type: ignore[method-assign]
 
 
 @hn.tool(effect=hn.Effect.WRITE)

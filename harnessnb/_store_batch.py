@@ -1,0 +1,274 @@
+"""Group commit: the writes of one process on one file, batched into one transaction.
+
+Every DuckDB statement costs 0.3-0.9 ms here whatever its size, and a COMMIT about as
+much again, so concurrent runs that each commit their own small transaction serialise
+on statement overhead. A ``WriteOp`` describes one store write; ``Batch`` lets the
+ops of one transaction defer their appends and their run-row updates so that the ops
+of many runs become one append per table and one UPDATE per kind of change.
+
+A batch must end as if its ops had run one after another. Ops that read or overwrite
+(``direct``) flush what earlier ops deferred before they run; deferred ops of one
+batch touch disjoint rows (a run's driver awaits each write before the next); and a
+deferred lease check that passes at flush time passed at its place in the sequence,
+because a lease generation that stops being current never becomes current again.
+When a batch fails, the writer rolls it back and runs its ops one by one, so an op's
+error (say ``ConflictError``) reaches only its own caller.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import duckdb
+
+from ._errors import ConflictError, StoreError
+from ._store_schema import COLUMNS, quote
+
+__all__ = [
+    "APPEND_COLUMNS",
+    "Batch",
+    "BatchRetry",
+    "WriteOp",
+    "append_rows",
+    "check_lease",
+    "run_update",
+    "update_one",
+]
+
+# Columns of the tables written through appends (``COLUMNS`` plus the lease table).
+APPEND_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    **COLUMNS,
+    "leases": (
+        "run_id", "owner", "generation", "acquired_at", "renewed_at", "expires_at", "released",
+    ),
+}  # fmt: skip
+
+# Up to this many rows a VALUES insert beats an appender: VALUES costs ~100 us a row
+# to bind, an appender ~0.3 ms once (reused) plus ~2 us a row (bench/store.py).
+_VALUES_MAX_ROWS: Final = 2
+
+
+class BatchRetry(Exception):
+    """A merged statement of a batch did not apply to every op: rerun them one by one."""
+
+
+@dataclass
+class WriteOp:
+    """One store write: ``apply(con, batch)`` runs inside a transaction.
+
+    ``direct`` ops execute statements that read or overwrite rows, so the batch is
+    flushed before them; the others only defer work to ``batch``. ``fallback`` is run
+    in a fresh transaction when this op alone fails with ``StoreError(duplicate)``.
+    """
+
+    name: str
+    apply: Callable[[duckdb.DuckDBPyConnection, Batch], Any]
+    direct: bool = True
+    fallback: WriteOp | None = None
+
+
+_Pending = tuple[tuple[Any, ...], int | None, str]
+
+
+@dataclass(frozen=True)
+class _RunUpdate:
+    """A deferred UPDATE of run rows: ``SET {assign}`` with ``v.c0, v.c1...`` per run."""
+
+    assign: str  # e.g. "steps = runs.steps + 1, tokens = runs.tokens + v.c0"
+    types: tuple[str, ...]  # SQL types of the per-run values c0, c1, ...
+
+
+@dataclass
+class Batch:
+    """Work deferred by the ops of one transaction, applied by ``flush``."""
+
+    appenders: dict[str, duckdb.Appender] = field(default_factory=dict)
+    single: bool = False
+    _appends: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    # update -> run_id -> (values, lease generation or None, lease holder)
+    _updates: dict[_RunUpdate, dict[str, _Pending]] = field(default_factory=dict)
+    _releases: list[tuple[str, int]] = field(default_factory=list)
+
+    def append(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """Defer appending ``rows`` (tuples in ``APPEND_COLUMNS[table]`` order)."""
+        if rows:
+            self._appends.setdefault(table, []).extend(rows)
+
+    def update_run(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        update: _RunUpdate,
+        run_id: str,
+        values: tuple[Any, ...],
+        generation: int | None,
+        holder: str = "this process",
+    ) -> None:
+        """Defer an update of ``run_id``'s row, applied only while ``generation`` (if
+        given) is its current, unreleased lease."""
+        pending = self._updates.setdefault(update, {})
+        if run_id in pending:  # the same run twice: keep the order, apply the first now
+            self.flush(con)
+            pending = self._updates.setdefault(update, {})
+        pending[run_id] = (values, generation, holder)
+
+    def release(self, run_id: str, generation: int) -> None:
+        """Defer marking a lease released (after every update of this batch)."""
+        self._releases.append((run_id, generation))
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Apply the deferred work: appends, then run updates, then lease releases.
+
+        Raises:
+            BatchRetry: a merged update missed a run (stale lease or unknown run).
+            ConflictError, StoreError: an op alone (``single``) failed its check.
+        """
+        appends, self._appends = self._appends, {}
+        updates, self._updates = self._updates, {}
+        releases, self._releases = self._releases, []
+        for table, rows in appends.items():
+            append_rows(con, table, rows, self.appenders)
+        for update, runs in updates.items():
+            _apply_updates(con, update, runs)
+        if len(releases) == 1:
+            con.execute(
+                "UPDATE leases SET released = true WHERE run_id = ? AND generation = ?",
+                list(releases[0]),
+            )
+        elif releases:
+            con.execute(
+                f"UPDATE leases SET released = true FROM {_unnest(('rid', 'g'), _KEY_TYPES)} "
+                "WHERE leases.run_id = v.rid AND leases.generation = v.g",
+                [list(column) for column in zip(*releases, strict=True)],
+            )
+
+    def discard(self) -> None:
+        """Forget deferred work and buffered appender rows (after a rollback)."""
+        self._appends.clear()
+        self._updates.clear()
+        self._releases.clear()
+        for appender in self.appenders.values():
+            appender.clear()
+
+
+def run_update(assign: str, *types: str) -> _RunUpdate:
+    """A kind of deferred run-row update (see ``Batch.update_run``)."""
+    return _RunUpdate(assign, types)
+
+
+def _apply_updates(
+    con: duckdb.DuckDBPyConnection,
+    update: _RunUpdate,
+    runs: dict[str, _Pending],
+) -> None:
+    if len(runs) == 1:
+        # One run: the plain statement, whose miss can say exactly what went wrong.
+        ((run_id, (values, generation, holder)),) = runs.items()
+        assign = update.assign
+        for i in range(len(update.types)):
+            assign = assign.replace(f"v.c{i}", "?")
+        update_one(con, run_id, assign.replace("runs.", ""), list(values), generation, holder)
+        return
+    names = ("rid", "g", *(f"c{i}" for i in range(len(update.types))))
+    table = [(rid, gen, *vals) for rid, (vals, gen, _) in runs.items()]
+    found = con.execute(
+        f"UPDATE runs SET {update.assign} FROM {_unnest(names, _KEY_TYPES + update.types)} "
+        "WHERE runs.run_id = v.rid AND (v.g IS NULL OR EXISTS (SELECT 1 FROM leases l "
+        "WHERE l.run_id = v.rid AND l.generation = v.g AND NOT l.released)) "
+        "RETURNING runs.run_id",
+        [list(column) for column in zip(*table, strict=True)],
+    ).fetchall()
+    if len(found) != len(runs):
+        raise BatchRetry(f"{len(runs) - len(found)} of {len(runs)} run updates did not apply")
+
+
+_KEY_TYPES: Final = ("VARCHAR", "BIGINT")  # run_id, lease generation
+
+
+def _unnest(names: tuple[str, ...], types: tuple[str, ...]) -> str:
+    """A derived table ``v`` of one list parameter per column: binding a list costs a
+    few us a value where a VALUES row costs ~70 us (bench/RESULTS-store.md)."""
+    columns = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
+    return f"(SELECT {columns}) v"
+
+
+def update_one(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    assignments: str,
+    params: list[Any],
+    generation: int | None,
+    holder: str = "this process",
+) -> None:
+    """Update one run row; with ``generation``, only while that lease is current."""
+    if generation is None:
+        sql = f"UPDATE runs SET {assignments} WHERE run_id = ?"
+        args = [*params, run_id]
+    else:
+        sql = (
+            f"UPDATE runs SET {assignments} WHERE run_id = ? AND EXISTS (SELECT 1 FROM leases "
+            "WHERE leases.run_id = ? AND generation = ? AND NOT released)"
+        )
+        args = [*params, run_id, run_id, generation]
+    updated = con.execute(sql, args).fetchone()
+    if not updated or updated[0] == 0:
+        # A stale lease says so; otherwise the run is missing.
+        check_lease(con, run_id, generation, holder)
+        raise StoreError(f"no run {run_id!r} in the store", kind="missing")
+
+
+def check_lease(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    generation: int | None,
+    holder: str = "this process",
+) -> None:
+    """Raise ``ConflictError`` unless ``generation`` is ``run_id``'s current lease."""
+    if generation is None:
+        return
+    held = con.execute(
+        "SELECT owner, generation, released FROM leases WHERE run_id = ?", [run_id]
+    ).fetchone()
+    if held is None or int(held[1]) != generation or held[2]:
+        owner = None if held is None or held[2] else str(held[0])
+        raise ConflictError(
+            f"the lease of {holder!r} on run {run_id!r} (generation {generation}) "
+            "is no longer current" + (f": {owner!r} drives the run now" if owner else ""),
+            run_id=run_id,
+            owner=owner,
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _values_sql(table: str, n: int) -> str:
+    columns = APPEND_COLUMNS[table]
+    marks = "(" + ",".join("?" * len(columns)) + ")"
+    names = ",".join(quote(c) for c in columns)
+    return f"INSERT INTO {table} ({names}) VALUES " + ",".join([marks] * n)
+
+
+def append_rows(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    rows: list[tuple[Any, ...]],
+    appenders: dict[str, duckdb.Appender] | None = None,
+) -> None:
+    """Append ``rows`` in one statement: VALUES for one or two rows, else an appender
+    (kept in ``appenders`` for reuse on the same connection)."""
+    if not rows:
+        return
+    if len(rows) <= _VALUES_MAX_ROWS or appenders is None:
+        con.execute(_values_sql(table, len(rows)), [v for r in rows for v in r])
+        return
+    appender = appenders.get(table)
+    if appender is None:
+        appender = con.appender(table, columns=list(APPEND_COLUMNS[table]))
+        appenders[table] = appender
+    try:
+        appender.append_rows(rows)
+        appender.flush()
+    except BaseException:
+        appender.clear()
+        raise

@@ -1,0 +1,130 @@
+"""Group commit and the merged run writes: start_run, the last step that ends the run,
+finish_run(release=True), and queued writes of several runs in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb._store import Lease, Store
+from harnessnb._store_conn import SharedDb
+from tests.store_helpers import AT, run_row, step_kwargs
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "runs.duckdb")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The op names of every transaction the store runs, in order."""
+    seen: list[list[str]] = []
+    original = SharedDb._transact
+
+    def transact(self: SharedDb, ops: list[Any], busy_timeout_s: float) -> list[Any]:
+        seen.append([op.name for op in ops])
+        return original(self, ops, busy_timeout_s)
+
+    monkeypatch.setattr(SharedDb, "_transact", transact)
+    return seen
+
+
+def test_start_run_writes_the_run_and_its_first_lease_together(store: Store) -> None:
+    lease = store.start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=30)
+    assert (lease.run_id, lease.owner, lease.generation, lease.expires_at) == (
+        "r1", "kernel-a", 1, AT + 30,
+    )  # fmt: skip
+    row, kwargs = step_kwargs(1)
+    store.commit_step("r1", row, **kwargs, lease=lease)
+    run = store.get_run("r1")
+    assert run is not None and run["steps"] == 1
+
+
+def test_start_run_conflicting_with_a_live_lease_writes_nothing(store: Store) -> None:
+    store.acquire_lease("r1", "kernel-a", now=AT)  # a lease row with no run row yet
+    with pytest.raises(hn.ConflictError):
+        store.start_run(run_row("r1"), "kernel-b", now=AT + 1, owner_alive=lambda _: True)
+    assert store.get_run("r1") is None
+
+
+def test_start_run_of_an_existing_run_is_a_duplicate(store: Store) -> None:
+    store.start_run(run_row("r1"), "kernel-a")
+    with pytest.raises(hn.StoreError) as info:
+        store.start_run(run_row("r1"), "kernel-a")
+    assert info.value.kind == "duplicate"
+
+
+def test_last_step_ends_the_run_and_releases_the_lease_in_one_commit(store: Store) -> None:
+    lease = store.start_run(run_row("r1"), "kernel-a")
+    row, kwargs = step_kwargs(1, tokens=50)
+    finish = {"outcome": "finished", "finished_at": AT + 9, "error": None}
+    store.commit_step("r1", row, **kwargs, lease=lease, finish=finish)
+    run = store.get_run("r1")
+    assert run is not None
+    assert (run["steps"], run["tokens"], run["outcome"], run["finished_at"]) == (
+        1, 50, "finished", AT + 9,
+    )  # fmt: skip
+    with pytest.raises(hn.ConflictError):  # released with the step
+        store.renew_lease(lease)
+    assert store.acquire_lease("r1", "kernel-b", owner_alive=lambda _: True).generation == 2
+
+
+def test_finish_run_with_release_gives_the_lease_up(store: Store) -> None:
+    lease = store.start_run(run_row("r1"), "kernel-a")
+    store.finish_run("r1", outcome="denied", finished_at=AT + 1, lease=lease, release=True)
+    with pytest.raises(hn.ConflictError):
+        store.renew_lease(lease)
+
+
+def test_queued_writes_of_many_runs_commit_in_one_transaction(
+    store: Store, batches: list[list[str]]
+) -> None:
+    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(8)]
+    db = store._db
+    assert db is not None
+    with db._lock:  # the writer waits for the lock: the writes queue up behind it
+        futures = [_submit_step(store, f"r{i}", lease) for i, lease in enumerate(leases)]
+    assert [f.result(timeout=10) for f in futures] == [None] * 8
+    assert max(len(b) for b in batches) > 1
+    assert store.runs()["steps"].tolist() == [1] * 8
+    assert len(store.steps()) == 8 and len(store.attempts()) == 24
+
+
+def test_an_error_in_a_group_fails_only_its_own_write(
+    store: Store, batches: list[list[str]]
+) -> None:
+    leases = [store.start_run(run_row(f"r{i}"), "me", now=AT, ttl_s=1) for i in range(5)]
+    store.acquire_lease("r3", "other", now=AT + 5)  # r3's first lease is now stale
+    db = store._db
+    assert db is not None
+    with db._lock:
+        futures = [_submit_step(store, f"r{i}", lease) for i, lease in enumerate(leases)]
+        futures.append(store.submit("finish_run", "r0", outcome="finished",
+                                    finished_at=AT + 9, lease=leases[0], release=True))  # fmt: skip
+    errors = [f.exception(timeout=10) for f in futures]
+    assert [type(e).__name__ if e else None for e in errors] == [
+        None, None, None, "ConflictError", None, None,
+    ]  # fmt: skip
+    assert max(len(b) for b in batches) > 1  # the group failed, then each went alone
+    steps = dict(zip(store.runs()["run_id"], store.runs()["steps"], strict=True))
+    assert steps == {"r0": 1, "r1": 1, "r2": 1, "r3": 0, "r4": 1}
+    assert store.get_run("r0")["outcome"] == "finished"  # type: ignore[index]
+    assert sorted(store.steps()["run_id"]) == ["r0", "r1", "r2", "r4"]
+
+
+def test_submit_refuses_what_is_not_a_write(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.submit("get_run", "r1")
+
+
+def _submit_step(store: Store, run_id: str, lease: Lease) -> Future[Any]:
+    row, kwargs = step_kwargs(1)
+    return store.submit("commit_step", run_id, row, **kwargs, lease=lease)
