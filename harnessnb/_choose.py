@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError
 
@@ -25,6 +25,7 @@ __all__ = [
     "choose_provider",
     "parse_verify",
     "parse_verify_cmd",
+    "provider_for_resume",
 ]
 
 PROVIDER_NAMES = ("openai", "openrouter", "anthropic", "local", "demo")
@@ -78,6 +79,29 @@ def choose_provider(
 
     others = [build_provider(n, env=env) for n in fallbacks]
     return Fallback(primary, *others), note
+
+
+def provider_for_resume(
+    run: Mapping[str, Any] | None,
+    name: str | None = None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    fallbacks: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> tuple[Provider, str]:
+    """The provider to resume ``run`` (its stored row) with.
+
+    A provider named by the caller wins. Otherwise the provider the run was recorded
+    with, when it is one of ours by name (a resumed run should not silently switch
+    providers because the environment changed), with its recorded model; otherwise
+    the same choice as ``choose_provider``.
+    """
+    recorded = str((run or {}).get("provider") or "").lower()
+    if name is None and not base_url and recorded in ("openai", "openrouter", "anthropic", "demo"):
+        chosen = build_provider(recorded, model=model or (run or {}).get("model"), env=env)
+        return chosen, f"resuming with the provider the run was recorded with: {recorded}"
+    return choose_provider(name, model=model, base_url=base_url, fallbacks=fallbacks, env=env)
 
 
 def _name_from_env(env: Mapping[str, str], base_url: str | None) -> tuple[str, str]:

@@ -395,14 +395,31 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
     import harnessnb as hn
 
-    provider = _provider(args)
+    from ._choose import provider_for_resume
+
     store = _store(args)
+    provider, note = provider_for_resume(
+        _recorded_run(store, args.run_id), args.provider, model=args.model, base_url=args.base_url
+    )
+    if note:
+        print(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
     result = _drive(
         lambda: hn.resume_sync(args.run_id, provider, store=store, on_event=progress), progress
     )
     return _finish(result)
+
+
+def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
+    """The stored row of ``run_id``, or None when it cannot be read (resume says why)."""
+    from ._errors import StoreError
+
+    try:
+        row: dict[str, Any] | None = store.get_run(run_id)
+    except StoreError:
+        return None
+    return row
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -239,3 +239,18 @@ def test_verify_text() -> None:
     with pytest.raises(hn.ConfigError, match="FILE contains TEXT"):
         parse_verify("NOTES.md has #")
     assert parse_verify_cmd("pytest -q 'a b'") == hn.Command(["pytest", "-q", "a b"])
+
+
+def test_resume_uses_the_provider_the_run_was_recorded_with() -> None:
+    from harnessnb._choose import provider_for_resume
+
+    env = {"OPENROUTER_API_KEY": "sk-or", "ANTHROPIC_API_KEY": "sk-ant"}
+    run = {"provider": "anthropic", "model": "claude-x"}
+    provider, note = provider_for_resume(run, env=env)
+    assert (provider.name, provider.model) == ("anthropic", "claude-x")
+    assert "recorded" in note
+    # a provider the caller names wins; an unknown or fallback run uses the usual order
+    assert provider_for_resume(run, "openrouter", env=env)[0].name == "openrouter"
+    fallback_run = {"provider": "fallback(openai,anthropic)", "model": "m"}
+    assert provider_for_resume(fallback_run, env=env)[0].name == "openrouter"
+    assert provider_for_resume(None, env=env)[0].name == "openrouter"

@@ -310,14 +310,21 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
 
 
 def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
+    from .._choose import provider_for_resume
     from .._durable import resume
+    from .._errors import StoreError
 
     _check_provider_args("resume", args)
     try:
-        provider, note = choose_provider(
-            args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
-        )
         store = _store(args.store)
+        try:
+            recorded = store.get_run(args.run_id)
+        except StoreError:
+            recorded = None  # resume itself reports why the run cannot be read
+        provider, note = provider_for_resume(
+            recorded, args.provider, model=args.model, base_url=args.base_url,
+            fallbacks=args.fallback,
+        )
     except HarnessError as err:
         _fail(err)
         raise
