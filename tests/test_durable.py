@@ -369,3 +369,20 @@ async def test_identical_requests_replay_in_recorded_order() -> None:
     assert [(await replay.complete(msgs)).text for _ in range(2)] == ["first", "second"]
     replay = Replay(store)  # without the model: matched on messages and tools
     assert (await replay.complete(msgs)).text == "first"
+
+
+def test_resolve_with_no_dangling_write_says_so(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ref.seed_workspace(ws)
+    os.environ["HNB_WS"] = str(ws)
+    with Store(tmp_path / "s.duckdb") as store:
+        done = hn.run_sync(ref.contract(str(ws)), ref.provider(), store=store,
+                           policy=ref.policy(), tools=ref.TOOLS)
+        for call in (lambda: resolve(done.run_id, output="x", store=store),
+                     lambda: abandon(done.run_id, "x", store=store)):
+            with pytest.raises(hn.ResumeError) as info:
+                call()
+            assert info.value.reason == "nothing_to_resolve"
+        with pytest.raises(hn.ResumeError) as unknown:
+            resolve("run_nope", output="x", store=store)
+        assert unknown.value.reason == "unknown_run"
