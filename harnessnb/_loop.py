@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -322,8 +323,6 @@ class _Driver:
     async def _call_once(
         self, messages: list[dict[str, Any]], rows: list[dict[str, Any]]
     ) -> Completion | HarnessError:
-        import time
-
         remaining = self.remaining()
         call_start = self.clock.time()
         real_start = time.time()
@@ -855,8 +854,6 @@ def _synthetic_record(
     provider: Provider, result: Completion | HarnessError, started: float
 ) -> AttemptRecord:
     """The attempt row of a provider that reported none itself (a custom provider)."""
-    import time
-
     latency = (time.time() - started) * 1000
     if isinstance(result, Completion):
         filled = dataclasses.replace(
