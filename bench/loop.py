@@ -5,7 +5,8 @@
    Target: under 3 ms/step.
 2. Throughput: 100 concurrent runs (1 step each, final answer) against the chaos
    server in one process vs 100 concurrent raw ``provider.complete`` calls on the
-   same server. Target: runs reach at least 0.7x the raw throughput.
+   same server carrying the same request (system prompt, task, tool specs); best of
+   3 alternating rounds. Target: runs reach at least 0.7x the raw throughput.
 
 Run: python bench/loop.py
 """
@@ -38,19 +39,35 @@ async def per_step(store: hn.Store, ws: Path, steps: int) -> list[float]:
     return times[1:]  # the first gap includes run creation
 
 
-async def throughput(srv: ChaosServer, store: hn.Store, ws: Path, n: int) -> tuple[float, float]:
+async def throughput(
+    srv: ChaosServer, store: hn.Store, ws: Path, n: int, rounds: int = 3
+) -> tuple[float, float]:
+    """Best-of-rounds calls/s: ``n`` raw ``complete()`` calls carrying the very request a
+    one-step run sends (system prompt, task, the built-in tool specs), then ``n``
+    one-step runs; the two alternate so machine noise hits both alike."""
+    from harnessnb._loop import _SYSTEM_PROMPT
+    from harnessnb._tools import builtin_tools
+
     provider = hn.OpenAI("bench", base_url=srv.openai_url)
-    messages = [{"role": "user", "content": "hi"}]
-    await provider.complete(messages)  # warm the connection pool
-    t0 = time.perf_counter()
-    await asyncio.gather(*(provider.complete(messages) for _ in range(n)))
-    raw = n / (time.perf_counter() - t0)
     contract = hn.TaskContract("say hi", ws, max_steps=1)
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*(hn.run(contract, provider, store=store) for _ in range(n)))
-    runs = n / (time.perf_counter() - t0)
-    assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
-    return raw, runs
+    messages = [
+        {"role": "system", "content": _SYSTEM_PROMPT},
+        {"role": "user", "content": contract.task},
+    ]
+    specs = [t.spec() for t in builtin_tools()]
+    await provider.complete(messages, tools=specs)  # warm the connection pool
+    raw_best = runs_best = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        await asyncio.gather(*(provider.complete(messages, tools=specs) for _ in range(n)))
+        raw_best = max(raw_best, n / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        results = await asyncio.gather(
+            *(hn.run(contract, provider, store=store) for _ in range(n))
+        )
+        runs_best = max(runs_best, n / (time.perf_counter() - t0))
+        assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
+    return raw_best, runs_best
 
 
 async def main() -> None:
