@@ -34,7 +34,9 @@ class RunOutcome(enum.StrEnum):
 
     @property
     def resumable(self) -> bool:
-        """Outcomes a ``resume`` continues rather than reports."""
+        """Outcomes a ``resume`` continues rather than reports: an interruption, a
+        provider that stayed down, a write to reconcile, an approval to give. A spent
+        budget is final: the time a resume would continue in is already used up."""
         return self in _RESUMABLE
 
 
@@ -44,7 +46,6 @@ _RESUMABLE = frozenset(
         RunOutcome.ESCALATED_RETRYABLE,
         RunOutcome.NEEDS_RECONCILIATION,
         RunOutcome.AWAITING_APPROVAL,
-        RunOutcome.TIME_BUDGET,
     }
 )
 

@@ -194,3 +194,10 @@ def test_replan_directive_names_what_was_tried() -> None:
     assert sig is not None
     text = replan_directive(sig)
     assert "read_file" in text and "a.txt" in text and "end the run" in text
+
+
+def test_only_interruptions_are_resumable() -> None:
+    resumable = {o.value for o in hn.RunOutcome if o.resumable}
+    assert resumable == {
+        "cancelled", "escalated_retryable", "needs_reconciliation", "awaiting_approval"
+    }
