@@ -23,7 +23,7 @@ from ._completion import AttemptRecord, Completion, Provider, report_attempt
 from ._contract import RunOutcome, TaskContract
 from ._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ._events import Callback
-from ._loop import PendingStep, _Driver, default_store
+from ._loop import PendingStep, _Driver, open_store
 from ._result import RunResult
 from ._retry import Clock, SystemClock
 
@@ -46,17 +46,11 @@ __all__ = [
 
 
 def _open(store: Store | str | os.PathLike[str] | None) -> Store:
-    """A store from a Store, a path, or None (the default store)."""
-    from ._store import Store as StoreClass
-
-    if store is None:
-        return default_store()
-    if isinstance(store, str | os.PathLike):
-        try:
-            return StoreClass(store)
-        except StoreError as exc:
-            raise _newer(exc, os.fspath(store)) from exc
-    return store
+    """``open_store``, with a store too new for this harnessnb as a ``ResumeError``."""
+    try:
+        return open_store(store)
+    except StoreError as exc:
+        raise _newer(exc, exc.path or str(store)) from exc
 
 
 def _newer(exc: StoreError, path: str) -> HarnessError:

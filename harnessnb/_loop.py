@@ -87,6 +87,17 @@ def owner_alive(owner: str) -> bool:
     return True
 
 
+def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
+    """A store from a ``Store``, a path, or None (the default store)."""
+    from ._store import Store as StoreClass
+
+    if store is None:
+        return default_store()
+    if isinstance(store, str | os.PathLike):
+        return StoreClass(store)
+    return store
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
@@ -896,7 +907,7 @@ async def run(
     contract: TaskContract,
     provider: Provider,
     *,
-    store: Store | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
     policy: Policy | None = None,
     approver: Approver | None = None,
     tools: Sequence[Tool] = (),
@@ -909,8 +920,8 @@ async def run(
     Args:
         contract: The task, workspace, verification and budgets.
         provider: Any provider (``hn.OpenAI``, ``hn.Fallback(...)``, ``hn.ScriptedProvider``).
-        store: Where the run is recorded; None means the default file store
-            (``$HARNESSNB_STORE`` or ./runs.duckdb).
+        store: Where the run is recorded: a ``Store`` or a path; None means the
+            default file store (``$HARNESSNB_STORE`` or ./runs.duckdb).
         policy: None means ``Policy.default()``; provider hosts are allowed by an
             implicit layer beneath it.
         approver: Decides ``ask`` verdicts. None: the notebook widget when a frontend
@@ -930,7 +941,7 @@ async def run(
     driver = _Driver(
         contract,
         provider,
-        store=store if store is not None else default_store(),
+        store=open_store(store),
         policy=policy if policy is not None else Policy.default(),
         approver=approver if approver is not None else _default_approver(),
         tools=tools,

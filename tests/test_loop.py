@@ -460,3 +460,18 @@ async def test_a_command_cannot_outlive_the_time_budget(ws: Path, store: hn.Stor
     assert time.monotonic() - started < 10
     assert result.outcome is hn.RunOutcome.TIME_BUDGET
     assert store.tool_calls(result.run_id)["error_code"].tolist() == ["SANDBOX_TIMEOUT"]
+
+
+async def test_store_may_be_given_as_a_path_and_a_bad_file_is_a_store_error(
+    ws: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "runs.duckdb"
+    result = await hn.run(contract(ws), hn.ScriptedProvider(["ok"]), store=str(path))
+    assert result.outcome is hn.RunOutcome.FINISHED
+    with hn.Store(path) as store:
+        assert store.runs()["run_id"].tolist() == [result.run_id]
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not a database\n")
+    with pytest.raises(hn.StoreError) as info:
+        await hn.run(contract(ws), hn.ScriptedProvider(["ok"]), store=bad)
+    assert info.value.kind == "corrupt" and bad.read_text() == "not a database\n"
