@@ -160,9 +160,6 @@ async def resume(
     )
     await driver.emit("started", task=contract.task, provider=provider.name,
                       model=provider.model, max_steps=contract.max_steps, resumed=True)
-    state_outcome = driver.pending_outcome
-    if state_outcome is not None:
-        return await driver.finish(RunOutcome(state_outcome))
     return await driver.drive(pending)
 
 

@@ -190,7 +190,6 @@ class _Driver:
         self.text = ""
         self.lease: Lease | None = None
         self.committed_messages: int | None = None  # messages covered by checkpoints
-        self.pending_outcome: str | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
 
     # ------------------------------------------------------------------ helpers
@@ -683,7 +682,7 @@ class _Driver:
             attempts=attempt_rows,
             tool_calls=tool_rows,
             stalls=stall_rows,
-            checkpoint=self.checkpoint(ending[0] if ending else None),
+            checkpoint=self.checkpoint(),
             lease=self.lease,
             finish=final,
         )
@@ -702,7 +701,7 @@ class _Driver:
             return await self.finished(ending[0], ending[1])
         return None
 
-    def checkpoint(self, pending: RunOutcome | None) -> dict[str, Any]:
+    def checkpoint(self) -> dict[str, Any]:
         """The state a resume needs. The conversation is stored as the messages this
         step added (a delta), so a long run's commits stay small; a full copy is
         stored when earlier messages were rewritten (a context shrink)."""
@@ -719,7 +718,6 @@ class _Driver:
             "stall": self.detector.state(),
             "verify_feedback_given": self.verify_feedback_given,
             "verified": self.verified,
-            "pending_outcome": pending.value if pending else None,
             "providers": self.providers,
             "counts": {
                 "attempts": self.attempt_count,
@@ -745,7 +743,6 @@ class _Driver:
         self.detector = StallDetector.from_state(self.contract.stall, state.get("stall", {}))
         self.verify_feedback_given = bool(state.get("verify_feedback_given"))
         self.verified = state.get("verified")
-        self.pending_outcome = state.get("pending_outcome")
         self.providers = list(state.get("providers", []))
         counts = state.get("counts", {})
         self.attempt_count = int(counts.get("attempts", 0))
