@@ -62,14 +62,19 @@ def _newer(exc: StoreError, path: str) -> HarnessError:
     )
 
 
-async def _get_run(store: Store, run_id: str) -> dict[str, Any]:
+def _stored_run(store: Store, run_id: str) -> dict[str, Any]:
+    """The run's row; ``ResumeError`` for an unknown run or a store too new to read."""
     try:
-        row = await asyncio.to_thread(store.get_run, run_id)
+        row = store.get_run(run_id)
     except StoreError as exc:
         raise _newer(exc, store.path) from exc
     if row is None:
         raise ResumeError(f"no run {run_id!r} in the store {store.path!r}", reason="unknown_run")
     return row
+
+
+async def _get_run(store: Store, run_id: str) -> dict[str, Any]:
+    return await asyncio.to_thread(_stored_run, store, run_id)
 
 
 def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
@@ -194,8 +199,7 @@ def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:
 
 
 def _unsettled(store: Store, run_id: str) -> dict[str, Any]:
-    if store.get_run(run_id) is None:
-        raise ResumeError(f"no run {run_id!r} in the store {store.path!r}", reason="unknown_run")
+    _stored_run(store, run_id)
     rows = [r for r in store.unsettled_tool_calls(run_id) if r.get("effect") == "write"]
     if not rows:
         raise ResumeError(
