@@ -25,7 +25,6 @@ import difflib
 import os
 import posixpath
 import re
-import signal
 import stat
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from typing import Any
 
 from ._errors import RefusedError, SandboxError, ToolError
 from ._policy import exec_target
+from ._proc import BoundedCapture, kill_group
 from ._tools import Effect, Tool, ToolContext, ToolOutput, bound_output
 
 __all__ = [
@@ -580,35 +580,6 @@ class CommandResult:
     output_bytes: int
 
 
-class _BoundedCapture:
-    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                del self.tail[: len(self.tail) - self.half]
-
-    def text(self) -> str:
-        elided = self.total - len(self.head) - len(self.tail)
-        head = self.head.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
-        if elided <= 0:
-            return head + tail
-        return f"{head}\n... [{elided} bytes elided] ...\n{tail}"
-
-
 async def run_argv(
     argv: list[str], *, cwd: Path, timeout_s: float, limit_bytes: int = _COMMAND_CAPTURE_BYTES
 ) -> CommandResult:
@@ -631,7 +602,7 @@ async def run_argv(
         raise ToolError(f"not executable: {argv[0]}", code="COMMAND_NOT_EXECUTABLE") from exc
     except OSError as exc:
         raise ToolError(f"cannot start {argv[0]}: {exc}", code="COMMAND_FAILED") from exc
-    capture = _BoundedCapture(limit_bytes)
+    capture = BoundedCapture(limit_bytes)
     assert proc.stdout is not None
     reader = asyncio.create_task(_pump(proc.stdout, capture))
     try:
@@ -639,10 +610,10 @@ async def run_argv(
         # Also kills stragglers a finished command left behind. The group id is the
         # leader's pid, reaped moments ago; sequential pid allocation makes a reuse
         # within this window practically impossible.
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         await _settle(proc, reader)
     except BaseException:
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         reader.cancel()
         raise
     return CommandResult(
@@ -654,7 +625,7 @@ async def run_argv(
     )
 
 
-async def _pump(stream: asyncio.StreamReader, capture: _BoundedCapture) -> None:
+async def _pump(stream: asyncio.StreamReader, capture: BoundedCapture) -> None:
     while chunk := await stream.read(65536):
         capture.feed(chunk)
 
@@ -694,11 +665,6 @@ async def _settle(proc: asyncio.subprocess.Process, reader: asyncio.Task[None]) 
         await asyncio.wait_for(reader, _PIPE_GRACE_S)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait(), _PIPE_GRACE_S)
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(pid, signal.SIGKILL)
 
 
 class RunCommand(Tool):
