@@ -87,6 +87,21 @@ def owner_alive(owner: str) -> bool:
     return True
 
 
+async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``store.method(*args, **kwargs)`` from asyncio without blocking the loop.
+
+    Writes go to the store's writer thread, which commits the writes of every
+    concurrent run queued meanwhile in one transaction (group commit); reads and
+    stores without ``submit`` block a worker thread, never the loop.
+    """
+    from ._store import WRITE_METHODS
+
+    submit = getattr(store, "submit", None)
+    if submit is not None and method in WRITE_METHODS:
+        return await asyncio.wrap_future(submit(method, *args, **kwargs))
+    return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
+
+
 def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     """A store from a ``Store``, a path, or None (the default store)."""
     from ._store import Store as StoreClass
@@ -208,15 +223,7 @@ class _Driver:
         await self.emit(kind, **data)
 
     async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        # Writes go to the store's writer thread, which commits the writes of every
-        # concurrent run queued meanwhile in one transaction (group commit); reads and
-        # stores without ``submit`` block a worker thread, never the loop.
-        from ._store import WRITE_METHODS
-
-        submit = getattr(self.store, "submit", None)
-        if submit is not None and method in WRITE_METHODS:
-            return await asyncio.wrap_future(submit(method, *args, **kwargs))
-        return await asyncio.to_thread(getattr(self.store, method), *args, **kwargs)
+        return await call_store(self.store, method, *args, **kwargs)
 
     # ------------------------------------------------------------------ lease
 

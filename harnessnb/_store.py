@@ -58,7 +58,7 @@ _EFFECT: Final = COLUMNS["tool_calls"].index("effect")
 WRITE_METHODS: Final = frozenset({
     "create_run", "start_run", "commit_step", "record_intent", "add_attempts", "finish_run",
     "settle_tool_call", "add_marker", "acquire_lease", "renew_lease", "release_lease",
-    "put_recording",
+    "put_recording", "bind_agent_session",
 })  # fmt: skip
 
 # How a committed step and a finished run change the run row (see ``Batch.update_run``).
@@ -622,6 +622,45 @@ class Store:
                 "SELECT response FROM recordings WHERE key = ? ORDER BY seq", [key]
             ).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    # -------------------------------------------------------- agent sessions
+
+    def agent_session(self, workspace: str, name: str) -> dict[str, Any] | None:
+        """The binding of session ``name`` in ``workspace``: agent, session_id, run_id."""
+        with self._connection() as con:
+            found = con.execute(
+                "SELECT agent, session_id, run_id, updated_at FROM agent_sessions "
+                "WHERE workspace = ? AND name = ?",
+                [workspace, name],
+            ).fetchone()
+        if found is None:
+            return None
+        agent, session_id, run_id, updated_at = found
+        return {"workspace": workspace, "name": name, "agent": agent, "session_id": session_id,
+                "run_id": run_id, "updated_at": from_ts(updated_at)}  # fmt: skip
+
+    def bind_agent_session(
+        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
+    ) -> None:
+        """Bind session ``name`` in ``workspace`` to ``agent``'s native ``session_id``."""
+        self._write(self._bind_agent_session_op(
+            workspace, name, agent=agent, session_id=session_id, run_id=run_id))  # fmt: skip
+
+    def _bind_agent_session_op(
+        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
+    ) -> WriteOp:
+        values = [workspace, name, agent, session_id, run_id, to_ts(time.time())]
+        return WriteOp(
+            "bind_agent_session",
+            lambda con, batch: con.execute(
+                "INSERT OR REPLACE INTO agent_sessions VALUES (?, ?, ?, ?, ?, ?)", values
+            ),
+        )
+
+    def agent_sessions(self) -> pd.DataFrame:
+        """Every named agent session and the CLI session it continues."""
+        with self._connection() as con, parallel(con):
+            return _frame(con.execute("SELECT * FROM agent_sessions ORDER BY workspace, name"))
 
     # --------------------------------------------------------------- readers
 

@@ -16,7 +16,7 @@ from ._errors import StoreError
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -74,8 +74,17 @@ _V2: Final = [
         "at" TIMESTAMP)""",
 ]
 
+# Version 3: named sessions of coding-agent CLIs (``hn.agents``): a name, per
+# workspace, bound to the CLI that owns it and that CLI's native session id.
+_V3: Final = [
+    """CREATE TABLE agent_sessions (
+        workspace VARCHAR NOT NULL, name VARCHAR NOT NULL, agent VARCHAR NOT NULL,
+        session_id VARCHAR, run_id VARCHAR, updated_at TIMESTAMP,
+        PRIMARY KEY (workspace, name))""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
-MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2}
+MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3}
 
 # Column order of each table at SCHEMA_VERSION, as the writers fill them.
 COLUMNS: Final[dict[str, tuple[str, ...]]] = {

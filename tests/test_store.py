@@ -51,7 +51,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 2
+    assert Store.schema_version == SCHEMA_VERSION == 3
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -62,8 +62,9 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
     versions = con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     con.close()
     assert tables == {"schema_version", "runs", "attempts", "steps", "tool_calls", "stalls",
-                      "leases", "recordings", "pending_steps", "markers"}  # fmt: skip
-    assert versions == [(1,), (2,)]
+                      "leases", "recordings", "pending_steps", "markers",
+                      "agent_sessions"}  # fmt: skip
+    assert versions == [(1,), (2,), (3,)]
 
 
 def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
@@ -85,7 +86,8 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         assert s.last_checkpoint("old") is None  # v1 steps carry no checkpoint
         _commit(s, "old", 2)
         assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
-        assert s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist() == [1, 2]
+        versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
+        assert versions == [1, 2, 3]
 
 
 def _commit_args(step: int) -> tuple[dict[str, Any], dict[str, Any]]:
