@@ -74,6 +74,7 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from . import agents
     from ._anthropic import Anthropic
     from ._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
     from ._completion import AttemptRecord, Completion, ToolCall, Usage
@@ -139,6 +140,7 @@ __all__ = [
     "Verdict",
     "WidgetApprover",
     "abandon",
+    "agents",
     "plot_failures",
     "replay",
     "replay_sync",
@@ -153,6 +155,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "agents":  # a subpackage: hn.agents.ClaudeCode(), hn.agents.run(...)
+        value = importlib.import_module(".agents", __name__)
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'harnessnb' has no attribute {name!r}")
@@ -162,7 +168,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"agents"})
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -119,8 +119,8 @@ async def resume(
     must not silently drop a boundary.
 
     Raises:
-        ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy`` or
-            ``unreadable_checkpoint``.
+        ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
+            ``unreadable_checkpoint`` or ``agent_run`` (a coding-agent CLI's run).
         ConflictError: another live process drives the run.
     """
     from ._loop import _default_approver
@@ -128,6 +128,12 @@ async def resume(
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
+    if row.get("agent"):
+        raise ResumeError(
+            f"run {run_id!r} was driven by the {row['agent']} CLI, not harnessnb's loop; "
+            "continue its conversation with hn.agents.run(..., session=NAME)",
+            reason="agent_run",
+        )
     contract, recorded = _recorded(row)
     if policy is None:
         policy = recorded

@@ -9,6 +9,7 @@ import harnessnb as hn
 
 # The contract of DESIGN.md "Public API", plus the few helpers documented beside it.
 INTENDED = {
+    "agents",
     "Anthropic",
     "ApprovalRequest",
     "ApproveAll",

@@ -41,6 +41,14 @@ async def typed_usage(store: hn.Store) -> None:
     again: hn.RunResult = await hn.resume(result.run_id, provider, store=store)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
     assert hn.REQUEST_TIMEOUT == 600.0
+    agent: hn.agents.AgentCLI = hn.agents.ClaudeCode(model="sonnet", permission="edit")
+    done: hn.agents.AgentResult = await hn.agents.run(
+        agent, "tidy the README", "repo", session="docs", store=store, on_event=print
+    )
+    if isinstance(done.error, hn.agents.RateLimited):
+        print(done.error.detail, done.error.resets_at, done.error.is_transient())
+    print(done.text, done.usage, done.session_id, done.exit_code, done.outcome.value)
+    print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
 
 
 @hn.tool(effect=hn.Effect.WRITE)

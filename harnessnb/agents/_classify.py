@@ -1,0 +1,127 @@
+"""Reading a failed CLI run: auth, quota, rejected flags, the line that explains it.
+
+Pure functions over text. Phrases are narrow and status codes count only as
+standalone tokens, so an answer that merely mentions logging in, or a UUID such as
+``7f3a-401b``, is not taken for an auth failure. The agent's own answer is consulted
+only when it is a short notice (its first three non-blank lines within 240
+characters), never an essay that happens to discuss authentication.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "auth_failure",
+    "explanatory_line",
+    "flag_rejected",
+    "looks_like_notice",
+    "rate_limit",
+    "status_code",
+]
+
+_AUTH = re.compile(
+    r"not logged in|please run /login|run `?\w+ login`?|no authentication information|"
+    r"invalid api key|invalid x-api-key|incorrect api key|authentication_error|"
+    r"\bunauthori[sz]ed\b|not authenticated|no credentials|credentials not found|"
+    r"please log ?in|missing (an )?api key|api key (is )?(missing|not (set|found))|"
+    r"oauth token (has )?expired|token (has )?expired|no authentication token|"
+    r"login required|authentication required",
+    re.IGNORECASE,
+)
+
+_QUOTA = re.compile(
+    r"rate[ _-]limit|usage limit|quota exceeded|exceeded (your )?(current )?quota|"
+    r"too many requests|limit reached|hit your (usage )?limit|insufficient_quota|"
+    r"resource_exhausted",
+    re.IGNORECASE,
+)
+
+_FLAG = re.compile(
+    r"unexpected argument|unknown option|unrecognized option|unknown flag|"
+    r"unrecognized arguments?|unknown argument|invalid value .* for '--|"
+    r"error: option '--[\w-]+' argument|too many arguments",
+    re.IGNORECASE,
+)
+
+# Lines that explain a failure, preferred over chatter when picking one to show.
+_ERROR_MARK = re.compile(
+    r"\b(error|failed|failure|fatal|exception|panic|denied|invalid|not found|refused|"
+    r"cannot|can't|unable)\b",
+    re.IGNORECASE,
+)
+# Progress chatter: spinners, log-level debug/info lines, bare punctuation.
+_CHATTER = re.compile(r"^\s*([\W_]{0,3}\s*)?(debug|info|trace|loading|starting)\b|^\W*$", re.I)
+
+_NOTICE_CHARS = 240
+
+
+def _standalone(code: str) -> re.Pattern[str]:
+    # Not part of a longer token: digits, letters, '-', '.', '/' and '_' on either side
+    # make it part of an id, a version or a path. A sentence's final '.' is allowed.
+    return re.compile(rf"(?<![\w.\-/]){code}(?![\w\-/]|\.\w)")
+
+
+_STANDALONE_401 = _standalone("401")
+_STANDALONE_429 = _standalone("429")
+_STATUS = re.compile(r"(?<![\w.\-/])([45]\d\d)(?![\w\-/]|\.\w)")
+
+
+def looks_like_notice(answer: str) -> bool:
+    """True when ``answer`` is short enough to be a CLI's notice, not a model's essay."""
+    lines = [ln.strip() for ln in answer.splitlines() if ln.strip()][:3]
+    return bool(lines) and sum(len(ln) for ln in lines) <= _NOTICE_CHARS
+
+
+def _texts(stderr: str, answer: str) -> Iterable[str]:
+    yield stderr
+    if looks_like_notice(answer):
+        yield answer
+
+
+def _first_match(pattern: re.Pattern[str], texts: Iterable[str]) -> str | None:
+    for text in texts:
+        for line in text.splitlines():
+            if pattern.search(line):
+                return line.strip()
+    return None
+
+
+def auth_failure(stderr: str, answer: str = "") -> str | None:
+    """The line saying the CLI is not logged in (or its key is bad), or None."""
+    texts = list(_texts(stderr, answer))
+    return _first_match(_AUTH, texts) or _first_match(_STANDALONE_401, texts)
+
+
+def rate_limit(stderr: str, answer: str = "") -> str | None:
+    """The line saying a quota or rate limit was hit, in the CLI's own words, or None."""
+    texts = list(_texts(stderr, answer))
+    return _first_match(_QUOTA, texts) or _first_match(_STANDALONE_429, texts)
+
+
+def flag_rejected(stderr: str) -> str | None:
+    """The line in which the CLI refuses one of its arguments, or None."""
+    return _first_match(_FLAG, [stderr])
+
+
+def status_code(text: str) -> int | None:
+    """A standalone 4xx/5xx status in an error text (``API Error: 404 ...``), or None."""
+    match = _STATUS.search(text)
+    return int(match.group(1)) if match else None
+
+
+def explanatory_line(stderr: str) -> str:
+    """The stderr line that best explains a failure.
+
+    The last line carrying an error marker, else the last line that is not progress
+    chatter, else the last non-blank line; "" for empty stderr.
+    """
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if _ERROR_MARK.search(line):
+            return line
+    for line in reversed(lines):
+        if not _CHATTER.search(line):
+            return line
+    return lines[-1] if lines else ""

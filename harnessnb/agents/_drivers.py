@@ -1,0 +1,497 @@
+"""One driver per coding-agent CLI: the argv it is run with, the environment it is
+given, and how its structured output stream is read.
+
+A driver is configuration plus two pure functions, ``invocation`` (argv and stdin for
+a prompt, new or resuming a session) and ``read`` (one parsed stream object into the
+``Turn``). Spawning, classification and the store live in ``_run``.
+
+Flags were checked against the installed CLIs' ``--help`` (claude 2.1.197, codex-cli
+0.171.0, GitHub Copilot CLI 1.0.102); ``tests/agents/test_real_clis.py`` repeats
+the check wherever the CLIs are installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final, Literal
+
+from .._errors import ConfigError
+from ._errors import CommandLineTooLarge, Unsupported
+from ._process import Limits
+from ._turn import Turn, clip, to_int
+
+__all__ = ["AgentCLI", "ClaudeCode", "Codex", "Copilot", "Invocation", "Permission", "driver"]
+
+Permission = Literal["read_only", "edit", "bypass"]
+_PERMISSIONS: Final = ("read_only", "edit", "bypass")
+
+# Linux refuses a single argument over 32 pages (MAX_ARG_STRLEN, 128 KiB) with E2BIG;
+# a prompt this large goes to stdin where the CLI reads one.
+PROMPT_ARG_MAX: Final = 128 * 1024
+
+# Every CLI gets these; nothing else of the host environment unless listed per CLI.
+_BASE_ENV: Final = ("PATH", "HOME")
+
+
+@dataclasses.dataclass(frozen=True)
+class Invocation:
+    """The argv to run and the bytes for stdin (None: stdin is closed)."""
+
+    argv: list[str]
+    stdin: bytes | None
+    session_id: str | None  # known before the run (chosen by us, or resumed)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentCLI:
+    """A coding-agent CLI run headless.
+
+    Args:
+        model: The model to ask for (the CLI's default when None).
+        permission: ``read_only`` (the default: the agent may read, not change, the
+            workspace), ``edit`` (it may edit files in the workspace) or ``bypass``
+            (every tool, no sandbox: only for an externally sandboxed machine).
+        bin: The executable, looked up on ``PATH`` (the driver's usual name by default).
+        timeout: Seconds before the whole process group is killed (None: no limit).
+        max_turns: Cap on the agent's turns, for CLIs that have one (``Unsupported``
+            otherwise: never silently ignored).
+        extra_args: Further arguments, placed before the prompt.
+        env: Variables to add to the child's minimal environment (a proxy, say).
+        limits: Bounds on captured output.
+    """
+
+    model: str | None = None
+    permission: Permission = "read_only"
+    bin: str = ""
+    timeout: float | None = None
+    max_turns: int | None = None
+    extra_args: Sequence[str] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    limits: Limits = dataclasses.field(default_factory=Limits)
+
+    name: ClassVar[str] = ""
+    default_bin: ClassVar[str] = ""
+    install_hint: ClassVar[str] = ""
+    login_hint: ClassVar[str] = ""
+    # Host variables this CLI authenticates or configures itself with: exact names, and
+    # prefixes (a name ending in "_" passes every variable that starts with it).
+    auth_env: ClassVar[tuple[str, ...]] = ()
+    prompt_on_stdin: ClassVar[bool] = True
+    # The CLI reports the usage of the whole session, not of this invocation.
+    cumulative_usage: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.permission not in _PERMISSIONS:
+            raise ConfigError(
+                f"permission must be one of {', '.join(_PERMISSIONS)}, not {self.permission!r}"
+            )
+        if self.timeout is not None and not self.timeout > 0:
+            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"max_turns must be at least 1, not {self.max_turns!r}")
+        if not self.bin:
+            object.__setattr__(self, "bin", self.default_bin)
+
+    # ------------------------------------------------------------ invocation
+
+    def environment(self, host: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment: PATH, HOME and this CLI's own variables only."""
+        host = os.environ if host is None else host
+        names = (*_BASE_ENV, *self.auth_env)
+        prefixes = tuple(n for n in names if n.endswith("_"))
+        env = {k: v for k, v in host.items() if k in names or k.startswith(prefixes)}
+        env.update(self.env)
+        return env
+
+    def invocation(
+        self, prompt: str, *, resume: str | None = None, usage_file: str | None = None
+    ) -> Invocation:
+        """The argv (and stdin) that sends ``prompt``, resuming session ``resume``.
+
+        ``usage_file`` is a path the CLI may write its usage to (see ``read_usage_file``).
+        """
+        data = prompt.encode("utf-8")
+        on_stdin = len(data) >= PROMPT_ARG_MAX
+        if on_stdin and not self.prompt_on_stdin:
+            raise CommandLineTooLarge(
+                f"the prompt is {len(data)} bytes; {self.bin} takes it only as an argument, "
+                f"and the command line allows {PROMPT_ARG_MAX - 1} bytes for one argument",
+                agent=self.name, bin=self.bin, what="prompt", size=len(data),
+                limit=PROMPT_ARG_MAX - 1,
+            )  # fmt: skip
+        argv, session_id = self._argv(None if on_stdin else prompt, resume, usage_file)
+        for arg in argv:  # extra_args could be as large
+            if len(arg.encode("utf-8")) >= PROMPT_ARG_MAX:
+                raise CommandLineTooLarge(
+                    f"an argument of {len(arg)} characters does not fit the command line",
+                    agent=self.name, bin=self.bin, what="argument",
+                    size=len(arg.encode("utf-8")), limit=PROMPT_ARG_MAX - 1,
+                )  # fmt: skip
+        return Invocation(argv, data if on_stdin else None, session_id)
+
+    def _argv(
+        self, prompt: str | None, resume: str | None, usage_file: str | None
+    ) -> tuple[list[str], str | None]:
+        raise NotImplementedError
+
+    def _unsupported(self, what: str) -> Unsupported:
+        return Unsupported(
+            f"{self.bin} has no {what}; harnessnb does not silently run without it",
+            agent=self.name, bin=self.bin, what=what,
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- stream
+
+    def read(self, obj: Mapping[str, Any], turn: Turn) -> None:
+        """Fold one object of the CLI's structured stream into ``turn``."""
+        raise NotImplementedError
+
+    def read_usage_file(self, text: str, turn: Turn) -> None:
+        """Fold what the CLI wrote to ``usage_file`` into ``turn`` (most CLIs write none)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaudeCode(AgentCLI):
+    """Claude Code: ``claude -p --output-format stream-json --verbose``.
+
+    A new session gets an id chosen here (``--session-id``), so its name is bound before
+    the CLI starts; ``--resume`` continues it (from the same folder only: Claude keeps
+    sessions per working directory, which is why names are bound per workspace).
+    """
+
+    name: ClassVar[str] = "claude-code"
+    default_bin: ClassVar[str] = "claude"
+    install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+    login_hint: ClassVar[str] = "claude  (then /login), or set ANTHROPIC_API_KEY"
+    auth_env: ClassVar[tuple[str, ...]] = (
+        "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR",
+        # Bedrock / Vertex credentials, and IS_SANDBOX, without which root may not bypass.
+        "AWS_REGION", "AWS_PROFILE", "CLOUD_ML_REGION", "GOOGLE_APPLICATION_CREDENTIALS",
+        "IS_SANDBOX",
+    )  # fmt: skip
+    _MODES: ClassVar[dict[str, list[str]]] = {
+        # dontAsk refuses whatever is not pre-approved (reads in the folder are); the
+        # tools that change things are refused by name as well.
+        "read_only": ["--permission-mode", "dontAsk",
+                      "--disallowedTools", "Bash,Edit,Write,NotebookEdit"],
+        "edit": ["--permission-mode", "acceptEdits"],
+        "bypass": ["--dangerously-skip-permissions"],
+    }  # fmt: skip
+
+    def _argv(
+        self, prompt: str | None, resume: str | None, usage_file: str | None
+    ) -> tuple[list[str], str | None]:
+        argv = [self.bin, "-p", "--output-format", "stream-json", "--verbose",
+                *self._MODES[self.permission]]  # fmt: skip
+        if self.model:
+            argv += ["--model", self.model]
+        if self.max_turns is not None:
+            argv += ["--max-turns", str(self.max_turns)]
+        session_id = resume or str(uuid.uuid4())
+        argv += ["--resume", resume] if resume else ["--session-id", session_id]
+        argv += list(self.extra_args)
+        if prompt is not None:
+            argv += ["--", prompt]  # a prompt starting with '-' is not an option
+        return argv, session_id
+
+    def read(self, obj: Mapping[str, Any], turn: Turn) -> None:
+        kind = obj.get("type")
+        if isinstance(obj.get("session_id"), str):
+            turn.session_id = obj["session_id"]
+        if kind == "system":
+            subtype = obj.get("subtype")
+            if subtype == "init":
+                turn.model = _str(obj.get("model")) or turn.model
+                turn.emit("started", session_id=turn.session_id, model=turn.model)
+            elif subtype == "api_retry":
+                turn.retry(kind=_str(obj.get("error")), status=obj.get("error_status"),
+                           attempt=obj.get("attempt"), of=obj.get("max_retries"),
+                           delay_s=to_int(obj.get("retry_delay_ms")) / 1000)  # fmt: skip
+        elif kind == "assistant":
+            if isinstance(obj.get("error"), str):  # a synthetic message saying why it failed
+                turn.error_kind = obj["error"]
+            texts = []
+            for block in _blocks(obj.get("message") or {}):
+                if block.get("type") == "text":
+                    texts.append(_str(block.get("text")))
+                elif block.get("type") == "tool_use":
+                    turn.tool_started(_str(block.get("id")), _str(block.get("name")),
+                                      block.get("input"))  # fmt: skip
+            if texts:
+                turn.say("".join(texts))
+            turn.step(self.name)
+        elif kind == "user":
+            for block in _blocks(obj.get("message") or {}):
+                if block.get("type") == "tool_result":
+                    turn.tool_ended(_str(block.get("tool_use_id")),
+                                    ok=not block.get("is_error"),
+                                    output=_str(block.get("content")))  # fmt: skip
+        elif kind == "result":
+            turn.done = True
+            if isinstance(obj.get("result"), str):
+                turn.text = clip(obj["result"], self.limits.capture_bytes)
+            turn.add_usage(obj.get("usage"), replace=True)
+            if obj.get("total_cost_usd") is not None:
+                turn.usage["cost_usd"] = obj.get("total_cost_usd")
+            # A failed turn may still say subtype "success": is_error decides.
+            if obj.get("is_error") or obj.get("subtype") not in (None, "success"):
+                detail = _str(obj.get("result")) or _errors_text(obj) or _str(obj.get("subtype"))
+                turn.failure = (detail, _status(obj.get("api_error_status"), detail))
+        elif kind == "rate_limit_event" or "rate_limit_info" in obj:
+            _rate_limit(obj.get("rate_limit_info") or obj, turn)
+
+
+@dataclasses.dataclass(frozen=True)
+class Codex(AgentCLI):
+    """OpenAI Codex: ``codex exec --json`` (``codex exec resume <id>`` to continue).
+
+    Codex authenticates ``exec`` with ``CODEX_API_KEY`` or a stored login (an
+    ``OPENAI_API_KEY`` alone is not used by ``exec``). It reports the usage of the whole
+    thread, so a resumed run's usage is the difference from the previous run's.
+    Without a network it retries for ever: give it a ``timeout``.
+    """
+
+    name: ClassVar[str] = "codex"
+    default_bin: ClassVar[str] = "codex"
+    install_hint: ClassVar[str] = "npm install -g @openai/codex"
+    login_hint: ClassVar[str] = "codex login (or codex login --with-api-key), or set CODEX_API_KEY"
+    auth_env: ClassVar[tuple[str, ...]] = ("CODEX_", "OPENAI_")
+    cumulative_usage: ClassVar[bool] = True
+    _SANDBOX: ClassVar[dict[str, str]] = {"read_only": "read-only", "edit": "workspace-write"}
+
+    def _argv(
+        self, prompt: str | None, resume: str | None, usage_file: str | None
+    ) -> tuple[list[str], str | None]:
+        if self.max_turns is not None:
+            raise self._unsupported("turn limit (max_turns)")
+        argv = [self.bin, "exec", *(["resume"] if resume else []), "--json",
+                "--skip-git-repo-check"]  # fmt: skip
+        if self.permission == "bypass":
+            argv += ["--dangerously-bypass-approvals-and-sandbox"]
+        elif resume:  # exec resume has no --sandbox; the config key does the same
+            argv += ["-c", f'sandbox_mode="{self._SANDBOX[self.permission]}"']
+        else:
+            argv += ["--sandbox", self._SANDBOX[self.permission]]
+        if self.model:
+            argv += ["--model", self.model]
+        argv += list(self.extra_args)
+        if resume:
+            argv += [resume]
+        # '-' reads the prompt from stdin; a prompt starting with '-' goes there too.
+        argv += ["-" if prompt is None or prompt.startswith("-") else prompt]
+        return argv, resume
+
+    def invocation(
+        self, prompt: str, *, resume: str | None = None, usage_file: str | None = None
+    ) -> Invocation:
+        inv = super().invocation(prompt, resume=resume, usage_file=usage_file)
+        if inv.stdin is None and inv.argv[-1] == "-":
+            return dataclasses.replace(inv, stdin=prompt.encode("utf-8"))
+        return inv
+
+    def read(self, obj: Mapping[str, Any], turn: Turn) -> None:
+        kind = obj.get("type")
+        if kind == "thread.started":
+            turn.session_id = _str(obj.get("thread_id")) or turn.session_id
+            turn.emit("started", session_id=turn.session_id, model=self.model)
+        elif kind in ("item.started", "item.completed"):
+            item = obj.get("item") or {}
+            if isinstance(item, dict):
+                self._item(item, turn, done=kind == "item.completed")
+        elif kind == "turn.completed":
+            turn.done = True
+            turn.failure = None  # error lines before it were retries that recovered
+            turn.add_usage(obj.get("usage"), replace=True)
+            turn.step(self.name)
+        elif kind == "turn.failed":
+            turn.done = True
+            error = obj.get("error") or {}
+            detail = _str(error.get("message")) if isinstance(error, dict) else _str(error)
+            turn.failure = (detail, _status(None, detail))
+        elif kind == "error":
+            # Codex also reports its retries ("Reconnecting... 2/5") this way: only
+            # turn.failed, or the exit code, ends the turn.
+            detail = _str(obj.get("message"))
+            turn.failure = (detail, _status(None, detail))
+            turn.retry(kind="transport", status=_status(None, detail), detail=detail)
+
+    def _item(self, item: Mapping[str, Any], turn: Turn, *, done: bool) -> None:
+        item_type = item.get("type")
+        call_id = _str(item.get("id"))
+        if item_type == "agent_message" and done:
+            turn.say(_str(item.get("text")))
+            return
+        tool, args = {
+            "command_execution": ("shell", item.get("command")),
+            "file_change": ("apply_patch", item.get("changes")),
+            "mcp_tool_call": (f"{_str(item.get('server'))}.{_str(item.get('tool'))}",
+                              item.get("arguments")),
+            "web_search": ("web_search", item.get("query")),
+        }.get(str(item_type), (None, None))  # fmt: skip
+        if tool is None:
+            return  # reasoning, plans, todo lists, warnings: not tool calls
+        if not done:
+            turn.tool_started(call_id, tool, args)
+            return
+        if not any(c["id"] == call_id for c in turn.tool_calls):
+            turn.tool_started(call_id, tool, args)  # completed without a started event
+        status = _str(item.get("status"))
+        exit_code = item.get("exit_code")
+        ok = status not in ("failed", "declined") and exit_code in (None, 0)
+        turn.tool_ended(call_id, ok=ok, output=_str(item.get("aggregated_output")) or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Copilot(AgentCLI):
+    """GitHub Copilot CLI: ``copilot --output-format json --allow-all-tools --no-ask-user``.
+
+    Its stream carries no token counts; ``--usage-output-file`` does, for the whole
+    session. A failure to authenticate prints no JSON at all, only stderr.
+    """
+
+    name: ClassVar[str] = "copilot"
+    default_bin: ClassVar[str] = "copilot"
+    install_hint: ClassVar[str] = "npm install -g @github/copilot"
+    login_hint: ClassVar[str] = "copilot login, or set COPILOT_GITHUB_TOKEN (a fine-grained token)"
+    auth_env: ClassVar[tuple[str, ...]] = (
+        "COPILOT_", "GH_TOKEN", "GITHUB_TOKEN", "GH_HOST", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
+    )  # fmt: skip
+    cumulative_usage: ClassVar[bool] = True
+    _MODES: ClassVar[dict[str, list[str]]] = {
+        # Denials win over --allow-all-tools, which prompt mode needs.
+        "read_only": ["--deny-tool=shell", "--deny-tool=write"],
+        "edit": ["--deny-tool=shell"],
+        "bypass": ["--allow-all-paths"],
+    }
+
+    def _argv(
+        self, prompt: str | None, resume: str | None, usage_file: str | None
+    ) -> tuple[list[str], str | None]:
+        if self.max_turns is not None:
+            raise self._unsupported("turn limit (max_turns)")
+        # --session-id names a new session or continues an existing one.
+        session_id = resume or str(uuid.uuid4())
+        argv = [self.bin, "--output-format", "json", "--allow-all-tools", "--no-ask-user",
+                *self._MODES[self.permission], "--session-id", session_id]  # fmt: skip
+        if self.model:
+            argv += ["--model", self.model]
+        if usage_file:
+            argv += ["--usage-output-file", usage_file]
+        argv += list(self.extra_args)
+        if prompt is not None:  # otherwise piped on stdin, which needs no -p
+            argv += [f"--prompt={prompt}"]
+        return argv, session_id
+
+    def read(self, obj: Mapping[str, Any], turn: Turn) -> None:
+        kind = _str(obj.get("type"))
+        raw = obj.get("data")
+        data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        if kind == "session.tools_updated" and not turn.model:
+            turn.model = _str(data.get("model")) or None
+            turn.emit("started", session_id=turn.session_id, model=turn.model)
+        elif kind == "assistant.message":
+            turn.model = _str(data.get("model")) or turn.model
+            if _str(data.get("content")):
+                turn.say(_str(data.get("content")))
+            for req in data.get("toolRequests") or []:
+                if isinstance(req, dict):
+                    turn.tool_started(_str(req.get("toolCallId")), _str(req.get("name")),
+                                      req.get("arguments"))  # fmt: skip
+            turn.step(self.name)
+        elif kind == "tool.execution_complete":
+            result = data.get("result")
+            output = _str(result.get("content")) if isinstance(result, dict) else None
+            turn.tool_ended(_str(data.get("toolCallId")), ok=bool(data.get("success")),
+                            output=output)  # fmt: skip
+        elif kind == "model.call_failure":
+            turn.retry(kind=_str(data.get("failureKind")), status=data.get("statusCode"),
+                       attempt=data.get("retryAttempt"))  # fmt: skip
+        elif kind == "session.error":
+            detail = _str(data.get("message"))
+            turn.error_kind = _str(data.get("errorType")) or turn.error_kind
+            turn.failure = (detail, _status(data.get("statusCode"), detail))
+        elif kind == "result":
+            turn.done = True
+            turn.session_id = _str(obj.get("sessionId")) or turn.session_id
+            code = to_int(obj.get("exitCode"))
+            if code and turn.failure is None:
+                turn.failure = (f"copilot reported exit code {code}", None)
+
+    def read_usage_file(self, text: str, turn: Turn) -> None:
+        try:
+            report = json.loads(text)
+        except ValueError:
+            return
+        metrics = report.get("modelMetrics") if isinstance(report, dict) else None
+        if not isinstance(metrics, dict):
+            return
+        totals = {"input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}
+        for model in metrics.values():
+            usage = model.get("usage") if isinstance(model, dict) else None
+            if isinstance(usage, dict):
+                # OpenAI-style: the input count includes the cache reads.
+                totals["input_tokens"] += to_int(usage.get("inputTokens"))
+                totals["output_tokens"] += to_int(usage.get("outputTokens"))
+                totals["cached_input_tokens"] += to_int(usage.get("cacheReadTokens"))
+        turn.add_usage(totals, replace=True)
+
+
+_DRIVERS: Final[dict[str, type[AgentCLI]]] = {
+    "claude": ClaudeCode, "claude-code": ClaudeCode, "codex": Codex, "copilot": Copilot,
+}  # fmt: skip
+
+
+def driver(name: str, **options: Any) -> AgentCLI:
+    """The driver named ``name`` (claude, claude-code, codex, copilot) with ``options``."""
+    try:
+        cls = _DRIVERS[name.strip().lower()]
+    except KeyError:
+        raise ConfigError(
+            f"unknown agent {name!r}; choose one of: claude, codex, copilot"
+        ) from None
+    return cls(**options)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content given as blocks
+        return "".join(_str(v.get("text")) if isinstance(v, dict) else _str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _blocks(message: Any) -> list[dict[str, Any]]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def _errors_text(obj: Mapping[str, Any]) -> str:
+    errors = obj.get("errors")
+    return "; ".join(_str(e) for e in errors) if isinstance(errors, list) else ""
+
+
+def _status(value: Any, detail: str) -> int | None:
+    from ._classify import status_code
+
+    status = to_int(value)
+    return status if 100 <= status < 600 else status_code(detail)
+
+
+def _rate_limit(info: Mapping[str, Any], turn: Turn) -> None:
+    """A structured rate-limit record: only a status other than allowed* is a refusal."""
+    status = _str(info.get("status"))
+    if not status or status.startswith("allowed"):
+        return
+    resets = info.get("resetsAt") or info.get("resets_at")
+    kind = _str(info.get("rateLimitType") or info.get("type"))
+    detail = f"rate limit {status}" + (f" ({kind})" if kind else "")
+    turn.rate_limit = (detail, float(resets) if isinstance(resets, int | float) else None)

@@ -1,0 +1,471 @@
+"""Run a coding-agent CLI on a task: spawn it, read its stream, classify, record.
+
+One CLI invocation is one run in the store: a ``runs`` row (provider = the CLI's
+name), one ``steps`` row, one ``attempts`` row (its ``kind`` says how it failed, in
+the taxonomy every provider shares) and a ``tool_calls`` row per tool call the CLI
+reported. A named session is bound in ``agent_sessions``; while a run drives it, the
+session is held by a lease in the same store, so a second run on it, from this
+kernel or another, gets ``SessionBusy``. Nothing is retried here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._contract import RunOutcome
+from .._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from .._events import Callback, EventSink, RunEvent
+from .._loop import LEASE_TTL_S, call_store, new_id, open_store, owner_alive, owner_identity
+from .._store_rows import scrub_text
+from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
+from ._drivers import AgentCLI, Invocation
+from ._errors import (
+    AgentError,
+    Cancelled,
+    CLIError,
+    CommandLineTooLarge,
+    Failed,
+    FlagRejected,
+    NotAuthenticated,
+    NotInstalled,
+    Parse,
+    RateLimited,
+    SessionBusy,
+    SessionConflict,
+    Spawn,
+    Timeout,
+)
+from ._process import ProcessEnd, run_process, too_large
+from ._result import AgentResult
+from ._turn import Turn, to_int
+
+if TYPE_CHECKING:
+    from .._store import Lease, Store
+
+__all__ = ["run", "run_sync"]
+
+
+async def run(
+    agent: AgentCLI,
+    task: str,
+    workspace: str | os.PathLike[str],
+    *,
+    session: str | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
+    on_event: Callback | None = None,
+    run_id: str | None = None,
+) -> AgentResult:
+    """Hand ``task`` to the coding-agent CLI ``agent``, working in ``workspace``.
+
+    Args:
+        agent: ``hn.agents.ClaudeCode()``, ``Codex()`` or ``Copilot()`` (with options).
+        task: The prompt.
+        workspace: The folder the CLI runs in.
+        session: A name to continue: the first run with it starts a CLI session and
+            binds the name to it; later runs continue that session.
+        store: Where the run is recorded (a ``Store``, a path, or None: the default).
+        on_event: Sync or async callback receiving ``RunEvent``s (started, step,
+            tool_call, finished), as from ``hn.run``.
+        run_id: Use this id instead of a fresh one.
+
+    Returns:
+        The ``AgentResult``; a failure is in ``result.error`` (an ``hn.agents.CLIError``)
+        and ``result.outcome``, and in the store, never raised. Bad arguments raise
+        ``ConfigError``; ``asyncio.CancelledError`` propagates after the CLI's whole
+        process group is gone and the run is recorded ``cancelled``.
+    """
+    if not isinstance(agent, AgentCLI):
+        raise ConfigError(
+            f"agent must be hn.agents.ClaudeCode(), Codex() or Copilot(), not {agent!r}"
+        )
+    root = Path(workspace)
+    if not root.is_dir():
+        raise ConfigError(f"the workspace {str(workspace)!r} is not a folder that exists")
+    if session is not None and not session.strip():
+        raise ConfigError("session must be a non-empty name")
+    driver = _AgentRun(agent, task, root.resolve(), session, open_store(store),
+                       EventSink(on_event), run_id or new_id("run"))  # fmt: skip
+    return await driver.drive()
+
+
+def run_sync(
+    agent: AgentCLI, task: str, workspace: str | os.PathLike[str], **kwargs: Any
+) -> AgentResult:
+    """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
+    from .._bridge import run_blocking
+
+    return run_blocking(run(agent, task, workspace, **kwargs))
+
+
+class _AgentRun:
+    def __init__(
+        self,
+        agent: AgentCLI,
+        task: str,
+        root: Path,
+        session: str | None,
+        store: Store,
+        events: EventSink,
+        run_id: str,
+    ) -> None:
+        self.agent = agent
+        self.task = task
+        self.root = root
+        self.session = session
+        self.store = store
+        self.events = events
+        self.run_id = run_id
+        self.turn = Turn(agent.limits)
+        self.started = time.time()
+        self.run_lease: Lease | None = None
+        self.session_lease: Lease | None = None
+        self.bound: str | None = None  # session id written in agent_sessions
+        self.end: ProcessEnd | None = None
+        self.secrets: list[str] = []
+        # The session's usage totals when this run began (CLIs that report totals).
+        self.prior_usage: dict[str, Any] | None = None
+        self.usage_total: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ drive
+
+    async def drive(self) -> AgentResult:
+        await self._start()
+        renewer = asyncio.create_task(self._keep_leases())
+        changed: bool | None = None
+        error: HarnessError | None
+        try:
+            try:
+                resume = await self._take_session()
+                before = await asyncio.to_thread(_fingerprint, self.root)
+                try:
+                    await self._invoke(resume)
+                finally:
+                    after = await asyncio.to_thread(_fingerprint, self.root)
+                    changed = None if before is None or after is None else before != after
+                error = self._classify()
+            except CLIError as exc:
+                error = exc
+            except asyncio.CancelledError:
+                error = Cancelled(f"the {self.agent.bin} run was cancelled; its processes are gone",
+                                  agent=self.agent.name, bin=self.agent.bin)  # fmt: skip
+                await asyncio.shield(self._finish(error, changed))
+                raise
+            except HarnessError as exc:
+                error = exc
+            except Exception as exc:  # a bug: keep the run on record, surface it typed
+                error = wrap_unknown(exc)
+            return await self._finish(error, changed)
+        finally:
+            renewer.cancel()
+            if self.session_lease is not None:
+                lease, self.session_lease = self.session_lease, None
+                await asyncio.shield(call_store(self.store, "release_lease", lease))
+
+    async def _start(self) -> None:
+        run = {
+            "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
+            "provider": self.agent.name, "model": self.agent.model, "started_at": self.started,
+            "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
+            "permission": self.agent.permission,
+        }  # fmt: skip
+        self.run_lease = await call_store(
+            self.store, "start_run", run, owner_identity(), ttl_s=LEASE_TTL_S,
+            owner_alive=owner_alive,
+        )  # fmt: skip
+        await self._emit("started", provider=self.agent.name, model=self.agent.model,
+                         max_steps=self.agent.max_turns or 0, session=self.session)  # fmt: skip
+
+    async def _take_session(self) -> str | None:
+        """Hold the named session and return the CLI session id to resume (if any)."""
+        if self.session is None:
+            return None
+        try:
+            self.session_lease = await call_store(
+                self.store, "acquire_lease", _session_key(self.root, self.session),
+                owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
+            )  # fmt: skip
+        except ConflictError as exc:
+            raise SessionBusy(
+                f"session {self.session!r} is being driven by another run ({exc.owner}); "
+                "wait for it to end, or use another name",
+                agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
+            ) from exc  # fmt: skip
+        bound = await call_store(self.store, "agent_session", str(self.root), self.session)
+        if bound is None:
+            return None
+        if bound["agent"] != self.agent.name:
+            raise SessionConflict(
+                f"session {self.session!r} belongs to {bound['agent']}, not {self.agent.name}: "
+                "a CLI cannot continue another CLI's session; use another name",
+                agent=self.agent.name, bin=self.agent.bin, name=self.session,
+                bound=bound["agent"], requested=self.agent.name,
+            )  # fmt: skip
+        self.bound = bound["session_id"]
+        if self.agent.cumulative_usage and bound.get("run_id"):
+            last = await call_store(self.store, "last_checkpoint", bound["run_id"])
+            state = (last or {}).get("state") or {}
+            self.prior_usage = state.get("usage_total") if isinstance(state, dict) else None
+        return self.bound
+
+    async def _invoke(self, resume: str | None) -> None:
+        with tempfile.TemporaryDirectory(prefix="harnessnb-agent-") as scratch:
+            usage_file = os.path.join(scratch, "usage.json")
+            await self._invoke_with(resume, usage_file)
+            if os.path.exists(usage_file):
+                with open(usage_file, encoding="utf-8", errors="replace") as f:
+                    self.agent.read_usage_file(f.read(1 << 20), self.turn)
+        self._settle_usage()
+
+    def _settle_usage(self) -> None:
+        """This run's usage: a CLI that reports session totals is charged the difference."""
+        if not self.agent.cumulative_usage:
+            return
+        usage = self.turn.usage
+        self.usage_total = {k: usage[k] for k in _TOKEN_KEYS}
+        if isinstance(self.prior_usage, dict):
+            for key in _TOKEN_KEYS:
+                usage[key] = max(0, int(usage[key]) - to_int(self.prior_usage.get(key)))
+
+    async def _invoke_with(self, resume: str | None, usage_file: str) -> None:
+        agent = self.agent
+        invocation: Invocation = agent.invocation(self.task, resume=resume, usage_file=usage_file)
+        path = agent.environment().get("PATH", os.defpath)
+        env = agent.environment()
+        self.secrets = [v for k, v in env.items() if k not in ("PATH", "HOME") and len(v) >= 8]
+        exe = shutil.which(agent.bin, path=path)
+        if exe is None:
+            raise NotInstalled(
+                f"{agent.bin} was not found on PATH; install it with: {agent.install_hint}",
+                agent=agent.name, bin=agent.bin, hint=agent.install_hint,
+            )  # fmt: skip
+        if invocation.session_id:
+            await self._bind(invocation.session_id)
+        try:
+            self.end = await run_process(
+                [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
+                timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
+            )  # fmt: skip
+        except FileNotFoundError as exc:
+            raise NotInstalled(
+                f"{agent.bin} disappeared before it could start ({exc})",
+                agent=agent.name, bin=agent.bin, hint=agent.install_hint,
+            ) from exc  # fmt: skip
+        except OSError as exc:
+            if too_large(exc):
+                size = sum(len(a.encode()) + 1 for a in invocation.argv)
+                raise CommandLineTooLarge(
+                    f"the command line for {agent.bin} is too large ({size} bytes of arguments "
+                    "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
+                    size=size, limit=os.sysconf("SC_ARG_MAX"),
+                ) from exc  # fmt: skip
+            raise Spawn(f"{agent.bin} could not be started: {exc}", agent=agent.name,
+                        bin=agent.bin, reason=type(exc).__name__) from exc  # fmt: skip
+        if self.turn.session_id and self.turn.session_id != self.bound:
+            await self._bind(self.turn.session_id)
+
+    async def _on_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line:
+            return
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            self.turn.unreadable(line)
+            return
+        self.agent.read(obj, self.turn)
+        events, self.turn.events = self.turn.events, []
+        for event, data in events:
+            await self._emit(event, **data)
+        if self.turn.session_id and self.turn.session_id != self.bound:
+            await self._bind(self.turn.session_id)  # bound as soon as it is known
+
+    async def _bind(self, session_id: str) -> None:
+        if self.session is None:
+            return
+        await call_store(
+            self.store, "bind_agent_session", str(self.root), self.session,
+            agent=self.agent.name, session_id=session_id, run_id=self.run_id,
+        )  # fmt: skip
+        self.bound = session_id
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_TTL_S / 3)
+            for attr in ("run_lease", "session_lease"):
+                lease = getattr(self, attr)
+                if lease is None:
+                    continue
+                # A lease taken over is reported by the run's final commit.
+                with contextlib.suppress(HarnessError):
+                    renewed = await call_store(self.store, "renew_lease", lease, ttl_s=LEASE_TTL_S)
+                    setattr(self, attr, renewed)
+
+    # -------------------------------------------------------------- classify
+
+    def _classify(self) -> CLIError | None:
+        """The failure this invocation ended with, or None for a good answer."""
+        agent, turn, end = self.agent, self.turn, self.end
+        assert end is not None
+        name, bin_ = agent.name, agent.bin
+        stderr = self._scrub(end.stderr)
+        if end.timed_out:
+            return Timeout(
+                f"{bin_} did not finish within {agent.timeout:g} s; its process group was "
+                "killed", agent=name, bin=bin_, timeout_s=float(agent.timeout or 0),
+                partial=self._scrub(turn.partial_text()),
+            )  # fmt: skip
+        failed = end.exit_code != 0 or turn.failure is not None
+        if not failed:
+            if turn.done:
+                return None
+            what = (f"{turn.unparsed} line(s) were not JSON, the first: {turn.first_unparsed!r}"
+                    if turn.unparsed else "it printed no structured output")  # fmt: skip
+            return Parse(
+                f"{bin_} exited 0 but its stream never reported the end of the turn; {what}",
+                agent=name, bin=bin_, detail=what,
+            )  # fmt: skip
+        detail = self._scrub(turn.failure[0]) if turn.failure else ""
+        answer = detail or self._scrub(turn.text)
+        if turn.error_kind in _AUTH_KINDS:
+            notice = detail or str(turn.error_kind)
+            return NotAuthenticated(
+                f"{bin_} is not authenticated: {notice}", agent=name, bin=bin_, detail=notice,
+                hint=agent.login_hint,
+            )  # fmt: skip
+        if turn.error_kind in _QUOTA_KINDS and turn.rate_limit is None:
+            turn.rate_limit = (detail or turn.error_kind or "rate limit", None)
+        if auth := auth_failure(stderr, answer):
+            return NotAuthenticated(
+                f"{bin_} is not authenticated: {auth}", agent=name, bin=bin_, detail=auth,
+                hint=agent.login_hint,
+            )  # fmt: skip
+        if turn.rate_limit is not None:
+            limit, resets_at = turn.rate_limit
+            quota = rate_limit(stderr, answer) or limit
+            return RateLimited(f"{bin_} hit a rate limit: {quota}", agent=name, bin=bin_,
+                               detail=quota, resets_at=resets_at)  # fmt: skip
+        if worded := rate_limit(stderr, answer):
+            return RateLimited(f"{bin_} hit a rate limit: {worded}", agent=name, bin=bin_,
+                               detail=worded)  # fmt: skip
+        if flag := flag_rejected(stderr):
+            return FlagRejected(f"{bin_} rejected an argument: {flag}", agent=name, bin=bin_,
+                                detail=flag)  # fmt: skip
+        if turn.failure is not None:
+            status = turn.failure[1] or status_code(detail)
+            return AgentError(
+                f"{bin_} reported a failed turn"
+                + (f" (exit code {end.exit_code})" if end.exit_code else " although it exited 0")
+                + f": {detail or 'no detail given'}",
+                agent=name, bin=bin_, detail=detail, status=status,
+            )  # fmt: skip
+        code = end.exit_code if end.exit_code is not None else -1
+        line = explanatory_line(stderr)
+        return Failed(
+            f"{bin_} exited with code {code}" + (f": {line}" if line else ""),
+            agent=name, bin=bin_, exit_code=code, stderr=stderr,
+        )  # fmt: skip
+
+    def _scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        return scrub_text(text)
+
+    # ---------------------------------------------------------------- finish
+
+    async def _finish(self, error: HarnessError | None, changed: bool | None) -> AgentResult:
+        turn, end, agent = self.turn, self.end, self.agent
+        if error is None:
+            outcome = RunOutcome.FINISHED
+        elif isinstance(error, Cancelled):
+            outcome = RunOutcome.CANCELLED
+        elif isinstance(error, CLIError) and error.is_transient():
+            outcome = RunOutcome.ESCALATED_RETRYABLE
+        else:
+            outcome = RunOutcome.ESCALATED_TERMINAL
+        now = time.time()
+        finish = {"outcome": outcome.value, "finished_at": now,
+                  "error": None if error is None else error.to_dict()}  # fmt: skip
+        if end is None and not isinstance(error, Cancelled | Timeout):
+            # Never started (not installed, busy session...): no attempt, no step.
+            await call_store(self.store, "finish_run", self.run_id, lease=self.run_lease,
+                             release=True, **finish)  # fmt: skip
+        else:
+            step, attempts, tools = self._rows(error, changed, now)
+            await call_store(self.store, "commit_step", self.run_id, step, attempts=attempts,
+                             tool_calls=tools, stalls=[], checkpoint=self._checkpoint(),
+                             lease=self.run_lease, finish=finish)  # fmt: skip
+        self.run_lease = None
+        result = AgentResult(
+            run_id=self.run_id, agent=agent.name, outcome=outcome,
+            text="" if error is not None else turn.text, usage=dict(turn.usage),
+            session_id=turn.session_id or self.bound, session=self.session,
+            exit_code=None if end is None else end.exit_code, error=error,
+            elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
+            changed_workspace=changed, model=turn.model or agent.model,
+        )  # fmt: skip
+        await self._emit("finished", outcome=outcome.value, steps=1 if end else 0,
+                         tokens=turn.tokens, verified=None,
+                         error=None if error is None else error.to_dict())  # fmt: skip
+        return result
+
+    def _rows(
+        self, error: HarnessError | None, changed: bool | None, now: float
+    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+        turn, end, agent = self.turn, self.end, self.agent
+        kind = error.kind if isinstance(error, CLIError) else None
+        step = {"step": 1, "decision": "answer" if error is None else "error",
+                "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
+                "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
+        attempt = {
+            "step": 1, "attempt": 1, "provider": agent.name, "model": turn.model or agent.model,
+            "kind": None if kind is None else kind.value,
+            "status": getattr(error, "status", None) if isinstance(error, AgentError) else None,
+            "latency_ms": None if end is None else end.elapsed_s * 1000,
+            "input_tokens": turn.usage["input_tokens"],
+            "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
+            "fell_back": False, "error": None if error is None else error.code,
+            "started_at": self.started,
+        }  # fmt: skip
+        tools = [
+            {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
+             "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
+            for i, call in enumerate(turn.tool_calls, start=1)
+        ]  # fmt: skip
+        return step, [attempt], tools
+
+    def _checkpoint(self) -> dict[str, Any]:
+        # Not resumable by hn.resume: what a later run needs is the CLI's session id.
+        return {"agent": self.agent.name, "session_id": self.turn.session_id or self.bound,
+                "usage": self.turn.usage, "usage_total": self.usage_total or self.prior_usage,
+                "unparsed": self.turn.unparsed}  # fmt: skip
+
+    async def _emit(self, event: Any, /, **data: Any) -> None:
+        step = max(1, self.turn.messages) if event in ("step", "tool_call", "retry") else 0
+        await self.events.emit(RunEvent(event, self.run_id, step, time.time(), data))
+
+
+_TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
+# The CLIs' own words for a failed turn (Claude's assistant ``error``, Copilot's errorType).
+_AUTH_KINDS = frozenset({"authentication_failed", "authentication", "oauth_org_not_allowed"})
+_QUOTA_KINDS = frozenset({"rate_limit", "rate_limited", "quota"})
+
+
+def _session_key(root: Path, name: str) -> str:
+    """The lease key of a named session (leases share one table with runs)."""
+    return f"agent-session:{root}:{name}"
+
+
+def _fingerprint(root: Path) -> Any:
+    from .._workspace import Workspace
+
+    return Workspace(root).fingerprint()

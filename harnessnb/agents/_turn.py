@@ -1,0 +1,154 @@
+"""What a CLI's structured stream said, accumulated line by line, within bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from .._events import EventKind
+from ._process import Limits
+
+__all__ = ["Turn", "clip", "to_int"]
+
+_CUT = "…(truncated)"
+# Tool calls kept per run; later ones are counted, not kept.
+_MAX_TOOL_CALLS = 1000
+
+
+@dataclasses.dataclass
+class Turn:
+    """One CLI invocation as read from its stream.
+
+    Attributes:
+        session_id: The CLI's native session id, once the stream named it.
+        text: The final answer (the last assistant message, or the result event's).
+        usage: input_tokens (cache reads included), output_tokens, cached_input_tokens,
+            cost_usd: totals for the invocation.
+        done: A terminal event (result / turn completed / turn failed) was read.
+        failure: (detail, status) when the stream reported a failed turn.
+        rate_limit: (detail, resets_at) when the stream reported a rejected quota.
+        unparsed: Lines that were not JSON objects; ``first_unparsed`` the first one.
+    """
+
+    limits: Limits
+    session_id: str | None = None
+    model: str | None = None
+    text: str = ""
+    usage: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {
+            "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "cost_usd": None,
+        }
+    )  # fmt: skip
+    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    tool_calls_seen: int = 0
+    messages: int = 0
+    done: bool = False
+    failure: tuple[str, int | None] | None = None
+    error_kind: str | None = None  # the CLI's own word for a failed turn (authentication_failed)
+    rate_limit: tuple[str, float | None] | None = None
+    unparsed: int = 0
+    first_unparsed: str = ""
+    partial: list[str] = dataclasses.field(default_factory=list)
+    _partial_bytes: int = 0
+    events: list[tuple[EventKind, dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+    # ------------------------------------------------------------- recording
+
+    def emit(self, event: EventKind, /, **data: Any) -> None:
+        """Queue an event for the run's ``on_event`` (drained after each line)."""
+        self.events.append((event, data))
+
+    def retry(
+        self,
+        *,
+        kind: str,
+        status: Any = None,
+        attempt: Any = None,
+        of: Any = None,
+        delay_s: float | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """The CLI retried a request on its own (a ``retry`` event, as from the loop)."""
+        self.emit("retry", kind=kind or "unknown", status=to_int(status) or None,
+                  attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
+                  delay=delay_s or 0.0, retry_after=None, provider=None,
+                  detail=None if detail is None else clip(detail, 300))  # fmt: skip
+
+    def step(self, provider: str) -> None:
+        """An assistant turn ended: a ``step`` event, as the loop emits after each step."""
+        self.emit("step", tool_calls=self.tool_calls_seen, tokens=self.tokens, provider=provider)
+
+    def say(self, text: str) -> None:
+        """An assistant message: it becomes the answer so far, and partial output."""
+        text = clip(text, self.limits.capture_bytes)
+        self.text = text
+        self.messages += 1
+        room = self.limits.capture_bytes - self._partial_bytes
+        if room > 0 and text:
+            kept = text[:room]  # the earliest output is kept
+            self.partial.append(kept)
+            self._partial_bytes += len(kept)
+
+    def tool_started(self, call_id: str | None, tool: str, args: Any) -> None:
+        self.tool_calls_seen += 1
+        shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
+        call = {"id": call_id, "tool": clip(tool, 200),
+                "args": clip(shown, self.limits.event_bytes), "status": "started",
+                "output_bytes": None}  # fmt: skip
+        if len(self.tool_calls) < _MAX_TOOL_CALLS:
+            self.tool_calls.append(call)
+        self.emit("tool_call", tool=call["tool"], args=call["args"], status="started")
+
+    def tool_ended(self, call_id: str | None, *, ok: bool, output: str | None = None) -> None:
+        for call in reversed(self.tool_calls):
+            if call["id"] == call_id and call["status"] == "started":
+                call["status"] = "ok" if ok else "error"
+                if output is not None:
+                    call["output_bytes"] = len(output.encode("utf-8", "replace"))
+                self.emit("tool_call", tool=call["tool"], args=call["args"], status=call["status"])
+                return
+
+    def add_usage(self, usage: Any, *, replace: bool = False) -> None:
+        """Add a usage record (or replace the totals with a final one)."""
+        if not isinstance(usage, dict):
+            return
+        cached = to_int(usage.get("cached_input_tokens")) + to_int(
+            usage.get("cache_read_input_tokens")
+        )
+        fresh = to_int(usage.get("input_tokens")) + to_int(usage.get("cache_creation_input_tokens"))
+        # OpenAI-style input_tokens already include the cached ones; Anthropic's do not.
+        input_tokens = fresh if "cached_input_tokens" in usage else fresh + cached
+        record = {
+            "input_tokens": input_tokens,
+            "output_tokens": to_int(usage.get("output_tokens")),
+            "cached_input_tokens": cached,
+        }
+        for key, value in record.items():
+            self.usage[key] = value if replace else self.usage[key] + value
+
+    def unreadable(self, line: str) -> None:
+        self.unparsed += 1
+        if not self.first_unparsed:
+            self.first_unparsed = clip(line, 300)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.usage["input_tokens"]) + int(self.usage["output_tokens"])
+
+    def partial_text(self) -> str:
+        return "\n".join(self.partial)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(_CUT))] + _CUT
+
+
+def to_int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,626 @@
+"""Coding-agent CLI drivers against stand-in CLIs on PATH (tests/agents/standin.py).
+
+Each stand-in speaks its CLI's structured stream and plays the scenario in
+$HOME/scenario.json; it logs its argv, stdin, environment and cwd to $HOME/calls.jsonl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_helpers import CLIs
+
+import harnessnb as hn
+from harnessnb.agents import _process
+
+AGENTS = ["claude", "codex", "copilot"]
+ag = hn.agents
+
+
+def run(clis: CLIs, name: str, task: str = "read a.txt", **options: Any) -> ag.AgentResult:
+    kw = {k: options.pop(k) for k in ("session", "on_event") if k in options}
+    return ag.run_sync(ag.driver(name, **options), task, clis.ws, store=clis.store, **kw)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped by its parent) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# ------------------------------------------------------------------ success
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_good_run_returns_the_answer_usage_session_and_exit_code(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="ok", text="a.txt says hello")
+    result = run(clis, name)
+    assert result.ok and result.outcome is hn.RunOutcome.FINISHED and result.error is None
+    assert result.text == "a.txt says hello"
+    assert result.exit_code == 0
+    assert result.session_id and len(result.session_id) == 36
+    assert result.usage["output_tokens"] == 40 and result.usage["cached_input_tokens"] == 300
+    assert result.tool_calls == 1
+
+
+def test_claude_usage_counts_cache_reads_and_writes_as_input(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    usage = run(clis, "claude").usage
+    # Anthropic's input_tokens exclude the cache: 100 fresh + 20 written + 300 read.
+    assert usage == {"input_tokens": 420, "output_tokens": 40, "cached_input_tokens": 300,
+                     "cost_usd": 0.0123}  # fmt: skip
+
+
+def test_codex_usage_input_already_includes_the_cached_tokens(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    usage = run(clis, "codex").usage
+    assert (usage["input_tokens"], usage["cached_input_tokens"]) == (420, 300)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_the_run_lands_in_the_store_with_the_cli_as_provider(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="ok")
+    result = run(clis, name, model="m-1")
+    runs = clis.store.runs(result.run_id).to_dict("records")
+    agent = ag.driver(name).name
+    assert [(r["provider"], r["outcome"], r["steps"], r["tokens"]) for r in runs] == [
+        (agent, "finished", 1, 460)]  # fmt: skip
+    attempts = clis.store.attempts(result.run_id).to_dict("records")
+    assert len(attempts) == 1
+    a = attempts[0]
+    assert (a["provider"], a["input_tokens"], a["output_tokens"], a["request_id"]) == (
+        agent, 420, 40, result.session_id)  # fmt: skip
+    assert a["kind"] is None or a["kind"] != a["kind"]  # NULL (NaN in pandas) on success
+    tools = clis.store.tool_calls(result.run_id).to_dict("records")
+    assert [(t["tool"], t["status"], t["effect"]) for t in tools] == [
+        ({"claude": "Read", "codex": "shell", "copilot": "view"}[name], "ok", "agent")
+    ]
+    steps = clis.store.steps(result.run_id).to_dict("records")
+    assert [(s["decision"], s["tool_calls"], s["changed_workspace"]) for s in steps] == [
+        ("answer", 1, False)]  # fmt: skip
+
+
+def test_events_arrive_in_order_like_the_loops(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    seen: list[tuple[str, dict[str, Any]]] = []
+    result = run(clis, "claude", on_event=lambda e: seen.append((e.kind, e.data)))
+    kinds = [k for k, _ in seen]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert kinds.count("step") == 2
+    assert [d["status"] for k, d in seen if k == "tool_call"] == ["started", "ok"]
+    assert seen[-1][1]["outcome"] == "finished" and seen[-1][1]["tokens"] == result.tokens
+
+
+def test_a_raising_event_callback_does_not_fail_the_run(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+
+    def boom(event: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    assert run(clis, "codex", on_event=boom).ok
+
+
+# ------------------------------------------------------------- invocation
+
+
+def test_each_cli_gets_its_documented_headless_argv(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    for name in AGENTS:
+        run(clis, name, model="m-1")
+    claude, codex, copilot = (c["argv"] for c in clis.calls())
+    assert claude[:8] == ["-p", "--output-format", "stream-json", "--verbose",
+                          "--permission-mode", "dontAsk",
+                          "--disallowedTools", "Bash,Edit,Write,NotebookEdit"]  # fmt: skip
+    assert claude[-2:] == ["--", "read a.txt"] and "--session-id" in claude
+    assert claude[claude.index("--model") + 1] == "m-1"
+    assert codex == ["exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only",
+                     "--model", "m-1", "read a.txt"]  # fmt: skip
+    assert copilot[:6] == ["--output-format", "json", "--allow-all-tools", "--no-ask-user",
+                           "--deny-tool=shell", "--deny-tool=write"]  # fmt: skip
+    assert copilot[-1] == "--prompt=read a.txt" and "--usage-output-file" in copilot
+    for call in clis.calls():
+        assert call["stdin"] == ""  # stdin closed when the prompt is an argument
+
+
+@pytest.mark.parametrize(
+    ("name", "permission", "expected"),
+    [
+        ("claude", "edit", ["--permission-mode", "acceptEdits"]),
+        ("claude", "bypass", ["--dangerously-skip-permissions"]),
+        ("codex", "edit", ["--sandbox", "workspace-write"]),
+        ("codex", "bypass", ["--dangerously-bypass-approvals-and-sandbox"]),
+        ("copilot", "edit", ["--no-ask-user", "--deny-tool=shell", "--session-id"]),
+        ("copilot", "bypass", ["--no-ask-user", "--allow-all-paths"]),
+    ],
+)
+def test_permission_maps_to_each_clis_own_flags(
+    clis: CLIs, name: str, permission: str, expected: list[str]
+) -> None:
+    clis.scenario(mode="ok")
+    run(clis, name, permission=permission)
+    argv = clis.calls()[-1]["argv"]
+    start = argv.index(expected[0])
+    assert argv[start : start + len(expected)] == expected
+
+
+def test_the_cli_runs_in_the_workspace_with_a_minimal_environment(
+    clis: CLIs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    own = ag.ClaudeCode().environment() | ag.Codex().environment()
+    for key in set(own) - {"PATH", "HOME"}:  # what the host has of the CLIs' own variables
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SOME_HOST_SECRET", "do-not-pass-me")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:1")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key-123456")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test-key-123456")
+    clis.scenario(mode="ok")
+    run(clis, "claude")
+    run(clis, "codex", env={"HTTPS_PROXY": "http://chosen:2"})
+    claude_call, codex_call = clis.calls()
+    assert Path(claude_call["cwd"]) == clis.ws.resolve()
+    claude_env, codex_env = claude_call["env"], codex_call["env"]
+    assert set(claude_env) - {"LC_CTYPE"} == {"PATH", "HOME", "ANTHROPIC_API_KEY"}
+    assert set(codex_env) - {"LC_CTYPE"} == {"PATH", "HOME", "OPENAI_API_KEY", "HTTPS_PROXY"}
+    assert codex_env["HTTPS_PROXY"] == "http://chosen:2"  # only what the caller gave
+
+
+def test_a_prompt_too_large_for_the_command_line_goes_to_stdin(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    big = "x" * (200 * 1024)
+    for name in AGENTS:
+        assert run(clis, name, task=big).ok
+    claude_call, codex_call, copilot_call = clis.calls()
+    for call in clis.calls():
+        assert call["stdin"] == big and not any(big in a for a in call["argv"])
+    assert claude_call["argv"][-1] != "--"
+    assert codex_call["argv"][-1] == "-"
+    assert not any(a.startswith("--prompt") or a == "-p" for a in copilot_call["argv"])
+
+
+def test_an_argument_too_large_for_the_command_line_is_refused_before_spawning(
+    clis: CLIs,
+) -> None:
+    result = run(clis, "copilot", extra_args=["--add-dir=" + "d" * (200 * 1024)])
+    err = result.error
+    assert isinstance(err, ag.CommandLineTooLarge)
+    assert (err.what, err.limit) == ("argument", 128 * 1024 - 1) and err.size > 200 * 1024
+    assert clis.calls() == [] and result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
+
+
+def test_a_prompt_starting_with_a_dash_is_never_taken_for_an_option(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    run(clis, "claude", task="--help me")
+    run(clis, "codex", task="--help me")
+    claude_call, codex_call = clis.calls()
+    assert claude_call["argv"][-2:] == ["--", "--help me"]
+    assert codex_call["argv"][-1] == "-" and codex_call["stdin"] == "--help me"
+
+
+@pytest.mark.parametrize("name", ["codex", "copilot"])
+def test_max_turns_on_a_cli_without_one_is_unsupported_not_ignored(clis: CLIs, name: str) -> None:
+    result = run(clis, name, max_turns=3)
+    assert isinstance(result.error, ag.Unsupported) and "max_turns" in result.error.what
+    assert clis.calls() == []
+
+
+def test_claude_max_turns_is_passed_on(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    run(clis, "claude", max_turns=3)
+    argv = clis.calls()[0]["argv"]
+    assert argv[argv.index("--max-turns") + 1] == "3"
+
+
+def test_bad_options_are_config_errors() -> None:
+    with pytest.raises(hn.ConfigError, match="permission"):
+        ag.ClaudeCode(permission="yolo")  # type: ignore[arg-type]
+    with pytest.raises(hn.ConfigError, match="timeout"):
+        ag.Codex(timeout=0)
+    with pytest.raises(hn.ConfigError, match="unknown agent 'gemini'"):
+        ag.driver("gemini")
+
+
+def test_a_missing_workspace_is_a_config_error(clis: CLIs) -> None:
+    with pytest.raises(hn.ConfigError, match="not a folder"):
+        ag.run_sync(ag.ClaudeCode(), "x", clis.ws / "nope", store=clis.store)
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_not_installed_names_the_install_command(clis: CLIs) -> None:
+    result = run(clis, "claude", bin="claude-not-here")
+    err = result.error
+    assert isinstance(err, ag.NotInstalled)
+    assert err.hint == "npm install -g @anthropic-ai/claude-code"
+    assert "install it with" in err._render_traceback_()[1]
+    assert not err.is_transient() and result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
+    # Recorded: the run and its error, no attempt (nothing was started).
+    row = clis.store.get_run(result.run_id)
+    assert row is not None and row["error"]["code"] == "AGENT_NOT_INSTALLED"
+    assert clis.store.attempts(result.run_id).empty
+
+
+def test_a_file_that_cannot_be_executed_is_a_spawn_error(clis: CLIs) -> None:
+    (clis.bin / "codex").chmod(0o644)
+    (clis.bin / "codex").chmod(0o644)
+    result = run(clis, "codex", bin=str(clis.bin / "codex"))
+    assert isinstance(result.error, ag.Spawn | ag.NotInstalled)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_not_logged_in_is_an_auth_failure_with_the_login_command(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="not_logged_in")
+    result = run(clis, name)
+    err = result.error
+    assert isinstance(err, ag.NotAuthenticated) and err.is_auth_failure()
+    assert err.detail == "Error: No authentication information found."
+    assert err.hint == ag.driver(name).login_hint
+    assert clis.store.attempts(result.run_id)["kind"].tolist() == ["auth"]
+
+
+@pytest.mark.parametrize("name", ["claude", "copilot"])
+def test_an_auth_failure_reported_in_the_stream_is_an_auth_failure(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="auth_in_stream")
+    result = run(clis, name)
+    err = result.error
+    assert isinstance(err, ag.NotAuthenticated)
+    assert err.detail == "Not logged in · Please run /login"
+    assert clis.store.attempts(result.run_id)["kind"].tolist() == ["auth"]
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_401_inside_a_uuid_is_not_an_auth_failure(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="uuid401")
+    err = run(clis, name).error
+    assert isinstance(err, ag.Failed) and not err.is_auth_failure()
+    assert err.exit_code == 2 and "6a1f-401b-9c2e" in err.message
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_quota_is_rate_limited_in_the_clis_words_and_not_retried(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="rate_limit")
+    result = run(clis, name)
+    err = result.error
+    assert isinstance(err, ag.RateLimited) and err.is_transient()
+    assert err.detail == "You've hit your usage limit. Upgrade to Pro or try again at 5pm."
+    assert len(clis.calls()) == 1  # never retried on its own
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+
+
+def test_a_structured_rate_limit_event_keeps_its_reset_time(clis: CLIs) -> None:
+    clis.scenario(mode="rate_limit_event")
+    err = run(clis, "claude").error
+    assert isinstance(err, ag.RateLimited) and err.resets_at == 1900000000.0
+    assert "usage limit reached" in err.detail
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_429_after_the_clis_own_retries_is_rate_limited(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="rate_limit_in_stream")
+    seen: list[Any] = []
+    result = run(clis, name, on_event=seen.append)
+    assert isinstance(result.error, ag.RateLimited), result.error
+    assert "429" in result.error.detail
+    retries = [e.data for e in seen if e.kind == "retry"]
+    if name != "codex":  # codex reports its retries as error lines, seen as retries too
+        assert retries and retries[0]["status"] == 429
+
+
+def test_codex_retry_lines_become_retry_events_and_do_not_fail_the_run(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    seen: list[Any] = []
+    result = run(clis, "codex", on_event=seen.append)
+    assert result.ok
+    assert [e.data["detail"] for e in seen if e.kind == "retry"] == [
+        "Reconnecting... 1/5 (stream disconnected before completion)"
+    ]
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_exit_0_with_a_failed_turn_is_an_agent_error_never_success(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="agent_error")
+    result = run(clis, name)
+    err = result.error
+    assert isinstance(err, ag.AgentError) and not result.ok
+    assert err.status == 404 and "claude-nonexistent not found" in err.detail
+    assert result.exit_code in (0, None) or name == "claude"
+    assert clis.store.attempts(result.run_id)[["kind", "status"]].values.tolist() == [
+        ["request", 404]]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_rejected_flag_is_flag_rejected(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="flag")
+    err = run(clis, name).error
+    assert isinstance(err, ag.FlagRejected) and "unexpected argument" in err.detail
+
+
+def test_a_crash_is_failed_with_the_most_explanatory_stderr_line(clis: CLIs) -> None:
+    clis.scenario(mode="crash")
+    err = run(clis, "claude").error
+    assert isinstance(err, ag.Failed) and err.exit_code == 3
+    assert err.message == (
+        "claude exited with code 3: TypeError: cannot read properties of undefined"
+    )
+    assert "progress 100%" in err.stderr
+
+
+@pytest.mark.parametrize("mode", ["garbage", "no_result"])
+@pytest.mark.parametrize("name", AGENTS)
+def test_unreadable_structured_output_is_a_parse_error(clis: CLIs, name: str, mode: str) -> None:
+    clis.scenario(mode=mode)
+    result = run(clis, name)
+    err = result.error
+    assert isinstance(err, ag.Parse) and result.text == ""
+    if mode == "garbage":
+        assert "2 line(s) were not JSON" in err.detail and "plain text" in err.detail
+    assert clis.store.attempts(result.run_id)["kind"].tolist() == ["malformed"]
+
+
+def test_a_secret_echoed_by_the_cli_is_redacted_everywhere(
+    clis: CLIs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "my-anthropic-secret-value-42"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    clis.scenario(mode="crash", echo_env="ANTHROPIC_API_KEY")
+    result = run(clis, "claude")
+    assert isinstance(result.error, ag.Failed)
+    shown = result.error.message + repr(result.error.to_dict()) + result.error._card_html()
+    assert secret not in shown and "[redacted]" in shown
+    stored = clis.store.sql("SELECT error FROM runs").to_string()
+    assert secret not in stored
+
+
+# --------------------------------------------------------- timeout, cancel
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_timeout_kills_the_whole_process_group_and_keeps_partial_output(
+    clis: CLIs, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_process, "TERM_GRACE_S", 0.2)
+    clis.scenario(mode="hang", grandchild=True)
+    started = time.monotonic()
+    result = run(clis, name, timeout=1.0)
+    assert time.monotonic() - started < 10
+    err = result.error
+    assert isinstance(err, ag.Timeout) and err.is_transient()
+    assert err.timeout_s == 1.0 and "partial thoughts" in err.partial
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE and result.exit_code is None
+    assert wait_gone(clis.grandchild_pid()), "the grandchild outlived the timeout"
+    assert clis.store.attempts(result.run_id)["kind"].tolist() == ["timeout"]
+
+
+def test_cancel_kills_the_whole_process_group_and_records_cancelled(clis: CLIs) -> None:
+    clis.scenario(mode="hang", grandchild=True)
+
+    async def main() -> None:
+        task = asyncio.create_task(ag.run(ag.ClaudeCode(), "x", clis.ws, store=clis.store,
+                                          run_id="run_cancel"))  # fmt: skip
+        while not (clis.home / "grandchild.pid").exists():
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert wait_gone(clis.grandchild_pid()), "the grandchild outlived the cancel"
+    row = clis.store.get_run("run_cancel")
+    assert row is not None and row["outcome"] == "cancelled"
+    assert row["error"]["code"] == "AGENT_CANCELLED"
+
+
+def test_a_grandchild_left_running_after_a_good_answer_is_killed(clis: CLIs) -> None:
+    clis.scenario(mode="ok", grandchild=True)
+    assert run(clis, "codex").ok
+    assert wait_gone(clis.grandchild_pid())
+
+
+# ---------------------------------------------------------- bounded capture
+
+
+def test_an_endless_stream_and_an_endless_line_do_not_exhaust_memory(clis: CLIs) -> None:
+    # 20,000 events of 1 kB, then one 30 MB line with no newline until its end.
+    clis.scenario(mode="endless", lines=20000, long_line=30_000_000, text="the end")
+    limits = ag.Limits(capture_bytes=64 * 1024, line_bytes=256 * 1024, event_bytes=4096)
+    tracemalloc.start()
+    try:
+        result = run(clis, "claude", limits=limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.ok and result.text == "the end"
+    assert peak < 8 * 1024 * 1024, f"peak {peak} bytes for a 50 MB stream"
+
+
+def test_one_event_is_bounded_by_event_bytes(clis: CLIs) -> None:
+    turn = ag._turn.Turn(ag.Limits(event_bytes=100))  # type: ignore[attr-defined]
+    turn.tool_started("t", "Write", {"content": "z" * 10_000})
+    assert len(turn.tool_calls[0]["args"]) == 100
+    assert turn.tool_calls[0]["args"].endswith("…(truncated)")
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_named_session_is_bound_then_continued(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="ok")
+    first = run(clis, name, session="refactor")
+    second = run(clis, name, task="and now the tests", session="refactor")
+    assert first.ok and second.ok and first.session_id == second.session_id
+    calls = clis.calls()
+    assert len(calls) == 2
+    resumed = calls[1]["argv"]
+    if name == "codex":
+        assert resumed[:2] == ["exec", "resume"] and resumed[-2] == first.session_id
+        assert 'sandbox_mode="read-only"' in resumed and "--sandbox" not in resumed
+    elif name == "claude":
+        assert resumed[resumed.index("--resume") + 1] == first.session_id
+    else:
+        assert resumed[resumed.index("--session-id") + 1] == first.session_id
+    bound = clis.store.agent_session(str(clis.ws.resolve()), "refactor")
+    assert bound is not None
+    assert (bound["agent"], bound["session_id"], bound["run_id"]) == (
+        ag.driver(name).name, first.session_id, second.run_id)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["codex", "copilot"])
+def test_a_resumed_session_is_charged_only_this_runs_usage(clis: CLIs, name: str) -> None:
+    # codex and copilot report the session's totals; each run gets its own share.
+    clis.scenario(mode="ok")
+    first = run(clis, name, session="long")
+    second = run(clis, name, session="long")
+    third = run(clis, name)  # a new session starts from zero
+    for result in (first, second, third):
+        assert result.usage["input_tokens"] == 420 and result.usage["output_tokens"] == 40
+    tokens = clis.store.runs()[["run_id", "tokens"]].set_index("run_id")["tokens"].to_dict()
+    assert [tokens[r.run_id] for r in (first, second, third)] == [460, 460, 460]
+
+
+def test_a_session_name_bound_to_one_cli_is_a_conflict_for_another(clis: CLIs) -> None:
+    clis.scenario(mode="ok")
+    assert run(clis, "claude", session="shared").ok
+    result = run(clis, "codex", session="shared")
+    err = result.error
+    assert isinstance(err, ag.SessionConflict)
+    assert (err.name, err.bound, err.requested) == ("shared", "claude-code", "codex")
+    assert len(clis.calls()) == 1  # codex was never started
+    # The lease was given back: the right CLI continues the session at once.
+    assert run(clis, "claude", session="shared").ok
+
+
+def test_sessions_are_per_workspace(clis: CLIs, tmp_path: Path) -> None:
+    clis.scenario(mode="ok")
+    other = tmp_path / "other"
+    other.mkdir()
+    assert run(clis, "claude", session="s").ok
+    result = ag.run_sync(ag.Codex(), "x", other, store=clis.store, session="s")
+    assert result.ok
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys
+    import harnessnb as hn
+    r = hn.agents.run_sync(hn.agents.ClaudeCode(), "hold", sys.argv[1], store=sys.argv[2],
+                           session="busy")
+    print(r.outcome.value)
+    """
+)
+
+
+def test_a_session_driven_by_another_process_is_busy_until_that_process_dies(
+    clis: CLIs, tmp_path: Path
+) -> None:
+    clis.store.close()
+    store_path = str(tmp_path / "runs.duckdb")
+    clis.scenario(mode="hang")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(clis.ws), store_path],
+                              env=dict(os.environ), start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not clis.calls() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert clis.calls(), "the holder never started its CLI"
+        with hn.Store(store_path) as store:
+            result = ag.run_sync(ag.ClaudeCode(), "x", clis.ws, store=store, session="busy")
+            err = result.error
+            assert isinstance(err, ag.SessionBusy) and err.is_transient()
+            assert err.name == "busy" and str(holder.pid) in str(err.holder)
+            assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+            assert len(clis.calls()) == 1
+            # The holder dies (kernel killed): its session lease is taken over at once.
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait(10)
+            clis.scenario(mode="ok")
+            again = ag.run_sync(ag.ClaudeCode(), "x", clis.ws, store=store, session="busy")
+            assert again.ok, again.error
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait(10)
+        for call in clis.calls():  # the holder's orphaned stand-in
+            _kill_standin(call)
+
+
+def _kill_standin(call: dict[str, Any]) -> None:
+    out = subprocess.run(["pgrep", "-f", "standin|claude"], capture_output=True, text=True)
+    for pid in out.stdout.split():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"hold" in cmdline or b"/bin/claude" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def test_only_quota_timeout_and_busy_are_transient() -> None:
+    kw = {"agent": "codex", "bin": "codex"}
+    transient = [ag.RateLimited("q", detail="q", **kw), ag.Timeout("t", timeout_s=1, **kw),
+                 ag.SessionBusy("b", name="n", **kw)]  # fmt: skip
+    others = [ag.Failed("f", exit_code=1, **kw), ag.NotAuthenticated("a", detail="", hint="", **kw),
+              ag.AgentError("e", detail="", **kw), ag.Cancelled("c", **kw),
+              ag.Parse("p", detail="", **kw), ag.NotInstalled("n", hint="", **kw)]  # fmt: skip
+    assert all(e.is_transient() for e in transient)
+    assert not any(e.is_transient() for e in others)
+    assert [e.is_cancelled() for e in others] == [False, False, False, True, False, False]
+    assert all(isinstance(e, hn.HarnessError) for e in transient + others)
+
+
+def test_an_agent_run_cannot_be_resumed_by_the_loop(clis: CLIs) -> None:
+    clis.scenario(mode="rate_limit")
+    result = run(clis, "claude")
+    with pytest.raises(hn.ResumeError) as info:
+        hn.resume_sync(result.run_id, hn.ScriptedProvider(["x"]), store=clis.store)
+    assert info.value.reason == "agent_run"
+
+
+def test_failure_rates_cover_cli_runs(clis: CLIs) -> None:
+    for mode in ("ok", "rate_limit", "ok", "not_logged_in"):
+        clis.scenario(mode=mode)
+        run(clis, "claude")
+    rates = clis.store.failure_rates(by=("provider", "kind"))
+    rows = {(r["kind"] if isinstance(r["kind"], str) else None): (r["attempts"], r["failures"])
+            for r in rates.to_dict("records")}  # fmt: skip
+    assert rows == {"rate_limited": (4, 1), "auth": (4, 1)}
+
+
+def test_the_result_card_escapes_the_answer(clis: CLIs) -> None:
+    clis.scenario(mode="ok", text="<script>alert(1)</script>")
+    result = run(clis, "claude")
+    bundle = result._repr_mimebundle_()
+    assert "<script>" not in bundle["text/html"] and "&lt;script&gt;" in bundle["text/html"]
+    assert "claude-code run" in bundle["text/plain"]
