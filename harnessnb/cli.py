@@ -6,6 +6,8 @@ Commands::
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
                   [--verify "FILE contains TEXT"] [--allow-write GLOB ...]
                   [--max-steps N] [--max-seconds S]
+    harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
+                  [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
     harnessnb runs
     harnessnb failures [--by provider,kind]
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from ._events import RunEvent
     from ._result import RunResult
     from ._store import Store
+    from .agents import AgentResult
 
 __all__ = ["DEMO_CHAOS", "DEMO_SEED", "DEMO_TASK", "EXIT_CODES", "main"]
 
@@ -219,8 +222,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="allow writing these paths without asking",
     )
-    run.add_argument("--max-steps", type=int, default=12, metavar="N")
+    run.add_argument("--max-steps", type=int, metavar="N",
+                     help="model turns allowed (default 12; with --agent, the CLI's own "
+                     "turn limit where it has one)")  # fmt: skip
     run.add_argument("--max-seconds", type=float, metavar="S")
+    agent = run.add_argument_group(
+        "coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's own loop")
+    agent.add_argument("--agent", choices=("claude", "claude-code", "codex", "copilot"),
+                       help="the CLI to run (it must be installed and logged in)")
+    agent.add_argument("--session", metavar="NAME",
+                       help="continue the CLI session bound to NAME (bound on first use)")
+    agent.add_argument("--permission", choices=("read_only", "edit", "bypass"),
+                       help="what the CLI may do in the workspace (default read_only)")
+    agent.add_argument("--timeout", type=float, metavar="S",
+                       help="kill the CLI and all its processes after S seconds")  # fmt: skip
     run.set_defaults(handler=cmd_run)
 
     resume = sub.add_parser(
@@ -281,11 +296,10 @@ def _provider(args: argparse.Namespace) -> Provider:
     return provider
 
 
-def _drive(run: Any, progress: LineProgress) -> RunResult:
+def _drive(run: Any, progress: LineProgress) -> Any:
     """Run a blocking call; on Ctrl-C say how to continue, then re-raise."""
     try:
-        result: RunResult = run()
-        return result
+        return run()
     except KeyboardInterrupt:
         if progress.run_id:
             print(
@@ -296,7 +310,7 @@ def _drive(run: Any, progress: LineProgress) -> RunResult:
         raise
 
 
-def _finish(result: RunResult) -> int:
+def _finish(result: RunResult | AgentResult) -> int:
     print(result.summary_text())
     return EXIT_CODES.get(result.outcome.value, EXIT_ERROR)
 
@@ -368,6 +382,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not Path(args.workspace).is_dir():
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
+    if args.agent:
+        return _run_agent(args)
+    for flag in ("session", "permission", "timeout"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag} applies only with --agent")
     verification = parse_verify(args.verify) if args.verify else None
     policy = hn.Policy.default()
     if args.allow_write:
@@ -378,7 +397,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.task,
         args.workspace,
         verification=verification,
-        max_steps=args.max_steps,
+        max_steps=args.max_steps or 12,
         max_seconds=args.max_seconds,
     )
     provider = _provider(args)
@@ -386,6 +405,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = LineProgress()
     result = _drive(
         lambda: hn.run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+        progress,
+    )
+    return _finish(result)
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    """``harnessnb run TASK --agent CLI``: a coding-agent CLI instead of the loop."""
+    from .agents import driver, run_sync
+
+    for attr in ("provider", "base_url", "verify", "allow_write", "max_seconds"):
+        if getattr(args, attr):
+            flag = "--" + attr.replace("_", "-")
+            raise ConfigError(f"{flag} applies to harnessnb's own loop, not to --agent")
+    agent = driver(args.agent, model=args.model, permission=args.permission or "read_only",
+                   timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
+    store = _store(args)
+    progress = LineProgress()
+    result = _drive(
+        lambda: run_sync(
+            agent, args.task, args.workspace, session=args.session, store=store, on_event=progress
+        ),
         progress,
     )
     return _finish(result)

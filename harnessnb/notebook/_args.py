@@ -17,6 +17,8 @@ from IPython.core.error import UsageError
 
 from .._choose import PROVIDER_NAMES
 
+AGENT_NAMES = ("claude", "claude-code", "codex", "copilot")
+
 __all__ = ["SUBCOMMANDS", "HelpShown", "help_text", "interpolate", "parse", "words"]
 
 
@@ -72,13 +74,24 @@ def _build() -> dict[str, _Parser]:
                        help="success when FILE contains TEXT")
     check.add_argument("--verify-cmd", metavar='"COMMAND"',
                        help="success when COMMAND exits 0 in the workspace")
-    run.add_argument("--max-steps", metavar="N", type=_positive_int, default=12,
-                     help="model turns allowed (default 12)")
+    run.add_argument("--max-steps", metavar="N", type=_positive_int,
+                     help="model turns allowed (default 12; with --agent, the CLI's own "
+                     "turn limit where it has one)")
     run.add_argument("--max-seconds", metavar="S", type=_positive_float,
                      help="wall-clock budget in seconds (default: none)")
     _store_option(run)
     run.add_argument("--allow-write", metavar="GLOB", nargs="+", default=[],
                      help="workspace paths the agent may write without asking")
+    agent = run.add_argument_group(
+        "coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's own loop")
+    agent.add_argument("--agent", metavar="CLI", choices=AGENT_NAMES,
+                       help="claude, codex or copilot (the CLI must be installed and logged in)")
+    agent.add_argument("--session", metavar="NAME",
+                       help="continue the CLI session bound to NAME (bound on first use)")
+    agent.add_argument("--permission", choices=("read_only", "edit", "bypass"),
+                       help="what the CLI may do in the workspace (default read_only)")
+    agent.add_argument("--timeout", metavar="S", type=_positive_float,
+                       help="kill the CLI and all its processes after S seconds")
     _output_options(run)
 
     resume = _parser("resume", "Continue a run where its last committed step left it.")

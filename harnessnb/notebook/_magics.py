@@ -33,7 +33,8 @@ from ._progress import TextProgress, WidgetProgress
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
 
 Progress = TextProgress | WidgetProgress
-Starter = Callable[[Callable[[RunEvent], None] | None], Coroutine[Any, Any, RunResult]]
+# Starts a run (``RunResult``) or a coding-agent CLI run (``AgentResult``).
+Starter = Callable[[Callable[[RunEvent], None] | None], Coroutine[Any, Any, Any]]
 
 # Errors of runs driven in this kernel, for ``%harness tb`` (the store keeps no frames).
 _ERRORS: dict[str, BaseException] = {}
@@ -89,7 +90,9 @@ def step_rows(store: Any, run_id: str) -> tuple[dict[str, Any], ...]:
     return tuple(rows)
 
 
-def _with_steps(result: RunResult, store: Any) -> RunResult:
+def _with_steps(result: Any, store: Any) -> Any:
+    if not isinstance(result, RunResult):
+        return result  # an agent CLI run's card has no step table
     try:
         return dataclasses.replace(result, step_rows=step_rows(store, result.run_id))
     except HarnessError:  # the card without its table beats no card
@@ -139,7 +142,7 @@ class _RunJob:
         progress.show()
         return progress, handle
 
-    def _close(self, progress: Progress | None, handle: Any, result: RunResult) -> None:
+    def _close(self, progress: Progress | None, handle: Any, result: Any) -> None:
         if progress is not None:
             progress.close()
         card = _with_steps(result, self.store)
@@ -195,7 +198,7 @@ class _RunJob:
         progress, handle = self._open()
         finished = threading.Event()
 
-        async def tracked() -> RunResult:
+        async def tracked() -> Any:
             try:
                 return await self.start(progress)
             finally:
@@ -255,23 +258,25 @@ def _check_provider_args(sub: str, args: argparse.Namespace) -> None:
         )
 
 
+# Options of harnessnb's own loop that mean nothing to a coding-agent CLI.
+_LOOP_ONLY = (("provider", "--provider"), ("base_url", "--base-url"), ("fallback", "--fallback"),
+              ("verify", "--verify"), ("verify_cmd", "--verify-cmd"),
+              ("max_seconds", "--max-seconds"), ("allow_write", "--allow-write"))  # fmt: skip
+_AGENT_ONLY = (("session", "--session"), ("permission", "--permission"), ("timeout", "--timeout"))
+
+
 def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
     from .._loop import new_id
     from .._loop import run as run_loop
     from .._policy import Policy
 
+    task = _task(shell, args, cell)
+    if args.agent:
+        return _plan_agent_run(shell, args, task)
+    given = [flag for attr, flag in _AGENT_ONLY if getattr(args, attr)]
+    if given:
+        raise UsageError(f"%harness run: {given[0]} applies only with --agent")
     _check_provider_args("run", args)
-    line_task = words(args.task)
-    if cell is not None and cell.strip():
-        if line_task:
-            raise UsageError(
-                "%%harness run: give the task as the cell body or on the line, not both"
-            )
-        task = interpolate(cell, shell.user_ns).strip()
-    else:
-        task = line_task
-    if not task:
-        raise UsageError("%harness run: no task (write it in the cell body, or after `run`)")
     verification: FileContains | Command | None = None
     try:
         if args.verify:
@@ -285,7 +290,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
             task,
             args.workspace,
             verification=verification,
-            max_steps=args.max_steps,
+            max_steps=args.max_steps or 12,
             max_seconds=args.max_seconds,
         )
         provider, note = choose_provider(
@@ -307,6 +312,52 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
                         on_event=on_event, run_id=run_id)
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
+
+
+def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
+    from .._loop import new_id
+    from ..agents import driver
+    from ..agents import run as run_agent
+
+    given = [flag for attr, flag in _LOOP_ONLY if getattr(args, attr)]
+    if given:
+        hint = " (use --permission edit)" if given[0] == "--allow-write" else ""
+        raise UsageError(f"%harness run: {given[0]} applies to harnessnb's own loop, not to "
+                         f"--agent {args.agent}{hint}")  # fmt: skip
+    try:
+        agent = driver(args.agent, model=args.model, permission=args.permission or "read_only",
+                       timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
+    except ConfigError as err:
+        raise UsageError(f"%harness run: {err.message}") from None
+    if not os.path.isdir(args.workspace):
+        raise UsageError(f"%harness run: the workspace {args.workspace!r} is not a folder")
+    try:
+        store = _store(args.store)
+    except HarnessError as err:
+        _fail(err)
+        raise
+    run_id = new_id("run")
+
+    def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, Any]:
+        return run_agent(agent, task, args.workspace, session=args.session, store=store,
+                         on_event=on_event, run_id=run_id)  # fmt: skip
+
+    return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet)
+
+
+def _task(shell: Any, args: argparse.Namespace, cell: str | None) -> str:
+    line_task = words(args.task)
+    if cell is not None and cell.strip():
+        if line_task:
+            raise UsageError(
+                "%%harness run: give the task as the cell body or on the line, not both"
+            )
+        task = interpolate(cell, shell.user_ns).strip()
+    else:
+        task = line_task
+    if not task:
+        raise UsageError("%harness run: no task (write it in the cell body, or after `run`)")
+    return task
 
 
 def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:

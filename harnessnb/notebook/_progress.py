@@ -62,8 +62,8 @@ class ProgressState:
                 self._note(f"step {event.step} served by {served}")
             self.activity = "waiting for the model"
             line = (
-                f"step {event.step}/{self.max_steps}: {data.get('tool_calls', 0)} tool call(s), "
-                f"{self.tokens} tokens"
+                f"step {event.step}{_of(self.max_steps)}: {data.get('tool_calls', 0)} tool "
+                f"call(s), {self.tokens} tokens"
             )
         elif kind == "tool_call":
             self.retry = None
@@ -121,7 +121,7 @@ class ProgressState:
         """The whole state as one line (for a text status)."""
         elapsed = now - self.started if self.started else 0.0
         head = (
-            f"{self.run_id}: step {self.step}/{self.max_steps}, {self.tokens} tokens, "
+            f"{self.run_id}: step {self.step}{_of(self.max_steps)}, {self.tokens} tokens, "
             f"{elapsed:.0f} s"
         )
         return f"{head} - {self.retry_line(now) or self.activity}"
@@ -137,8 +137,9 @@ class ProgressState:
         notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
         return (
             "<div class='harnessnb-progress' style='font-family:sans-serif;font-size:13px'>"
-            f"<code>{esc(self.run_id)}</code> step <b>{self.step}</b> of {self.max_steps}"
-            f" &middot; {self.tokens} tokens &middot; {elapsed:.0f} s"
+            f"<code>{esc(self.run_id)}</code> step <b>{self.step}</b>"
+            + (f" of {self.max_steps}" if self.max_steps else "")
+            + f" &middot; {self.tokens} tokens &middot; {elapsed:.0f} s"
             f"<div>{activity}</div>"
             + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else "")
             + "</div>"
@@ -232,3 +233,8 @@ class WidgetProgress:
         self.panel.close()
         self.bar.close()
         self.status.close()
+
+
+def _of(most: int) -> str:
+    """"/12" after a step number when the run has a step cap ("" for a CLI without one)."""
+    return f"/{most}" if most else ""
