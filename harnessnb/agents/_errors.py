@@ -102,7 +102,6 @@ class NotInstalled(CLIError):
 
 class Spawn(CLIError):
     CODE = "AGENT_SPAWN"
-    KIND = ProviderErrorKind.TRANSPORT
 
     def __init__(self, message: str, *, agent: str, bin: str, reason: str) -> None:
         super().__init__(message, agent=agent, bin=bin)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -254,9 +256,12 @@ class _AgentRun:
                 timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
             )  # fmt: skip
         except FileNotFoundError as exc:
-            raise NotInstalled(
-                f"{agent.bin} disappeared before it could start ({exc})",
-                agent=agent.name, bin=agent.bin, hint=agent.install_hint,
+            # Found on PATH, yet exec says "no such file": the interpreter its first
+            # line names is missing (node, for the npm-installed CLIs).
+            raise Spawn(
+                f"{agent.bin} ({exe}) could not be started: the interpreter its first line "
+                "names was not found on PATH (the npm-installed CLIs need node)",
+                agent=agent.name, bin=agent.bin, reason="interpreter_missing",
             ) from exc  # fmt: skip
         except OSError as exc:
             if too_large(exc):
@@ -266,8 +271,9 @@ class _AgentRun:
                     "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
                     size=size, limit=os.sysconf("SC_ARG_MAX"),
                 ) from exc  # fmt: skip
-            raise Spawn(f"{agent.bin} could not be started: {exc}", agent=agent.name,
-                        bin=agent.bin, reason=type(exc).__name__) from exc  # fmt: skip
+            reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            raise Spawn(f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
+                        agent=agent.name, bin=agent.bin, reason=reason) from exc  # fmt: skip
         if self.turn.session_id and self.turn.session_id != self.bound:
             await self._bind(self.turn.session_id)
 
@@ -362,10 +368,14 @@ class _AgentRun:
                                 detail=flag)  # fmt: skip
         if turn.failure is not None:
             status = turn.failure[1] or status_code(detail)
+            lost = ""
+            if self.bound and _LOST_SESSION.search(detail):
+                lost = (f" (session {self.session!r} is bound to {self.bound}, which {bin_} no "
+                        "longer has: use a new session name)")  # fmt: skip
             return AgentError(
                 f"{bin_} reported a failed turn"
                 + (f" (exit code {end.exit_code})" if end.exit_code else " although it exited 0")
-                + f": {detail or 'no detail given'}",
+                + f": {detail or 'no detail given'}{lost}",
                 agent=name, bin=bin_, detail=detail, status=status,
             )  # fmt: skip
         code = end.exit_code if end.exit_code is not None else -1
@@ -455,6 +465,8 @@ class _AgentRun:
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
+# How the CLIs say a resumed session id is unknown to them.
+_LOST_SESSION = re.compile(r"no (conversation|session)\b.*(found|matched)", re.IGNORECASE)
 # The CLIs' own words for a failed turn (Claude's assistant ``error``, Copilot's errorType).
 _AUTH_KINDS = frozenset({"authentication_failed", "authentication", "oauth_org_not_allowed"})
 _QUOTA_KINDS = frozenset({"rate_limit", "rate_limited", "quota"})

@@ -216,7 +216,9 @@ class WidgetProgress:
                 return
             self._last = now
             body = self.state.html(now)
-            step, most = self.state.step, max(1, self.state.max_steps)
+            step = self.state.step
+            # No step cap (a coding-agent CLI): the bar never looks finished early.
+            most = self.state.max_steps or step + 1
         self.bar.max = most
         self.bar.value = min(step, most)
         self.status.value = body

@@ -204,6 +204,12 @@ def main() -> int:
     elif mode == "no_result":  # valid JSON, but the stream stops before the end of the turn
         emit({"type": "system", "subtype": "init", "session_id": sid})
         emit({"type": "thread.started", "thread_id": sid})
+    elif mode == "lost_session":  # resuming an id the CLI no longer has
+        if "--resume" in ARGS:
+            turn_failed(sid, f"No conversation found with session ID: {sid}")
+            code = 1
+        else:
+            ok(sid, text)
     elif mode == "hang":
         sys.stdout.write(json.dumps({"type": "assistant", "session_id": sid, "message": {
             "content": [{"type": "text", "text": "partial thoughts"}]}}) + "\n")

@@ -267,11 +267,20 @@ def test_not_installed_names_the_install_command(clis: CLIs) -> None:
     assert clis.store.attempts(result.run_id).empty
 
 
-def test_a_file_that_cannot_be_executed_is_a_spawn_error(clis: CLIs) -> None:
-    (clis.bin / "codex").chmod(0o644)
-    (clis.bin / "codex").chmod(0o644)
-    result = run(clis, "codex", bin=str(clis.bin / "codex"))
-    assert isinstance(result.error, ag.Spawn | ag.NotInstalled)
+def test_a_program_the_os_cannot_execute_is_a_spawn_error(clis: CLIs) -> None:
+    (clis.bin / "codex").write_bytes(b"\x00\x01 not a program")
+    result = run(clis, "codex")
+    err = result.error
+    assert isinstance(err, ag.Spawn) and err.reason == "ENOEXEC"
+    assert "could not be started" in err.message
+    assert clis.store.attempts(result.run_id).empty  # nothing ran
+
+
+def test_a_missing_interpreter_is_a_spawn_error_that_says_so(clis: CLIs) -> None:
+    (clis.bin / "claude").write_text("#!/nonexistent/node\nconsole.log(1)\n")
+    err = run(clis, "claude").error
+    assert isinstance(err, ag.Spawn) and err.reason == "interpreter_missing"
+    assert "need node" in err.message
 
 
 @pytest.mark.parametrize("name", AGENTS)
@@ -504,6 +513,14 @@ def test_a_resumed_session_is_charged_only_this_runs_usage(clis: CLIs, name: str
         assert result.usage["input_tokens"] == 420 and result.usage["output_tokens"] == 40
     tokens = clis.store.runs()[["run_id", "tokens"]].set_index("run_id")["tokens"].to_dict()
     assert [tokens[r.run_id] for r in (first, second, third)] == [460, 460, 460]
+
+
+def test_a_session_the_cli_lost_says_to_use_a_new_name(clis: CLIs) -> None:
+    clis.scenario(mode="lost_session")
+    assert run(clis, "claude", session="gone").ok
+    err = run(clis, "claude", session="gone").error
+    assert isinstance(err, ag.AgentError)
+    assert "No conversation found" in err.detail and "use a new session name" in err.message
 
 
 def test_a_session_name_bound_to_one_cli_is_a_conflict_for_another(clis: CLIs) -> None:
