@@ -177,6 +177,15 @@ class HarnessError(Exception):
         return ""
 
 
+def badge_html(text: str, *, transient: bool) -> str:
+    """The card's badge: amber for a failure that may pass, red for one that will not."""
+    color = "#b60" if transient else "#a00"
+    return (
+        f" <span style='background:{color};color:white;border-radius:4px;"
+        f"padding:1px 6px;margin-left:6px'>{html.escape(text)}</span>"
+    )
+
+
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= 200 else line[:197] + "..."
@@ -271,13 +280,7 @@ class ProviderError(HarnessError):
         return ", ".join(parts)
 
     def _badge_html(self) -> str:
-        esc = html.escape
-        color = "#b60" if self.retryable else "#a00"
-        text = self._hint()
-        return (
-            f" <span style='background:{color};color:white;border-radius:4px;"
-            f"padding:1px 6px;margin-left:6px'>{esc(text)}</span>"
-        )
+        return badge_html(self._hint(), transient=self.retryable)
 
 
 class ConfigError(HarnessError):

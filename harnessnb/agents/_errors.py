@@ -26,9 +26,10 @@ caller decides (backing off from a quota is a person's choice, not a loop's).
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, ClassVar
 
-from .._errors import HarnessError, ProviderErrorKind, classify_status
+from .._errors import HarnessError, ProviderErrorKind, badge_html, classify_status
 
 __all__ = [
     "AgentError",
@@ -84,6 +85,11 @@ class CLIError(HarnessError):
 
     def _fields(self) -> dict[str, Any]:
         return {"agent": self.agent, "bin": self.bin, "transient": self.is_transient()}
+
+    def _badge_html(self) -> str:
+        kind = self.kind.value if self.kind is not None else "not started"
+        word = "transient" if self.is_transient() else "not transient"
+        return badge_html(f"{self.agent}: {kind}, {word}", transient=self.is_transient())
 
 
 class NotInstalled(CLIError):
@@ -202,7 +208,12 @@ class RateLimited(CLIError):
         self.resets_at = resets_at
 
     def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "detail": self.detail, "resets_at": self.resets_at}
+        resets = None
+        if self.resets_at is not None:
+            when = datetime.datetime.fromtimestamp(self.resets_at, datetime.UTC)
+            resets = when.strftime("%Y-%m-%d %H:%M UTC")
+        return {**super()._fields(), "detail": self.detail, "resets_at": self.resets_at,
+                "resets": resets}  # fmt: skip
 
     def _hint(self) -> str:
         return "not retried automatically: back off, or switch account, then run again"
