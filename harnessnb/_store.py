@@ -61,19 +61,7 @@ WRITE_METHODS: Final = frozenset({
     "put_recording", "bind_agent_session",
 })  # fmt: skip
 
-# How a committed step and a finished run change the run row (see ``Batch.update_run``).
-_STEP_DONE: Final = run_update(
-    "steps = runs.steps + 1, tokens = runs.tokens + v.c0, updated_at = v.c1", "BIGINT", "TIMESTAMP"
-)
-_LAST_STEP_DONE: Final = run_update(
-    "steps = runs.steps + 1, tokens = runs.tokens + v.c0, updated_at = v.c1, "
-    "outcome = v.c2, finished_at = v.c3, error = v.c4",
-    "BIGINT",
-    "TIMESTAMP",
-    "VARCHAR",
-    "TIMESTAMP",
-    "VARCHAR",
-)
+# How a finished run changes its run row (see ``Batch.update_run``).
 _FINISHED: Final = run_update(
     "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3",
     "VARCHAR",
@@ -191,7 +179,7 @@ class Store:
 
     def _create_run_op(self, run: Mapping[str, Any]) -> WriteOp:
         values = _run_row(run)
-        return WriteOp("create_run", lambda con, batch: batch.append("runs", [values]), False)
+        return WriteOp("create_run", lambda con, batch: batch.append("run_rows", [values]), False)
 
     def start_run(
         self,
@@ -228,11 +216,11 @@ class Store:
 
         def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
             if batch.single:
-                append_rows(con, "runs", [values])
+                append_rows(con, "run_rows", [values])
                 return _acquire(con, run_id, owner, ttl_s, at, owner_alive)
             # A new run has no lease row: a plain append of generation 1. A stray row
             # makes the batch fail, and this op alone then takes the path above.
-            batch.append("runs", [values])
+            batch.append("run_rows", [values])
             batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
                                      to_ts(at + ttl_s), False)])  # fmt: skip
             return Lease(run_id, owner, 1, at + ttl_s)
@@ -254,7 +242,8 @@ class Store:
         """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
 
         Tool rows replace rows with the same (run_id, step, seq), such as the intent row
-        of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's.
+        of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's
+        (the ``runs`` view counts step rows: no run row is written).
         ``finish`` (``outcome``, ``finished_at``, ``error`` as for ``finish_run``) ends
         the run with its last step in the same transaction and releases ``lease``.
 
@@ -281,32 +270,30 @@ class Store:
         lease: Lease | None = None,
         finish: Mapping[str, Any] | None = None,
     ) -> WriteOp:
-        at = step.get("at")
         tools = [row("tool_calls", t, run_id=run_id) for t in tool_calls]
         rows = {
             # Tool rows first: a clash with an intent row fails before the rest.
             "tool_calls": tools,
-            "steps": [row("steps", step, run_id=run_id, checkpoint=checkpoint)],
             "attempts": [row("attempts", a, run_id=run_id) for a in attempts],
             "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
         }
-        counts: tuple[Any, ...] = (
-            int(step.get("tokens") or 0),
-            to_ts(at if at is not None else time.time()),
-        )
-        update = _STEP_DONE
+        step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
+        ended = None
         if finish is not None:
-            update = _LAST_STEP_DONE
-            counts += _ended(finish["outcome"], finish["finished_at"], finish.get("error"))[:3]
+            ended = _ended(finish["outcome"], finish["finished_at"], finish.get("error"))
         generation = None if lease is None else lease.generation
         holder = "" if lease is None else lease.owner
 
         def append(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
             for table, values in rows.items():
                 batch.append(table, values)
-            batch.update_run(con, update, run_id, counts, generation, holder)
-            if finish is not None and generation is not None:
-                batch.release(run_id, generation)
+            # The step row carries the lease check; ``runs`` counts it (a view).
+            batch.insert_step(step_row, generation, holder)
+            if ended is not None:
+                # No lease check of its own: the step row's, in this transaction, holds.
+                batch.update_run(con, _FINISHED, run_id, ended, None)
+                if generation is not None:
+                    batch.release(run_id, generation)
 
         def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
             # DELETE+INSERT beats an upsert 3x, and DuckDB 2 allows both in one transaction.
@@ -750,15 +737,13 @@ def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
 
 
 def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The runs row of a new run; keys outside the columns go to ``extras``."""
+    """The ``run_rows`` row of a new run; keys outside the columns go to ``extras``."""
     extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
     return row(
-        "runs",
+        "run_rows",
         run,
         outcome=None,
         finished_at=None,
-        steps=0,
-        tokens=0,
         schema_version=SCHEMA_VERSION,
         extras=extras or None,
         updated_at=run.get("started_at") or time.time(),

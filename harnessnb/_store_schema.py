@@ -3,6 +3,11 @@
 Each migration is a list of DDL statements; ``ensure_schema`` applies the missing ones
 in order inside one transaction, so a store is at one version or the previous one,
 never between. Columns named ``at`` are quoted: ``AT`` is a keyword in DuckDB 2.
+
+Since version 4 ``runs`` is a view: the writers fill ``run_rows`` (what a run is and
+how it ended) and the view adds ``steps``, ``tokens`` and ``updated_at`` from the
+committed step rows, so a step commit writes no run row and the counts cannot drift
+from the steps, for a run in progress, finished or killed alike.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from ._errors import StoreError
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -83,16 +88,45 @@ _V3: Final = [
         PRIMARY KEY (workspace, name))""",
 ]
 
-# version -> statements that take a store from version-1 to version. Append only.
-MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3}
+# The columns of ``run_rows``: those of ``runs`` but the ones the view derives.
+_RUN_ROW_COLUMNS: Final = (
+    "run_id, task, workspace, provider, model, started_at, finished_at, outcome, "
+    "schema_version, contract, policy, error, extras, updated_at"
+)
 
-# Column order of each table at SCHEMA_VERSION, as the writers fill them.
+# Version 4: ``runs`` becomes a view over ``run_rows`` (see the module docstring). The
+# view keeps the v2 columns in their order, names and types; ``updated_at`` is the
+# later of the run row's (start or end) and its last step's time.
+_V4: Final = [
+    """CREATE TABLE run_rows (
+        run_id VARCHAR PRIMARY KEY, task VARCHAR, workspace VARCHAR, provider VARCHAR,
+        model VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP, outcome VARCHAR,
+        schema_version INTEGER, contract VARCHAR, policy VARCHAR, error VARCHAR,
+        extras VARCHAR, updated_at TIMESTAMP)""",
+    f"INSERT INTO run_rows ({_RUN_ROW_COLUMNS}) SELECT {_RUN_ROW_COLUMNS} FROM runs",
+    "DROP TABLE runs",
+    """CREATE VIEW runs AS SELECT
+        r.run_id, r.task, r.workspace, r.provider, r.model, r.started_at, r.finished_at,
+        r.outcome, coalesce(s.steps, 0)::INTEGER AS steps,
+        coalesce(s.tokens, 0)::BIGINT AS tokens, r.schema_version, r.contract, r.policy,
+        r.error, r.extras, greatest(r.updated_at, s.last_at) AS updated_at
+    FROM run_rows r LEFT JOIN (
+        SELECT run_id, count(*) AS steps, sum(tokens) AS tokens, max("at") AS last_at
+        FROM steps GROUP BY run_id) s ON s.run_id = r.run_id""",
+]
+
+# version -> statements that take a store from version-1 to version. Append only.
+MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+
+# Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
+# writers fill them.
 COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "runs": (
         "run_id", "task", "workspace", "provider", "model", "started_at", "finished_at",
         "outcome", "steps", "tokens", "schema_version", "contract", "policy", "error",
         "extras", "updated_at",
     ),
+    "run_rows": tuple(c.strip() for c in _RUN_ROW_COLUMNS.split(",")),
     "attempts": (
         "run_id", "step", "attempt", "provider", "model", "kind", "status",
         "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",

@@ -51,7 +51,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 3
+    assert Store.schema_version == SCHEMA_VERSION == 4
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -59,12 +59,15 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
     Store(path).close()
     con = duckdb.connect(str(path))
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    views = {r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}  # fmt: skip
     versions = con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     con.close()
-    assert tables == {"schema_version", "runs", "attempts", "steps", "tool_calls", "stalls",
+    assert tables == {"schema_version", "run_rows", "attempts", "steps", "tool_calls", "stalls",
                       "leases", "recordings", "pending_steps", "markers",
                       "agent_sessions"}  # fmt: skip
-    assert versions == [(1,), (2,), (3,)]
+    assert views == {"runs"}
+    assert versions == [(1,), (2,), (3,), (4,)]
 
 
 def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
@@ -87,7 +90,8 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         _commit(s, "old", 2)
         assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3]
+        assert versions == [1, 2, 3, 4]
+        assert (s.get_run("old")["steps"], s.get_run("old")["tokens"]) == (2, 170)  # type: ignore[index]
 
 
 def _commit_args(step: int) -> tuple[dict[str, Any], dict[str, Any]]:
