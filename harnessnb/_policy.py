@@ -347,7 +347,14 @@ class Policy:
             "version": _FORMAT_VERSION,
             "defaults": dict(self._defaults),
             "layers": [
-                {"name": layer.name, "rules": [dataclasses.asdict(r) for r in layer.rules]}
+                {
+                    "name": layer.name,
+                    # Not dataclasses.asdict: its deep copy made this 2% of a one-step run.
+                    "rules": [
+                        {"act": r.act, "effect": r.effect, "pattern": r.pattern}
+                        for r in layer.rules
+                    ],
+                }
                 for layer in self._layers
             ],
         }
