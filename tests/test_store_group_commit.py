@@ -128,3 +128,56 @@ def test_submit_refuses_what_is_not_a_write(store: Store) -> None:
 def _submit_step(store: Store, run_id: str, lease: Lease) -> Future[Any]:
     row, kwargs = step_kwargs(1)
     return store.submit("commit_step", run_id, row, **kwargs, lease=lease)
+
+
+def test_last_steps_of_many_runs_end_them_in_one_group(
+    store: Store, batches: list[list[str]]
+) -> None:
+    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(6)]
+    store.acquire_lease("r4", "other", owner_alive=lambda _: False)  # r4's lease is stale
+    db = store._db
+    assert db is not None
+    finish = {"outcome": "finished", "finished_at": AT + 9, "error": None}
+    row, kwargs = step_kwargs(1, tokens=40)
+    with db._lock:
+        futures = [
+            store.submit("commit_step", f"r{i}", row, **kwargs, lease=lease, finish=finish)
+            for i, lease in enumerate(leases)
+        ]  # fmt: skip
+    errors = [f.exception(timeout=10) for f in futures]
+    assert [type(e).__name__ if e else None for e in errors] == [
+        None, None, None, None, "ConflictError", None,
+    ]  # fmt: skip
+    assert max(len(b) for b in batches) > 1
+    runs = store.runs().set_index("run_id")
+    assert runs["outcome"].fillna("-").to_dict() == {
+        "r0": "finished", "r1": "finished", "r2": "finished", "r3": "finished", "r4": "-",
+        "r5": "finished",
+    }  # fmt: skip
+    assert runs["steps"].to_dict() == {"r0": 1, "r1": 1, "r2": 1, "r3": 1, "r4": 0, "r5": 1}
+    assert runs["tokens"].to_dict() == {"r0": 40, "r1": 40, "r2": 40, "r3": 40, "r4": 0, "r5": 40}
+    released = store.sql("SELECT run_id FROM leases WHERE released ORDER BY run_id")
+    assert released["run_id"].tolist() == ["r0", "r1", "r2", "r3", "r5"]
+
+
+def test_last_steps_of_many_runs_merge_into_one_transaction(
+    store: Store, batches: list[list[str]]
+) -> None:
+    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(5)]
+    batches.clear()
+    db = store._db
+    assert db is not None
+    finish = {"outcome": "step_cap", "finished_at": AT + 9, "error": None}
+    row, kwargs = step_kwargs(1, tokens=40)
+    with db._lock:
+        futures = [
+            store.submit("commit_step", f"r{i}", row, **kwargs, lease=lease, finish=finish)
+            for i, lease in enumerate(leases)
+        ]  # fmt: skip
+    assert [f.result(timeout=10) for f in futures] == [None] * 5
+    # Merged (some group of several), and no op redone alone after a failed group.
+    assert max(len(b) for b in batches) > 1 and sum(len(b) for b in batches) == 5
+    runs = store.runs()
+    assert runs["outcome"].tolist() == ["step_cap"] * 5
+    assert (runs["steps"].tolist(), runs["tokens"].tolist()) == ([1] * 5, [40] * 5)
+    assert store.sql("SELECT count(*) AS n FROM leases WHERE released")["n"].tolist() == [5]
