@@ -50,6 +50,12 @@ def sanitize(value: Any, *, text: bool = True) -> Any:
     without it (checkpoints, tool arguments) strings are kept verbatim, because resume
     must hand the model back exactly what it saw.
     """
+    # Leaves first, by exact type: most values are, and an ABC isinstance is slow.
+    kind = type(value)
+    if kind is str:
+        return scrub_text(value) if text else value
+    if value is None or kind is int or kind is float or kind is bool:
+        return value
     if isinstance(value, Mapping):
         return {
             str(k): sanitize(v, text=text)
