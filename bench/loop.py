@@ -3,6 +3,8 @@
 1. Per-step overhead: a scripted provider (no network) drives N steps of a cheap
    READ tool against a FILE store; median ms/step including the durable commit.
    Target: under 3 ms/step.
+   Also printed: the floor under it, a bare DuckDB transaction (no harness) of the
+   three one-row inserts a step makes (tool_calls, steps, attempts) and its COMMIT.
 2. Throughput: 100 concurrent runs (1 step each, final answer) against the chaos
    server in one process vs 100 concurrent raw ``provider.complete`` calls on the
    same server carrying the same request (system prompt, task, tool specs); best of
@@ -37,6 +39,45 @@ async def per_step(store: hn.Store, ws: Path, steps: int) -> list[float]:
     contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
     await hn.run(contract, hn.ScriptedProvider(reply), store=store)
     return times[1:]  # the first gap includes run creation
+
+
+def commit_floor(path: Path, n: int = 500) -> float:
+    """Median seconds of BEGIN + one row each into tool_calls, steps, attempts + COMMIT,
+    straight on DuckDB with the store's schema: what a step costs without harnessnb."""
+    import datetime as dt
+    import json
+
+    import duckdb
+
+    from harnessnb._store_schema import COLUMNS, MIGRATIONS
+
+    con = duckdb.connect(str(path))
+    con.execute("SET threads = 1")
+    for version in sorted(MIGRATIONS):
+        for statement in MIGRATIONS[version]:
+            con.execute(statement)
+    now = dt.datetime(2026, 1, 1)
+    checkpoint = json.dumps({"messages_delta": [{"role": "tool", "content": "a.txt"}] * 4})
+    rows = {
+        "tool_calls": ["r", 0, 0, "list_dir", "read", '{"path": "."}', None, "ok", None, None,
+                       5, now, "a.txt"],
+        "steps": ["r", 0, "tool_calls", 1, 15, False, "scripted", now, checkpoint],
+        "attempts": ["r", 0, 0, "scripted", "scripted", None, None, None, 0.1, None, 10, 5,
+                     None, False, None, now, None],
+    }  # fmt: skip
+    inserts = {
+        t: f"INSERT INTO {t} VALUES ({','.join('?' * len(COLUMNS[t]))})" for t in rows
+    }
+    times = []
+    for step in range(n):
+        t0 = time.perf_counter()
+        con.execute("BEGIN TRANSACTION")
+        for table, values in rows.items():
+            con.execute(inserts[table], [values[0], step, *values[2:]])
+        con.execute("COMMIT")
+        times.append(time.perf_counter() - t0)
+    con.close()
+    return statistics.median(times)
 
 
 async def throughput(
@@ -83,6 +124,8 @@ async def main() -> None:
             f"per-step overhead (scripted, file store): median {med:.2f} ms, p99 {p99:.2f} ms"
             f"  target < 3 ms  {'OK' if med < 3 else 'MISS'}"
         )
+        floor = commit_floor(Path(tmp) / "floor.duckdb") * 1000
+        print(f"  floor: bare DuckDB BEGIN + 3 one-row inserts + COMMIT, median {floor:.2f} ms")
         with ChaosServer() as srv:
             raw, runs = await throughput(srv, store, ws, 100)
         ratio = runs / raw

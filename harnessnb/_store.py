@@ -250,8 +250,8 @@ class Store:
         Raises:
             ConflictError: ``lease`` is no longer current (another owner took the run);
                 nothing is written.
-            StoreError: ``missing`` for an unknown run, ``duplicate`` for a step already
-                committed.
+            StoreError: ``missing`` for an unknown run (without ``lease``; with one, the
+                current lease is the guard), ``duplicate`` for a step already committed.
         """
         op = self._commit_step_op(run_id, step, attempts=attempts, tool_calls=tool_calls,
                                   stalls=stalls, checkpoint=checkpoint, lease=lease,

@@ -221,8 +221,9 @@ _STEP_TYPES: Final = (
 )  # fmt: skip
 _STEP_NAMES: Final = ",".join(quote(c) for c in COLUMNS["steps"])
 _STEP_MARKS: Final = ",".join("?" * len(COLUMNS["steps"]))
-# One step row, guarded by its lease (a lease is only taken on a run that exists) or,
-# without one, by its run: a plain SELECT FROM the guard table beats an EXISTS (0.2 ms).
+# One step row, guarded by its lease or, without one, by its run row: a plain SELECT
+# FROM the guard table beats an EXISTS (0.2 ms). The lease stands for the run: the run
+# loop takes one only with the run row (start_run) or on a run it read (resume).
 _STEP_BY_LEASE: Final = (
     f"INSERT INTO steps ({_STEP_NAMES}) SELECT {_STEP_MARKS} FROM leases "
     "WHERE run_id = ? AND generation = ? AND NOT released"
