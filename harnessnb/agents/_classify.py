@@ -33,7 +33,7 @@ _AUTH = re.compile(
 
 _QUOTA = re.compile(
     r"rate[ _-]limit|usage limit|quota exceeded|exceeded (your )?(current )?quota|"
-    r"too many requests|limit reached|hit your (usage )?limit|insufficient_quota|"
+    r"too many requests|limit reached|hit your ([\w-]+ )?limit|insufficient_quota|"
     r"resource_exhausted",
     re.IGNORECASE,
 )
@@ -47,7 +47,7 @@ _FLAG = re.compile(
 
 # Lines that explain a failure, preferred over chatter when picking one to show.
 _ERROR_MARK = re.compile(
-    r"\b(error|failed|failure|fatal|exception|panic|denied|invalid|not found|refused|"
+    r"(error|exception)\b|\b(failed|failure|fatal|panic|denied|invalid|not found|refused|"
     r"cannot|can't|unable)\b",
     re.IGNORECASE,
 )
