@@ -676,7 +676,11 @@ class Store:
         return self._table("markers", run_id)
 
     def sql(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:
-        """Run any SQL on the store and return a DataFrame (quote the column ``"at"``)."""
+        """Run any SQL on the store and return a DataFrame.
+
+        Quote the column ``"at"`` (a DuckDB keyword). ``runs`` is a view (its steps and
+        tokens are counted from ``steps``), so it is read here, never written.
+        """
         with self._connection() as con, parallel(con):
             return _frame(con.execute(query, params or []))
 
