@@ -131,6 +131,7 @@ class _AgentRun:
         self.session_lease: Lease | None = None
         self.bound: str | None = None  # session id written in agent_sessions
         self.end: ProcessEnd | None = None
+        self.spawned = False  # the CLI process was started (it may have been killed)
         self.secrets: list[str] = []
         # The session's usage totals when this run began (CLIs that report totals).
         self.prior_usage: dict[str, Any] | None = None
@@ -250,32 +251,39 @@ class _AgentRun:
             )  # fmt: skip
         if invocation.session_id:
             await self._bind(invocation.session_id)
+        self.spawned = True
         try:
             self.end = await run_process(
                 [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
                 timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
             )  # fmt: skip
-        except FileNotFoundError as exc:
+        except OSError as exc:
+            self.spawned = False
+            raise self._spawn_error(exc, exe, invocation) from exc
+        if self.turn.session_id and self.turn.session_id != self.bound:
+            await self._bind(self.turn.session_id)
+
+    def _spawn_error(self, exc: OSError, exe: str, invocation: Invocation) -> CLIError:
+        """The typed failure of an exec that the OS refused."""
+        agent = self.agent
+        if isinstance(exc, FileNotFoundError):
             # Found on PATH, yet exec says "no such file": the interpreter its first
             # line names is missing (node, for the npm-installed CLIs).
-            raise Spawn(
+            return Spawn(
                 f"{agent.bin} ({exe}) could not be started: the interpreter its first line "
                 "names was not found on PATH (the npm-installed CLIs need node)",
                 agent=agent.name, bin=agent.bin, reason="interpreter_missing",
-            ) from exc  # fmt: skip
-        except OSError as exc:
-            if too_large(exc):
-                size = sum(len(a.encode()) + 1 for a in invocation.argv)
-                raise CommandLineTooLarge(
-                    f"the command line for {agent.bin} is too large ({size} bytes of arguments "
-                    "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
-                    size=size, limit=os.sysconf("SC_ARG_MAX"),
-                ) from exc  # fmt: skip
-            reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-            raise Spawn(f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
-                        agent=agent.name, bin=agent.bin, reason=reason) from exc  # fmt: skip
-        if self.turn.session_id and self.turn.session_id != self.bound:
-            await self._bind(self.turn.session_id)
+            )  # fmt: skip
+        if too_large(exc):
+            size = sum(len(a.encode()) + 1 for a in invocation.argv)
+            return CommandLineTooLarge(
+                f"the command line for {agent.bin} is too large ({size} bytes of arguments "
+                "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
+                size=size, limit=os.sysconf("SC_ARG_MAX"),
+            )  # fmt: skip
+        reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        return Spawn(f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
+                     agent=agent.name, bin=agent.bin, reason=reason)  # fmt: skip
 
     async def _on_line(self, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").strip()
@@ -288,7 +296,11 @@ class _AgentRun:
         if not isinstance(obj, dict):
             self.turn.unreadable(line)
             return
-        self.agent.read(obj, self.turn)
+        try:
+            self.agent.read(obj, self.turn)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            # An event of a shape this driver does not know: counted, never fatal.
+            self.turn.unreadable(line)
         events, self.turn.events = self.turn.events, []
         for event, data in events:
             await self._emit(event, **data)
@@ -405,7 +417,7 @@ class _AgentRun:
         now = time.time()
         finish = {"outcome": outcome.value, "finished_at": now,
                   "error": None if error is None else error.to_dict()}  # fmt: skip
-        if end is None and not isinstance(error, Cancelled | Timeout):
+        if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
             await call_store(self.store, "finish_run", self.run_id, lease=self.run_lease,
                              release=True, **finish)  # fmt: skip
@@ -423,7 +435,7 @@ class _AgentRun:
             elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
             changed_workspace=changed, model=turn.model or agent.model,
         )  # fmt: skip
-        await self._emit("finished", outcome=outcome.value, steps=1 if end else 0,
+        await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),
                          tokens=turn.tokens, verified=None,
                          error=None if error is None else error.to_dict())  # fmt: skip
         return result
@@ -433,7 +445,10 @@ class _AgentRun:
     ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
         turn, end, agent = self.turn, self.end, self.agent
         kind = error.kind if isinstance(error, CLIError) else None
-        step = {"step": 1, "decision": "answer" if error is None else "error",
+        decision = "answer" if error is None else "error"
+        if isinstance(error, Cancelled):
+            decision = "cancelled"
+        step = {"step": 1, "decision": decision,
                 "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
                 "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
         attempt = {
@@ -451,7 +466,10 @@ class _AgentRun:
              "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
             for i, call in enumerate(turn.tool_calls, start=1)
         ]  # fmt: skip
-        return step, [attempt], tools
+        # A failure with no kind (cancelled, or a harnessnb bug) is no provider outcome to
+        # count: the step keeps the usage, the failure rates are not skewed either way.
+        attempts = [attempt] if error is None or kind is not None else []
+        return step, attempts, tools
 
     def _checkpoint(self) -> dict[str, Any]:
         # Not resumable by hn.resume: what a later run needs is the CLI's session id.

@@ -210,6 +210,17 @@ def main() -> int:
             code = 1
         else:
             ok(sid, text)
+    elif mode == "odd_events":  # events of unexpected shapes, then a normal turn
+        for odd in ({"type": "assistant", "message": "not an object"},
+                    {"type": "assistant", "message": {"content": 7}},
+                    {"type": "result_partial", "usage": "lots"},
+                    {"type": "item.completed", "item": ["a", "list"]},
+                    {"type": "assistant.message", "data": "text", "toolRequests": 3},
+                    {"type": "rate_limit_event", "rate_limit_info": "rejected"},
+                    {"type": "system", "subtype": "api_retry", "attempt": "x"},
+                    [1, 2, 3], 42, "just a string"):
+            emit(odd)  # type: ignore[arg-type]
+        ok(sid, text)
     elif mode == "hang":
         sys.stdout.write(json.dumps({"type": "assistant", "session_id": sid, "message": {
             "content": [{"type": "text", "text": "partial thoughts"}]}}) + "\n")

@@ -393,6 +393,15 @@ def test_unreadable_structured_output_is_a_parse_error(clis: CLIs, name: str, mo
     assert clis.store.attempts(result.run_id)["kind"].tolist() == ["malformed"]
 
 
+@pytest.mark.parametrize("name", AGENTS)
+def test_events_of_unexpected_shapes_are_counted_never_fatal(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="odd_events", text="fine")
+    result = run(clis, name)
+    assert result.ok and result.text == "fine", result.error
+    checkpoint = clis.store.last_checkpoint(result.run_id)
+    assert checkpoint is not None and checkpoint["state"]["unparsed"] >= 3
+
+
 def test_a_secret_echoed_by_the_cli_is_redacted_everywhere(
     clis: CLIs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -445,6 +454,9 @@ def test_cancel_kills_the_whole_process_group_and_records_cancelled(clis: CLIs) 
     row = clis.store.get_run("run_cancel")
     assert row is not None and row["outcome"] == "cancelled"
     assert row["error"]["code"] == "AGENT_CANCELLED"
+    # The step is kept (with what the stream said); a cancel is no provider outcome.
+    assert clis.store.steps("run_cancel")["decision"].tolist() == ["cancelled"]
+    assert clis.store.attempts("run_cancel").empty
 
 
 def test_a_grandchild_left_running_after_a_good_answer_is_killed(clis: CLIs) -> None:
