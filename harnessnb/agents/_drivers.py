@@ -237,6 +237,9 @@ class ClaudeCode(AgentCLI):
             turn.add_usage(obj.get("usage"), replace=True)
             if obj.get("total_cost_usd") is not None:
                 turn.usage["cost_usd"] = obj.get("total_cost_usd")
+            for denial in obj.get("permission_denials") or []:
+                if isinstance(denial, dict):
+                    turn.tool_refused(_str(denial.get("tool_use_id")))
             # A failed turn may still say subtype "success": is_error decides.
             if obj.get("is_error") or obj.get("subtype") not in (None, "success"):
                 detail = _str(obj.get("result")) or _errors_text(obj) or _str(obj.get("subtype"))
@@ -340,8 +343,11 @@ class Codex(AgentCLI):
         if not any(c["id"] == call_id for c in turn.tool_calls):
             turn.tool_started(call_id, tool, args)  # completed without a started event
         status = _str(item.get("status"))
+        if status == "declined":  # the sandbox or approval policy said no
+            turn.tool_refused(call_id, "declined")
+            return
         exit_code = item.get("exit_code")
-        ok = status not in ("failed", "declined") and exit_code in (None, 0)
+        ok = status != "failed" and exit_code in (None, 0)
         turn.tool_ended(call_id, ok=ok, output=_str(item.get("aggregated_output")) or None)
 
 
@@ -403,7 +409,10 @@ class Copilot(AgentCLI):
                                       req.get("arguments"))  # fmt: skip
             turn.step(self.name)
         elif kind == "tool.execution_complete":
-            result = data.get("result")
+            result, error = data.get("result"), data.get("error")
+            if isinstance(error, dict) and error.get("code") == "denied":
+                turn.tool_refused(_str(data.get("toolCallId")), _str(error.get("message")))
+                return
             output = _str(result.get("content")) if isinstance(result, dict) else None
             turn.tool_ended(_str(data.get("toolCallId")), ok=bool(data.get("success")),
                             output=output)  # fmt: skip

@@ -109,6 +109,16 @@ class Turn:
                 self.emit("tool_call", tool=call["tool"], args=call["args"], status=call["status"])
                 return
 
+    def tool_refused(self, call_id: str | None, reason: str = "") -> None:
+        """The CLI's own permission rules refused a tool call (a ``refused`` event)."""
+        for call in reversed(self.tool_calls):
+            if call["id"] == call_id and call["status"] in ("started", "error"):
+                call["status"] = "refused"
+                self.emit("refused", act=call["tool"], target=clip(call["args"], 200),
+                          rule="the CLI's permission mode", layer="agent",
+                          reason=clip(reason, 300))  # fmt: skip
+                return
+
     def add_usage(self, usage: Any, *, replace: bool = False) -> None:
         """Add a usage record (or replace the totals with a final one)."""
         if not isinstance(usage, dict):

@@ -221,6 +221,35 @@ def main() -> int:
                     [1, 2, 3], 42, "just a string"):
             emit(odd)  # type: ignore[arg-type]
         ok(sid, text)
+    elif mode == "denied":  # the CLI's permission rules refuse one tool call
+        if NAME == "claude":
+            emit({"type": "system", "subtype": "init", "session_id": sid, "model": "claude-test"})
+            emit({"type": "assistant", "session_id": sid, "message": {"content": [
+                {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"command": "touch x"}}]}})
+            emit({"type": "user", "session_id": sid, "message": {"content": [
+                {"type": "tool_result", "tool_use_id": "toolu_9", "is_error": True,
+                 "content": "touch in 'x' was blocked. For security, ..."}]}})
+            emit({"type": "assistant", "session_id": sid, "message": {"content": [{"type": "text", "text": text}]}})
+            emit({"type": "result", "subtype": "success", "is_error": False, "result": text,
+                  "session_id": sid, "usage": {"input_tokens": 1, "output_tokens": 1},
+                  "permission_denials": [{"tool_name": "Bash", "tool_use_id": "toolu_9",
+                                          "tool_input": {"command": "touch x"}}]})
+        elif NAME == "codex":
+            emit({"type": "thread.started", "thread_id": sid})
+            emit({"type": "item.started", "item": {"id": "item_0", "type": "command_execution",
+                  "command": "touch x", "status": "in_progress"}})
+            emit({"type": "item.completed", "item": {"id": "item_0", "type": "command_execution",
+                  "command": "touch x", "status": "declined", "exit_code": None}})
+            emit({"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": text}})
+            emit({"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}})
+        else:
+            emit({"type": "assistant.message", "data": {"content": "", "toolRequests": [
+                {"toolCallId": "c9", "name": "bash", "arguments": {"command": "touch x"}}]}})
+            emit({"type": "tool.execution_complete", "data": {"toolCallId": "c9", "success": False,
+                  "error": {"message": "Permission denied because no interactive user response was available.",
+                            "code": "denied"}}})
+            emit({"type": "assistant.message", "data": {"content": text, "toolRequests": []}})
+            emit({"type": "result", "sessionId": sid, "exitCode": 0})
     elif mode == "hang":
         sys.stdout.write(json.dumps({"type": "assistant", "session_id": sid, "message": {
             "content": [{"type": "text", "text": "partial thoughts"}]}}) + "\n")

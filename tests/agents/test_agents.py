@@ -118,6 +118,21 @@ def test_events_arrive_in_order_like_the_loops(clis: CLIs) -> None:
     assert seen[-1][1]["outcome"] == "finished" and seen[-1][1]["tokens"] == result.tokens
 
 
+@pytest.mark.parametrize("name", AGENTS)
+def test_a_tool_call_the_clis_permissions_refuse_is_a_refused_row_and_event(
+    clis: CLIs, name: str
+) -> None:
+    clis.scenario(mode="denied", text="could not touch x")
+    seen: list[Any] = []
+    result = run(clis, name, on_event=seen.append)
+    assert result.ok and result.text == "could not touch x"
+    refused = [e.data for e in seen if e.kind == "refused"]
+    assert len(refused) == 1 and "touch x" in refused[0]["target"]
+    assert refused[0]["layer"] == "agent"
+    tools = clis.store.tool_calls(result.run_id)
+    assert tools["status"].tolist() == ["refused"]
+
+
 def test_a_raising_event_callback_does_not_fail_the_run(clis: CLIs) -> None:
     clis.scenario(mode="ok")
 
