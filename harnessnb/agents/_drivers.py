@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
 from .._errors import ConfigError
+from ._classify import status_code
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
 from ._turn import Turn, clip, to_int
@@ -489,8 +490,6 @@ def _errors_text(obj: Mapping[str, Any]) -> str:
 
 
 def _status(value: Any, detail: str) -> int | None:
-    from ._classify import status_code
-
     status = to_int(value)
     return status if 100 <= status < 600 else status_code(detail)
 

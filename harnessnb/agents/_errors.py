@@ -172,7 +172,7 @@ class Timeout(CLIError):
 
     def _fields(self) -> dict[str, Any]:
         return {**super()._fields(), "timeout_s": self.timeout_s,
-                "partial": _clip(self.partial) or None}  # fmt: skip
+                "partial": shorten(self.partial) or None}  # fmt: skip
 
 
 class Cancelled(CLIError):
@@ -192,7 +192,7 @@ class Failed(CLIError):
 
     def _fields(self) -> dict[str, Any]:
         return {**super()._fields(), "exit_code": self.exit_code,
-                "stderr": _clip(self.stderr) or None}  # fmt: skip
+                "stderr": shorten(self.stderr) or None}  # fmt: skip
 
 
 class RateLimited(CLIError):
@@ -298,6 +298,7 @@ class SessionBusy(CLIError):
         return {**super()._fields(), "name": self.name, "holder": self.holder}
 
 
-def _clip(text: str, limit: int = 400) -> str:
+def shorten(text: str, limit: int = 400) -> str:
+    """``text`` stripped and cut to ``limit`` characters for a card or a summary line."""
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -8,6 +8,7 @@ from typing import Any
 
 from .._contract import RunOutcome
 from .._errors import HarnessError
+from ._errors import shorten
 
 __all__ = ["AgentResult"]
 
@@ -77,9 +78,9 @@ class AgentResult:
             f"exit code {self.exit_code if self.exit_code is not None else '-'}",
         ]
         if self.error is not None:
-            lines.append(f"  error {self.error.code}: {_clip(self.error.message, 300)}")
+            lines.append(f"  error {self.error.code}: {shorten(self.error.message, 300)}")
         if self.text:
-            lines.append(f"  answer: {_clip(self.text, 300)}")
+            lines.append(f"  answer: {shorten(self.text, 300)}")
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
@@ -107,11 +108,10 @@ class AgentResult:
             f"<td style='text-align:left'>{esc(v)}</td></tr>"
             for k, v in rows
         )
-        answer = (
-            f"<div style='margin-top:6px;white-space:pre-wrap'>{esc(_clip(self.text, 4000))}</div>"
-            if self.text
-            else ""
-        )
+        answer = ""
+        if self.text:
+            shown = esc(shorten(self.text, 4000))
+            answer = f"<div style='margin-top:6px;white-space:pre-wrap'>{shown}</div>"
         error = self.error._card_html() if self.error is not None else ""
         return (
             f"<div class='harnessnb-agent-result' style='border:1px solid {color};"
@@ -122,7 +122,3 @@ class AgentResult:
             f"<table>{table}</table>{answer}{error}</div>"
         )
 
-
-def _clip(text: str, limit: int) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."

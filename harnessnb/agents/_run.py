@@ -240,8 +240,8 @@ class _AgentRun:
     async def _invoke_with(self, resume: str | None, usage_file: str) -> None:
         agent = self.agent
         invocation: Invocation = agent.invocation(self.task, resume=resume, usage_file=usage_file)
-        path = agent.environment().get("PATH", os.defpath)
         env = agent.environment()
+        path = env.get("PATH", os.defpath)
         self.secrets = [v for k, v in env.items() if k not in ("PATH", "HOME") and len(v) >= 8]
         exe = shutil.which(agent.bin, path=path)
         if exe is None:
