@@ -1,30 +1,51 @@
-"""Typed doors to the few IPython calls this layer makes (IPython is partly untyped)."""
+"""Typed doors to the few IPython calls this layer makes.
+
+IPython is typed in some releases and not in others; each door takes the untyped object
+as ``Any`` so mypy's verdict is the same under every IPython this package allows (a
+``type: ignore`` that one release needs is an "unused ignore" error under the next).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["display", "get_ipython", "html_object"]
+__all__ = ["display", "get_ipython", "html_object", "magic_method"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def get_ipython() -> Any:
     """The running IPython shell, or None."""
-    from IPython.core.getipython import get_ipython as current
+    from IPython.core import getipython
 
-    return current()  # type: ignore[no-untyped-call]
+    current: Any = getipython.get_ipython
+    return current()
 
 
 def display(obj: Any, *, display_id: bool = False) -> Any:
     """``IPython.display.display``; with ``display_id=True`` returns the handle."""
-    from IPython.display import display as show
+    import IPython.display
 
+    show: Any = IPython.display.display
     if display_id:
-        return show(obj, display_id=True)  # type: ignore[no-untyped-call]
-    return show(obj)  # type: ignore[no-untyped-call]
+        return show(obj, display_id=True)
+    return show(obj)
 
 
 def html_object(markup: str) -> Any:
     """An ``IPython.display.HTML`` of ``markup`` (already escaped by the caller)."""
-    from IPython.core.display import HTML
+    import IPython.core.display
 
-    return HTML(markup)  # type: ignore[no-untyped-call]
+    html: Any = IPython.core.display.HTML
+    return html(markup)
+
+
+def magic_method(func: _F) -> _F:
+    """``@no_var_expand @line_cell_magic`` on a ``Magics`` method, with its type kept."""
+    from IPython.core import magic
+
+    line_cell: Any = magic.line_cell_magic
+    no_expand: Any = magic.no_var_expand
+    decorated: _F = no_expand(line_cell(func))
+    return decorated

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, magics_class
 
 from .._bridge import loop_thread, run_blocking
 from .._choose import choose_provider, parse_verify, parse_verify_cmd
@@ -27,7 +27,7 @@ from .._events import RunEvent
 from .._result import RunResult
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
-from ._ipython import display, get_ipython, html_object
+from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
@@ -485,8 +485,7 @@ _HANDLERS: dict[str, Callable[[Any, argparse.Namespace, str | None], Any]] = {
 class HarnessMagics(Magics):
     """``%harness`` and ``%%harness``: see ``%harness --help``."""
 
-    @no_var_expand  # type: ignore[untyped-decorator]
-    @line_cell_magic  # type: ignore[untyped-decorator]
+    @magic_method
     def harness(self, line: str, cell: str | None = None) -> Any:
         job = plan(self.shell, line, cell)
         if isinstance(job, _RunJob):
