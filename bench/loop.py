@@ -49,7 +49,7 @@ def commit_floor(path: Path, n: int = 500) -> float:
 
     import duckdb
 
-    from harnessnb._store_schema import COLUMNS, MIGRATIONS
+    from harnessnb.store._schema import COLUMNS, MIGRATIONS
 
     con = duckdb.connect(str(path))
     con.execute("SET threads = 1")
@@ -86,8 +86,8 @@ async def throughput(
     """Best-of-rounds calls/s: ``n`` raw ``complete()`` calls carrying the very request a
     one-step run sends (system prompt, task, the built-in tool specs), then ``n``
     one-step runs; the two alternate so machine noise hits both alike."""
-    from harnessnb._loop import _SYSTEM_PROMPT
-    from harnessnb._tools import builtin_tools
+    from harnessnb.loop._driver import _SYSTEM_PROMPT
+    from harnessnb.tools._tool import builtin_tools
 
     provider = hn.OpenAI("bench", base_url=srv.openai_url)
     contract = hn.TaskContract("say hi", ws, max_steps=1)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
-from harnessnb._store import Store
+from harnessnb.store._store import Store
 
 KINDS = [None] * 8 + ["server", "rate_limited", "timeout", "transport"]
 PROVIDERS = ["openai", "anthropic", "openrouter", "local"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._errors import (
+from .rules._errors import (
     ConfigError,
     ConflictError,
     HarnessError,
@@ -27,73 +27,82 @@ __version__ = "0.1.0"
 
 # public name -> private module that defines it (imported on first use)
 _LAZY: dict[str, str] = {
-    "AttemptRecord": "._completion",
-    "Completion": "._completion",
-    "ToolCall": "._completion",
-    "Usage": "._completion",
-    "REQUEST_TIMEOUT": "._http",
-    "OpenAI": "._openai",
-    "OpenRouter": "._openai",
-    "Anthropic": "._anthropic",
-    "Fallback": "._fallback",
-    "Store": "._store",
-    "Effect": "._tools",
-    "Tool": "._tools",
-    "ToolResult": "._tools",
-    "tool": "._tools",
-    "Policy": "._policy",
-    "Verdict": "._policy",
-    "ApprovalRequest": "._approval",
-    "ApproveAll": "._approval",
-    "Decision": "._approval",
-    "DenyAll": "._approval",
-    "run": "._loop",
-    "run_sync": "._loop",
-    "TaskContract": "._contract",
-    "FileContains": "._contract",
-    "Command": "._contract",
-    "RunOutcome": "._contract",
-    "RunResult": "._result",
-    "RetryPolicy": "._retry",
-    "set_testing": "._retry",
-    "FakeClock": "._retry",
-    "Clock": "._retry",
-    "StallPolicy": "._stall",
-    "ScriptedProvider": "._scripted",
-    "RunEvent": "._events",
-    "resume": "._durable",
-    "resume_sync": "._durable",
-    "resolve": "._durable",
-    "abandon": "._durable",
-    "Record": "._durable",
-    "Replay": "._durable",
-    "replay": "._durable",
-    "replay_sync": "._durable",
+    "AttemptRecord": ".providers._completion",
+    "Completion": ".providers._completion",
+    "ToolCall": ".providers._completion",
+    "Usage": ".providers._completion",
+    "REQUEST_TIMEOUT": ".providers._http",
+    "OpenAI": ".providers._openai",
+    "OpenRouter": ".providers._openai",
+    "Anthropic": ".providers._anthropic",
+    "Fallback": ".providers._fallback",
+    "Store": ".store._store",
+    "Effect": ".tools._tool",
+    "Tool": ".tools._tool",
+    "ToolResult": ".tools._tool",
+    "tool": ".tools._tool",
+    "Policy": ".rules._policy",
+    "Verdict": ".rules._policy",
+    "ApprovalRequest": ".tools._approval",
+    "ApproveAll": ".tools._approval",
+    "Decision": ".tools._approval",
+    "DenyAll": ".tools._approval",
+    "run": ".loop._driver",
+    "run_sync": ".loop._driver",
+    "TaskContract": ".loop._contract",
+    "FileContains": ".loop._contract",
+    "Command": ".loop._contract",
+    "RunOutcome": ".loop._contract",
+    "RunResult": ".loop._result",
+    "RetryPolicy": ".rules._retry",
+    "set_testing": ".rules._retry",
+    "FakeClock": ".rules._retry",
+    "Clock": ".rules._retry",
+    "StallPolicy": ".rules._stall",
+    "ScriptedProvider": ".providers._scripted",
+    "RunEvent": ".loop._events",
+    "resume": ".loop._durable",
+    "resume_sync": ".loop._durable",
+    "resolve": ".loop._durable",
+    "abandon": ".loop._durable",
+    "Record": ".loop._durable",
+    "Replay": ".loop._durable",
+    "replay": ".loop._durable",
+    "replay_sync": ".loop._durable",
     "WidgetApprover": ".notebook._approver",
     "plot_failures": ".notebook._plots",
 }
 
 if TYPE_CHECKING:
     from . import agents
-    from ._anthropic import Anthropic
-    from ._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-    from ._completion import AttemptRecord, Completion, ToolCall, Usage
-    from ._contract import Command, FileContains, RunOutcome, TaskContract
-    from ._durable import Record, Replay, abandon, replay, replay_sync, resolve, resume, resume_sync
-    from ._events import RunEvent
-    from ._fallback import Fallback
-    from ._http import REQUEST_TIMEOUT
-    from ._loop import run, run_sync
-    from ._openai import OpenAI, OpenRouter
-    from ._policy import Policy, Verdict
-    from ._result import RunResult
-    from ._retry import Clock, FakeClock, RetryPolicy, set_testing
-    from ._scripted import ScriptedProvider
-    from ._stall import StallPolicy
-    from ._store import Store
-    from ._tools import Effect, Tool, ToolResult, tool
+    from .loop._contract import Command, FileContains, RunOutcome, TaskContract
+    from .loop._driver import run, run_sync
+    from .loop._durable import (
+        Record,
+        Replay,
+        abandon,
+        replay,
+        replay_sync,
+        resolve,
+        resume,
+        resume_sync,
+    )
+    from .loop._events import RunEvent
+    from .loop._result import RunResult
     from .notebook._approver import WidgetApprover
     from .notebook._plots import plot_failures
+    from .providers._anthropic import Anthropic
+    from .providers._completion import AttemptRecord, Completion, ToolCall, Usage
+    from .providers._fallback import Fallback
+    from .providers._http import REQUEST_TIMEOUT
+    from .providers._openai import OpenAI, OpenRouter
+    from .providers._scripted import ScriptedProvider
+    from .rules._policy import Policy, Verdict
+    from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
+    from .rules._stall import StallPolicy
+    from .store._store import Store
+    from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
+    from .tools._tool import Effect, Tool, ToolResult, tool
 
 __all__ = [
     "REQUEST_TIMEOUT",

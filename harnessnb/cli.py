@@ -44,16 +44,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ._errors import ConfigError, HarnessError, wrap_unknown
+from .loop._contract import FileContains, TaskContract
+from .loop._driver import run_sync
+from .loop._durable import resume_sync
+from .rules._errors import ConfigError, HarnessError, wrap_unknown
+from .rules._policy import Policy
+from .rules._retry import RetryPolicy
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ._completion import Provider
-    from ._events import RunEvent
-    from ._result import RunResult
-    from ._store import Store
     from .agents import AgentResult
+    from .loop._events import RunEvent
+    from .loop._result import RunResult
+    from .providers._completion import Provider
+    from .store._store import Store
 
 __all__ = ["DEMO_CHAOS", "DEMO_SEED", "DEMO_TASK", "EXIT_CODES", "main"]
 
@@ -281,14 +286,14 @@ def _report(exc: HarnessError) -> int:
 
 
 def _store(args: argparse.Namespace) -> Store:
-    from ._loop import default_store
-    from ._store import Store
+    from .loop._driver import default_store
+    from .store._store import Store
 
     return Store(args.store) if args.store else default_store()
 
 
 def _provider(args: argparse.Namespace) -> Provider:
-    from ._choose import choose_provider
+    from .launch._choose import choose_provider
 
     provider, note = choose_provider(args.provider, model=args.model, base_url=args.base_url)
     if note:
@@ -317,9 +322,7 @@ def _finish(result: RunResult | AgentResult) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``harnessnb demo``: the quickstart task on the demo model, with seeded chaos."""
-    import harnessnb as hn
-
-    from .demo import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+    from .demo._model import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
 
     workspace = make_demo_workspace(
         args.workspace or Path(tempfile.mkdtemp(prefix="harnessnb-demo-")) / "project"
@@ -332,22 +335,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  chaos      {chaos} (seed {args.seed})")
     print(f"  workspace  {workspace}")
     print(f"  store      {store.path}")
-    contract = hn.TaskContract(
+    contract = TaskContract(
         DEMO_TASK,
         workspace,
-        verification=hn.FileContains("NOTES.md", "#"),
+        verification=FileContains("NOTES.md", "#"),
         max_seconds=60,
         # Short real waits so the demo takes seconds; more retries than the default 2
         # so a failure streak at 35% chaos rarely ends the run.
         max_retries=4,
-        retry=hn.RetryPolicy(base=0.2, cap=2.0),
+        retry=RetryPolicy(base=0.2, cap=2.0),
     )
-    policy = hn.Policy.default().layer("demo").allow_write("NOTES.md")
+    policy = Policy.default().layer("demo").allow_write("NOTES.md")
     progress = LineProgress()
     with demo_server(seed=args.seed, rates=rates, stall=args.stall) as server:
         provider = provider_for(server)
         result = _drive(
-            lambda: hn.run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+            lambda: run_sync(contract, provider, store=store, policy=policy, on_event=progress),
             progress,
         )
     print()
@@ -376,9 +379,7 @@ def _run_failures(store: Store, run_id: str) -> pd.DataFrame:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --workspace DIR``."""
-    import harnessnb as hn
-
-    from ._choose import parse_verify
+    from .launch._choose import parse_verify
 
     if not Path(args.workspace).is_dir():
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
@@ -388,12 +389,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag} applies only with --agent")
     verification = parse_verify(args.verify) if args.verify else None
-    policy = hn.Policy.default()
+    policy = Policy.default()
     if args.allow_write:
         policy = policy.layer("cli")
         for glob in args.allow_write:
             policy = policy.allow_write(glob)
-    contract = hn.TaskContract(
+    contract = TaskContract(
         args.task,
         args.workspace,
         verification=verification,
@@ -404,7 +405,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = _store(args)
     progress = LineProgress()
     result = _drive(
-        lambda: hn.run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+        lambda: run_sync(contract, provider, store=store, policy=policy, on_event=progress),
         progress,
     )
     return _finish(result)
@@ -433,9 +434,7 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
-    import harnessnb as hn
-
-    from ._choose import provider_for_resume
+    from .launch._choose import provider_for_resume
 
     store = _store(args)
     provider, note = provider_for_resume(
@@ -446,14 +445,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     progress = LineProgress()
     progress.run_id = args.run_id
     result = _drive(
-        lambda: hn.resume_sync(args.run_id, provider, store=store, on_event=progress), progress
+        lambda: resume_sync(args.run_id, provider, store=store, on_event=progress), progress
     )
     return _finish(result)
 
 
 def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
     """The stored row of ``run_id``, or None when it cannot be read (resume says why)."""
-    from ._errors import StoreError
+    from .rules._errors import StoreError
 
     try:
         row: dict[str, Any] | None = store.get_run(run_id)

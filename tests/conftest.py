@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harnessnb import _retry
+from harnessnb.rules import _retry
 
 
 @pytest.fixture(autouse=True)

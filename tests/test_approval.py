@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb._approval import ApprovalRequest, ApproveAll, Decision, DenyAll, decide
+from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll, decide
 
 REQUEST = ApprovalRequest(
     act="write",

@@ -12,8 +12,8 @@ import httpx2
 import pytest
 
 import harnessnb as hn
-from harnessnb import _http
 from harnessnb.chaos import RATE_FAULTS, ChaosRequest, ChaosServer, Fault, Reply, echo_responder
+from harnessnb.providers import _http
 
 OPENAI_BODY = {"model": "m", "messages": [{"role": "user", "content": "ping"}]}
 

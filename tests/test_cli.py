@@ -15,8 +15,8 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import cli
-from harnessnb._choose import choose_provider, parse_verify, parse_verify_cmd
 from harnessnb.demo import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+from harnessnb.launch._choose import choose_provider, parse_verify, parse_verify_cmd
 
 KEYS = ("OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HARNESSNB_PROVIDER")
 
@@ -242,7 +242,7 @@ def test_verify_text() -> None:
 
 
 def test_resume_uses_the_provider_the_run_was_recorded_with() -> None:
-    from harnessnb._choose import provider_for_resume
+    from harnessnb.launch._choose import provider_for_resume
 
     env = {"OPENROUTER_API_KEY": "sk-or", "ANTHROPIC_API_KEY": "sk-ant"}
     run = {"provider": "anthropic", "model": "claude-x"}

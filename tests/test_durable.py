@@ -17,8 +17,8 @@ import duckdb
 import pytest
 
 import harnessnb as hn
-from harnessnb._durable import Record, Replay, abandon, resolve, resume_sync
-from harnessnb._store import Store
+from harnessnb.loop._durable import Record, Replay, abandon, resolve, resume_sync
+from harnessnb.store._store import Store
 
 sys.path.insert(0, str(Path(__file__).parent / "durable"))
 import reference_run as ref
@@ -231,8 +231,8 @@ sys.path.insert(0, {durable!r})
 os.environ["HNB_WS"] = {ws!r}
 import harnessnb as hn
 import reference_run as ref
-from harnessnb._durable import resume_sync
-from harnessnb._store import Store
+from harnessnb.loop._durable import resume_sync
+from harnessnb.store._store import Store
 
 def slow(messages):
     time.sleep(0.3)
@@ -296,8 +296,8 @@ def test_a_stale_owner_is_refused_at_its_next_commit(tmp_path: Path) -> None:
 
 REPLAYER = """
 import json
-from harnessnb._durable import replay_sync
-from harnessnb._store import Store
+from harnessnb.loop._durable import replay_sync
+from harnessnb.store._store import Store
 dst = Store({dst!r})
 result = replay_sync("run_rec", {src!r}, store=dst, workspace={ws!r})
 tools = dst.tool_calls("run_rec").sort_values(["step", "seq"])

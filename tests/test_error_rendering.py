@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb import _errors, _http
-from harnessnb._completion import AttemptRecord, collect_attempts
-from harnessnb._fallback import FallbackError
 from harnessnb.chaos import ChaosServer, Fault
+from harnessnb.providers import _http
+from harnessnb.providers._completion import AttemptRecord, collect_attempts
+from harnessnb.providers._fallback import FallbackError
+from harnessnb.rules import _errors
 
 KEY = "sk-SECRET-canary-12345"
 SCRIPT = "<script>alert('x')</script>"

@@ -7,7 +7,7 @@ import email.utils
 import pytest
 
 import harnessnb as hn
-from harnessnb._errors import (
+from harnessnb.rules._errors import (
     classify_body_error,
     classify_status,
     parse_retry_after,

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 import harnessnb as hn
-from harnessnb._policy import Policy, Verdict, exec_target
+from harnessnb.rules._policy import Policy, Verdict, exec_target
 
 # ---------------------------------------------------------------- evaluation table
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb import _http
-from harnessnb._completion import AttemptRecord, collect_attempts
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.providers import _http
+from harnessnb.providers._completion import AttemptRecord, Provider, collect_attempts
 
 KEY = "sk-SECRET-canary-12345"
 PROVIDERS = ["openai", "openrouter", "anthropic"]
@@ -572,7 +572,7 @@ def test_names_hosts_and_with_timeout() -> None:
     assert a.with_timeout(datetime.timedelta(seconds=90)).timeout == 90.0
     with pytest.raises(hn.ConfigError):
         a.with_timeout(0)
-    assert isinstance(a, hn._completion.Provider)
+    assert isinstance(a, Provider)
     for p in (a, b, hn.OpenAI("x", api_key=KEY), hn.OpenRouter("x", api_key=KEY)):
         assert KEY not in repr(p) and KEY not in str(p) and KEY not in str(vars(p).keys())
 

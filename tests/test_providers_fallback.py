@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import harnessnb as hn
-from harnessnb import _http
-from harnessnb._completion import collect_attempts
-from harnessnb._fallback import FallbackError
 from harnessnb.chaos import ChaosServer, Fault, Reply
+from harnessnb.providers import _http
+from harnessnb.providers._completion import Provider, collect_attempts
+from harnessnb.providers._fallback import FallbackError
 
 HI = [{"role": "user", "content": "hi"}]
 Servers = tuple[ChaosServer, ChaosServer, ChaosServer]
@@ -163,5 +163,5 @@ def test_hosts_union_and_with_timeout_applies_to_all() -> None:
             timeouts.append(p.timeout)  # type: ignore[attr-defined]
     assert timeouts == [3.0, 3.0, 3.0, 3.0]
     assert a.timeout == hn.REQUEST_TIMEOUT
-    assert isinstance(fb, hn._completion.Provider)
+    assert isinstance(fb, Provider)
     assert "canary" not in repr(fb)  # no key in the nested reprs

@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 
 import harnessnb as hn
-from harnessnb import _retry
-from harnessnb._retry import FakeClock, RetryPolicy, SystemClock, retry_decision
-from harnessnb._stall import StallDetector, StallPolicy, call_signature, replan_directive
+from harnessnb.rules import _retry
+from harnessnb.rules._retry import FakeClock, RetryPolicy, SystemClock, retry_decision
+from harnessnb.rules._stall import StallDetector, StallPolicy, call_signature, replan_directive
 
 K = hn.ProviderErrorKind
 

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 import harnessnb as hn
-from harnessnb._store import SCHEMA_VERSION, Lease, Store
-from harnessnb._store_rows import sanitize, scrub_text
-from harnessnb._store_schema import MIGRATIONS
+from harnessnb.store._rows import sanitize, scrub_text
+from harnessnb.store._schema import MIGRATIONS
+from harnessnb.store._store import SCHEMA_VERSION, Lease, Store
 from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
 
 

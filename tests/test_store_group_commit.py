@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb._store import Lease, Store
-from harnessnb._store_conn import SharedDb
+from harnessnb.store._conn import SharedDb
+from harnessnb.store._store import Lease, Store
 from tests.store_helpers import AT, run_row, step_kwargs
 
 

@@ -15,9 +15,9 @@ import duckdb
 import pytest
 
 import harnessnb as hn
-from harnessnb._store import Lease, Store
-from harnessnb._store_conn import SharedDb
-from harnessnb._store_schema import COLUMNS, MIGRATIONS
+from harnessnb.store._conn import SharedDb
+from harnessnb.store._schema import COLUMNS, MIGRATIONS
+from harnessnb.store._store import Lease, Store
 from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
 
@@ -135,7 +135,7 @@ _COMMIT_THEN_DIE = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.store_helpers import run_row, step_kwargs
-from harnessnb._store import Lease, Store
+from harnessnb.store._store import Lease, Store
 store = Store(sys.argv[1])
 lease = store.start_run(run_row("crashed"), "kernel-a")
 for step in (1, 2, 3):

@@ -10,9 +10,8 @@ from typing import Any, Literal, Optional
 import pytest
 
 import harnessnb as hn
-from harnessnb._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-from harnessnb._completion import ToolCall
-from harnessnb._errors import (
+from harnessnb.providers._completion import ToolCall
+from harnessnb.rules._errors import (
     ConfigError,
     HarnessError,
     ProviderError,
@@ -22,8 +21,9 @@ from harnessnb._errors import (
     StoreError,
     ToolError,
 )
-from harnessnb._policy import Policy
-from harnessnb._tools import (
+from harnessnb.rules._policy import Policy
+from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
+from harnessnb.tools._tool import (
     MAX_EXECUTIONS,
     Effect,
     Tool,
@@ -37,7 +37,7 @@ from harnessnb._tools import (
     tool,
     validate_args,
 )
-from harnessnb._workspace import MAX_READ_BYTES, Workspace
+from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace
 
 # ---------------------------------------------------------------- @tool schemas
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from harnessnb._errors import HarnessError, RefusedError, SandboxError, ToolError
-from harnessnb._tools import Tool, ToolContext, ToolOutput, builtin_tools
-from harnessnb._workspace import MAX_READ_BYTES, Workspace, glob_to_regex, run_argv
+from harnessnb.rules._errors import HarnessError, RefusedError, SandboxError, ToolError
+from harnessnb.tools._tool import Tool, ToolContext, ToolOutput, builtin_tools
+from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace, glob_to_regex, run_argv
 
 
 @pytest.fixture
@@ -273,7 +273,7 @@ def test_glob_to_regex(pattern: str, path: str, hit: bool) -> None:
 
 
 async def test_grep_lists_file_line_text_and_skips_secrets(ws: Workspace) -> None:
-    from harnessnb._policy import Policy
+    from harnessnb.rules._policy import Policy
 
     (ws.root / ".env").write_text("hello=SECRET\n")
     (ws.root / "blob.bin").write_bytes(b"hello\x00")

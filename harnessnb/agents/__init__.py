@@ -11,6 +11,9 @@ group), reads its structured output into the events ``hn.run`` emits, and record
 the run, its usage and its failure in the same store tables, with
 ``provider`` = the CLI. Failures are typed (``hn.agents.CLIError`` and its
 subclasses) and never retried automatically.
+
+May import: ``loop``, ``tools``, ``store``, ``rules`` (a CLI run is stored and reported
+like a loop run). Never a face (cli, notebook) or IPython.
 """
 
 from ._drivers import AgentCLI, ClaudeCode, Codex, Copilot, Permission, driver

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
-from .._errors import ConfigError
+from ..rules._errors import ConfigError
 from ._classify import status_code
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits

@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, ClassVar
 
-from .._errors import HarnessError, ProviderErrorKind, badge_html, classify_status
+from ..rules._errors import HarnessError, ProviderErrorKind, badge_html, classify_status
 
 __all__ = [
     "AgentError",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from .._proc import BoundedCapture, kill_group
+from ..tools._process import BoundedCapture, kill_group
 
 __all__ = ["Limits", "ProcessEnd", "run_process"]
 

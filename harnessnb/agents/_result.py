@@ -6,8 +6,8 @@ import dataclasses
 import html
 from typing import Any
 
-from .._contract import RunOutcome
-from .._errors import HarnessError
+from ..loop._contract import RunOutcome
+from ..rules._errors import HarnessError
 from ._errors import shorten
 
 __all__ = ["AgentResult"]

@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._contract import RunOutcome
-from .._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
-from .._events import Callback, EventSink, RunEvent
-from .._loop import LEASE_TTL_S, call_store, new_id, open_store, owner_alive, owner_identity
-from .._store_rows import scrub_text
+from ..loop._contract import RunOutcome
+from ..loop._driver import LEASE_TTL_S, call_store, new_id, open_store, owner_alive, owner_identity
+from ..loop._events import Callback, EventSink, RunEvent
+from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..store._rows import scrub_text
 from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
@@ -50,7 +50,7 @@ from ._result import AgentResult
 from ._turn import Turn, to_int
 
 if TYPE_CHECKING:
-    from .._store import Lease, Store
+    from ..store._store import Lease, Store
 
 __all__ = ["run", "run_sync"]
 
@@ -102,7 +102,7 @@ def run_sync(
     agent: AgentCLI, task: str, workspace: str | os.PathLike[str], **kwargs: Any
 ) -> AgentResult:
     """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
-    from .._bridge import run_blocking
+    from ..loop._bridge import run_blocking
 
     return run_blocking(run(agent, task, workspace, **kwargs))
 
@@ -496,6 +496,6 @@ def _session_key(root: Path, name: str) -> str:
 
 
 def _fingerprint(root: Path) -> Any:
-    from .._workspace import Workspace
+    from ..tools._workspace import Workspace
 
     return Workspace(root).fingerprint()

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from .._events import EventKind
+from ..loop._events import EventKind
 from ._process import Limits
 
 __all__ = ["Turn", "clip", "to_int"]

@@ -2,6 +2,9 @@
 
 The only part of harnessnb that imports IPython or ipywidgets, and only when used:
 importing this package stays cheap; ``%load_ext harnessnb`` loads the magics.
+
+May import: everything (it is a face, like ``cli``). Nothing imports it but
+``harnessnb/__init__`` (for ``hn.WidgetApprover`` and ``hn.plot_failures``, lazily).
 """
 
 from __future__ import annotations

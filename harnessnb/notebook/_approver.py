@@ -22,8 +22,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
-from .._approval import ApprovalRequest, Decision
-from .._retry import seconds
+from ..rules._retry import seconds
+from ..tools._approval import ApprovalRequest, Decision
 from ._env import ipython_shell, widget_frontend
 
 __all__ = ["ApprovalPanel", "WidgetApprover", "refusal_hint"]

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 
-from .._choose import PROVIDER_NAMES
+from ..launch._choose import PROVIDER_NAMES
 
 AGENT_NAMES = ("claude", "claude-code", "codex", "copilot")
 

@@ -19,12 +19,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
-from .._bridge import loop_thread, run_blocking
-from .._choose import choose_provider, parse_verify, parse_verify_cmd
-from .._contract import Command, FileContains, RunOutcome, TaskContract
-from .._errors import ConfigError, HarnessError, StoreError
-from .._events import RunEvent
-from .._result import RunResult
+from ..launch._choose import choose_provider, parse_verify, parse_verify_cmd
+from ..loop._bridge import loop_thread, run_blocking
+from ..loop._contract import Command, FileContains, RunOutcome, TaskContract
+from ..loop._events import RunEvent
+from ..loop._result import RunResult
+from ..rules._errors import ConfigError, HarnessError, StoreError
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
@@ -45,7 +45,7 @@ _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
 
 def _store(path: str | None) -> Any:
     """One Store per file per kernel (DuckDB allows one read-write opener per process)."""
-    from .._store import Store
+    from ..store._store import Store
 
     key = os.path.abspath(path or os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
     if path == ":memory:":
@@ -266,9 +266,9 @@ _AGENT_ONLY = (("session", "--session"), ("permission", "--permission"), ("timeo
 
 
 def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from .._loop import new_id
-    from .._loop import run as run_loop
-    from .._policy import Policy
+    from ..loop._driver import new_id
+    from ..loop._driver import run as run_loop
+    from ..rules._policy import Policy
 
     task = _task(shell, args, cell)
     if args.agent:
@@ -315,9 +315,9 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
 
 
 def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
-    from .._loop import new_id
     from ..agents import driver
     from ..agents import run as run_agent
+    from ..loop._driver import new_id
 
     given = [flag for attr, flag in _LOOP_ONLY if getattr(args, attr)]
     if given:
@@ -361,9 +361,9 @@ def _task(shell: Any, args: argparse.Namespace, cell: str | None) -> str:
 
 
 def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from .._choose import provider_for_resume
-    from .._durable import resume
-    from .._errors import StoreError
+    from ..launch._choose import provider_for_resume
+    from ..loop._durable import resume
+    from ..rules._errors import StoreError
 
     _check_provider_args("resume", args)
     try:
@@ -387,8 +387,8 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
 
 def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from .._durable import replay
-    from .._store import Store
+    from ..loop._durable import replay
+    from ..store._store import Store
 
     try:
         source = _store(args.store)
@@ -431,7 +431,7 @@ def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> An
 
 
 def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
-    from .._durable import _stored_result
+    from ..loop._durable import _stored_result
 
     store = _store(args.store)
     row = store.get_run(args.run_id)
@@ -544,7 +544,7 @@ def load(shell: Any) -> None:
     if kernel_of(shell) is not None and await_harness_cells not in shell.input_transformers_post:
         shell.input_transformers_post.append(await_harness_cells)
     if widget_frontend(shell):
-        from .._loop import set_default_approver_factory
+        from ..loop._driver import set_default_approver_factory
         from ._approver import WidgetApprover
 
         set_default_approver_factory(WidgetApprover)
@@ -552,7 +552,7 @@ def load(shell: Any) -> None:
 
 def unload(shell: Any) -> None:
     """Undo ``load`` (``%unload_ext harnessnb``)."""
-    from .._loop import set_default_approver_factory
+    from ..loop._driver import set_default_approver_factory
 
     if await_harness_cells in shell.input_transformers_post:
         shell.input_transformers_post.remove(await_harness_cells)

@@ -6,7 +6,7 @@ import importlib.util
 import os
 from typing import Any
 
-from .._errors import ConfigError
+from ..rules._errors import ConfigError
 
 __all__ = ["plot_failures"]
 
@@ -57,10 +57,10 @@ def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
 def _rates(source: Any) -> Any:
     if hasattr(source, "columns"):
         return source
-    from .._store import Store
+    from ..store._store import Store
 
     if source is None or isinstance(source, str | os.PathLike):
-        from .._loop import default_store
+        from ..loop._driver import default_store
 
         store = default_store() if source is None else Store(source)
         return store.failure_rates(by=("provider", "kind"))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from .._events import RunEvent
+from ..loop._events import RunEvent
 
 __all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
 

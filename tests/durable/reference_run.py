@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import harnessnb as hn
-from harnessnb._store import Store
+from harnessnb.store._store import Store
 
 WRITES = ("create_run", "start_run", "acquire_lease", "record_intent", "settle_tool_call",
           "commit_step", "finish_run", "release_lease", "renew_lease", "add_attempts",

@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ._approval import ApprovalRequest, decide
+from ..rules._errors import HarnessError
+from ..tools._approval import ApprovalRequest, decide
 from ._contract import Command, FileContains, Verification
-from ._errors import HarnessError
 
 if TYPE_CHECKING:
-    from ._approval import Approver
-    from ._policy import Policy
-    from ._workspace import Workspace
+    from ..rules._policy import Policy
+    from ..tools._approval import Approver
+    from ..tools._workspace import Workspace
 
 __all__ = ["VerifyOutcome", "run_verification"]
 
@@ -58,8 +58,8 @@ def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
 async def _command(
     check: Command, workspace: Workspace, policy: Policy, approver: Approver | None
 ) -> VerifyOutcome:
-    from ._policy import exec_target
-    from ._workspace import run_argv
+    from ..rules._policy import exec_target
+    from ..tools._workspace import run_argv
 
     line = exec_target(list(check.argv))
     verdict = policy.explain("exec", line)

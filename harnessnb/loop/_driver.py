@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._completion import AttemptRecord, Completion, Provider, collect_attempts
-from ._contract import RunOutcome, TaskContract
-from ._errors import (
+from ..providers._completion import AttemptRecord, Completion, Provider, collect_attempts
+from ..rules._errors import (
     ConfigError,
     HarnessError,
     ProviderError,
@@ -31,17 +30,18 @@ from ._errors import (
     ResumeError,
     wrap_unknown,
 )
+from ..rules._retry import Clock, SystemClock, retry_decision
+from ..rules._stall import StallDetector, call_signature, replan_directive
+from ._contract import RunOutcome, TaskContract
 from ._events import Callback, EventSink, RunEvent
 from ._result import RunResult
-from ._retry import Clock, SystemClock, retry_decision
-from ._stall import StallDetector, call_signature, replan_directive
 from ._verify import VerifyOutcome, run_verification
 
 if TYPE_CHECKING:
-    from ._approval import Approver
-    from ._policy import Policy
-    from ._store import Lease, Store
-    from ._tools import Tool, ToolExecutor
+    from ..rules._policy import Policy
+    from ..store._store import Lease, Store
+    from ..tools._approval import Approver
+    from ..tools._tool import Tool, ToolExecutor
 
 __all__ = ["default_store", "run", "run_sync"]
 
@@ -57,7 +57,7 @@ _ELIDED = "[older tool output removed to fit the model's context window]"
 
 def default_store() -> Store:
     """The store used when ``store=None``: ``$HARNESSNB_STORE`` or ./runs.duckdb."""
-    from ._store import Store
+    from ..store._store import Store
 
     return Store(os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
 
@@ -94,7 +94,7 @@ async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> An
     concurrent run queued meanwhile in one transaction (group commit); reads and
     stores without ``submit`` block a worker thread, never the loop.
     """
-    from ._store import WRITE_METHODS
+    from ..store._store import WRITE_METHODS
 
     submit = getattr(store, "submit", None)
     if submit is not None and method in WRITE_METHODS:
@@ -104,7 +104,7 @@ async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> An
 
 def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     """A store from a ``Store``, a path, or None (the default store)."""
-    from ._store import Store as StoreClass
+    from ..store._store import Store as StoreClass
 
     if store is None:
         return default_store()
@@ -169,8 +169,8 @@ class _Driver:
         clock: Clock,
         run_id: str,
     ) -> None:
-        from ._tools import ToolExecutor, builtin_tools
-        from ._workspace import Workspace
+        from ..tools._tool import ToolExecutor, builtin_tools
+        from ..tools._workspace import Workspace
 
         self.contract = contract
         self.provider = provider
@@ -938,7 +938,7 @@ async def run(
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
     """
-    from ._policy import Policy
+    from ..rules._policy import Policy
 
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")

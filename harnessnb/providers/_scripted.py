@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..rules._errors import ConfigError, ProviderError, ProviderErrorKind
 from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
-from ._errors import ConfigError, ProviderError, ProviderErrorKind
 
 __all__ = ["ScriptedProvider"]
 

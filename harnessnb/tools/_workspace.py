@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._errors import RefusedError, SandboxError, ToolError
-from ._policy import exec_target
-from ._proc import BoundedCapture, kill_group
-from ._tools import Effect, Tool, ToolContext, ToolOutput, bound_output
+from ..rules._errors import RefusedError, SandboxError, ToolError
+from ..rules._policy import exec_target
+from ._process import BoundedCapture, kill_group
+from ._tool import Effect, Tool, ToolContext, ToolOutput, bound_output
 
 __all__ = [
     "MAX_READ_BYTES",

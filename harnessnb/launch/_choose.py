@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ConfigError
+from ..rules._errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._completion import Provider
-    from ._contract import Command, FileContains
+    from ..loop._contract import Command, FileContains
+    from ..providers._completion import Provider
 
 __all__ = [
     "KEY_ORDER",
@@ -75,7 +75,7 @@ def choose_provider(
     primary = build_provider(name, model=model, base_url=base_url, env=env)
     if not fallbacks:
         return primary, note
-    from ._fallback import Fallback
+    from ..providers._fallback import Fallback
 
     others = [build_provider(n, env=env) for n in fallbacks]
     return Fallback(primary, *others), note
@@ -113,7 +113,7 @@ def _name_from_env(env: Mapping[str, str], base_url: str | None) -> tuple[str, s
     for key, provider in KEY_ORDER:
         if env.get(key, "").strip():
             return provider, f"provider {provider}: {key} is set"
-    from .demo import DEMO_LABEL
+    from ..demo._model import DEMO_LABEL
 
     return "demo", f"no API key found ({_SET_ONE_OF}); using the {DEMO_LABEL}"
 
@@ -130,13 +130,13 @@ def build_provider(
     Raises:
         ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
     """
-    from ._anthropic import Anthropic
-    from ._openai import OpenAI, OpenRouter
+    from ..providers._anthropic import Anthropic
+    from ..providers._openai import OpenAI, OpenRouter
 
     env = os.environ if env is None else env
     name = name.strip().lower()
     if name == "demo":
-        from .demo import demo_provider
+        from ..demo._model import demo_provider
 
         return demo_provider()
     if name == "local":
@@ -181,7 +181,7 @@ def parse_verify(text: str) -> FileContains:
     Raises:
         ConfigError: the text is not ``FILE contains TEXT``.
     """
-    from ._contract import FileContains
+    from ..loop._contract import FileContains
 
     match = _VERIFY.match(text or "")
     if match is None:
@@ -203,7 +203,7 @@ def parse_verify_cmd(text: str) -> Command:
     """
     import shlex
 
-    from ._contract import Command
+    from ..loop._contract import Command
 
     try:
         argv = shlex.split(text or "")

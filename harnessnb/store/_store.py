@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
-from ._errors import ConflictError, StoreError
-from ._store_batch import Batch, WriteOp, append_rows, check_lease, run_update
-from ._store_conn import SharedDb, acquire_shared, parallel, release_shared
-from ._store_rows import dumps, from_ts, insert_records, row, to_ts
-from ._store_schema import COLUMNS, SCHEMA_VERSION, quote
+from ..rules._errors import ConflictError, StoreError
+from ._batch import Batch, WriteOp, append_rows, check_lease, run_update
+from ._conn import SharedDb, acquire_shared, parallel, release_shared
+from ._rows import dumps, from_ts, insert_records, row, to_ts
+from ._schema import COLUMNS, SCHEMA_VERSION, quote
 
 if TYPE_CHECKING:
     import pandas as pd

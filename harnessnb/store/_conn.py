@@ -30,9 +30,9 @@ from typing import Any, Final
 
 import duckdb
 
-from ._errors import StoreError
-from ._store_batch import Batch, WriteOp
-from ._store_schema import ensure_schema
+from ..rules._errors import StoreError
+from ._batch import Batch, WriteOp
+from ._schema import ensure_schema
 
 __all__ = [
     "MAX_HOLD_S",

@@ -35,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .chaos import ChaosRequest, ChaosServer, Reply
+from ._chaos import ChaosRequest, ChaosServer, Reply
 
 if TYPE_CHECKING:
-    from ._completion import Provider
+    from ..providers._completion import Provider
 
 __all__ = [
     "DEMO_LABEL",
@@ -426,8 +426,8 @@ def provider_for(
     name: str = "demo",
 ) -> Provider:
     """A provider named ``name`` for a running demo (or any chaos) server."""
-    from ._anthropic import Anthropic
-    from ._openai import OpenAI
+    from ..providers._anthropic import Anthropic
+    from ..providers._openai import OpenAI
 
     if protocol == "anthropic":
         anthropic_cls = type("DemoAnthropic", (Anthropic,), {"NAME": name})

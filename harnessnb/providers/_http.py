@@ -32,8 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
-from ._errors import (
+from ..rules._errors import (
     ConfigError,
     ProviderError,
     ProviderErrorKind,
@@ -43,6 +42,7 @@ from ._errors import (
     parse_should_retry,
     request_id_from,
 )
+from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",

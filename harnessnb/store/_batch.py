@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import duckdb
 
-from ._errors import ConflictError, StoreError
-from ._store_schema import COLUMNS, quote
+from ..rules._errors import ConflictError, StoreError
+from ._schema import COLUMNS, quote
 
 __all__ = [
     "APPEND_COLUMNS",

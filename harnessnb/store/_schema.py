@@ -17,7 +17,7 @@ from typing import Final
 
 import duckdb
 
-from ._errors import StoreError
+from ..rules._errors import StoreError
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
 

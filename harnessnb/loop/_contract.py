@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from ._errors import ConfigError
-from ._retry import RetryPolicy, seconds
-from ._stall import StallPolicy
+from ..rules._errors import ConfigError
+from ..rules._retry import RetryPolicy, seconds
+from ..rules._stall import StallPolicy
 
 __all__ = ["Command", "FileContains", "RunOutcome", "TaskContract", "Verification"]
 

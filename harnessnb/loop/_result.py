@@ -7,8 +7,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from ..rules._errors import HarnessError
 from ._contract import RunOutcome
-from ._errors import HarnessError
 
 __all__ = ["RunResult"]
 

@@ -19,19 +19,19 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._completion import AttemptRecord, Completion, Provider, report_attempt
+from ..providers._completion import AttemptRecord, Completion, Provider, report_attempt
+from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
+from ..rules._retry import Clock, SystemClock
 from ._contract import RunOutcome, TaskContract
-from ._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
+from ._driver import PendingStep, _Driver, open_store
 from ._events import Callback
-from ._loop import PendingStep, _Driver, open_store
 from ._result import RunResult
-from ._retry import Clock, SystemClock
 
 if TYPE_CHECKING:
-    from ._approval import Approver
-    from ._policy import Policy
-    from ._store import Store
-    from ._tools import Tool
+    from ..rules._policy import Policy
+    from ..store._store import Store
+    from ..tools._approval import Approver
+    from ..tools._tool import Tool
 
 __all__ = [
     "Record",
@@ -78,7 +78,7 @@ async def _get_run(store: Store, run_id: str) -> dict[str, Any]:
 
 
 def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
-    from ._policy import Policy
+    from ..rules._policy import Policy
 
     try:
         return TaskContract.from_dict(row["contract"]), Policy.from_dict(row["policy"])
@@ -123,7 +123,7 @@ async def resume(
             ``unreadable_checkpoint`` or ``agent_run`` (a coding-agent CLI's run).
         ConflictError: another live process drives the run.
     """
-    from ._loop import _default_approver
+    from ._driver import _default_approver
 
     store = _open(store)
     clock = clock or SystemClock()
@@ -386,8 +386,8 @@ async def replay(
     the folder as it was before the original run. Writes the original run had
     approved by a person need ``approver`` (say ``hn.ApproveAll()``) again.
     """
-    from ._loop import run
-    from ._store import Store as StoreClass
+    from ..store._store import Store as StoreClass
+    from ._driver import run
 
     src = _open(source)
     row = await _get_run(src, run_id)

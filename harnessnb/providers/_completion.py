@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ._errors import ProviderError
+    from ..rules._errors import ProviderError
 
 __all__ = [
     "AttemptRecord",

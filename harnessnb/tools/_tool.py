@@ -34,10 +34,17 @@ import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, overload
 
+from ..providers._completion import ToolCall
+from ..rules._errors import (
+    ConfigError,
+    HarnessError,
+    RefusedError,
+    SandboxError,
+    ToolError,
+    wrap_unknown,
+)
+from ..rules._policy import Policy, Verdict
 from ._approval import ApprovalRequest, Approver, Decision, decide
-from ._completion import ToolCall
-from ._errors import ConfigError, HarnessError, RefusedError, SandboxError, ToolError, wrap_unknown
-from ._policy import Policy, Verdict
 
 if TYPE_CHECKING:
     from ._workspace import Workspace

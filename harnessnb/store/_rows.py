@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import duckdb
 
-from ._store_schema import COLUMNS, quote
+from ._schema import COLUMNS, quote
 
 __all__ = [
     "SECRET_KEYS",

@@ -6,8 +6,8 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
+from ..rules._errors import ProviderError
 from ._completion import Completion, Provider, mark_last_fell_back
-from ._errors import ProviderError
 
 __all__ = ["Fallback", "FallbackError"]
 

@@ -1,0 +1,7 @@
+"""What the two faces (the ``harnessnb`` command and the ``%harness`` magics) share.
+
+- ``_choose``: which provider a face's words name (``--provider``, keys in the
+  environment, the demo model), and ``--verify``/``--verify-cmd`` parsing.
+
+May import: ``agents``, ``demo``, ``loop`` and everything beneath. Never IPython.
+"""

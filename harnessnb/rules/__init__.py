@@ -1,0 +1,11 @@
+"""The pure rules: decisions with no I/O, each tested table by table without sleeping.
+
+- ``_errors``: the ``HarnessError`` tree, ``ProviderErrorKind``, the one
+  status/body/header -> kind table and the one ``Retry-After`` parser;
+- ``_retry``: the backoff rule and the deadline check ("never sleep past the budget");
+- ``_stall``: the stall detector (window and bare repetition) and the replan text;
+- ``_policy``: layered permission rules and their verdict {effect, rule, layer}.
+
+May import: the standard library only (time and randomness come in as arguments).
+Everything else in harnessnb may import this package.
+"""
