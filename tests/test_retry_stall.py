@@ -97,6 +97,23 @@ def test_testing_switch_makes_system_sleep_instant() -> None:
         assert time.monotonic() - t0 < 1.0
 
 
+def test_set_testing_takes_effect_at_once_and_restores_as_a_context_manager() -> None:
+    before = _retry.is_testing()
+    try:
+        hn.set_testing(False)
+        assert not _retry.is_testing()
+        with hn.set_testing(True):
+            assert _retry.is_testing()
+            with hn.set_testing(False):
+                assert not _retry.is_testing()
+            assert _retry.is_testing()
+        assert not _retry.is_testing()  # the setting before the outer block
+        hn.set_testing(True)  # a plain call stays thrown
+        assert _retry.is_testing()
+    finally:
+        hn.set_testing(before)
+
+
 def test_fake_clock_advances_on_sleep() -> None:
     clock = FakeClock()
     asyncio.run(clock.sleep(7.5))

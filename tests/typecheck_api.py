@@ -41,6 +41,9 @@ async def typed_usage(store: hn.Store) -> None:
     again: hn.RunResult = await hn.resume(result.run_id, provider, store=store)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
     assert hn.REQUEST_TIMEOUT == 600.0
+    hn.set_testing(True)
+    with hn.set_testing(True):
+        pass
     agent: hn.agents.AgentCLI = hn.agents.ClaudeCode(model="sonnet", permission="edit")
     done: hn.agents.AgentResult = await hn.agents.run(
         agent, "tidy the README", "repo", session="docs", store=store, on_event=print

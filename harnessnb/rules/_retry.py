@@ -28,6 +28,7 @@ __all__ = [
     "is_testing",
     "retry_decision",
     "seconds",
+    "TestingSwitch",
     "set_testing",
     "testing",
 ]
@@ -35,14 +36,38 @@ __all__ = [
 _TESTING = False
 
 
-def set_testing(on: bool) -> None:
+class TestingSwitch:
+    """What ``set_testing`` returns: the switch is already thrown; as a context
+    manager it puts the previous setting back on exit."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, before: bool) -> None:
+        self._before = before
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        global _TESTING
+        _TESTING = self._before
+
+    def __repr__(self) -> str:
+        return f"<harnessnb testing {'on' if _TESTING else 'off'}>"
+
+
+def set_testing(on: bool = True) -> TestingSwitch:
     """Turn real sleeping off (True) or back on, process-wide.
 
     With testing on, ``SystemClock.sleep`` returns at once: retries still happen and
-    are recorded, but no test waits for wall-clock backoff.
+    are recorded, but no test waits for wall-clock backoff. Takes effect at once;
+    used as ``with hn.set_testing(True): ...`` it also restores the previous setting
+    when the block ends.
     """
     global _TESTING
+    switch = TestingSwitch(_TESTING)
     _TESTING = bool(on)
+    return switch
 
 
 def is_testing() -> bool:
@@ -52,12 +77,8 @@ def is_testing() -> bool:
 @contextlib.contextmanager
 def testing(on: bool = True) -> Iterator[None]:
     """``set_testing`` as a context manager, restoring the previous setting."""
-    before = _TESTING
-    set_testing(on)
-    try:
+    with set_testing(on):
         yield
-    finally:
-        set_testing(before)
 
 
 def seconds(value: float | timedelta | None) -> float | None:
