@@ -107,3 +107,11 @@ def test_import_does_not_pull_heavy_modules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_public_name_has_an_entry_in_the_api_reference() -> None:
+    from pathlib import Path
+
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    missing = [name for name in hn.__all__ if f"### `hn.{name}`" not in reference]
+    assert missing == []
