@@ -1,7 +1,9 @@
-"""Suite-wide switches: no test ever sleeps for real backoff."""
+"""Suite-wide switches: no test sleeps for real backoff, or leaves anything behind."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -13,3 +15,32 @@ from harnessnb.rules import _retry
 def _no_real_backoff() -> Iterator[None]:
     with _retry.testing():
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temporary_files_under_pytest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every temporary folder the code makes (``harnessnb demo``'s project, an agent's
+    scratch folder), in this process or a child, lands under pytest's own temporary
+    base, which pytest prunes, instead of piling up in /tmp."""
+    scratch = tmp_path_factory.mktemp("tmp")
+    saved, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None  # re-read TMPDIR on next use
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = saved_dir
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """A test that sets a variable for a child process gets it taken back afterwards."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
