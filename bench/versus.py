@@ -1,0 +1,188 @@
+"""Old code vs new code, side by side in one run: is a change slower?
+
+Measures the same things on two source trees of harnessnb, alternating between them
+round by round so that machine drift hits both alike, and prints new/old ratios
+(best of the rounds; noise only ever adds time):
+
+- ``complete``: sequential and 100-wide concurrent ``provider.complete()`` calls on a
+  healthy chaos server that runs in its own process (what ``bench/providers.py``
+  times for harnessnb);
+- ``step``: the per-step overhead of a run (a scripted provider, a cheap READ tool,
+  a FILE store: ``bench/loop.py`` part 1);
+- ``runs``: 100 concurrent one-step runs against the chaos server (``bench/loop.py``
+  part 2).
+
+Only the public API is used, so any two revisions can be compared. The old tree is a
+``git worktree`` of ``--base`` made in a temporary folder and removed afterwards.
+
+Run: ``python bench/versus.py [--base REV] [--rounds 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a benchmark."},
+    {"role": "user", "content": "Say hello in a sentence of moderate length, please."},
+]
+
+
+# ------------------------------------------------------------------- in a child
+
+
+async def _complete(url: str, seq_n: int, conc_n: int) -> dict[str, float]:
+    import harnessnb as hn
+
+    provider = hn.OpenAI("bench-model", api_key="unused", base_url=url + "/v1")
+    for _ in range(50):
+        await provider.complete(MESSAGES)
+    started = time.perf_counter()
+    for _ in range(seq_n):
+        await provider.complete(MESSAGES)
+    seq = time.perf_counter() - started
+    gate = asyncio.Semaphore(100)
+
+    async def one() -> None:
+        async with gate:
+            await provider.complete(MESSAGES)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(conc_n)))
+    return {"complete seq (s)": seq, "complete conc (s)": time.perf_counter() - started}
+
+
+async def _step(folder: Path, steps: int) -> dict[str, float]:
+    import harnessnb as hn
+
+    ws = folder / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    times: list[float] = []
+    last = [time.perf_counter()]
+
+    def reply(messages: object) -> dict[str, object]:
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+        return {"tool": "list_dir", "args": {"path": "."}}
+
+    store = hn.Store(folder / "step.duckdb")
+    contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
+    await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    store.close()
+    return {"step median (s)": statistics.median(times[1:])}
+
+
+async def _runs(url: str, folder: Path, n: int) -> dict[str, float]:
+    import harnessnb as hn
+
+    ws = folder / "ws-runs"
+    ws.mkdir()
+    store = hn.Store(folder / "runs.duckdb")
+    provider = hn.OpenAI("bench-model", api_key="unused", base_url=url + "/v1")
+    await hn.run(hn.TaskContract("warm up", ws, max_steps=1), provider, store=store)
+    started = time.perf_counter()
+    await asyncio.gather(*(
+        hn.run(hn.TaskContract(f"say hello {i}", ws, max_steps=1), provider, store=store)
+        for i in range(n)
+    ))
+    elapsed = time.perf_counter() - started
+    store.close()
+    return {"100 runs (s)": elapsed}
+
+
+def child(url: str, seq_n: int, conc_n: int, steps: int) -> None:
+    import harnessnb as hn
+
+    hn.set_testing(True)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out.update(asyncio.run(_complete(url, seq_n, conc_n)))
+        out.update(asyncio.run(_step(Path(tmp), steps)))
+        out.update(asyncio.run(_runs(url, Path(tmp), 100)))
+    print(json.dumps(out))
+
+
+# ------------------------------------------------------------------ the parent
+
+
+def _start_server() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harnessnb.chaos", "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://"):
+        proc.kill()
+        raise SystemExit("chaos server did not start")
+    return proc, url
+
+
+def _measure(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", url, "--sequential", str(args.sequential),
+         "--concurrent", str(args.concurrent), "--steps", str(args.steps)],
+        env=env, cwd=tree, capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the bench failed in {tree}:\n{done.stderr}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="7fec1fa", help="the old revision (default 7fec1fa)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sequential", type=int, default=300)
+    parser.add_argument("--concurrent", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.sequential, args.concurrent, args.steps)
+        return
+    old = Path(tempfile.mkdtemp(prefix="harnessnb-versus-")) / "old"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), args.base],
+                   cwd=ROOT, check=True)
+    proc, url = _start_server()
+    try:
+        trees = {"old": old, "new": ROOT}
+        results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+        for r in range(args.rounds):
+            for name in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
+                results[name].append(_measure(trees[name], url, args))
+        report(results, args)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+        subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+
+
+def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
+    best = {name: {key: min(r[key] for r in rows) for key in rows[0]}
+            for name, rows in results.items()}
+    print(f"old = {args.base}, new = the working tree; best of {args.rounds} alternating rounds")
+    print(f"{'measure':<20} {'old':>10} {'new':>10} {'new/old':>8}")
+    for key in best["old"]:
+        o, n = best["old"][key], best["new"][key]
+        print(f"{key:<20} {o:>10.4f} {n:>10.4f} {n / o:>7.2f}x")
+    print("(a ratio above 1 is slower; within about +-10 % is noise on this machine)")
+
+
+if __name__ == "__main__":
+    main()
