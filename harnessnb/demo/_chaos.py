@@ -16,6 +16,11 @@ server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
 Run ``python -m harnessnb.chaos --port 8000`` to serve one from a shell.
+
+This module is longer than the 600 lines the others keep to, on purpose: it is one
+protocol simulator whose parts (the HTTP exchange, the OpenAI and Anthropic bodies and
+SSE streams, the fault table) change together; split, each part would need the others'
+private shapes.
 """
 
 from __future__ import annotations

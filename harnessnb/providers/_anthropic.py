@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._completion import ToolCall, Usage
-from ._http import HTTPProvider, Parsed, StreamAccumulator, WireError, tool_arguments
+from ._http import HTTPProvider
+from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
 
 __all__ = ["Anthropic"]
 

@@ -36,25 +36,21 @@ from ..rules._errors import (
     ConfigError,
     ProviderError,
     ProviderErrorKind,
-    classify_body_error,
     classify_status,
     parse_retry_after,
     parse_should_retry,
     request_id_from,
 )
-from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
+from ._completion import AttemptRecord, Completion, report_attempt
+from ._wire import Parsed, StreamAccumulator, WireError, error_text
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "REQUEST_TIMEOUT",
     "HTTPProvider",
-    "Parsed",
-    "StreamAccumulator",
-    "WireError",
     "aclose_client",
     "seconds",
     "shared_client",
-    "tool_arguments",
 ]
 
 REQUEST_TIMEOUT = 600.0
@@ -155,80 +151,9 @@ async def aclose_client() -> None:
         await entry[0].aclose()
 
 
-# ----------------------------------------------------------- what parsers return
-
-
-class WireError(Exception):
-    """Raised by a protocol parser: the answer is unreadable or carries an error.
-
-    The provider turns it into a ``ProviderError`` with its own context.
-    """
-
-    def __init__(self, kind: ProviderErrorKind, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-    @classmethod
-    def malformed(cls, message: str) -> WireError:
-        return cls(ProviderErrorKind.MALFORMED, message)
-
-    @classmethod
-    def from_error_object(cls, error: Any, where: str) -> WireError:
-        """An error object found in a 200 body or a stream event, classified by itself."""
-        kind = classify_body_error(error)
-        return cls(kind, f"{where}: {_error_text(error)}")
-
-
-class Parsed(NamedTuple):
-    """A parsed answer, before the provider adds timing and identity."""
-
-    text: str
-    tool_calls: tuple[ToolCall, ...]
-    usage: Usage
-    finish_reason: str | None
-
-
-class StreamAccumulator(abc.ABC):
-    """Assembles a streamed answer from its SSE events."""
-
-    done: bool = False
-
-    @abc.abstractmethod
-    def feed(self, event: str, data: str) -> bool:
-        """Take one event; True when it carried model output (text or a tool fragment)."""
-
-    @abc.abstractmethod
-    def result(self) -> Parsed:
-        """The assembled answer; raises ``WireError`` when the stream ended early."""
-
-
-def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
-    """Parse a tool call's JSON arguments to a dict, or raise a malformed ``WireError``."""
-    # Some OpenAI-compatible servers send "" for a call without arguments.
-    if raw is None or not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise WireError.malformed(f"tool call {tool!r} has arguments that are not JSON") from exc
-    if not isinstance(value, dict):
-        raise WireError.malformed(f"tool call {tool!r} has arguments that are not an object")
-    return value
-
-
 def _env(var: str) -> str | None:
     value = os.environ.get(var, "").strip()
     return value or None
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, Mapping):
-        message = error.get("message")
-        label = error.get("type") or error.get("code")
-        text = str(message) if message else json.dumps(error)[:300]
-        return f"{label}: {text}" if label else text
-    return str(error)[:300]
 
 
 # ------------------------------------------------------------- the base provider
@@ -569,7 +494,7 @@ class _Attempt:
             body = None
         error = self.p._error_object(body)
         if error is not None:
-            detail = _error_text(error)
+            detail = error_text(error)
         else:
             detail = content.decode("utf-8", "replace").strip()[:300] or "(empty body)"
         if 300 <= status < 400:

@@ -12,15 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._completion import ToolCall, Usage
-from ._http import (
-    DEFAULT_IDLE_TIMEOUT,
-    REQUEST_TIMEOUT,
-    HTTPProvider,
-    Parsed,
-    StreamAccumulator,
-    WireError,
-    tool_arguments,
-)
+from ._http import DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT, HTTPProvider
+from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
 
 __all__ = ["OpenAI", "OpenRouter"]
 

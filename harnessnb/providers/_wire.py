@@ -1,0 +1,90 @@
+"""What the wire-format parsers share: the parsed answer, stream assembly, their errors.
+
+``providers/_openai.py`` and ``providers/_anthropic.py`` turn bodies and SSE events
+into a ``Parsed`` answer and raise ``WireError`` for an unreadable one; the HTTP module
+(``providers/_http.py``) adds timing and identity and turns a ``WireError`` into a
+``ProviderError``. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ..rules._errors import ProviderErrorKind, classify_body_error
+from ._completion import ToolCall, Usage
+
+__all__ = ["Parsed", "StreamAccumulator", "WireError", "error_text", "tool_arguments"]
+
+
+class WireError(Exception):
+    """Raised by a protocol parser: the answer is unreadable or carries an error.
+
+    The provider turns it into a ``ProviderError`` with its own context.
+    """
+
+    def __init__(self, kind: ProviderErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    @classmethod
+    def malformed(cls, message: str) -> WireError:
+        return cls(ProviderErrorKind.MALFORMED, message)
+
+    @classmethod
+    def from_error_object(cls, error: Any, where: str) -> WireError:
+        """An error object found in a 200 body or a stream event, classified by itself."""
+        kind = classify_body_error(error)
+        return cls(kind, f"{where}: {error_text(error)}")
+
+
+class Parsed(NamedTuple):
+    """A parsed answer, before the provider adds timing and identity."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    finish_reason: str | None
+
+
+class StreamAccumulator(abc.ABC):
+    """Assembles a streamed answer from its SSE events."""
+
+    done: bool = False
+
+    @abc.abstractmethod
+    def feed(self, event: str, data: str) -> bool:
+        """Take one event; True when it carried model output (text or a tool fragment)."""
+
+    @abc.abstractmethod
+    def result(self) -> Parsed:
+        """The assembled answer; raises ``WireError`` when the stream ended early."""
+
+
+def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
+    """Parse a tool call's JSON arguments to a dict, or raise a malformed ``WireError``."""
+    # Some OpenAI-compatible servers send "" for a call without arguments.
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise WireError.malformed(f"tool call {tool!r} has arguments that are not JSON") from exc
+    if not isinstance(value, dict):
+        raise WireError.malformed(f"tool call {tool!r} has arguments that are not an object")
+    return value
+
+
+def error_text(error: Any) -> str:
+    """One line of a provider's error object: ``type: message``, bounded."""
+    if isinstance(error, Mapping):
+        message = error.get("message")
+        label = error.get("type") or error.get("code")
+        text = str(message) if message else json.dumps(error)[:300]
+        return f"{label}: {text}" if label else text
+    return str(error)[:300]
+
+
