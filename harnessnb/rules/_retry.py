@@ -25,10 +25,10 @@ __all__ = [
     "RetryDecision",
     "RetryPolicy",
     "SystemClock",
+    "TestingSwitch",
     "is_testing",
     "retry_decision",
     "seconds",
-    "TestingSwitch",
     "set_testing",
     "testing",
 ]
