@@ -21,7 +21,7 @@ class AgentResult:
         run_id: The id under which the store keeps the run.
         agent: The driver's name (``claude-code``, ``codex``, ``copilot``).
         outcome: ``finished`` when the CLI answered; ``escalated_retryable`` for a
-            transient failure (quota, timeout, busy session), ``escalated_terminal``
+            retryable failure (quota, timeout, busy session), ``escalated_terminal``
             for the others, ``cancelled`` when the caller cancelled.
         text: The agent's final answer ("" on failure; see ``partial`` for a timeout).
         usage: input_tokens, output_tokens, cached_input_tokens, cost_usd (None when

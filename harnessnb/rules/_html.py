@@ -60,6 +60,9 @@ BADGE_TEXT = "#ffffff"  # on every tone above at a contrast of 4.5:1 or more
 SHADE = "rgba(127,127,127,0.12)"  # behind previews: a shade off any page, light or dark
 FAINT = "0.75"  # the opacity of secondary text (it keeps the page's colour)
 _FONT = "font-family:sans-serif;font-size:13px;line-height:1.4"
+# A page without a doctype (quirks mode) gives tables the default black text and
+# font: on a dark page that is black on black unless the table inherits.
+_TABLE = "color:inherit;font-size:inherit;border-collapse:collapse"
 
 
 def escape(value: object) -> Html:
@@ -128,7 +131,7 @@ def kv_table(rows: Iterable[tuple[object, object]]) -> Html:
         for k, v in rows
         if v is not None
     )
-    return Html(f"<table>{body}</table>") if body else Html("")
+    return Html(f"<table style='{_TABLE}'>{body}</table>") if body else Html("")
 
 
 def facts(rows: Iterable[tuple[object, object]]) -> Html:
@@ -136,7 +139,7 @@ def facts(rows: Iterable[tuple[object, object]]) -> Html:
     cells = "".join(
         f"<td style='padding:0 10px 0 0'><b>{escape(k)}</b> {escape(v)}</td>" for k, v in rows
     )
-    return Html(f"<table><tr>{cells}</tr></table>")
+    return Html(f"<table style='{_TABLE}'><tr>{cells}</tr></table>")
 
 
 def grid(columns: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
@@ -148,7 +151,7 @@ def grid(columns: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
         "<tr>" + "".join(f"<td style='padding-right:10px'>{escape(v)}</td>" for v in row) + "</tr>"
         for row in rows
     )
-    return Html(f"<table style='font-size:12px'><tr>{head}</tr>{body}</table>")
+    return Html(f"<table style='{_TABLE};font-size:12px'><tr>{head}</tr>{body}</table>")
 
 
 def details(summary: object, body: object) -> Html:
