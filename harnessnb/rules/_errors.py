@@ -131,8 +131,8 @@ class HarnessError(Exception):
         fields = "".join(f", {k}={v!r}" for k, v in self._fields().items() if v is not None)
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}{fields})"
 
-    # Notebook display: kept here (plain strings, escaped) so every error has a card
-    # without the core importing IPython.
+    # Notebook display: plain strings built with rules._html, so every error has a
+    # card without the core importing IPython.
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self._card_text(), "text/html": str(self._card_html())}
 
