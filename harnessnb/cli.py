@@ -50,6 +50,7 @@ from .loop._durable import resume_sync
 from .rules._errors import ConfigError, HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
+from .rules._text import shorten
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,7 +161,7 @@ def _args(args: Any, limit: int = 50) -> str:
         args = {**args, "content": f"<{len(str(args['content']))} chars>"}
     text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args)
     text = text.removeprefix("{").removesuffix("}")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
 # ------------------------------------------------------------------ parser
@@ -471,7 +472,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     cols = ["run_id", "started_at", "provider", "model", "outcome", "steps", "tokens", "task"]
     table = runs[cols].copy()
     table["started_at"] = table["started_at"].astype(str).str.slice(0, 19)
-    table["task"] = table["task"].astype(str).map(lambda t: t if len(t) <= 40 else t[:37] + "...")
+    table["task"] = table["task"].astype(str).map(lambda t: shorten(t, 40))
     print(_to_text(table))
     return 0
 

@@ -71,6 +71,45 @@ def test_error_card_reads_in_a_browser_and_planted_script_does_not_run(
     assert shot.stat().st_size > 10_000
 
 
+@pytest.mark.parametrize("doctype", ["<!DOCTYPE html>", ""], ids=["standards", "quirks"])
+def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    import harnessnb as hn
+    import harnessnb.agents as ag
+
+    cause = hn.ProviderError("slow down", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429,
+                             retry_after=100.0, provider="openai")  # fmt: skip
+    cards = [
+        cause._repr_mimebundle_()["text/html"],
+        hn.RunResult("r1", hn.RunOutcome.ESCALATED_RETRYABLE, 1, 10, error=cause,
+                     step_rows=({"step": 1, "decision": "tool"},))._repr_mimebundle_()["text/html"],
+        ag.RateLimited("quota", agent="codex", bin="codex", detail="q")._repr_mimebundle_()[
+            "text/html"],
+    ]  # fmt: skip
+    page = tmp_path / "dark.html"
+    page.write_text(
+        # The theme's colour set on a container, as JupyterLab's dark theme does.
+        f"{doctype}<html><body><div style='background:#111;color:rgb(212, 212, 212)'>"
+        + "".join(cards) + "</div></body></html>",
+        encoding="utf-8",
+    )  # fmt: skip
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            tab = browser.new_page()
+            tab.goto(page.as_uri(), wait_until="load")
+            colours = tab.evaluate(
+                "[...document.querySelectorAll('.harnessnb-card :is(th, td, div, li, code)')]"
+                ".filter(e => !e.closest('.harnessnb-badge'))"
+                ".map(e => getComputedStyle(e).color)"
+            )
+        finally:
+            browser.close()
+    assert len(colours) > 20
+    assert set(colours) == {"rgb(212, 212, 212)"}  # every text keeps the page's colour
+
+
 def _only_files(route: Any) -> None:
     if route.request.url.startswith("file:"):
         route.continue_()

@@ -8,6 +8,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.rules._errors import (
+    StoreErrorKind,
     classify_body_error,
     classify_status,
     parse_retry_after,
@@ -197,3 +198,50 @@ def test_traceback_is_short_and_card_is_escaped() -> None:
     assert "<script>" not in bundle["text/html"]
     assert "&lt;script&gt;" in bundle["text/html"]
     assert "429" in bundle["text/plain"] and "retry_after: 7.0" in bundle["text/plain"]
+
+
+# --------------------------------------------- "may a retry help": one spelling
+
+
+@pytest.mark.parametrize(
+    ("word", "retryable"),
+    [("busy", True), ("closed", False), ("corrupt", False), ("foreign", False),
+     ("newer", False), ("io", False), ("missing", False), ("duplicate", False),
+     ("query", False), ("internal", False)],
+)  # fmt: skip
+def test_store_error_kind_is_an_enum_that_still_reads_as_its_word(
+    word: str, retryable: bool
+) -> None:
+    err = hn.StoreError("x", kind=word, path="runs.duckdb")
+    assert err.kind is StoreErrorKind(word)
+    assert err.kind == word and f"{err.kind}" == word
+    assert err.code == f"STORE_{word.upper()}"
+    assert err.retryable is retryable
+    assert err.to_dict()["kind"] == word and err.to_dict()["retryable"] is retryable
+    assert hn.StoreError("x", kind=StoreErrorKind(word)).kind is err.kind
+
+
+def test_store_error_kind_outside_the_table_is_refused() -> None:
+    with pytest.raises(ValueError):
+        hn.StoreError("x", kind="sleepy")
+
+
+def test_every_retry_question_is_asked_as_retryable() -> None:
+    import harnessnb.agents as ag
+
+    assert hn.ProviderError("x", kind=K.TIMEOUT).retryable is True
+    assert hn.ProviderError("x", kind=K.REQUEST).retryable is False
+    assert hn.StoreError("x", kind="busy").retryable is True
+    assert hn.StoreError("x", kind="io").retryable is False
+    assert hn.ToolError("no such file: a.txt", code="FILE_NOT_FOUND").retryable is False
+    assert ag.Timeout("t", agent="codex", bin="codex", timeout_s=1).retryable is True
+    assert ag.Failed("f", agent="codex", bin="codex", exit_code=2).retryable is False
+
+
+def test_store_and_cli_cards_show_kind_and_retryable_in_a_badge() -> None:
+    import harnessnb.agents as ag
+
+    store = hn.StoreError("locked", kind="busy")._repr_mimebundle_()["text/html"]
+    assert ">busy, retryable<" in store
+    cli = ag.RateLimited("quota", agent="codex", bin="codex", detail="q")
+    assert ">codex: rate_limited, retryable<" in cli._repr_mimebundle_()["text/html"]

@@ -49,7 +49,7 @@ async def typed_usage(store: hn.Store) -> None:
         agent, "tidy the README", "repo", session="docs", store=store, on_event=print
     )
     if isinstance(done.error, hn.agents.RateLimited):
-        print(done.error.detail, done.error.resets_at, done.error.is_transient())
+        print(done.error.detail, done.error.resets_at, done.error.retryable)
     print(done.text, done.usage, done.session_id, done.exit_code, done.outcome.value)
     print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
 

@@ -16,52 +16,23 @@ May import: ``loop``, ``tools``, ``store``, ``rules`` (a CLI run is stored and r
 like a loop run). Never a face (cli, notebook) or IPython.
 """
 
+from . import _errors
 from ._drivers import AgentCLI, ClaudeCode, Codex, Copilot, Permission, driver
-from ._errors import (
-    AgentError,
-    Cancelled,
-    CLIError,
-    CommandLineTooLarge,
-    Failed,
-    FlagRejected,
-    NotAuthenticated,
-    NotInstalled,
-    Parse,
-    RateLimited,
-    SessionBusy,
-    SessionConflict,
-    Spawn,
-    Timeout,
-    Unsupported,
-)
+from ._errors import *  # noqa: F403  (the CLIError tree, listed once: _errors.__all__)
 from ._process import Limits
 from ._result import AgentResult
 from ._run import run, run_sync
 
 __all__ = [
     "AgentCLI",
-    "AgentError",
     "AgentResult",
-    "CLIError",
-    "Cancelled",
     "ClaudeCode",
     "Codex",
-    "CommandLineTooLarge",
     "Copilot",
-    "Failed",
-    "FlagRejected",
     "Limits",
-    "NotAuthenticated",
-    "NotInstalled",
-    "Parse",
     "Permission",
-    "RateLimited",
-    "SessionBusy",
-    "SessionConflict",
-    "Spawn",
-    "Timeout",
-    "Unsupported",
     "driver",
     "run",
     "run_sync",
 ]
+__all__ += _errors.__all__

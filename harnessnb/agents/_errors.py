@@ -2,7 +2,7 @@
 
 Class tree (all are ``hn.HarnessError``, so they render as the same cards)::
 
-    CLIError                     .agent .bin; is_transient() is_auth_failure() is_cancelled()
+    CLIError                     .agent .bin .retryable; is_auth_failure() is_cancelled()
     ├── NotInstalled             the CLI is not on PATH: .hint (the install command)
     ├── Spawn                    the OS could not start it: .reason
     ├── CommandLineTooLarge      an input does not fit the command line: .what .size .limit
@@ -18,8 +18,10 @@ Class tree (all are ``hn.HarnessError``, so they render as the same cards)::
     ├── SessionConflict          a session name bound to another CLI: .name .bound .requested
     └── SessionBusy              another live run drives the named session: .name .holder
 
-harnessnb never retries any of these on its own: ``is_transient()`` classifies, the
-caller decides (backing off from a quota is a person's choice, not a loop's).
+harnessnb never retries any of these on its own: ``.retryable`` classifies (the same
+spelling as ``ProviderError`` and ``StoreError``; ``is_transient()`` is its deprecated
+old name), the caller decides (backing off from a quota is a person's choice, not a
+loop's).
 ``kind`` is the ``ProviderErrorKind`` a failed invocation is stored with in the
 ``attempts`` table, so "failure rate by provider and kind" covers CLIs too.
 """
@@ -27,9 +29,12 @@ caller decides (backing off from a quota is a person's choice, not a loop's).
 from __future__ import annotations
 
 import datetime
+import warnings
 from typing import Any, ClassVar
 
-from ..rules._errors import HarnessError, ProviderErrorKind, badge_html, classify_status
+from ..rules._errors import HarnessError, ProviderErrorKind, classify_status
+from ..rules._html import Html, retry_badge
+from ..rules._text import shorten
 
 __all__ = [
     "AgentError",
@@ -50,6 +55,18 @@ __all__ = [
 ]
 
 
+class _DeprecatedRetryableFlag:
+    """``TRANSIENT``, the old name of ``RETRYABLE``: still read, with a warning."""
+
+    def __get__(self, obj: object, owner: type[CLIError]) -> bool:
+        warnings.warn(
+            "CLIError.TRANSIENT is deprecated; use CLIError.RETRYABLE or .retryable",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return owner.RETRYABLE
+
+
 class CLIError(HarnessError):
     """A coding-agent CLI run failed.
 
@@ -61,21 +78,48 @@ class CLIError(HarnessError):
 
     CODE = "AGENT"
     KIND: ClassVar[ProviderErrorKind | None] = None
-    TRANSIENT: ClassVar[bool] = False
+    RETRYABLE: ClassVar[bool] = False
+    TRANSIENT = _DeprecatedRetryableFlag()
+    # The attributes a subclass adds, shown (in this order) after agent, bin, retryable.
+    CONTEXT: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, message: str, *, agent: str, bin: str, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.agent = agent
         self.bin = bin
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "TRANSIENT" in cls.__dict__:  # a subclass written against the old name
+            warnings.warn(
+                f"{cls.__name__}.TRANSIENT is deprecated; set RETRYABLE",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.RETRYABLE = bool(cls.__dict__["TRANSIENT"])
+
     @property
     def kind(self) -> ProviderErrorKind | None:
         """The attempt row's kind; None for failures before the CLI was started."""
         return self.KIND
 
+    @property
+    def retryable(self) -> bool:
+        """True when the same request may succeed later (quota, timeout, busy session).
+
+        Not ``kind.retryable``: a CLI that exits non-zero (``server``) or prints what
+        cannot be read (``malformed``) will most likely do it again.
+        """
+        return self.RETRYABLE
+
     def is_transient(self) -> bool:
-        """True when the same request may succeed later (quota, timeout, busy session)."""
-        return self.TRANSIENT
+        """Deprecated: use ``.retryable``."""
+        warnings.warn(
+            "CLIError.is_transient() is deprecated; use the .retryable property",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.retryable
 
     def is_auth_failure(self) -> bool:
         return isinstance(self, NotAuthenticated)
@@ -84,23 +128,32 @@ class CLIError(HarnessError):
         return isinstance(self, Cancelled)
 
     def _fields(self) -> dict[str, Any]:
-        return {"agent": self.agent, "bin": self.bin, "transient": self.is_transient()}
+        context = {name: getattr(self, name) for name in self.CONTEXT}
+        return {"agent": self.agent, "bin": self.bin, "retryable": self.retryable, **context}
 
-    def _badge_html(self) -> str:
+    def _badge_html(self) -> Html:
         kind = self.kind.value if self.kind is not None else "not started"
-        word = "transient" if self.is_transient() else "not transient"
-        return badge_html(f"{self.agent}: {kind}, {word}", transient=self.is_transient())
+        word = "retryable" if self.retryable else "not retryable"
+        return retry_badge(f"{self.agent}: {kind}, {word}", retryable=self.retryable)
+
+
+class _WithDetail(CLIError):
+    """A failure the CLI explained in its own words: ``.detail``."""
+
+    CONTEXT: ClassVar[tuple[str, ...]] = ("detail",)
+
+    def __init__(self, message: str, *, agent: str, bin: str, detail: str) -> None:
+        super().__init__(message, agent=agent, bin=bin)
+        self.detail = detail
 
 
 class NotInstalled(CLIError):
     CODE = "AGENT_NOT_INSTALLED"
+    CONTEXT = ("hint",)
 
     def __init__(self, message: str, *, agent: str, bin: str, hint: str) -> None:
         super().__init__(message, agent=agent, bin=bin)
         self.hint = hint
-
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "hint": self.hint}
 
     def _hint(self) -> str:
         return f"install it with: {self.hint}"
@@ -108,17 +161,16 @@ class NotInstalled(CLIError):
 
 class Spawn(CLIError):
     CODE = "AGENT_SPAWN"
+    CONTEXT = ("reason",)
 
     def __init__(self, message: str, *, agent: str, bin: str, reason: str) -> None:
         super().__init__(message, agent=agent, bin=bin)
         self.reason = reason
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "reason": self.reason}
-
 
 class CommandLineTooLarge(CLIError):
     CODE = "AGENT_COMMAND_LINE_TOO_LARGE"
+    CONTEXT = ("what", "size", "limit")
 
     def __init__(
         self, message: str, *, agent: str, bin: str, what: str, size: int, limit: int
@@ -128,31 +180,19 @@ class CommandLineTooLarge(CLIError):
         self.size = size
         self.limit = limit
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "what": self.what, "size": self.size, "limit": self.limit}
-
 
 class Unsupported(CLIError):
     CODE = "AGENT_UNSUPPORTED"
+    CONTEXT = ("what",)
 
     def __init__(self, message: str, *, agent: str, bin: str, what: str) -> None:
         super().__init__(message, agent=agent, bin=bin)
         self.what = what
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "what": self.what}
 
-
-class FlagRejected(CLIError):
+class FlagRejected(_WithDetail):
     CODE = "AGENT_FLAG_REJECTED"
     KIND = ProviderErrorKind.REQUEST
-
-    def __init__(self, message: str, *, agent: str, bin: str, detail: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
-
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "detail": self.detail}
 
     def _hint(self) -> str:
         return f"the installed {self.bin} does not accept an argument harnessnb passed"
@@ -161,7 +201,7 @@ class FlagRejected(CLIError):
 class Timeout(CLIError):
     CODE = "AGENT_TIMEOUT"
     KIND = ProviderErrorKind.TIMEOUT
-    TRANSIENT = True
+    RETRYABLE = True
 
     def __init__(
         self, message: str, *, agent: str, bin: str, timeout_s: float, partial: str = ""
@@ -172,7 +212,7 @@ class Timeout(CLIError):
 
     def _fields(self) -> dict[str, Any]:
         return {**super()._fields(), "timeout_s": self.timeout_s,
-                "partial": shorten(self.partial) or None}  # fmt: skip
+                "partial": shorten(self.partial.strip(), CARD_CHARS) or None}  # fmt: skip
 
 
 class Cancelled(CLIError):
@@ -192,19 +232,18 @@ class Failed(CLIError):
 
     def _fields(self) -> dict[str, Any]:
         return {**super()._fields(), "exit_code": self.exit_code,
-                "stderr": shorten(self.stderr) or None}  # fmt: skip
+                "stderr": shorten(self.stderr.strip(), CARD_CHARS) or None}  # fmt: skip
 
 
-class RateLimited(CLIError):
+class RateLimited(_WithDetail):
     CODE = "AGENT_RATE_LIMITED"
     KIND = ProviderErrorKind.RATE_LIMITED
-    TRANSIENT = True
+    RETRYABLE = True
 
     def __init__(
         self, message: str, *, agent: str, bin: str, detail: str, resets_at: float | None = None
     ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
+        super().__init__(message, agent=agent, bin=bin, detail=detail)
         self.resets_at = resets_at
 
     def _fields(self) -> dict[str, Any]:
@@ -212,37 +251,33 @@ class RateLimited(CLIError):
         if self.resets_at is not None:
             when = datetime.datetime.fromtimestamp(self.resets_at, datetime.UTC)
             resets = when.strftime("%Y-%m-%d %H:%M UTC")
-        return {**super()._fields(), "detail": self.detail, "resets_at": self.resets_at,
-                "resets": resets}  # fmt: skip
+        return {**super()._fields(), "resets_at": self.resets_at, "resets": resets}
 
     def _hint(self) -> str:
         return "not retried automatically: back off, or switch account, then run again"
 
 
-class NotAuthenticated(CLIError):
+class NotAuthenticated(_WithDetail):
     CODE = "AGENT_NOT_AUTHENTICATED"
     KIND = ProviderErrorKind.AUTH
+    CONTEXT = ("detail", "hint")
 
     def __init__(self, message: str, *, agent: str, bin: str, detail: str, hint: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
+        super().__init__(message, agent=agent, bin=bin, detail=detail)
         self.hint = hint
-
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "detail": self.detail, "hint": self.hint}
 
     def _hint(self) -> str:
         return f"log in with: {self.hint}"
 
 
-class AgentError(CLIError):
+class AgentError(_WithDetail):
     CODE = "AGENT_TURN_FAILED"
+    CONTEXT = ("status", "detail")
 
     def __init__(
         self, message: str, *, agent: str, bin: str, detail: str, status: int | None = None
     ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
+        super().__init__(message, agent=agent, bin=bin, detail=detail)
         self.status = status
 
     @property
@@ -251,24 +286,15 @@ class AgentError(CLIError):
             return classify_status(self.status, self.detail)
         return ProviderErrorKind.SERVER
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "status": self.status, "detail": self.detail}
 
-
-class Parse(CLIError):
+class Parse(_WithDetail):
     CODE = "AGENT_PARSE"
     KIND = ProviderErrorKind.MALFORMED
-
-    def __init__(self, message: str, *, agent: str, bin: str, detail: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
-
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "detail": self.detail}
 
 
 class SessionConflict(CLIError):
     CODE = "AGENT_SESSION_CONFLICT"
+    CONTEXT = ("name", "bound", "requested")
 
     def __init__(
         self, message: str, *, agent: str, bin: str, name: str, bound: str, requested: str
@@ -278,14 +304,11 @@ class SessionConflict(CLIError):
         self.bound = bound
         self.requested = requested
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "name": self.name, "bound": self.bound,
-                "requested": self.requested}  # fmt: skip
-
 
 class SessionBusy(CLIError):
     CODE = "AGENT_SESSION_BUSY"
-    TRANSIENT = True
+    RETRYABLE = True
+    CONTEXT = ("name", "holder")
 
     def __init__(
         self, message: str, *, agent: str, bin: str, name: str, holder: str | None = None
@@ -294,11 +317,5 @@ class SessionBusy(CLIError):
         self.name = name
         self.holder = holder
 
-    def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "name": self.name, "holder": self.holder}
 
-
-def shorten(text: str, limit: int = 400) -> str:
-    """``text`` stripped and cut to ``limit`` characters for a card or a summary line."""
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+CARD_CHARS = 400  # characters of stderr or partial output a card and its dict keep

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 from typing import Any
 
 from ..loop._contract import RunOutcome
 from ..rules._errors import HarnessError
-from ._errors import shorten
+from ..rules._html import Html, Tone, badge, card, code, kv_table, text_block
+from ..rules._text import shorten
 
 __all__ = ["AgentResult"]
 
@@ -21,7 +21,7 @@ class AgentResult:
         run_id: The id under which the store keeps the run.
         agent: The driver's name (``claude-code``, ``codex``, ``copilot``).
         outcome: ``finished`` when the CLI answered; ``escalated_retryable`` for a
-            transient failure (quota, timeout, busy session), ``escalated_terminal``
+            retryable failure (quota, timeout, busy session), ``escalated_terminal``
             for the others, ``cancelled`` when the caller cancelled.
         text: The agent's final answer ("" on failure; see ``partial`` for a timeout).
         usage: input_tokens, output_tokens, cached_input_tokens, cost_usd (None when
@@ -78,17 +78,16 @@ class AgentResult:
             f"exit code {self.exit_code if self.exit_code is not None else '-'}",
         ]
         if self.error is not None:
-            lines.append(f"  error {self.error.code}: {shorten(self.error.message, 300)}")
+            lines.append(f"  error {self.error.code}: {shorten(self.error.message.strip(), 300)}")
         if self.text:
-            lines.append(f"  answer: {shorten(self.text, 300)}")
+            lines.append(f"  answer: {shorten(self.text.strip(), 300)}")
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/plain": self.summary_text(), "text/html": self._html()}
+        return {"text/plain": self.summary_text(), "text/html": str(self._html())}
 
-    def _html(self) -> str:
-        esc = html.escape
-        color = "#070" if self.ok else "#a00"
+    def _html(self) -> Html:
+        tone = Tone.GOOD if self.ok else Tone.BAD
         usage = self.usage
         rows = [
             ("agent", self.agent + (f" ({self.model})" if self.model else "")),
@@ -103,22 +102,11 @@ class AgentResult:
             ("exit code", "-" if self.exit_code is None else str(self.exit_code)),
             ("elapsed", f"{self.elapsed:.1f} s"),
         ]  # fmt: skip
-        table = "".join(
-            f"<tr><th style='text-align:left;padding-right:1em'>{esc(k)}</th>"
-            f"<td style='text-align:left'>{esc(v)}</td></tr>"
-            for k, v in rows
+        return card(
+            "harnessnb-agent-result",
+            [f"{self.agent} run", code(self.run_id), badge(self.outcome.value, tone)],
+            kv_table(rows),
+            text_block(shorten(self.text.strip(), 4000)) if self.text else "",
+            self.error._card_html() if self.error is not None else "",
+            tone=tone,
         )
-        answer = ""
-        if self.text:
-            shown = esc(shorten(self.text, 4000))
-            answer = f"<div style='margin-top:6px;white-space:pre-wrap'>{shown}</div>"
-        error = self.error._card_html() if self.error is not None else ""
-        return (
-            f"<div class='harnessnb-agent-result' style='border:1px solid {color};"
-            "border-radius:6px;padding:8px 12px;margin:4px 0;font-family:sans-serif;"
-            "font-size:13px'>"
-            f"<div style='font-weight:bold;color:{color}'>{esc(self.agent)} run "
-            f"<code>{esc(self.run_id)}</code>: {esc(self.outcome.value)}</div>"
-            f"<table>{table}</table>{answer}{error}</div>"
-        )
-

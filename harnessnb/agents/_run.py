@@ -410,7 +410,7 @@ class _AgentRun:
             outcome = RunOutcome.FINISHED
         elif isinstance(error, Cancelled):
             outcome = RunOutcome.CANCELLED
-        elif isinstance(error, CLIError) and error.is_transient():
+        elif isinstance(error, CLIError) and error.retryable:
             outcome = RunOutcome.ESCALATED_RETRYABLE
         else:
             outcome = RunOutcome.ESCALATED_TERMINAL

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 from collections.abc import Mapping
 from typing import Any
 
 from ..rules._errors import HarnessError
+from ..rules._html import Html, Tone, badge, card, code, details, facts, grid, text_block
+from ..rules._text import shorten
 from ._contract import RunOutcome
 
 __all__ = ["RunResult"]
@@ -77,7 +78,7 @@ class RunResult:
         if self.verify_detail:
             lines.append(f"  check: {self.verify_detail}")
         if self.text:
-            lines.append(f"  answer: {_clip(self.text, 300)}")
+            lines.append(f"  answer: {shorten(self.text, 300)}")
         for row in self.step_rows[:_TEXT_STEPS]:
             lines.append("  " + _step_text(row))
         if len(self.step_rows) > _TEXT_STEPS:
@@ -87,50 +88,36 @@ class RunResult:
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/plain": self.summary_text(), "text/html": self._card_html()}
+        return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
 
-    def _card_html(self) -> str:
-        esc = html.escape
+    def _card_html(self) -> Html:
         if self.outcome in _GOOD:
-            color = "#2a7"
+            tone = Tone.GOOD
         elif self.outcome in _WAITING:
-            color = "#b80"
+            tone = Tone.WARN
         else:
-            color = "#c33"
-        facts = [
-            ("steps", str(self.steps)),
-            ("tokens", str(self.tokens)),
-            ("time", f"{self.elapsed:.1f} s"),
-            ("verified", _verified_word(self.verified)),
-            ("providers", ", ".join(self.providers) or "-"),
-            ("attempts", str(self.attempts)),
-            ("retries", str(self.retries)),
-            ("fallbacks", str(self.fallbacks)),
-            ("replans", str(self.replans)),
-        ]
-        cells = "".join(
-            f"<td style='padding:0 10px 0 0'><b>{esc(k)}</b> {esc(v)}</td>" for k, v in facts
-        )
-        answer = (
-            f"<div style='white-space:pre-wrap;margin-top:6px'>{esc(_clip(self.text, 2000))}</div>"
-            if self.text
-            else ""
-        )
-        check = (
-            f"<div style='margin-top:4px'>check: {esc(self.verify_detail)}</div>"
-            if self.verify_detail
-            else ""
-        )
-        error = self.error._card_html() if self.error is not None else ""
-        steps = _steps_html(self.step_rows)
-        return (
-            "<div class='harnessnb-run' style='border:1px solid #ccc;border-radius:6px;"
-            "padding:8px 12px;font-family:sans-serif;font-size:13px'>"
-            f"<span style='background:{color};color:white;border-radius:4px;padding:1px 8px'>"
-            f"{esc(self.outcome.value)}</span> <code>{esc(self.run_id)}</code>"
-            f"<div style='color:#555;margin:4px 0'>{esc(_clip(self.task, 200))}</div>"
-            f"<table><tr>{cells}</tr></table>{check}{answer}{steps}{error}</div>"
-        )
+            tone = Tone.BAD
+        return card(
+            "harnessnb-run",
+            [badge(self.outcome.value, tone), code(self.run_id)],
+            text_block(shorten(self.task, 200), faint=True) if self.task else "",
+            facts([
+                ("steps", self.steps),
+                ("tokens", self.tokens),
+                ("time", f"{self.elapsed:.1f} s"),
+                ("verified", _verified_word(self.verified)),
+                ("providers", ", ".join(self.providers) or "-"),
+                ("attempts", self.attempts),
+                ("retries", self.retries),
+                ("fallbacks", self.fallbacks),
+                ("replans", self.replans),
+            ]),
+            text_block(f"check: {self.verify_detail}") if self.verify_detail else "",
+            text_block(shorten(self.text, 2000)) if self.text else "",
+            _steps_html(self.step_rows),
+            self.error._card_html() if self.error is not None else "",
+            tone=tone,
+        )  # fmt: skip
 
 
 _TEXT_STEPS = 20
@@ -156,32 +143,15 @@ def _step_text(row: Mapping[str, Any]) -> str:
     return f"step {_cell(row.get('step'))}: " + ", ".join(parts)
 
 
-def _steps_html(rows: tuple[Mapping[str, Any], ...]) -> str:
-    """A collapsible table of the steps (``<details>``), every cell escaped."""
+def _steps_html(rows: tuple[Mapping[str, Any], ...]) -> Html:
+    """A collapsible table of the steps (``<details>``)."""
     if not rows:
-        return ""
-    esc = html.escape
-    th = "<th style='text-align:left;padding-right:10px'>"
-    head = "".join(f"{th}{c}</th>" for c in _STEP_COLUMNS)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f"<td style='padding-right:10px'>{esc(_clip(_cell(r.get(c)), 200))}</td>"
-            for c in _STEP_COLUMNS
-        )
-        + "</tr>"
-        for r in rows
-    )
-    return (
-        f"<details style='margin-top:6px'><summary>{len(rows)} step"
-        f"{'' if len(rows) == 1 else 's'}</summary>"
-        f"<table style='font-size:12px'><tr>{head}</tr>{body}</table></details>"
-    )
+        return Html("")
+    cells = [[shorten(_cell(r.get(c)), 200) for c in _STEP_COLUMNS] for r in rows]
+    label = f"{len(rows)} step{'' if len(rows) == 1 else 's'}"
+    return details(label, grid(_STEP_COLUMNS, cells))
 
 
 def _verified_word(verified: bool | None) -> str:
     return {True: "yes", False: "no", None: "-"}[verified]
 
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

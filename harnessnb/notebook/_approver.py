@@ -16,12 +16,12 @@ and can be resumed.
 from __future__ import annotations
 
 import asyncio
-import html
 import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
+from ..rules._html import Html, Tone, bold, card, code, join, preview, text_block
 from ..rules._retry import seconds
 from ..tools._approval import ApprovalRequest, Decision
 from ._env import ipython_shell, widget_frontend
@@ -57,7 +57,7 @@ class ApprovalPanel:
         self._on_decision = on_decision
         self._lock = threading.Lock()
         self.decision: Decision | None = None
-        self.summary = ipywidgets.HTML(value=_request_html(request))
+        self.summary = ipywidgets.HTML(value=str(_request_html(request)))
         self.reason = ipywidgets.Text(placeholder="reason (optional, shown to the model)")
         self.approve_button = ipywidgets.Button(description="Approve", button_style="success")
         self.deny_button = ipywidgets.Button(description="Deny", button_style="danger")
@@ -85,28 +85,24 @@ class ApprovalPanel:
         self.reason.disabled = True
         word = {"approve": "approved", "deny": "denied", "defer": "deferred"}[decision.kind]
         why = f": {decision.reason}" if decision.reason and decision.kind != "approve" else ""
-        self.status.value = f"<b>{html.escape(word + why)}</b> {html.escape(note)}"
+        self.status.value = str(join([bold(word + why), note], " "))
 
     def close(self) -> None:
         for w in (self.approve_button, self.deny_button, self.reason, self.buttons):
             w.close()
 
 
-def _request_html(request: ApprovalRequest) -> str:
-    esc = html.escape
-    preview = request.preview
-    if len(preview) > _PREVIEW_CHARS:
-        preview = preview[:_PREVIEW_CHARS] + f"\n... ({len(request.preview)} characters)"
+def _request_html(request: ApprovalRequest) -> Html:
+    shown = request.preview
+    if len(shown) > _PREVIEW_CHARS:
+        shown = shown[:_PREVIEW_CHARS] + f"\n... ({len(request.preview)} characters)"
     rule = request.rule or "the default for this act"
-    return (
-        "<div class='harnessnb-approval' style='border:1px solid #b80;border-radius:6px;"
-        "padding:6px 10px;font-family:sans-serif;font-size:13px'>"
-        f"<b>approve {esc(request.act)}</b> <code>{esc(request.target)}</code>"
-        f" via <code>{esc(request.tool)}</code>"
-        f"<div style='color:#555'>asked by rule {esc(rule)} in layer "
-        f"{esc(request.layer or '-')}</div>"
-        f"<pre style='max-height:16em;overflow:auto;background:#f7f7f7'>{esc(preview)}</pre>"
-        "</div>"
+    return card(
+        "harnessnb-approval",
+        [f"approve {request.act}", code(request.target), "via", code(request.tool)],
+        text_block(f"asked by rule {rule} in layer {request.layer or '-'}", faint=True),
+        preview(shown),
+        tone=Tone.WARN,
     )
 
 

@@ -25,6 +25,7 @@ from ..loop._contract import Command, FileContains, RunOutcome, TaskContract
 from ..loop._events import RunEvent
 from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
+from ..rules._html import bold, panel
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
@@ -229,12 +230,9 @@ class _Note:
         return f"[harnessnb] {self.text}"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        import html
-
         return {
             "text/plain": repr(self),
-            "text/html": "<div class='harnessnb-note' style='color:#555;font-family:sans-serif;"
-            f"font-size:13px'>harnessnb: {html.escape(self.text)}</div>",
+            "text/html": str(panel("harnessnb-note", f"harnessnb: {self.text}", faint=True)),
         }
 
 
@@ -444,7 +442,7 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
         ("attempts", store.attempts(args.run_id)),
         ("tool calls", store.tool_calls(args.run_id)),
     ):
-        display(html_object(f"<b>{title}</b>"))
+        display(html_object(str(bold(title))))
         display(frame)
 
 

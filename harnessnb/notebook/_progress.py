@@ -9,7 +9,6 @@ thread), throttled; ``TextProgress`` prints one line per event worth a line.
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import sys
 import threading
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..loop._events import RunEvent
+from ..rules._html import Tone, bold, bullets, code, panel, text_block, tinted
 
 __all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
 
@@ -128,22 +128,16 @@ class ProgressState:
 
     def html(self, now: float) -> str:
         """The panel body; every value escaped."""
-        esc = html.escape
         elapsed = now - self.started if self.started else 0.0
         retry = self.retry_line(now)
-        activity = (
-            f"<span style='color:#b60'>{esc(retry)}</span>" if retry else esc(self.activity)
-        )
-        notes = "".join(f"<li>{esc(n)}</li>" for n in self.notes)
-        return (
-            "<div class='harnessnb-progress' style='font-family:sans-serif;font-size:13px'>"
-            f"<code>{esc(self.run_id)}</code> step <b>{self.step}</b>"
-            + (f" of {self.max_steps}" if self.max_steps else "")
-            + f" &middot; {self.tokens} tokens &middot; {elapsed:.0f} s"
-            f"<div>{activity}</div>"
-            + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else "")
-            + "</div>"
-        )
+        return str(panel(
+            "harnessnb-progress",
+            code(self.run_id), " step ", bold(self.step),
+            f" of {self.max_steps}" if self.max_steps else "",
+            f" \u00b7 {self.tokens} tokens \u00b7 {elapsed:.0f} s",
+            text_block(tinted(retry, Tone.WARN) if retry else self.activity),
+            bullets(self.notes),
+        ))  # fmt: skip
 
 
 def _http(status: Any) -> str:

@@ -10,9 +10,14 @@ Class tree::
     │                            .act .target .rule .layer
     ├── ResumeError              a run cannot be resumed: .reason
     ├── SandboxError             a tool could not do its work safely: .reason
-    ├── StoreError               the DuckDB store failed: .kind (busy/corrupt/...)
+    ├── StoreError               the DuckDB store failed: .kind (StoreErrorKind) .path
+    │                            .retryable
     ├── ConflictError            another process drives this run: .run_id .owner
     └── ToolError                a tool failed in a way the model can act on
+                                 (.retryable is False)
+
+"May a retry help" has one spelling: ``.retryable`` (ProviderError, StoreError,
+ToolError, and ``hn.agents.CLIError``).
 
 This module also holds the ONE classification table (HTTP status, body and header
 to ``ProviderErrorKind``) and the ONE ``Retry-After`` parser, shared by every
@@ -23,11 +28,13 @@ from __future__ import annotations
 
 import email.utils
 import enum
-import html
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
+from ._text import shorten
 
 __all__ = [
     "ConfigError",
@@ -39,6 +46,7 @@ __all__ = [
     "ResumeError",
     "SandboxError",
     "StoreError",
+    "StoreErrorKind",
     "ToolError",
     "classify_body_error",
     "classify_status",
@@ -123,10 +131,10 @@ class HarnessError(Exception):
         fields = "".join(f", {k}={v!r}" for k, v in self._fields().items() if v is not None)
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}{fields})"
 
-    # Notebook display: kept here (plain strings, escaped) so every error has a card
-    # without the core importing IPython.
+    # Notebook display: plain strings built with rules._html, so every error has a
+    # card without the core importing IPython.
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/plain": self._card_text(), "text/html": self._card_html()}
+        return {"text/plain": self._card_text(), "text/html": str(self._card_html())}
 
     def _render_traceback_(self) -> list[str]:
         # IPython calls this instead of printing frames: 1-3 short lines.
@@ -151,44 +159,23 @@ class HarnessError(Exception):
             lines.append(f"  caused by {type(cause).__name__}: {cause}")
         return "\n".join(lines)
 
-    def _card_html(self) -> str:
-        esc = html.escape
-        rows = "".join(
-            f"<tr><th style='text-align:left;padding-right:1em'>{esc(str(k))}</th>"
-            f"<td style='text-align:left'>{esc(str(v))}</td></tr>"
-            for k, v in self._fields().items()
-            if v is not None
-        )
-        causes = "".join(
-            f"<li>{esc(type(c).__name__)}: {esc(str(c))}</li>" for c in _cause_chain(self)
-        )
-        cause_html = f"<div>caused by:<ul>{causes}</ul></div>" if causes else ""
-        badge = self._badge_html()
-        return (
-            "<div class='harnessnb-error' style='border:1px solid #c33;border-radius:6px;"
-            "padding:8px 12px;margin:4px 0;font-family:sans-serif;font-size:13px'>"
-            f"<div style='font-weight:bold;color:#a00'>{esc(type(self).__name__)} "
-            f"<code>{esc(self.code)}</code>{badge}</div>"
-            f"<div style='margin:4px 0;white-space:pre-wrap'>{esc(self.message)}</div>"
-            f"<table>{rows}</table>{cause_html}</div>"
+    def _card_html(self) -> Html:
+        causes = [f"{type(c).__name__}: {c}" for c in _cause_chain(self)]
+        return card(
+            "harnessnb-error",
+            [type(self).__name__, code(self.code), self._badge_html()],
+            text_block(self.message),
+            kv_table(self._fields().items()),
+            join(["caused by:", bullets(causes)]) if causes else "",
+            tone=Tone.WARN if getattr(self, "retryable", False) is True else Tone.BAD,
         )
 
-    def _badge_html(self) -> str:
-        return ""
-
-
-def badge_html(text: str, *, transient: bool) -> str:
-    """The card's badge: amber for a failure that may pass, red for one that will not."""
-    color = "#b60" if transient else "#a00"
-    return (
-        f" <span style='background:{color};color:white;border-radius:4px;"
-        f"padding:1px 6px;margin-left:6px'>{html.escape(text)}</span>"
-    )
+    def _badge_html(self) -> Html:
+        return Html("")
 
 
 def _first_line(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= 200 else line[:197] + "..."
+    return shorten(text.strip().splitlines()[0] if text.strip() else "", 200)
 
 
 def _cause_chain(err: BaseException) -> list[BaseException]:
@@ -279,8 +266,8 @@ class ProviderError(HarnessError):
             parts.append(f"retry after {self.retry_after:g} s")
         return ", ".join(parts)
 
-    def _badge_html(self) -> str:
-        return badge_html(self._hint(), transient=self.retryable)
+    def _badge_html(self) -> Html:
+        return retry_badge(self._hint(), retryable=self.retryable)
 
 
 class ConfigError(HarnessError):
@@ -314,50 +301,76 @@ class RefusedError(HarnessError):
         return {"act": self.act, "target": self.target, "rule": self.rule, "layer": self.layer}
 
 
-class ResumeError(HarnessError):
+class _ReasonError(HarnessError):
+    """A failure named by one stable word, ``reason``; its code is ``CODE_REASON``."""
+
+    def __init__(self, message: str, *, reason: str, code: str | None = None) -> None:
+        super().__init__(message, code=code or f"{self.CODE}_{reason.upper()}")
+        self.reason = reason
+
+    def _fields(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+
+class ResumeError(_ReasonError):
     """A run cannot be resumed; ``reason`` says why in one stable word."""
 
     CODE = "RESUME"
 
-    def __init__(self, message: str, *, reason: str, code: str | None = None) -> None:
-        super().__init__(message, code=code or f"RESUME_{reason.upper()}")
-        self.reason = reason
 
-    def _fields(self) -> dict[str, Any]:
-        return {"reason": self.reason}
-
-
-class SandboxError(HarnessError):
+class SandboxError(_ReasonError):
     """A tool could not do its work within the sandbox (timeout, too big, binary...)."""
 
     CODE = "SANDBOX"
 
-    def __init__(self, message: str, *, reason: str, code: str | None = None) -> None:
-        super().__init__(message, code=code or f"SANDBOX_{reason.upper()}")
-        self.reason = reason
 
-    def _fields(self) -> dict[str, Any]:
-        return {"reason": self.reason}
+class StoreErrorKind(enum.StrEnum):
+    """What went wrong with the store; the value is the word stored and compared."""
+
+    BUSY = "busy"  # another process holds the file's lock: the one retryable kind
+    CLOSED = "closed"  # the store was closed
+    CORRUPT = "corrupt"  # the file is damaged; it is left untouched
+    FOREIGN = "foreign"  # the file is not a harnessnb store; it is left untouched
+    NEWER = "newer"  # written by a newer harnessnb schema
+    IO = "io"  # the file could not be read or written
+    MISSING = "missing"  # no such run
+    DUPLICATE = "duplicate"  # a row broke a uniqueness constraint
+    QUERY = "query"  # a query could not be parsed or bound
+    INTERNAL = "internal"  # any other driver failure
 
 
 class StoreError(HarnessError):
-    """The DuckDB store failed. ``kind``: busy (retryable), corrupt, newer, io, ..."""
+    """The DuckDB store failed. ``kind`` is a ``StoreErrorKind``; only busy is retryable.
+
+    ``kind`` may be given as the word (``kind="busy"``); it compares equal to it.
+    """
 
     CODE = "STORE"
 
     def __init__(
-        self, message: str, *, kind: str, path: str | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        kind: StoreErrorKind | str,
+        path: str | None = None,
+        code: str | None = None,
     ) -> None:
-        super().__init__(message, code=code or f"STORE_{kind.upper()}")
-        self.kind = kind
+        word = StoreErrorKind(kind)
+        super().__init__(message, code=code or f"STORE_{word.name}")
+        self.kind = word
         self.path = path
 
     @property
     def retryable(self) -> bool:
-        return self.kind == "busy"
+        """True for busy: the lock may be free on the next try."""
+        return self.kind is StoreErrorKind.BUSY
 
     def _fields(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "retryable": self.retryable}
+        return {"kind": self.kind.value, "path": self.path, "retryable": self.retryable}
+
+    def _badge_html(self) -> Html:
+        word = "retryable" if self.retryable else "not retryable"
+        return retry_badge(f"{self.kind.value}, {word}", retryable=self.retryable)
 
 
 class ConflictError(HarnessError):
@@ -380,6 +393,11 @@ class ToolError(HarnessError):
     """A tool failed in a way the model can act on (missing file, bad argument...)."""
 
     CODE = "TOOL"
+
+    @property
+    def retryable(self) -> bool:
+        """False: the same call fails the same way; the model has to change it."""
+        return False
 
 
 # ------------------------------------------------------------ classification table

@@ -18,7 +18,11 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from ._text import shorten
+
 __all__ = ["StallDetector", "StallPolicy", "StallSignal", "call_signature", "replan_directive"]
+
+_SHOWN = 160  # characters of a call signature quoted in a stall's detail and directive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +101,7 @@ class StallDetector:
         kind: Literal["window", "repetition"] | None = None
         if self._same_in_row >= self.policy.window:
             kind = "repetition"
-            detail = f"the same call {self._same_in_row} steps in a row: {_short(sig)}"
+            detail = f"the same call {self._same_in_row} steps in a row: {shorten(sig, _SHOWN)}"
         elif self._idle_repeats >= self.policy.window:
             kind = "window"
             detail = (
@@ -135,13 +139,9 @@ class StallDetector:
         return det
 
 
-def _short(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def replan_directive(signal: StallSignal) -> str:
     """The message added to the conversation on the first stall."""
-    tried = "\n".join(f"- {_short(t)}" for t in signal.tried[-8:]) or "- (nothing new)"
+    tried = "\n".join(f"- {shorten(t, _SHOWN)}" for t in signal.tried[-8:]) or "- (nothing new)"
     return (
         "You appear to be stuck: "
         f"{signal.detail}. You have already tried:\n{tried}\n"

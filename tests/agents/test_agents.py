@@ -275,7 +275,7 @@ def test_not_installed_names_the_install_command(clis: CLIs) -> None:
     assert isinstance(err, ag.NotInstalled)
     assert err.hint == "npm install -g @anthropic-ai/claude-code"
     assert "install it with" in err._render_traceback_()[1]
-    assert not err.is_transient() and result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
+    assert not err.retryable and result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
     # Recorded: the run and its error, no attempt (nothing was started).
     row = clis.store.get_run(result.run_id)
     assert row is not None and row["error"]["code"] == "AGENT_NOT_INSTALLED"
@@ -332,7 +332,7 @@ def test_a_quota_is_rate_limited_in_the_clis_words_and_not_retried(clis: CLIs, n
     clis.scenario(mode="rate_limit")
     result = run(clis, name)
     err = result.error
-    assert isinstance(err, ag.RateLimited) and err.is_transient()
+    assert isinstance(err, ag.RateLimited) and err.retryable
     assert err.detail == "You've hit your usage limit. Upgrade to Pro or try again at 5pm."
     assert len(clis.calls()) == 1  # never retried on its own
     assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
@@ -444,7 +444,7 @@ def test_timeout_kills_the_whole_process_group_and_keeps_partial_output(
     result = run(clis, name, timeout=1.0)
     assert time.monotonic() - started < 10
     err = result.error
-    assert isinstance(err, ag.Timeout) and err.is_transient()
+    assert isinstance(err, ag.Timeout) and err.retryable
     assert err.timeout_s == 1.0 and "partial thoughts" in err.partial
     assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE and result.exit_code is None
     assert wait_gone(clis.grandchild_pid()), "the grandchild outlived the timeout"
@@ -598,7 +598,7 @@ def test_a_session_driven_by_another_process_is_busy_until_that_process_dies(
         with hn.Store(store_path) as store:
             result = ag.run_sync(ag.ClaudeCode(), "x", clis.ws, store=store, session="busy")
             err = result.error
-            assert isinstance(err, ag.SessionBusy) and err.is_transient()
+            assert isinstance(err, ag.SessionBusy) and err.retryable
             assert err.name == "busy" and str(holder.pid) in str(err.holder)
             assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
             assert len(clis.calls()) == 1
@@ -631,17 +631,33 @@ def _kill_standin(call: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ helpers
 
 
-def test_only_quota_timeout_and_busy_are_transient() -> None:
+def test_only_quota_timeout_and_busy_are_retryable() -> None:
     kw = {"agent": "codex", "bin": "codex"}
     transient = [ag.RateLimited("q", detail="q", **kw), ag.Timeout("t", timeout_s=1, **kw),
                  ag.SessionBusy("b", name="n", **kw)]  # fmt: skip
     others = [ag.Failed("f", exit_code=1, **kw), ag.NotAuthenticated("a", detail="", hint="", **kw),
               ag.AgentError("e", detail="", **kw), ag.Cancelled("c", **kw),
               ag.Parse("p", detail="", **kw), ag.NotInstalled("n", hint="", **kw)]  # fmt: skip
-    assert all(e.is_transient() for e in transient)
-    assert not any(e.is_transient() for e in others)
+    assert all(e.retryable for e in transient)
+    assert not any(e.retryable for e in others)
     assert [e.is_cancelled() for e in others] == [False, False, False, True, False, False]
     assert all(isinstance(e, hn.HarnessError) for e in transient + others)
+    assert [e.to_dict()["retryable"] for e in transient + others] == [True] * 3 + [False] * 6
+
+
+def test_is_transient_is_a_deprecated_alias_of_retryable() -> None:
+    kw = {"agent": "codex", "bin": "codex"}
+    for err in (ag.Timeout("t", timeout_s=1, **kw), ag.Failed("f", exit_code=1, **kw)):
+        with pytest.warns(DeprecationWarning, match="retryable"):
+            assert err.is_transient() is err.retryable
+    with pytest.warns(DeprecationWarning, match="RETRYABLE"):
+        assert ag.RateLimited.TRANSIENT is True
+    with pytest.warns(DeprecationWarning, match="RETRYABLE"):
+
+        class Flaky(ag.Failed):  # a subclass written against the old name still works
+            TRANSIENT = True
+
+    assert Flaky("f", exit_code=1, **kw).retryable is True
 
 
 def test_an_agent_run_cannot_be_resumed_by_the_loop(clis: CLIs) -> None:

@@ -1,0 +1,75 @@
+"""Card HTML has one home: escaping once, one palette, one shortening rule."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harnessnb.rules import _html
+from harnessnb.rules._html import Html, Tone, badge, card, code, escape, join, kv_table
+from harnessnb.rules._text import shorten
+
+PACKAGE = Path(_html.__file__).resolve().parents[1]
+SCRIPT = "<script>alert('x')</script>"
+ESCAPED = "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"
+
+
+def test_text_is_escaped_once_and_markup_passes_untouched() -> None:
+    assert escape(SCRIPT) == ESCAPED
+    assert escape(escape(SCRIPT)) == ESCAPED  # escaping what is escaped changes nothing
+    assert escape(Html("<b>x</b>")) == "<b>x</b>"
+    nested = card("c", [code(SCRIPT), badge(SCRIPT, Tone.BAD)], kv_table([(SCRIPT, SCRIPT)]),
+                  tone=Tone.BAD)  # fmt: skip
+    assert "<script>" not in nested and "&amp;lt;" not in nested
+    assert nested.count(ESCAPED) == 4
+
+
+def test_join_skips_empty_parts_and_escapes_text() -> None:
+    assert join(["a", "", Html("<i>b</i>"), "<c>"], " ") == "a <i>b</i> &lt;c&gt;"
+
+
+def test_key_value_table_leaves_out_none() -> None:
+    table = kv_table([("kind", "busy"), ("path", None)])
+    assert ">kind<" in table and "path" not in table
+    assert kv_table([("path", None)]) == ""
+
+
+def test_card_carries_its_class_and_tone_but_no_text_colour() -> None:
+    html = card("harnessnb-error", ["Boom"], "body", tone=Tone.WARN)
+    assert "class='harnessnb-card harnessnb-error'" in html
+    assert f"border:1px solid {Tone.WARN}" in html
+    # Text keeps the page's colour, so a dark notebook theme still reads it.
+    assert ";color:" not in html and "'color:" not in html
+
+
+# Colours and escaping live in rules/_html.py alone (STYLE: one place for each rule).
+_COLOUR = re.compile(r"#[0-9a-fA-F]{3}(?:[0-9a-fA-F]{3})?\b['\";)]|rgba?\(")
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in PACKAGE.rglob("*.py") if p.name != "_html.py" and "tools" not in p.parts),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_no_module_but_the_html_one_escapes_or_picks_colours(path: Path) -> None:
+    source = path.read_text(encoding="utf-8")
+    assert "html.escape" not in source
+    assert not _COLOUR.search(source), _COLOUR.search(source)
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "shown"),
+    [
+        ("abc", 3, "abc"),
+        ("abcd", 3, "abc"),
+        ("abcdef", 5, "ab..."),
+        ("", 0, ""),
+        ("  padded  ", 20, "  padded  "),
+        ("x" * 500, 400, "x" * 397 + "..."),
+    ],
+)
+def test_shorten_keeps_what_fits_and_marks_the_cut(text: str, limit: int, shown: str) -> None:
+    assert shorten(text, limit) == shown
+    assert len(shorten(text, limit)) <= max(limit, 0)
