@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--chaos",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="inject failures: " + ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()),
+        # argparse %-formats help text: a literal percent sign is written %%.
+        help="inject failures: " + ", ".join(f"{k} {v:.0%}%" for k, v in DEMO_CHAOS.items()),
     )
     demo.add_argument("--stall", action="store_true", help="make the model loop on one read")
     demo.add_argument("--workspace", metavar="DIR", help="where to build the demo project")

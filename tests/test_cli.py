@@ -97,6 +97,27 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         assert word in text.replace("\n", " ")
 
 
+@pytest.mark.parametrize("command", ["demo", "run", "resume", "runs", "failures"])
+def test_every_command_help_exits_0(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    assert f"harnessnb {command}" in capsys.readouterr().out
+
+
+def test_every_command_of_the_parser_is_in_the_help_test() -> None:
+    import argparse
+
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(["demo", "run", "resume", "runs", "failures"])
+
+
+def test_demo_help_shows_the_chaos_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    assert "rate_limited 20%" in capsys.readouterr().out
+
+
 def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli.main(["run", "--workspace"])
