@@ -40,7 +40,6 @@ Errors print as the error's short text card, never as a Python traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -58,6 +57,7 @@ from .launch._options import (
     contract_from,
     policy_from,
 )
+from .launch._words import event_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
 from .loop._durable import resume_sync
@@ -110,11 +110,10 @@ exit codes: 0 success/finished, 1 error outside a run, 2 usage or configuration 
 
 
 class LineProgress:
-    """Prints one line per step (with its tool calls), retry, fallback and stall."""
+    """Prints one line per event worth a line, in the words of ``launch._words``."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
-        self._calls: list[str] = []
         self.run_id: str | None = None
         self.max_steps = 0
 
@@ -124,57 +123,14 @@ class LineProgress:
             print(line, file=self._stream or sys.stdout, flush=True)
 
     def line(self, event: RunEvent) -> str | None:
-        """The line for ``event``, or None (tool calls wait for their step's line)."""
-        data = event.data
-        kind = event.kind
-        if kind == "started":
+        """The line for ``event`` (indented below its run's first line), or None."""
+        if event.kind == "started":
             self.run_id = event.run_id
-            self.max_steps = int(data.get("max_steps") or 0)
-            verb = "resumed" if data.get("resumed") else "started"
-            return f"{verb} {event.run_id} with {data.get('provider')} ({data.get('model')})"
-        if kind == "tool_call":
-            self._calls.append(
-                f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
-            )
-            return None
-        if kind == "step":
-            calls, self._calls = self._calls, []
-            did = "; ".join(calls) if calls else "answered"
-            of = f"/{self.max_steps}" if self.max_steps else ""
-            return f"  step {event.step}{of}: {did} [{data.get('tokens')} tokens]"
-        if kind == "retry":
-            after = " (Retry-After)" if data.get("retry_after") is not None else ""
-            return (
-                f"  retry: {data.get('kind')}{_http(data.get('status'))} from "
-                f"{data.get('provider')}, waiting {float(data.get('delay') or 0):.1f} s{after}, "
-                f"attempt {data.get('attempt')}/{data.get('max_attempts')}"
-            )
-        if kind == "fell_back":
-            return (
-                f"  fallback: {data.get('from_provider')} failed with {data.get('kind')}"
-                f"{_http(data.get('status'))}; trying the next provider"
-            )
-        if kind in ("replan", "stalled"):
-            then = "told the model to change approach" if kind == "replan" else "stopping"
-            return f"  stall ({data.get('signal')}): {data.get('detail')}; {then}"
-        if kind == "refused":
-            return f"  refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
-        if kind == "shrunk":
-            return "  context too long: old tool output dropped and the call retried"
-        return None
-
-
-def _http(status: Any) -> str:
-    return f" (HTTP {status})" if status is not None else ""
-
-
-def _args(args: Any, limit: int = 50) -> str:
-    if isinstance(args, dict) and "content" in args:
-        # A file body says nothing on one line; its size does.
-        args = {**args, "content": f"<{len(str(args['content']))} chars>"}
-    text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args)
-    text = text.removeprefix("{").removesuffix("}")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+            self.max_steps = int(event.data.get("max_steps") or 0)
+        words = event_words(event, max_steps=self.max_steps)
+        if words is None or event.kind == "started":
+            return words
+        return "  " + words
 
 
 # ------------------------------------------------------------------ parser

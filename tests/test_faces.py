@@ -241,3 +241,60 @@ def test_fallback_serves_the_step_after_a_retryable_failure_in_both_faces(
     assert rows["command"] == rows["notebook"]
     assert rows["command"]["attempts"] == [("openai", "server", True),
                                            ("openrouter", None, False)]
+
+
+# ------------------------------------------------------------------ words
+
+
+def ev(kind: Any, step: int = 0, /, **data: Any) -> hn.RunEvent:
+    return hn.RunEvent(kind, "run_x", step, 0.0, data)
+
+
+WORDS = [
+    (ev("started", provider="openai", model="m", max_steps=12), "started run_x with openai (m)"),
+    (ev("started", provider="demo", model="d", resumed=True), "resumed run_x with demo (d)"),
+    (ev("tool_call", 1, tool="read_file", args={"path": "a.md"}, status="ok"),
+     'read_file("path": "a.md") ok'),
+    (ev("tool_call", 1, tool="write_file", args={"path": "N.md", "content": "x" * 99},
+        status="intent"), 'write_file("path": "N.md", "content": "<99 chars>") intent'),
+    (ev("tool_call", 1, tool="grep", args={"pattern": "y" * 80}, status="ok"),
+     'grep("pattern": "' + "y" * 45 + "...) ok"),
+    (ev("step", 3, tool_calls=1, tokens=110), "step 3/12: 1 tool call, 110 tokens"),
+    (ev("step", 4, tool_calls=2, tokens=120), "step 4/12: 2 tool calls, 120 tokens"),
+    (ev("step", 5, tool_calls=0, tokens=130), "step 5/12: answered, 130 tokens"),
+    (ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3, delay=6.2,
+        retry_after=6.2), "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"),
+    (ev("retry", kind="transport", status=None, attempt=2, max_attempts=3, delay=0.5),
+     "transport - retrying in 1 s, attempt 2/3"),
+    (ev("fell_back", from_provider="openai", kind="server", status=503),
+     "fell back from openai after server (HTTP 503)"),
+    (ev("replan", 2, signal="window", detail="same calls"),
+     "stall (window): same calls; told the model to change approach"),
+    (ev("stalled", 7, signal="repetition", detail="read a.md 3 times"),
+     "stall (repetition): read a.md 3 times; stopping"),
+    (ev("refused", act="write", target="x.md"), "refused: write x.md"),
+    (ev("approval_requested", act="exec", target="ls"), "approval asked: exec ls"),
+    (ev("approval_decided", decision="approve"), "approval: approve"),
+    (ev("shrunk"), "context too long: old tool output dropped and the call retried"),
+    (ev("finished", outcome="success"), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("event", "words"), WORDS)
+def test_both_faces_put_an_event_in_the_same_words(event: hn.RunEvent, words: str | None) -> None:
+    from harnessnb.launch._words import event_words
+    from harnessnb.notebook._progress import ProgressState
+
+    command, notebook = cli.LineProgress(), ProgressState()
+    for progress_line in (command.line, lambda e: notebook.fold(e, now=0.0)):
+        progress_line(ev("started", provider="openai", model="m", max_steps=12))
+    assert event_words(event, max_steps=12) == words
+    assert notebook.fold(event, now=0.0) == words
+    line = command.line(event)
+    assert (line.strip() if line else line) == words
+
+
+def test_a_step_without_a_cap_has_no_slash() -> None:
+    from harnessnb.launch._words import event_words
+
+    assert event_words(ev("step", 2, tool_calls=1, tokens=5)) == "step 2: 1 tool call, 5 tokens"
