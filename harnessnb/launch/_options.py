@@ -88,7 +88,8 @@ class Option:
         spec: Keywords for ``add_argument`` (metavar, type, choices, nargs, action, default).
         only: The one face the option belongs to, or None for both.
         per_face: Keywords that differ by face (``--workspace`` is required by the command).
-        group: ``"agent"`` for the coding-agent CLI group, else None.
+        scope: ``"agent"``: only with ``--agent`` (shown in the coding-agent CLI group);
+            ``"loop"``: harnessnb's own loop, refused with ``--agent``; None: either.
         exclusive: Options sharing this name exclude each other.
     """
 
@@ -97,15 +98,17 @@ class Option:
     spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     only: Face | None = None
     per_face: Mapping[Face, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    group: Literal["agent"] | None = None
+    scope: Literal["agent", "loop"] | None = None
     exclusive: str | None = None
 
     @property
     def dest(self) -> str:
+        """The attribute argparse stores it in (``--max-steps`` -> ``max_steps``)."""
         return self.flag.removeprefix("--").replace("-", "_")
 
-    def help_in(self, face: Face, *, mark: bool = True) -> str:
-        return f"{self.help} {FACE_MARK[self.only]}" if self.only and mark else self.help
+    def marked_help(self) -> str:
+        """The help, saying "(notebook only)" or "(command only)" when it is."""
+        return f"{self.help} {FACE_MARK[self.only]}" if self.only else self.help
 
 
 STORE = Option("--store", "the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
@@ -116,13 +119,13 @@ PROVIDER_OPTIONS = (
            "openai, openrouter, anthropic, local (needs --base-url) or demo; default: "
            "$HARNESSNB_PROVIDER, else the first API key found (OPENROUTER_API_KEY, "
            "ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model",
-           {"metavar": "NAME", "choices": PROVIDER_NAMES}),
+           {"metavar": "NAME", "choices": PROVIDER_NAMES}, scope="loop"),
     Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
     Option("--base-url", "another server speaking the provider's protocol",
-           {"metavar": "URL"}),
+           {"metavar": "URL"}, scope="loop"),
     Option("--fallback", "providers to fall back to, in order, after a retryable failure",
            {"metavar": "NAME", "nargs": "+", "action": "extend", "default": [],
-            "choices": PROVIDER_NAMES}),
+            "choices": PROVIDER_NAMES}, scope="loop"),
 )  # fmt: skip
 
 OUTPUT_OPTIONS = (
@@ -136,13 +139,13 @@ _AGENT_OPTIONS = (
     Option("--agent",
            "hand the task to this coding-agent CLI: claude, codex or copilot (it must be "
            "installed and logged in)",
-           {"metavar": "CLI", "choices": AGENT_NAMES}, group="agent"),
+           {"metavar": "CLI", "choices": AGENT_NAMES}, scope="agent"),
     Option("--session", "continue the CLI session bound to NAME (bound on first use)",
-           {"metavar": "NAME"}, group="agent"),
+           {"metavar": "NAME"}, scope="agent"),
     Option("--permission", "what the CLI may do in the workspace (default read_only)",
-           {"choices": PERMISSIONS}, group="agent"),
+           {"choices": PERMISSIONS}, scope="agent"),
     Option("--timeout", "kill the CLI and all its processes after S seconds",
-           {"metavar": "S", "type": positive_float}, group="agent"),
+           {"metavar": "S", "type": positive_float}, scope="agent"),
 )  # fmt: skip
 
 RUN_OPTIONS: tuple[Option, ...] = (
@@ -153,18 +156,19 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "DIR"},
            per_face={"command": {"required": True}, "notebook": {"default": "."}}),
     Option("--verify", "success when FILE contains TEXT", {"metavar": '"FILE contains TEXT"'},
-           exclusive="verify"),
+           scope="loop", exclusive="verify"),
     Option("--verify-cmd", "success when COMMAND exits 0 in the workspace",
-           {"metavar": '"COMMAND"'}, exclusive="verify"),
+           {"metavar": '"COMMAND"'}, scope="loop", exclusive="verify"),
     Option("--max-steps",
            "model turns allowed, at least 1 (default 12; with --agent, the CLI's own turn "
            "limit where it has one)",
            {"metavar": "N", "type": positive_int}),
     Option("--max-seconds", "wall-clock budget in seconds (default: none)",
-           {"metavar": "S", "type": positive_float}),
+           {"metavar": "S", "type": positive_float}, scope="loop"),
     STORE,
     Option("--allow-write", "workspace paths the agent may write without asking",
-           {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []}),
+           {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
+           scope="loop"),
     *_AGENT_OPTIONS,
     *OUTPUT_OPTIONS,
 )  # fmt: skip
@@ -189,7 +193,7 @@ def add_options(
 
     def home(option: Option) -> Any:
         target: Any = parser
-        if option.group == "agent":
+        if option.scope == "agent":
             if "agent" not in groups:
                 groups["agent"] = parser.add_argument_group(*_AGENT_GROUP)
             target = groups["agent"]
@@ -204,20 +208,20 @@ def add_options(
         if option.only not in (None, face):
             continue
         spec = {**option.spec, **option.per_face.get(face, {})}
-        home(option).add_argument(option.flag, help=option.help_in(face, mark=mark), **spec)
+        text = option.marked_help() if mark else option.help
+        home(option).add_argument(option.flag, help=text, **spec)
 
 
 # ------------------------------------------------------------------ validation
 
-# Options of harnessnb's own loop that mean nothing to a coding-agent CLI, and back.
-_LOOP_ONLY = ("--provider", "--base-url", "--fallback", "--verify", "--verify-cmd",
-              "--max-seconds", "--allow-write")  # fmt: skip
-_AGENT_ONLY = ("--session", "--permission", "--timeout")
-
-
-def _given(args: argparse.Namespace, flag: str) -> bool:
-    value = getattr(args, flag.removeprefix("--").replace("-", "_"), None)
-    return value is not None and value is not False and value != []
+def _given(args: argparse.Namespace, scope: str) -> list[str]:
+    """The flags of ``scope`` given in ``args``, in the order of ``RUN_OPTIONS``."""
+    given = []
+    for option in RUN_OPTIONS:
+        value = getattr(args, option.dest, None)
+        if option.scope == scope and value is not None and value is not False and value != []:
+            given.append(option.flag)
+    return given
 
 
 def check_provider_options(args: argparse.Namespace) -> None:
@@ -243,13 +247,13 @@ def check_run_options(args: argparse.Namespace) -> None:
             folder, or a ``--verify``/``--verify-cmd`` text that does not parse.
     """
     if args.agent:
-        loop_only = [flag for flag in _LOOP_ONLY if _given(args, flag)]
+        loop_only = _given(args, "loop")
         if loop_only:
             hint = " (use --permission edit)" if loop_only[0] == "--allow-write" else ""
             raise ConfigError(f"{loop_only[0]} applies to harnessnb's own loop, not to "
                               f"--agent {args.agent}{hint}")  # fmt: skip
     else:
-        agent_only = [flag for flag in _AGENT_ONLY if _given(args, flag)]
+        agent_only = _given(args, "agent")
         if agent_only:
             raise ConfigError(f"{agent_only[0]} applies only with --agent")
         check_provider_options(args)
