@@ -4,14 +4,17 @@ Commands::
 
     harnessnb demo [--seed N] [--chaos | --no-chaos] [--stall] [--workspace DIR]
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
-                  [--verify "FILE contains TEXT"] [--allow-write GLOB ...]
-                  [--max-steps N] [--max-seconds S]
+                  [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
+                  [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
+                  [--fallback NAME ...]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
+``run`` and ``resume`` take the options of ``%harness run``/``resume``, defined once in
+``launch._options`` (less the notebook's ``--out`` and ``--quiet``).
 Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
 ``runs.duckdb`` in the working directory: the same store the notebook magics use).
 With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
@@ -37,17 +40,28 @@ Errors print as the error's short text card, never as a Python traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .launch._options import (
+    RESUME_OPTIONS,
+    RUN_OPTIONS,
+    STORE,
+    add_options,
+    agent_from,
+    check_provider_options,
+    check_run_options,
+    contract_from,
+    policy_from,
+)
+from .launch._words import event_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
 from .loop._durable import resume_sync
-from .rules._errors import ConfigError, HarnessError, wrap_unknown
+from .rules._errors import HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._text import shorten
@@ -97,11 +111,10 @@ exit codes: 0 success/finished, 1 error outside a run, 2 usage or configuration 
 
 
 class LineProgress:
-    """Prints one line per step (with its tool calls), retry, fallback and stall."""
+    """Prints one line per event worth a line, in the words of ``launch._words``."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
-        self._calls: list[str] = []
         self.run_id: str | None = None
         self.max_steps = 0
 
@@ -111,57 +124,14 @@ class LineProgress:
             print(line, file=self._stream or sys.stdout, flush=True)
 
     def line(self, event: RunEvent) -> str | None:
-        """The line for ``event``, or None (tool calls wait for their step's line)."""
-        data = event.data
-        kind = event.kind
-        if kind == "started":
+        """The line for ``event`` (indented below its run's first line), or None."""
+        if event.kind == "started":
             self.run_id = event.run_id
-            self.max_steps = int(data.get("max_steps") or 0)
-            verb = "resumed" if data.get("resumed") else "started"
-            return f"{verb} {event.run_id} with {data.get('provider')} ({data.get('model')})"
-        if kind == "tool_call":
-            self._calls.append(
-                f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
-            )
-            return None
-        if kind == "step":
-            calls, self._calls = self._calls, []
-            did = "; ".join(calls) if calls else "answered"
-            of = f"/{self.max_steps}" if self.max_steps else ""
-            return f"  step {event.step}{of}: {did} [{data.get('tokens')} tokens]"
-        if kind == "retry":
-            after = " (Retry-After)" if data.get("retry_after") is not None else ""
-            return (
-                f"  retry: {data.get('kind')}{_http(data.get('status'))} from "
-                f"{data.get('provider')}, waiting {float(data.get('delay') or 0):.1f} s{after}, "
-                f"attempt {data.get('attempt')}/{data.get('max_attempts')}"
-            )
-        if kind == "fell_back":
-            return (
-                f"  fallback: {data.get('from_provider')} failed with {data.get('kind')}"
-                f"{_http(data.get('status'))}; trying the next provider"
-            )
-        if kind in ("replan", "stalled"):
-            then = "told the model to change approach" if kind == "replan" else "stopping"
-            return f"  stall ({data.get('signal')}): {data.get('detail')}; {then}"
-        if kind == "refused":
-            return f"  refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
-        if kind == "shrunk":
-            return "  context too long: old tool output dropped and the call retried"
-        return None
-
-
-def _http(status: Any) -> str:
-    return f" (HTTP {status})" if status is not None else ""
-
-
-def _args(args: Any, limit: int = 50) -> str:
-    if isinstance(args, dict) and "content" in args:
-        # A file body says nothing on one line; its size does.
-        args = {**args, "content": f"<{len(str(args['content']))} chars>"}
-    text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args)
-    text = text.removeprefix("{").removesuffix("}")
-    return shorten(text, limit)
+            self.max_steps = int(event.data.get("max_steps") or 0)
+        words = event_words(event, max_steps=self.max_steps)
+        if words is None or event.kind == "started":
+            return words
+        return "  " + words
 
 
 # ------------------------------------------------------------------ parser
@@ -170,20 +140,7 @@ def _args(args: Any, limit: int = 50) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``harnessnb`` command."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store",
-        metavar="PATH",
-        help="the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
-    )
-    choice = argparse.ArgumentParser(add_help=False)
-    choice.add_argument(
-        "--provider",
-        choices=("openai", "openrouter", "anthropic", "local", "demo"),
-        help="default: $HARNESSNB_PROVIDER, else the first API key found, else demo",
-    )
-    choice.add_argument("--model", metavar="M", help="the model (default: the provider's)")
-    choice.add_argument("--base-url", metavar="URL", help="another server for the protocol")
-
+    add_options(common, [STORE], "command")
     parser = argparse.ArgumentParser(
         prog="harnessnb",
         description="Run LLM agents on tasks in a workspace, durably; analyse the runs.",
@@ -191,7 +148,33 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_demo(sub, common)
 
+    # run and resume take the options of %harness run / resume (launch._options).
+    run = sub.add_parser("run", help="run an agent on a task", epilog=_EPILOG)
+    run.add_argument("task", metavar="TASK", help="the task, in plain words")
+    add_options(run, RUN_OPTIONS, "command")
+    run.set_defaults(handler=cmd_run)
+
+    resume = sub.add_parser("resume", help="continue an interrupted run", epilog=_EPILOG)
+    resume.add_argument("run_id", metavar="RUN_ID")
+    add_options(resume, RESUME_OPTIONS, "command")
+    resume.set_defaults(handler=cmd_resume)
+
+    runs = sub.add_parser("runs", parents=[common], help="list the runs in the store")
+    runs.set_defaults(handler=cmd_runs)
+
+    failures = sub.add_parser(
+        "failures", parents=[common], help="failure rates from the store's attempts"
+    )
+    failures.add_argument(
+        "--by", default="provider,kind", metavar="COLS", help="comma-separated columns"
+    )
+    failures.set_defaults(handler=cmd_failures)
+    return parser
+
+
+def _add_demo(sub: Any, common: argparse.ArgumentParser) -> None:
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -208,59 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--chaos",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="inject failures: " + ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()),
+        # argparse %-formats help text: a literal percent sign is written %%.
+        help="inject failures: " + ", ".join(f"{k} {v:.0%}%" for k, v in DEMO_CHAOS.items()),
     )
     demo.add_argument("--stall", action="store_true", help="make the model loop on one read")
     demo.add_argument("--workspace", metavar="DIR", help="where to build the demo project")
     demo.set_defaults(handler=cmd_demo)
-
-    run = sub.add_parser(
-        "run", parents=[common, choice], help="run an agent on a task", epilog=_EPILOG
-    )
-    run.add_argument("task", metavar="TASK", help="the task, in plain words")
-    run.add_argument("--workspace", metavar="DIR", required=True, help="the folder to work in")
-    run.add_argument("--verify", metavar='"FILE contains TEXT"', help="the success check")
-    run.add_argument(
-        "--allow-write",
-        metavar="GLOB",
-        nargs="+",
-        action="extend",
-        default=[],
-        help="allow writing these paths without asking",
-    )
-    run.add_argument("--max-steps", type=int, metavar="N",
-                     help="model turns allowed (default 12; with --agent, the CLI's own "
-                     "turn limit where it has one)")  # fmt: skip
-    run.add_argument("--max-seconds", type=float, metavar="S")
-    agent = run.add_argument_group(
-        "coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's own loop")
-    agent.add_argument("--agent", choices=("claude", "claude-code", "codex", "copilot"),
-                       help="the CLI to run (it must be installed and logged in)")
-    agent.add_argument("--session", metavar="NAME",
-                       help="continue the CLI session bound to NAME (bound on first use)")
-    agent.add_argument("--permission", choices=("read_only", "edit", "bypass"),
-                       help="what the CLI may do in the workspace (default read_only)")
-    agent.add_argument("--timeout", type=float, metavar="S",
-                       help="kill the CLI and all its processes after S seconds")  # fmt: skip
-    run.set_defaults(handler=cmd_run)
-
-    resume = sub.add_parser(
-        "resume", parents=[common, choice], help="continue an interrupted run", epilog=_EPILOG
-    )
-    resume.add_argument("run_id", metavar="RUN_ID")
-    resume.set_defaults(handler=cmd_resume)
-
-    runs = sub.add_parser("runs", parents=[common], help="list the runs in the store")
-    runs.set_defaults(handler=cmd_runs)
-
-    failures = sub.add_parser(
-        "failures", parents=[common], help="failure rates from the store's attempts"
-    )
-    failures.add_argument(
-        "--by", default="provider,kind", metavar="COLS", help="comma-separated columns"
-    )
-    failures.set_defaults(handler=cmd_failures)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,7 +232,9 @@ def _store(args: argparse.Namespace) -> Store:
 def _provider(args: argparse.Namespace) -> Provider:
     from .launch._choose import choose_provider
 
-    provider, note = choose_provider(args.provider, model=args.model, base_url=args.base_url)
+    provider, note = choose_provider(
+        args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
+    )
     if note:
         print(f"note: {note}", flush=True)
     return provider
@@ -380,28 +318,11 @@ def _run_failures(store: Store, run_id: str) -> pd.DataFrame:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --workspace DIR``."""
-    from .launch._choose import parse_verify
-
-    if not Path(args.workspace).is_dir():
-        raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
+    check_run_options(args)
     if args.agent:
         return _run_agent(args)
-    for flag in ("session", "permission", "timeout"):
-        if getattr(args, flag) is not None:
-            raise ConfigError(f"--{flag} applies only with --agent")
-    verification = parse_verify(args.verify) if args.verify else None
-    policy = Policy.default()
-    if args.allow_write:
-        policy = policy.layer("cli")
-        for glob in args.allow_write:
-            policy = policy.allow_write(glob)
-    contract = TaskContract(
-        args.task,
-        args.workspace,
-        verification=verification,
-        max_steps=args.max_steps or 12,
-        max_seconds=args.max_seconds,
-    )
+    contract = contract_from(args, args.task)
+    policy = policy_from(args, "cli")
     provider = _provider(args)
     store = _store(args)
     progress = LineProgress()
@@ -414,14 +335,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_agent(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --agent CLI``: a coding-agent CLI instead of the loop."""
-    from .agents import driver, run_sync
+    from .agents import run_sync
 
-    for attr in ("provider", "base_url", "verify", "allow_write", "max_seconds"):
-        if getattr(args, attr):
-            flag = "--" + attr.replace("_", "-")
-            raise ConfigError(f"{flag} applies to harnessnb's own loop, not to --agent")
-    agent = driver(args.agent, model=args.model, permission=args.permission or "read_only",
-                   timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
+    agent = agent_from(args)
     store = _store(args)
     progress = LineProgress()
     result = _drive(
@@ -437,9 +353,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
     from .launch._choose import provider_for_resume
 
+    check_provider_options(args)
     store = _store(args)
     provider, note = provider_for_resume(
-        _recorded_run(store, args.run_id), args.provider, model=args.model, base_url=args.base_url
+        _recorded_run(store, args.run_id), args.provider, model=args.model,
+        base_url=args.base_url, fallbacks=args.fallback,
     )
     if note:
         print(f"note: {note}", flush=True)

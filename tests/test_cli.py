@@ -51,7 +51,7 @@ def test_main_job_command_succeeds_without_keys_and_prints_a_failure_table(
     table = out.stdout.split("failures of this run, from the store")[1]
     rows = {m[0]: int(m[1]) for m in re.findall(r"^\s+demo\s+(\w+)\s+\d+\s+(\d+)", table, re.M)}
     assert rows == {"rate_limited": 1, "server": 1, "malformed": 1}
-    assert "retry: rate_limited (HTTP 429) from demo, waiting 1.0 s (Retry-After)" in out.stdout
+    assert "\n  rate_limited (HTTP 429) - retrying in 1 s, attempt 2/5\n" in out.stdout
     with hn.Store(tmp_path / "demo.duckdb") as store:
         assert store.failure_rates()["failures"].sum() == 3
         assert store.runs()["outcome"].tolist() == ["success"]
@@ -97,6 +97,27 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         assert word in text.replace("\n", " ")
 
 
+@pytest.mark.parametrize("command", ["demo", "run", "resume", "runs", "failures"])
+def test_every_command_help_exits_0(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    assert f"harnessnb {command}" in capsys.readouterr().out
+
+
+def test_every_command_of_the_parser_is_in_the_help_test() -> None:
+    import argparse
+
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(["demo", "run", "resume", "runs", "failures"])
+
+
+def test_demo_help_shows_the_chaos_rates(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    assert "rate_limited 20%" in capsys.readouterr().out
+
+
 def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli.main(["run", "--workspace"])
@@ -133,7 +154,8 @@ def test_run_verifies_and_allows_the_named_write(
     out = capsys.readouterr().out
     assert code == 0
     assert "note: no API key found" in out and DEMO_LABEL in out  # no key: the demo model
-    assert "step 3/12: write_file" in out and "success" in out
+    assert '\n  write_file("path": "NOTES.md", "content": "<' in out
+    assert "\n  step 3/12: 1 tool call, " in out and "success" in out
 
 
 def test_a_config_error_is_a_short_card_not_a_traceback(

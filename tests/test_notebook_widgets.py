@@ -54,9 +54,11 @@ def test_fallback_replan_and_step_served_elsewhere_become_notes() -> None:
     assert state.notes == [
         "fell back from openai after server (HTTP 503)",
         "step 1 served by anthropic",
-        "replan: window - same calls",
+        "stall (window): same calls; told the model to change approach",
     ]
-    assert "<li>replan: window - same calls</li>" in state.html(now=2.0)
+    assert "<li>stall (window): same calls; told the model to change approach</li>" in state.html(
+        now=2.0
+    )
 
 
 def test_progress_html_escapes_tool_arguments() -> None:

@@ -2,6 +2,10 @@
 
 - ``_choose``: which provider a face's words name (``--provider``, keys in the
   environment, the demo model), and ``--verify``/``--verify-cmd`` parsing.
+- ``_options``: the run and resume options of both faces (names, defaults,
+  validation, help) and what they mean (contract, policy, agent driver).
+- ``_words``: a run event in words, for the command's progress lines and the
+  notebook's text and widget progress.
 
 May import: ``agents``, ``demo``, ``loop`` and everything beneath. Never IPython.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from ..rules._errors import ConfigError
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KEY_ORDER",
     "PROVIDER_NAMES",
+    "ProviderWords",
     "build_provider",
     "choose_provider",
     "parse_verify",
@@ -81,27 +82,32 @@ def choose_provider(
     return Fallback(primary, *others), note
 
 
+class ProviderWords(TypedDict, total=False):
+    """The keywords of ``choose_provider`` after the name, for callers that pass them on."""
+
+    model: str | None
+    base_url: str | None
+    fallbacks: Sequence[str]
+    env: Mapping[str, str] | None
+
+
 def provider_for_resume(
-    run: Mapping[str, Any] | None,
-    name: str | None = None,
-    *,
-    model: str | None = None,
-    base_url: str | None = None,
-    fallbacks: Sequence[str] = (),
-    env: Mapping[str, str] | None = None,
+    run: Mapping[str, Any] | None, name: str | None = None, **words: Unpack[ProviderWords]
 ) -> tuple[Provider, str]:
     """The provider to resume ``run`` (its stored row) with.
 
     A provider named by the caller wins. Otherwise the provider the run was recorded
     with, when it is one of ours by name (a resumed run should not silently switch
     providers because the environment changed), with its recorded model; otherwise
-    the same choice as ``choose_provider``.
+    the same choice as ``choose_provider``, which takes the same ``words``.
     """
     recorded = str((run or {}).get("provider") or "").lower()
-    if name is None and not base_url and recorded in ("openai", "openrouter", "anthropic", "demo"):
-        chosen = build_provider(recorded, model=model or (run or {}).get("model"), env=env)
+    known = recorded in ("openai", "openrouter", "anthropic", "demo")
+    if name is None and not words.get("base_url") and known:
+        model = words.get("model") or (run or {}).get("model")
+        chosen = build_provider(recorded, model=model, env=words.get("env"))
         return chosen, f"resuming with the provider the run was recorded with: {recorded}"
-    return choose_provider(name, model=model, base_url=base_url, fallbacks=fallbacks, env=env)
+    return choose_provider(name, **words)
 
 
 def _name_from_env(env: Mapping[str, str], base_url: str | None) -> tuple[str, str]:

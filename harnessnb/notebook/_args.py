@@ -1,8 +1,9 @@
 """Argument parsing for ``%harness`` / ``%%harness``: argparse that never exits.
 
-Every problem is one ``UsageError`` line (IPython shows it without a traceback);
-``--help`` prints the help and stops the magic. ``argparse`` would otherwise call
-``sys.exit``, which IPython reports as a SystemExit traceback.
+The options of ``run`` and ``resume`` are those of ``harnessnb run``/``resume``, from
+``launch._options``. Every problem is one ``UsageError`` line (IPython shows it
+without a traceback); ``--help`` prints the help and stops the magic. ``argparse``
+would otherwise call ``sys.exit``, which IPython reports as a SystemExit traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 
-from ..launch._choose import PROVIDER_NAMES
-
-AGENT_NAMES = ("claude", "claude-code", "codex", "copilot")
+from ..launch._options import OUTPUT_OPTIONS, RESUME_OPTIONS, RUN_OPTIONS, STORE, add_options
 
 __all__ = ["SUBCOMMANDS", "HelpShown", "help_text", "interpolate", "parse", "words"]
 
@@ -42,73 +41,31 @@ def _parser(sub: str, description: str) -> _Parser:
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", metavar="PATH",
-                   help="DuckDB file of runs (default: $HARNESSNB_STORE or ./runs.duckdb)")
+    add_options(p, [STORE], "notebook")
 
 
-def _provider_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", metavar="NAME", choices=PROVIDER_NAMES,
-                   help="openai, openrouter, anthropic, local (needs --base-url) or demo; "
-                   "default: $HARNESSNB_PROVIDER, else the first API key found "
-                   "(OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model")
-    p.add_argument("--model", metavar="M", help="model name (default: the provider's)")
-    p.add_argument("--base-url", metavar="URL", help="another server for the provider")
-    p.add_argument("--fallback", metavar="NAME", nargs="+", default=[], choices=PROVIDER_NAMES,
-                   help="providers to fall back to, in order, after a retryable failure")
-
-
-def _output_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="VAR", help="assign the result to VAR in the notebook")
-    p.add_argument("--quiet", action="store_true",
-                   help="no live progress, and no card unless the run failed")
+def _out_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="VAR", help="assign the DataFrame to VAR")
 
 
 def _build() -> dict[str, _Parser]:
     run = _parser("run", "Run an agent on the task (the cell body, or TASK on the line).")
     run.add_argument("task", nargs="*", metavar="TASK", help="the task (line magic form)")
-    _provider_options(run)
-    run.add_argument("--workspace", metavar="DIR", default=".",
-                     help="folder the agent works in (default: the current folder)")
-    check = run.add_mutually_exclusive_group()
-    check.add_argument("--verify", metavar='"FILE contains TEXT"',
-                       help="success when FILE contains TEXT")
-    check.add_argument("--verify-cmd", metavar='"COMMAND"',
-                       help="success when COMMAND exits 0 in the workspace")
-    run.add_argument("--max-steps", metavar="N", type=_positive_int,
-                     help="model turns allowed (default 12; with --agent, the CLI's own "
-                     "turn limit where it has one)")
-    run.add_argument("--max-seconds", metavar="S", type=_positive_float,
-                     help="wall-clock budget in seconds (default: none)")
-    _store_option(run)
-    run.add_argument("--allow-write", metavar="GLOB", nargs="+", default=[],
-                     help="workspace paths the agent may write without asking")
-    agent = run.add_argument_group(
-        "coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's own loop")
-    agent.add_argument("--agent", metavar="CLI", choices=AGENT_NAMES,
-                       help="claude, codex or copilot (the CLI must be installed and logged in)")
-    agent.add_argument("--session", metavar="NAME",
-                       help="continue the CLI session bound to NAME (bound on first use)")
-    agent.add_argument("--permission", choices=("read_only", "edit", "bypass"),
-                       help="what the CLI may do in the workspace (default read_only)")
-    agent.add_argument("--timeout", metavar="S", type=_positive_float,
-                       help="kill the CLI and all its processes after S seconds")
-    _output_options(run)
+    add_options(run, RUN_OPTIONS, "notebook")
 
     resume = _parser("resume", "Continue a run where its last committed step left it.")
     resume.add_argument("run_id", metavar="RUN_ID")
-    _provider_options(resume)
-    _store_option(resume)
-    _output_options(resume)
+    add_options(resume, RESUME_OPTIONS, "notebook")
 
     runs = _parser("runs", "The runs table as a DataFrame.")
     _store_option(runs)
-    runs.add_argument("--out", metavar="VAR", help="assign the DataFrame to VAR")
+    _out_option(runs)
 
     failures = _parser("failures", "Attempt failure rates as a DataFrame.")
     failures.add_argument("--by", metavar="COLS", default="provider,kind",
                           help="comma-separated grouping columns (default provider,kind)")
     _store_option(failures)
-    failures.add_argument("--out", metavar="VAR", help="assign the DataFrame to VAR")
+    _out_option(failures)
 
     show = _parser("show", "A run's card, steps, attempts and tool calls.")
     show.add_argument("run_id", metavar="RUN_ID")
@@ -121,33 +78,13 @@ def _build() -> dict[str, _Parser]:
                         help="store to record the replay in (default: in memory)")
     replay.add_argument("--workspace", metavar="DIR",
                         help="a copy of the workspace as it was before the run")
-    _output_options(replay)
+    add_options(replay, OUTPUT_OPTIONS, "notebook", mark=False)  # no `harnessnb replay`
 
     tb = _parser("tb", "The full traceback (or stored error) a card shortened.")
     tb.add_argument("run_id", metavar="RUN_ID")
     _store_option(tb)
     return {"run": run, "resume": resume, "runs": runs, "failures": failures, "show": show,
             "replay": replay, "tb": tb}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
-    return value
 
 
 PARSERS = _build()

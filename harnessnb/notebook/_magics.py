@@ -19,9 +19,16 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
-from ..launch._choose import choose_provider, parse_verify, parse_verify_cmd
+from ..launch._choose import choose_provider
+from ..launch._options import (
+    agent_from,
+    check_provider_options,
+    check_run_options,
+    contract_from,
+    policy_from,
+)
 from ..loop._bridge import loop_thread, run_blocking
-from ..loop._contract import Command, FileContains, RunOutcome, TaskContract
+from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
 from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
@@ -248,49 +255,25 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
     return handler(shell, args, cell)
 
 
-def _check_provider_args(sub: str, args: argparse.Namespace) -> None:
-    if args.provider == "local" and not args.base_url:
-        raise UsageError(
-            f"%harness {sub}: --provider local needs --base-url (an OpenAI-compatible "
-            "server, e.g. http://127.0.0.1:8000/v1)"
-        )
-
-
-# Options of harnessnb's own loop that mean nothing to a coding-agent CLI.
-_LOOP_ONLY = (("provider", "--provider"), ("base_url", "--base-url"), ("fallback", "--fallback"),
-              ("verify", "--verify"), ("verify_cmd", "--verify-cmd"),
-              ("max_seconds", "--max-seconds"), ("allow_write", "--allow-write"))  # fmt: skip
-_AGENT_ONLY = (("session", "--session"), ("permission", "--permission"), ("timeout", "--timeout"))
+def _checked(sub: str, check: Callable[[argparse.Namespace], None],
+             args: argparse.Namespace) -> None:
+    """Run a ``launch._options`` check; its ``ConfigError`` is a one-line usage error."""
+    try:
+        check(args)
+    except ConfigError as err:
+        raise UsageError(f"%harness {sub}: {err.message}") from None
 
 
 def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
     from ..loop._driver import new_id
     from ..loop._driver import run as run_loop
-    from ..rules._policy import Policy
 
     task = _task(shell, args, cell)
+    _checked("run", check_run_options, args)
     if args.agent:
         return _plan_agent_run(shell, args, task)
-    given = [flag for attr, flag in _AGENT_ONLY if getattr(args, attr)]
-    if given:
-        raise UsageError(f"%harness run: {given[0]} applies only with --agent")
-    _check_provider_args("run", args)
-    verification: FileContains | Command | None = None
     try:
-        if args.verify:
-            verification = parse_verify(args.verify)
-        elif args.verify_cmd:
-            verification = parse_verify_cmd(args.verify_cmd)
-    except ConfigError as err:  # a malformed option: one line, like any argument error
-        raise UsageError(f"%harness run: {err.message}") from None
-    try:
-        contract = TaskContract(
-            task,
-            args.workspace,
-            verification=verification,
-            max_steps=args.max_steps or 12,
-            max_seconds=args.max_seconds,
-        )
+        contract = contract_from(args, task)
         provider, note = choose_provider(
             args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
         )
@@ -298,11 +281,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     except HarnessError as err:
         _fail(err)
         raise
-    policy = Policy.default()
-    if args.allow_write:
-        policy = policy.layer("magic")
-        for glob in args.allow_write:
-            policy = policy.allow_write(glob)
+    policy = policy_from(args, "magic")
     run_id = new_id("run")
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
@@ -313,22 +292,13 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
 
 
 def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
-    from ..agents import driver
     from ..agents import run as run_agent
     from ..loop._driver import new_id
 
-    given = [flag for attr, flag in _LOOP_ONLY if getattr(args, attr)]
-    if given:
-        hint = " (use --permission edit)" if given[0] == "--allow-write" else ""
-        raise UsageError(f"%harness run: {given[0]} applies to harnessnb's own loop, not to "
-                         f"--agent {args.agent}{hint}")  # fmt: skip
     try:
-        agent = driver(args.agent, model=args.model, permission=args.permission or "read_only",
-                       timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
+        agent = agent_from(args)
     except ConfigError as err:
         raise UsageError(f"%harness run: {err.message}") from None
-    if not os.path.isdir(args.workspace):
-        raise UsageError(f"%harness run: the workspace {args.workspace!r} is not a folder")
     try:
         store = _store(args.store)
     except HarnessError as err:
@@ -363,7 +333,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     from ..loop._durable import resume
     from ..rules._errors import StoreError
 
-    _check_provider_args("resume", args)
+    _checked("resume", check_provider_options, args)
     try:
         store = _store(args.store)
         try:

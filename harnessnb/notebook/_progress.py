@@ -1,27 +1,30 @@
 """Live progress of a run: a state folded from ``RunEvent``s, shown as a widget or text.
 
-``ProgressState`` is pure (events in, text/HTML out; time is an argument). The two
-views take events on the harness loop thread: ``WidgetProgress`` sets ipywidgets
-traits there (ipykernel sends comm messages from any thread through its IOPub
-thread), throttled; ``TextProgress`` prints one line per event worth a line.
+``ProgressState`` is pure (events in, text/HTML out; time is an argument); its lines
+are the words the command prints too (``launch._words``). The two views take events
+on the harness loop thread: ``WidgetProgress`` sets ipywidgets traits there
+(ipykernel sends comm messages from any thread through its IOPub thread), throttled;
+``TextProgress`` prints one line per event worth a line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
+from ..launch._words import event_words, retry_words
 from ..loop._events import RunEvent
 from ..rules._html import Tone, bold, bullets, code, panel, text_block, tinted
 
 __all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
 
 _NOTES_KEPT = 6
+# Events whose line stays in the panel's short list of notes.
+_NOTED = frozenset({"fell_back", "replan", "stalled", "refused", "approval_decided", "shrunk"})
 
 
 @dataclasses.dataclass
@@ -40,20 +43,18 @@ class ProgressState:
     outcome: str | None = None
 
     def fold(self, event: RunEvent, now: float) -> str | None:
-        """Apply ``event``; return a one-line description when it deserves a line."""
+        """Apply ``event``; return its line (``launch._words``) when it deserves one."""
         data = event.data
         kind = event.kind
         self.run_id = event.run_id or self.run_id
-        line: str | None = None
         if kind == "started":
             self.started = self.started or now
             self.max_steps = int(data.get("max_steps") or self.max_steps)
             self.provider = str(data.get("provider") or "")
             self.step = max(self.step, event.step)
-            verb = "resumed" if data.get("resumed") else "started"
-            line = f"{verb} {event.run_id} with {self.provider} ({data.get('model')})"
             self.activity = "waiting for the model"
-        elif kind == "step":
+        line = event_words(event, max_steps=self.max_steps)
+        if kind == "step":
             self.retry = None
             self.step = event.step
             self.tokens = int(data.get("tokens") or self.tokens)
@@ -61,14 +62,9 @@ class ProgressState:
             if served and self.provider and served != self.provider:
                 self._note(f"step {event.step} served by {served}")
             self.activity = "waiting for the model"
-            line = (
-                f"step {event.step}{_of(self.max_steps)}: {data.get('tool_calls', 0)} tool "
-                f"call(s), {self.tokens} tokens"
-            )
         elif kind == "tool_call":
             self.retry = None
-            self.activity = f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
-            line = f"  {self.activity}"
+            self.activity = line or ""
         elif kind == "retry":
             delay = float(data.get("delay") or 0.0)
             self.retry = (
@@ -78,32 +74,14 @@ class ProgressState:
                 int(data.get("max_attempts") or 0),
                 now + delay,
             )
-            line = self.retry_line(now)
-        elif kind == "fell_back":
-            line = (
-                f"fell back from {data.get('from_provider')} after {data.get('kind')}"
-                f"{_http(data.get('status'))}"
-            )
-            self._note(line)
-        elif kind in ("replan", "stalled"):
-            line = f"{kind}: {data.get('signal')} - {data.get('detail')}"
-            self._note(line)
-        elif kind == "refused":
-            line = f"refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
-            self._note(line)
         elif kind == "approval_requested":
             self.activity = "waiting for approval"
-            line = f"approval asked: {data.get('act', '')} {data.get('target', '')}".rstrip()
-        elif kind == "approval_decided":
-            line = f"approval: {data.get('decision', data.get('kind', ''))}"
-            self._note(line)
-        elif kind == "shrunk":
-            line = "context too long: old tool output dropped and the call retried"
-            self._note(line)
         elif kind == "finished":
             self.retry = None
             self.outcome = str(data.get("outcome"))
             self.activity = f"finished: {self.outcome}"
+        if line and kind in _NOTED:
+            self._note(line)
         return line
 
     def _note(self, text: str) -> None:
@@ -114,8 +92,7 @@ class ProgressState:
         if self.retry is None:
             return ""
         kind, status, attempt, of, until = self.retry
-        wait = max(0, math.ceil(until - now))
-        return f"{kind}{_http(status)} - retrying in {wait} s, attempt {attempt}/{of}"
+        return retry_words(kind, status, until - now, attempt, of)
 
     def text(self, now: float) -> str:
         """The whole state as one line (for a text status)."""
@@ -138,15 +115,6 @@ class ProgressState:
             text_block(tinted(retry, Tone.WARN) if retry else self.activity),
             bullets(self.notes),
         ))  # fmt: skip
-
-
-def _http(status: Any) -> str:
-    return f" (HTTP {status})" if status is not None else ""
-
-
-def _args(args: Any, limit: int = 60) -> str:
-    text = str(args) if not isinstance(args, str) else args
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class TextProgress:

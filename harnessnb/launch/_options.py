@@ -1,0 +1,311 @@
+"""The options of a run, defined once for both faces: names, defaults, validation, help.
+
+``harnessnb run``/``resume`` (argparse in ``cli``) and ``%harness run``/``resume``
+(argparse in ``notebook._args``) add the same ``Option`` rows to their parsers with
+``add_options``. An option that makes sense in one face only is added there alone,
+its help saying so ("(notebook only)", "(command only)"). What argparse cannot check
+(options that need or exclude ``--agent``, ``--provider local`` without ``--base-url``,
+the workspace, the ``--verify`` text) ``check_run_options`` checks, raising
+``ConfigError``: the command shows it as a card (exit 2), the magic as a ``UsageError``.
+
+``--max-steps 0`` is a usage error in both faces: zero model turns cannot run a task
+(the command once ran it as the default 12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..rules._errors import ConfigError
+from ._choose import PROVIDER_NAMES, parse_verify, parse_verify_cmd
+
+if TYPE_CHECKING:
+    from ..agents import AgentCLI
+    from ..loop._contract import TaskContract
+    from ..rules._policy import Policy
+
+__all__ = [
+    "AGENT_NAMES",
+    "FACE_MARK",
+    "OUTPUT_OPTIONS",
+    "PERMISSIONS",
+    "PROVIDER_OPTIONS",
+    "RESUME_OPTIONS",
+    "RUN_OPTIONS",
+    "STORE",
+    "Face",
+    "Option",
+    "add_options",
+    "agent_from",
+    "check_provider_options",
+    "check_run_options",
+    "contract_from",
+    "policy_from",
+    "positive_float",
+    "positive_int",
+]
+
+Face = Literal["command", "notebook"]
+FACE_MARK: dict[Face, str] = {"command": "(command only)", "notebook": "(notebook only)"}
+
+AGENT_NAMES = ("claude", "claude-code", "codex", "copilot")
+PERMISSIONS = ("read_only", "edit", "bypass")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One ``--flag``: its argparse keywords, help, and where it belongs.
+
+    Attributes:
+        flag: The option string, e.g. ``--max-steps``.
+        help: One help text for both faces (no ``%``: argparse formats help with it).
+        spec: Keywords for ``add_argument`` (metavar, type, choices, nargs, action, default).
+        only: The one face the option belongs to, or None for both.
+        per_face: Keywords that differ by face (``--workspace`` is required by the command).
+        scope: ``"agent"``: only with ``--agent`` (shown in the coding-agent CLI group);
+            ``"loop"``: harnessnb's own loop, refused with ``--agent``; None: either.
+        exclusive: Options sharing this name exclude each other.
+    """
+
+    flag: str
+    help: str
+    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    only: Face | None = None
+    per_face: Mapping[Face, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    scope: Literal["agent", "loop"] | None = None
+    exclusive: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The attribute argparse stores it in (``--max-steps`` -> ``max_steps``)."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    def marked_help(self) -> str:
+        """The help, saying "(notebook only)" or "(command only)" when it is."""
+        return f"{self.help} {FACE_MARK[self.only]}" if self.only else self.help
+
+
+STORE = Option("--store", "the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
+               {"metavar": "PATH"})  # fmt: skip
+
+PROVIDER_OPTIONS = (
+    Option("--provider",
+           "openai, openrouter, anthropic, local (needs --base-url) or demo; default: "
+           "$HARNESSNB_PROVIDER, else the first API key found (OPENROUTER_API_KEY, "
+           "ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model",
+           {"metavar": "NAME", "choices": PROVIDER_NAMES}, scope="loop"),
+    Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
+    Option("--base-url", "another server speaking the provider's protocol",
+           {"metavar": "URL"}, scope="loop"),
+    Option("--fallback", "providers to fall back to, in order, after a retryable failure",
+           {"metavar": "NAME", "nargs": "+", "action": "extend", "default": [],
+            "choices": PROVIDER_NAMES}, scope="loop"),
+)  # fmt: skip
+
+OUTPUT_OPTIONS = (
+    Option("--out", "assign the result to VAR in the notebook", {"metavar": "VAR"},
+           only="notebook"),
+    Option("--quiet", "no live progress, and no card unless the run failed",
+           {"action": "store_true"}, only="notebook"),
+)  # fmt: skip
+
+_AGENT_OPTIONS = (
+    Option("--agent",
+           "hand the task to this coding-agent CLI: claude, codex or copilot (it must be "
+           "installed and logged in)",
+           {"metavar": "CLI", "choices": AGENT_NAMES}, scope="agent"),
+    Option("--session", "continue the CLI session bound to NAME (bound on first use)",
+           {"metavar": "NAME"}, scope="agent"),
+    Option("--permission", "what the CLI may do in the workspace (default read_only)",
+           {"choices": PERMISSIONS}, scope="agent"),
+    Option("--timeout", "kill the CLI and all its processes after S seconds",
+           {"metavar": "S", "type": positive_float}, scope="agent"),
+)  # fmt: skip
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    *PROVIDER_OPTIONS,
+    Option("--workspace",
+           "the folder the agent works in (required by the command; in a notebook the "
+           "default is the current folder)",
+           {"metavar": "DIR"},
+           per_face={"command": {"required": True}, "notebook": {"default": "."}}),
+    Option("--verify", "success when FILE contains TEXT", {"metavar": '"FILE contains TEXT"'},
+           scope="loop", exclusive="verify"),
+    Option("--verify-cmd", "success when COMMAND exits 0 in the workspace",
+           {"metavar": '"COMMAND"'}, scope="loop", exclusive="verify"),
+    Option("--max-steps",
+           "model turns allowed, at least 1 (default 12; with --agent, the CLI's own turn "
+           "limit where it has one)",
+           {"metavar": "N", "type": positive_int}),
+    Option("--max-seconds", "wall-clock budget in seconds (default: none)",
+           {"metavar": "S", "type": positive_float}, scope="loop"),
+    STORE,
+    Option("--allow-write", "workspace paths the agent may write without asking",
+           {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
+           scope="loop"),
+    *_AGENT_OPTIONS,
+    *OUTPUT_OPTIONS,
+)  # fmt: skip
+"""The options of ``harnessnb run`` and ``%harness run`` (TASK is each face's own)."""
+
+RESUME_OPTIONS: tuple[Option, ...] = (*PROVIDER_OPTIONS, STORE, *OUTPUT_OPTIONS)
+"""The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
+
+_AGENT_GROUP = ("coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's "
+                "own loop")  # fmt: skip
+
+
+def add_options(
+    parser: argparse.ArgumentParser, options: Iterable[Option], face: Face, *, mark: bool = True
+) -> None:
+    """Add the ``options`` that belong to ``face`` to ``parser``, in order.
+
+    ``mark=False`` leaves out "(notebook only)" where the other face has no such
+    subcommand at all (``%harness replay``).
+    """
+    groups: dict[str, Any] = {}
+
+    def home(option: Option) -> Any:
+        target: Any = parser
+        if option.scope == "agent":
+            if "agent" not in groups:
+                groups["agent"] = parser.add_argument_group(*_AGENT_GROUP)
+            target = groups["agent"]
+        if option.exclusive:
+            key = f"x:{option.exclusive}"
+            if key not in groups:
+                groups[key] = target.add_mutually_exclusive_group()
+            target = groups[key]
+        return target
+
+    for option in options:
+        if option.only not in (None, face):
+            continue
+        spec = {**option.spec, **option.per_face.get(face, {})}
+        text = option.marked_help() if mark else option.help
+        home(option).add_argument(option.flag, help=text, **spec)
+
+
+# ------------------------------------------------------------------ validation
+
+def _given(args: argparse.Namespace, scope: str) -> list[str]:
+    """The flags of ``scope`` given in ``args``, in the order of ``RUN_OPTIONS``."""
+    given = []
+    for option in RUN_OPTIONS:
+        value = getattr(args, option.dest, None)
+        if option.scope == scope and value is not None and value is not False and value != []:
+            given.append(option.flag)
+    return given
+
+
+def check_provider_options(args: argparse.Namespace) -> None:
+    """``--provider local`` needs ``--base-url``.
+
+    Raises:
+        ConfigError: it has none.
+    """
+    if args.provider == "local" and not args.base_url:
+        raise ConfigError(
+            "--provider local needs --base-url (an OpenAI-compatible server, e.g. "
+            "http://127.0.0.1:8000/v1)",
+            code="CONFIG_BASE_URL",
+        )
+
+
+def check_run_options(args: argparse.Namespace) -> None:
+    """What argparse cannot check about run options, in the words both faces use.
+
+    Raises:
+        ConfigError: an option of the loop with ``--agent`` or of ``--agent`` without
+            it, ``--provider local`` without ``--base-url``, a workspace that is not a
+            folder, or a ``--verify``/``--verify-cmd`` text that does not parse.
+    """
+    if args.agent:
+        loop_only = _given(args, "loop")
+        if loop_only:
+            hint = " (use --permission edit)" if loop_only[0] == "--allow-write" else ""
+            raise ConfigError(f"{loop_only[0]} applies to harnessnb's own loop, not to "
+                              f"--agent {args.agent}{hint}")  # fmt: skip
+    else:
+        agent_only = _given(args, "agent")
+        if agent_only:
+            raise ConfigError(f"{agent_only[0]} applies only with --agent")
+        check_provider_options(args)
+        _verification(args)
+    if not os.path.isdir(args.workspace):
+        raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
+
+
+# ------------------------------------------------------------------ meaning
+
+
+def _verification(args: argparse.Namespace) -> Any:
+    if args.verify:
+        return parse_verify(args.verify)
+    if args.verify_cmd:
+        return parse_verify_cmd(args.verify_cmd)
+    return None
+
+
+def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
+    """The contract of a loop run from its checked options (default budgets where not given).
+
+    Raises:
+        ConfigError: from ``TaskContract`` or the ``--verify`` text.
+    """
+    from ..loop._contract import TaskContract
+
+    budgets: dict[str, Any] = {"max_seconds": args.max_seconds}
+    if args.max_steps is not None:
+        budgets["max_steps"] = args.max_steps
+    return TaskContract(task, args.workspace, verification=_verification(args), **budgets)
+
+
+def policy_from(args: argparse.Namespace, layer: str) -> Policy:
+    """``Policy.default()``, with a ``layer`` allowing the ``--allow-write`` globs."""
+    from ..rules._policy import Policy
+
+    policy = Policy.default()
+    if args.allow_write:
+        policy = policy.layer(layer)
+        for glob in args.allow_write:
+            policy = policy.allow_write(glob)
+    return policy
+
+
+def agent_from(args: argparse.Namespace) -> AgentCLI:
+    """The coding-agent CLI driver ``--agent`` names, with its options.
+
+    Raises:
+        ConfigError: the driver refuses an option.
+    """
+    from ..agents import driver
+
+    return driver(args.agent, model=args.model, permission=args.permission or "read_only",
+                  timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
