@@ -230,14 +230,15 @@ class Driver(StepTools):
             return await self.finish(RunOutcome.DENIED, refusal)
         return None
 
-    async def _announce(self, **resumed: bool) -> None:
+    async def _announce(self, **extra: Any) -> None:
+        """The ``started`` event (with ``resumed=True`` when a resume takes the run up)."""
         await self.emit(
             "started",
             task=self.contract.task,
             provider=self.provider.name,
             model=self.provider.model,
             max_steps=self.contract.max_steps,
-            **resumed,
+            **extra,
         )
 
     async def take_step(self, pending: PendingStep | None = None) -> RunResult | None:
