@@ -86,15 +86,12 @@ async def throughput(
     """Best-of-rounds calls/s: ``n`` raw ``complete()`` calls carrying the very request a
     one-step run sends (system prompt, task, the built-in tool specs), then ``n``
     one-step runs; the two alternate so machine noise hits both alike."""
-    from harnessnb.loop._driver import _SYSTEM_PROMPT
+    from harnessnb.loop._conversation import initial_messages
     from harnessnb.tools._tool import builtin_tools
 
     provider = hn.OpenAI("bench", base_url=srv.openai_url)
     contract = hn.TaskContract("say hi", ws, max_steps=1)
-    messages = [
-        {"role": "system", "content": _SYSTEM_PROMPT},
-        {"role": "user", "content": contract.task},
-    ]
+    messages = initial_messages(contract)
     specs = [t.spec() for t in builtin_tools()]
     await provider.complete(messages, tools=specs)  # warm the connection pool
     raw_best = runs_best = 0.0

@@ -424,7 +424,7 @@ def test_keyboard_interrupt_cancels_the_run_and_records_it(ws: Path, tmp_path: P
 
 
 def test_checkpoints_store_deltas_and_rebuild_the_conversation() -> None:
-    from harnessnb.loop._driver import replay_conversation
+    from harnessnb.loop._conversation import replay_conversation
 
     a, b, c, d = ({"role": "user", "content": x} for x in "abcd")
     states = [

@@ -1,8 +1,18 @@
 """The run loop: the one place that ties providers, tools, policy and the store together.
 
 - ``_contract``: ``TaskContract``, verifications, ``RunOutcome``;
-- ``_driver``: the step loop (``run``/``run_sync``): budgets, retry, fallback, tool calls,
-  the step commit, stall and verification;
+- ``_driver``: ``run``/``run_sync`` and ``Driver``, which takes steps and commits each
+  one (with the run's end, when it ends) in one store transaction; its lease;
+- ``_outcome``: the pure rules that decide how a run ends (budgets, provider failures,
+  the step's outcome, egress denial, what a resumed step does with a settled call);
+- ``_model_call``: one model turn: retries, the run's deadline, one context shrink,
+  attempt rows and the attempts/retries/fallbacks counters;
+- ``_step_tools``: a step's tool calls: write-ahead intents, settling, finishing a
+  step a previous process began;
+- ``_step_check``: stall detection and verification after the tools, and the step's
+  decision;
+- ``_conversation``: the messages the harness writes, shrinking to fit the context
+  window, the conversation's checkpoint deltas and their replay;
 - ``_verify``: checking a contract's verification; ``_result``: ``RunResult``;
 - ``_durable``: resume, resolve/abandon, Record/Replay;
 - ``_events``: the events a run emits; ``_bridge``: the loop thread for sync calls.

@@ -23,9 +23,10 @@ from ..providers._completion import AttemptRecord, Completion, Provider, report_
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
 from ._contract import RunOutcome, TaskContract
-from ._driver import PendingStep, _Driver, open_store
+from ._driver import Driver, open_store
 from ._events import Callback
 from ._result import RunResult
+from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -123,8 +124,6 @@ async def resume(
             ``unreadable_checkpoint`` or ``agent_run`` (a coding-agent CLI's run).
         ConflictError: another live process drives the run.
     """
-    from ._driver import _default_approver
-
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
@@ -149,12 +148,12 @@ async def resume(
         )
         return _stored_result(row)
 
-    driver = _Driver(
+    driver = Driver(
         contract,
         provider,
         store=store,
         policy=policy,
-        approver=approver if approver is not None else _default_approver(),
+        approver=approver,
         tools=tools,
         on_event=on_event,
         clock=clock,
@@ -169,12 +168,10 @@ async def resume(
     await asyncio.to_thread(
         store.add_marker, run_id, "resume", f"at step {driver.step + 1}", clock.time()
     )
-    await driver.emit("started", task=contract.task, provider=provider.name,
-                      model=provider.model, max_steps=contract.max_steps, resumed=True)
-    return await driver.drive(pending)
+    return await driver.resume_from(pending)
 
 
-async def _restore(driver: _Driver, store: Store, row: dict[str, Any]) -> PendingStep | None:
+async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> PendingStep | None:
     """Load the checkpoint into ``driver``; return the begun-but-uncommitted step."""
     try:
         checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)

@@ -1,0 +1,241 @@
+"""One model turn per step: the loop's retries, the run's deadline, one context shrink.
+
+``ModelCalls`` calls the provider for the driver, turns every HTTP attempt (fallback
+legs and failures included) into an attempt row, and counts what a ``RunResult``
+reports: attempts, retries, fallbacks and the leaf providers that answered. Whether
+a failure ends the run is :func:`._outcome.provider_failure_outcome`'s call; how
+long to wait before a retry is ``rules._retry.retry_decision``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..providers._completion import AttemptRecord, Completion, Provider, collect_attempts
+from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
+from ..rules._retry import Clock, retry_decision
+from ._contract import RunOutcome
+from ._conversation import shrink_messages
+from ._outcome import provider_failure_outcome
+
+if TYPE_CHECKING:
+    from ._contract import TaskContract
+    from ._conversation import Conversation
+
+__all__ = ["Failure", "ModelCalls"]
+
+Emit = Callable[..., Awaitable[None]]
+
+
+@dataclasses.dataclass
+class Failure:
+    """A model turn that ends the run: the outcome and the error behind it."""
+
+    outcome: RunOutcome
+    error: HarnessError
+
+
+class ModelCalls:
+    """Calls the model for each step and keeps the run's provider counters.
+
+    Args:
+        provider: The run's provider.
+        contract: Its retry policy, retries and time budget apply.
+        clock: The run's clock (sleeps between retries go through it).
+        tool_specs: The tools offered to the model.
+        elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
+        emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``).
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        contract: TaskContract,
+        clock: Clock,
+        *,
+        tool_specs: Callable[[], list[dict[str, Any]]],
+        elapsed: Callable[[], float],
+        remaining: Callable[[], float | None],
+        emit: Emit,
+    ) -> None:
+        self.provider = provider
+        self.contract = contract
+        self.clock = clock
+        self.tool_specs = tool_specs
+        self.elapsed = elapsed
+        self.remaining = remaining
+        self.emit = emit
+        self.attempts = 0
+        self.retries = 0
+        self.fallbacks = 0
+        self.providers: list[str] = []
+
+    def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
+        """Take up the counters a checkpoint stored."""
+        self.attempts = int(counts.get("attempts", 0))
+        self.retries = int(counts.get("retries", 0))
+        self.fallbacks = int(counts.get("fallbacks", 0))
+        self.providers = list(providers)
+
+    def counts(self) -> dict[str, int]:
+        return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks}
+
+    async def call(
+        self, conversation: Conversation, step: int, rows: list[dict[str, Any]]
+    ) -> Completion | Failure:
+        """One model turn with the loop's retries, deadline, and one context shrink.
+
+        Appends an attempt row per HTTP attempt to ``rows``; a shrink that let the
+        call through replaces the conversation's messages.
+        """
+        retries_done = 0
+        shrunk = False
+        messages = conversation.messages
+        while True:
+            result = await self._call_once(messages, step, rows)
+            if isinstance(result, Completion):
+                if result.provider and result.provider not in self.providers:
+                    self.providers.append(result.provider)
+                if shrunk:
+                    conversation.rewrite(messages)
+                return result
+            err = result
+            if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
+                return Failure(ended, err)
+            assert isinstance(err, ProviderError)  # anything else ended the run above
+            if err.kind is ProviderErrorKind.CONTEXT_OVERFLOW and not shrunk:
+                smaller = shrink_messages(messages)
+                if smaller is not None:
+                    shrunk = True
+                    messages = smaller
+                    await self.emit(
+                        "shrunk",
+                        before=len(json.dumps(conversation.messages)),
+                        after=len(json.dumps(messages)),
+                    )
+                    continue
+            if not await self._retry(err, retries_done):
+                ended = provider_failure_outcome(err, retries_exhausted=True)
+                assert ended is not None
+                return Failure(ended, err)
+            retries_done += 1
+
+    async def _retry(self, err: ProviderError, retries_done: int) -> bool:
+        """Wait before the next try when the retry rule allows one; False: stop."""
+        decision = retry_decision(
+            err,
+            retries_done=retries_done,
+            max_retries=self.contract.max_retries,
+            policy=self.contract.retry,
+            elapsed=self.elapsed(),
+            max_seconds=self.contract.budget_seconds,
+        )
+        if decision.action == "stop":
+            return False
+        self.retries += 1
+        await self.emit(
+            "retry",
+            kind=err.kind.value,
+            status=err.status,
+            attempt=retries_done + 2,
+            max_attempts=self.contract.max_retries + 1,
+            delay=decision.delay,
+            retry_after=err.retry_after,
+            provider=err.provider,
+        )
+        await self.clock.sleep(decision.delay)
+        return True
+
+    async def _call_once(
+        self, messages: list[dict[str, Any]], step: int, rows: list[dict[str, Any]]
+    ) -> Completion | HarnessError:
+        remaining = self.remaining()
+        call_start = self.clock.time()
+        real_start = time.time()
+        result: Completion | HarnessError
+        with collect_attempts() as records:
+            try:
+                coro = self.provider.complete(messages, tools=self.tool_specs())
+                result = await asyncio.wait_for(coro, timeout=remaining)
+            except TimeoutError:
+                result = ProviderError(
+                    "the run's time budget ran out while waiting for the provider",
+                    kind=ProviderErrorKind.TIMEOUT,
+                    provider=self.provider.name,
+                    model=self.provider.model,
+                    code="RUN_TIME_BUDGET",
+                )
+            except ProviderError as exc:
+                result = exc
+            except HarnessError as exc:
+                result = exc
+            except Exception as exc:  # a custom provider's bug: typed, with its cause
+                result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
+        if not records:  # a provider that reports nothing still gets its attempt row
+            records.append(_synthetic_record(self.provider, result, real_start))
+        # The first attempt of a call starts when the call does (on the run's clock);
+        # later ones (fallback legs) keep their real offsets from the first.
+        first = records[0].started_at
+        for rec in records:
+            rows.append(self._attempt_row(rec, step, call_start, first))
+            if rec.fell_back:
+                self.fallbacks += 1
+                await self.emit(
+                    "fell_back",
+                    from_provider=rec.provider,
+                    model=rec.model,
+                    kind=rec.kind,
+                    status=rec.status,
+                )
+        return result
+
+    def _attempt_row(
+        self, rec: AttemptRecord, step: int, call_start: float, first_real: float
+    ) -> dict[str, Any]:
+        self.attempts += 1
+        # Map the provider's wall-clock start onto the run's clock, so an injected
+        # clock orders attempts the way the retry waits did.
+        started_at = call_start + max(0.0, rec.started_at - first_real)
+        return {
+            "step": step,
+            "attempt": self.attempts,
+            "provider": rec.provider,
+            "model": rec.model,
+            "kind": rec.kind,
+            "status": rec.status,
+            "retry_after_s": rec.retry_after_s,
+            "latency_ms": rec.latency_ms,
+            "ttft_ms": rec.ttft_ms,
+            "input_tokens": rec.input_tokens,
+            "output_tokens": rec.output_tokens,
+            "request_id": rec.request_id,
+            "fell_back": rec.fell_back,
+            "error": rec.error,
+            "started_at": started_at,
+        }
+
+
+def _synthetic_record(
+    provider: Provider, result: Completion | HarnessError, started: float
+) -> AttemptRecord:
+    """The attempt row of a provider that reported none itself (a custom provider)."""
+    latency = (time.time() - started) * 1000
+    if isinstance(result, Completion):
+        filled = dataclasses.replace(
+            result, provider=result.provider or provider.name, model=result.model or provider.model
+        )
+        return AttemptRecord.succeeded(filled, started_at=started, latency_ms=latency)
+    if not isinstance(result, ProviderError):
+        result = ProviderError(result.message, kind=ProviderErrorKind.TRANSPORT)
+    return AttemptRecord.failed(
+        result,
+        provider=result.provider or provider.name,
+        model=provider.model,
+        started_at=started,
+        latency_ms=latency,
+    )

@@ -1,0 +1,137 @@
+"""The check half of a step: stall detection, the contract's verification, the outcome.
+
+``StepChecks`` holds the state these carry from step to step (the stall detector,
+whether the model was already told the check fails, the last check's result) and
+turns a step's facts into its decision with :func:`._outcome.step_outcome`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from ..rules._stall import StallDetector, call_signature, replan_directive
+from ._conversation import verify_feedback
+from ._outcome import StepFacts, should_verify, step_outcome
+from ._verify import VerifyOutcome, run_verification
+
+if TYPE_CHECKING:
+    from ..providers._completion import Completion
+    from ..rules._policy import Policy
+    from ..rules._retry import Clock
+    from ..tools._approval import Approver
+    from ..tools._workspace import Workspace
+    from ._contract import RunOutcome, TaskContract
+
+__all__ = ["StepChecked", "StepChecks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepChecked:
+    """A step's decision: ``outcome`` None means the run goes on.
+
+    ``stall_rows`` go into the step's commit; ``messages`` (a replan directive, the
+    check-failed nudge) are added to the conversation before it.
+    """
+
+    outcome: RunOutcome | None
+    stall_rows: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+
+
+class StepChecks:
+    """Stall detection and verification across a run's steps."""
+
+    def __init__(
+        self,
+        contract: TaskContract,
+        workspace: Workspace,
+        *,
+        policy: Policy,
+        approver: Approver | None,
+        clock: Clock,
+    ) -> None:
+        self.contract = contract
+        self.workspace = workspace
+        self.policy = policy
+        self.approver = approver
+        self.clock = clock
+        self.detector = StallDetector(contract.stall)
+        self.feedback_given = False  # the model was told once that the check fails
+        self.verified: bool | None = None
+        self.verify_detail: str | None = None
+
+    def state(self) -> dict[str, Any]:
+        """This part of a step checkpoint."""
+        return {
+            "stall": self.detector.state(),
+            "verify_feedback_given": self.feedback_given,
+            "verified": self.verified,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up what :meth:`state` stored."""
+        self.detector = StallDetector.from_state(self.contract.stall, state.get("stall", {}))
+        self.feedback_given = bool(state.get("verify_feedback_given"))
+        self.verified = state.get("verified")
+
+    async def verify(self) -> VerifyOutcome | None:
+        """Run the contract's verification (None when it has none)."""
+        if self.contract.verification is None:
+            return None
+        outcome = await run_verification(
+            self.contract.verification,
+            self.workspace,
+            policy=self.policy,
+            approver=self.approver,
+        )
+        self.verified = outcome.passed if outcome.ran else None
+        self.verify_detail = outcome.detail
+        return outcome
+
+    async def after_tools(
+        self, step: int, completion: Completion, *, changed: bool, deferred: bool, tokens: int
+    ) -> StepChecked:
+        """Observe the step for stalls, verify when the rule says so, and decide."""
+        signal = self.detector.observe(
+            step, [call_signature(c.name, c.arguments) for c in completion.tool_calls], changed
+        )
+        stall_rows = []
+        if signal is not None:
+            stall_rows.append(
+                {
+                    "step": step,
+                    "signal": signal.signal,
+                    "action": signal.action,
+                    "detail": signal.detail,
+                    "at": self.clock.time(),
+                }
+            )
+        answered = not completion.tool_calls
+        check = None
+        if should_verify(
+            has_verification=self.contract.verification is not None,
+            changed_workspace=changed,
+            answered=answered,
+        ):
+            check = await self.verify()
+        decision = step_outcome(
+            StepFacts(
+                answered=answered,
+                deferred=deferred,
+                stall_action=signal.action if signal is not None else None,
+                check_passed=check.passed if check is not None else None,
+                feedback_given=self.feedback_given,
+                tokens=tokens,
+                max_tokens=self.contract.max_tokens,
+                step=step,
+                max_steps=self.contract.max_steps,
+            )
+        )
+        messages = []
+        if decision.replan and signal is not None:
+            messages.append({"role": "user", "content": replan_directive(signal)})
+        if decision.feedback and check is not None:
+            self.feedback_given = True
+            messages.append({"role": "user", "content": verify_feedback(check.detail)})
+        return StepChecked(decision.outcome, stall_rows, messages)

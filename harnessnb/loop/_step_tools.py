@@ -1,0 +1,242 @@
+"""A step's tool calls: write-ahead intents, per-call rows, and finishing a begun step.
+
+``StepTools`` is a mixin of the driver (it shares the driver's run id, step, lease
+and store calls, which must stay the driver's: one lease per run, renewed while
+the step runs). Each call goes through the ``ToolExecutor`` (policy, approval,
+per-effect retry); an effectful call's intent is committed before it runs and its
+completion right after. On resume, the rows a previous process left are reused,
+run again or sent to reconciliation as :func:`._outcome.settled_call` says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..providers._completion import Completion, ToolCall
+from ..rules._errors import HarnessError, ResumeError
+from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
+from ._outcome import settled_call
+
+if TYPE_CHECKING:
+    from ..rules._retry import Clock
+    from ..store._store import Lease
+    from ..tools._tool import ToolExecutor
+    from ._conversation import Conversation
+
+__all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]
+
+COMMAND_TIMEOUT_S = 30.0  # run_command's default timeout, cut to the run's remaining time
+
+_TOOL_ROW_KEYS = (
+    "step",
+    "seq",
+    "tool",
+    "effect",
+    "args",
+    "idempotency_key",
+    "status",
+    "error_name",
+    "error_code",
+    "output_bytes",
+)
+
+
+def idempotency_key(run_id: str, step: int, seq: int) -> str:
+    """The key of one tool call: drawn from its place in the run, so a resumed or
+    replayed run reuses it exactly."""
+    digest = hashlib.sha256(f"{run_id}:{step}:{seq}".encode()).hexdigest()
+    return f"idem_{digest[:24]}"
+
+
+@dataclasses.dataclass
+class PendingStep:
+    """A step begun by an earlier process: its answer, attempts and settled tool rows."""
+
+    completion: Completion
+    attempts: list[dict[str, Any]]
+    settled: dict[int, dict[str, Any]]
+
+
+@dataclasses.dataclass
+class ToolsDone:
+    """What a step's tool calls came to.
+
+    Attributes:
+        changed: A call changed the workspace.
+        deferred: A call waits for a person's approval (later calls were not run).
+        unreconciled: A WRITE left by a previous process may or may not have run.
+    """
+
+    changed: bool = False
+    deferred: bool = False
+    unreconciled: HarnessError | None = None
+
+
+class StepTools:
+    """The driver's tool-call half of a step (a mixin: see the module docstring)."""
+
+    if TYPE_CHECKING:
+        run_id: str
+        step: int
+        lease: Lease | None
+        clock: Clock
+        executor: ToolExecutor
+        conversation: Conversation
+
+        def remaining(self) -> float | None: ...
+
+        async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
+
+    async def run_tools(
+        self,
+        completion: Completion,
+        attempt_rows: list[dict[str, Any]],
+        tool_rows: list[dict[str, Any]],
+        settled: dict[int, dict[str, Any]] | None = None,
+    ) -> ToolsDone:
+        """Run the step's tool calls in order, appending one row each to ``tool_rows``.
+
+        ``settled`` holds the tool rows a previous process left for this step (on
+        resume): a finished call's output is reused, a READ or IDEMPOTENT intent is
+        run again with its recorded key, a WRITE intent is NOT run: the step stops for
+        reconciliation.
+        """
+        done = ToolsDone()
+        record_intent = self._intent_recorder(completion, attempt_rows)
+        for seq, call in enumerate(completion.tool_calls, start=1):
+            if done.deferred:
+                self.conversation.append(tool_message(call, NOT_RUN_AWAITING_APPROVAL))
+                continue
+            tool = self.executor.get(call.name)
+            effect = tool.effect.value if tool is not None else "read"
+            key = idempotency_key(self.run_id, self.step, seq)
+            earlier = (settled or {}).get(seq)
+            if earlier is not None:
+                action = settled_call(earlier.get("status"), effect)
+                if action == "reuse":
+                    self._reuse_settled(call, earlier, tool_rows)
+                    done.changed = done.changed or bool(earlier.get("changed_workspace"))
+                    continue
+                if action == "reconcile":
+                    done.unreconciled = await self._needs_reconciliation(earlier)
+                    return done
+                key = earlier.get("idempotency_key") or key
+            row = await self._run_call(call, seq, effect, key, record_intent, done)
+            tool_rows.append(row)
+        return done
+
+    def _intent_recorder(
+        self, completion: Completion, attempt_rows: list[dict[str, Any]]
+    ) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """Write-ahead: an effectful call's intent is durable before it runs, with the
+        step's answer the first time, so a resume can finish the step without asking
+        the model again."""
+        pending_saved = False
+
+        async def record(row: dict[str, Any]) -> None:
+            nonlocal pending_saved
+            if row["effect"] == "read":
+                return
+            pending = None
+            if not pending_saved:
+                pending = {"completion": completion.to_dict(), "attempts": attempt_rows}
+                pending_saved = True
+            await self._store(
+                "record_intent", self.run_id, dict(row), lease=self.lease, pending=pending
+            )
+
+        return record
+
+    async def _run_call(
+        self,
+        call: ToolCall,
+        seq: int,
+        effect: str,
+        key: str,
+        record_intent: Callable[[dict[str, Any]], Awaitable[None]],
+        done: ToolsDone,
+    ) -> dict[str, Any]:
+        """Run one call through the executor; its tool row, settled."""
+        row = {
+            "step": self.step,
+            "seq": seq,
+            "tool": call.name,
+            "effect": effect,
+            "args": call.arguments,
+            "idempotency_key": key,
+            "status": "intent",
+            "error_name": None,
+            "error_code": None,
+            "output_bytes": None,
+            "at": self.clock.time(),
+        }
+
+        async def before_run() -> None:
+            await record_intent(row)
+
+        # A command may not outlive the run's time budget either.
+        remaining = self.remaining()
+        self.executor.command_timeout_s = (
+            COMMAND_TIMEOUT_S if remaining is None else max(0.1, min(COMMAND_TIMEOUT_S, remaining))
+        )
+        result = await self.executor.execute(call, idempotency_key=key, before_run=before_run)
+        done.changed = done.changed or result.changed_workspace
+        content = result.to_message_content()
+        self.conversation.append(tool_message(call, content))
+        error = result.error or {}
+        row.update(
+            status=result.status,
+            error_name=error.get("name"),
+            error_code=error.get("code"),
+            output_bytes=len(result.output.encode("utf-8", "replace")),
+            output=content,
+            at=self.clock.time(),
+        )
+        if effect != "read" and result.executions > 0:
+            # The call's completion is durable at once: a crash later in the step
+            # must not make a finished write look like one that may not have run.
+            await self._store(
+                "settle_tool_call",
+                self.run_id,
+                self.step,
+                seq,
+                status=result.status,
+                output=content,
+            )
+        if result.status == "deferred":
+            done.deferred = True
+        return row
+
+    def _reuse_settled(
+        self, call: ToolCall, earlier: dict[str, Any], tool_rows: list[dict[str, Any]]
+    ) -> None:
+        """Use a settled row from before a crash (or a person's resolve/abandon)."""
+        if earlier.get("status") == "abandoned":
+            content = abandoned_output(earlier.get("output"))
+        else:
+            content = str(earlier.get("output") or "")
+        self.conversation.append(tool_message(call, content))
+        row = {k: earlier.get(k) for k in _TOOL_ROW_KEYS}
+        row.update(output=content, at=self.clock.time())
+        tool_rows.append(row)
+
+    async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
+        await self._store(
+            "settle_tool_call",
+            self.run_id,
+            self.step,
+            int(earlier["seq"]),
+            status="needs_reconciliation",
+        )
+        args = json.dumps(earlier.get("args"), ensure_ascii=False)
+        return ResumeError(
+            f"{earlier.get('tool')}({args}) at step {self.step} may or may not have run before "
+            "the process stopped, and a write is never repeated on a guess. Check the "
+            f"workspace, then hn.resolve({self.run_id!r}, output=...) if it landed or "
+            f"hn.abandon({self.run_id!r}, reason) if not, and resume.",
+            reason="needs_reconciliation",
+        )

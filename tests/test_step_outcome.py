@@ -1,0 +1,304 @@
+"""The pure rules that decide how a run ends (harnessnb.loop._outcome), row by row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harnessnb.loop._contract import RunOutcome
+from harnessnb.loop._outcome import (
+    StepDecision,
+    StepFacts,
+    egress_refusal,
+    out_of_time,
+    provider_failure_outcome,
+    settled_call,
+    should_verify,
+    step_outcome,
+)
+from harnessnb.rules._errors import (
+    HarnessError,
+    ProviderError,
+    ProviderErrorKind,
+    RefusedError,
+    ResumeError,
+)
+from harnessnb.rules._policy import Policy
+
+Out = RunOutcome
+GOES_ON = StepDecision(None)
+
+# (case, facts, decision). Unless a row says otherwise: tool calls were made, nothing
+# deferred, no stall, no check ran, no nudge given, 0 of no token budget, step 1 of 12.
+STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
+    ("tool calls, nothing else: the run goes on", {"answered": False}, GOES_ON),
+    ("answer, no verification: finished", {"answered": True}, StepDecision(Out.FINISHED)),
+    (
+        "answer, check passed: success",
+        {"answered": True, "check_passed": True},
+        StepDecision(Out.SUCCESS),
+    ),
+    (
+        "tool calls changed the workspace, check passed: success",
+        {"answered": False, "check_passed": True},
+        StepDecision(Out.SUCCESS),
+    ),
+    (
+        "tool calls, check failed: the run goes on, no nudge",
+        {"answered": False, "check_passed": False},
+        GOES_ON,
+    ),
+    (
+        "answer, check failed, first time: one nudge, the run goes on",
+        {"answered": True, "check_passed": False},
+        StepDecision(None, feedback=True),
+    ),
+    (
+        "answer, check failed, nudged before: finished (the check stays failed)",
+        {"answered": True, "check_passed": False, "feedback_given": True},
+        StepDecision(Out.FINISHED),
+    ),
+    (
+        "a tool call waits for approval: awaiting_approval",
+        {"answered": False, "deferred": True},
+        StepDecision(Out.AWAITING_APPROVAL),
+    ),
+    (
+        "awaiting approval wins over a passing check",
+        {"answered": False, "deferred": True, "check_passed": True},
+        StepDecision(Out.AWAITING_APPROVAL),
+    ),
+    (
+        "awaiting approval wins over a stall",
+        {"answered": False, "deferred": True, "stall_action": "stalled"},
+        StepDecision(Out.AWAITING_APPROVAL),
+    ),
+    (
+        "stall, first signal: replan directive, the run goes on",
+        {"answered": False, "stall_action": "replan"},
+        StepDecision(None, replan=True),
+    ),
+    (
+        "stall after the replans: stalled",
+        {"answered": False, "stall_action": "stalled"},
+        StepDecision(Out.STALLED),
+    ),
+    (
+        "a passing check wins over a stall",
+        {"answered": False, "stall_action": "stalled", "check_passed": True},
+        StepDecision(Out.SUCCESS),
+    ),
+    (
+        "replan on a step whose check passed: success, the directive still added",
+        {"answered": False, "stall_action": "replan", "check_passed": True},
+        StepDecision(Out.SUCCESS, replan=True),
+    ),
+    (
+        "stalled on an answer with a failed check: stalled, no nudge",
+        {"answered": True, "stall_action": "stalled", "check_passed": False},
+        StepDecision(Out.STALLED),
+    ),
+    (
+        "tokens reach the budget: token_budget",
+        {"answered": False, "tokens": 100, "max_tokens": 100},
+        StepDecision(Out.TOKEN_BUDGET),
+    ),
+    (
+        "tokens under the budget: the run goes on",
+        {"answered": False, "tokens": 99, "max_tokens": 100},
+        GOES_ON,
+    ),
+    (
+        "no token budget: any tokens go on",
+        {"answered": False, "tokens": 10**9},
+        GOES_ON,
+    ),
+    (
+        "an answer over the token budget is finished, not token_budget",
+        {"answered": True, "tokens": 500, "max_tokens": 100},
+        StepDecision(Out.FINISHED),
+    ),
+    (
+        "nudge given on the step the tokens ran out: token_budget, nudge recorded",
+        {"answered": True, "check_passed": False, "tokens": 100, "max_tokens": 100},
+        StepDecision(Out.TOKEN_BUDGET, feedback=True),
+    ),
+    (
+        "replan on the step the tokens ran out: token_budget",
+        {"answered": False, "stall_action": "replan", "tokens": 100, "max_tokens": 100},
+        StepDecision(Out.TOKEN_BUDGET, replan=True),
+    ),
+    (
+        "last allowed step: step_cap",
+        {"answered": False, "step": 12, "max_steps": 12},
+        StepDecision(Out.STEP_CAP),
+    ),
+    (
+        "step before the cap: the run goes on",
+        {"answered": False, "step": 11, "max_steps": 12},
+        GOES_ON,
+    ),
+    (
+        "token budget wins over the step cap",
+        {"answered": False, "tokens": 100, "max_tokens": 100, "step": 12, "max_steps": 12},
+        StepDecision(Out.TOKEN_BUDGET),
+    ),
+    (
+        "an answer on the last step is finished, not step_cap",
+        {"answered": True, "step": 12, "max_steps": 12},
+        StepDecision(Out.FINISHED),
+    ),
+    (
+        "nudge on the last step: step_cap, nudge recorded",
+        {"answered": True, "check_passed": False, "step": 12, "max_steps": 12},
+        StepDecision(Out.STEP_CAP, feedback=True),
+    ),
+    (
+        "awaiting approval on the last step: awaiting_approval, not step_cap",
+        {"answered": False, "deferred": True, "step": 12, "max_steps": 12},
+        StepDecision(Out.AWAITING_APPROVAL),
+    ),
+    (
+        "stalled on the last step: stalled, not step_cap",
+        {"answered": False, "stall_action": "stalled", "step": 12, "max_steps": 12},
+        StepDecision(Out.STALLED),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("facts", "decision"),
+    [pytest.param(facts, decision, id=case) for case, facts, decision in STEP_ROWS],
+)
+def test_step_outcome_table(facts: dict[str, Any], decision: StepDecision) -> None:
+    assert step_outcome(StepFacts(**facts)) == decision
+
+
+def _provider_error(kind: ProviderErrorKind) -> ProviderError:
+    return ProviderError("failed", kind=kind)
+
+
+BUDGET_CUT = ProviderError("out of time", kind=ProviderErrorKind.TIMEOUT, code="RUN_TIME_BUDGET")
+
+# (case, error, retries exhausted, outcome; None: the loop may still retry or shrink)
+FAILURE_ROWS: list[tuple[str, HarnessError, bool, RunOutcome | None]] = [
+    ("the run's time budget cut the call", BUDGET_CUT, False, Out.TIME_BUDGET),
+    ("the budget cut, retries exhausted too", BUDGET_CUT, True, Out.TIME_BUDGET),
+    ("a custom provider's bug", HarnessError("boom", code="UNKNOWN"), False,
+     Out.ESCALATED_TERMINAL),
+    ("a non-provider error, retries exhausted", ResumeError("x", reason="y"), True,
+     Out.ESCALATED_TERMINAL),
+    ("rate limited, retries left", _provider_error(ProviderErrorKind.RATE_LIMITED), False, None),
+    ("server error, retries left", _provider_error(ProviderErrorKind.SERVER), False, None),
+    ("auth, before the retry rule", _provider_error(ProviderErrorKind.AUTH), False, None),
+    ("context overflow, before the shrink", _provider_error(ProviderErrorKind.CONTEXT_OVERFLOW),
+     False, None),
+    ("rate limited, retries exhausted", _provider_error(ProviderErrorKind.RATE_LIMITED), True,
+     Out.ESCALATED_RETRYABLE),
+    ("transport, retries exhausted", _provider_error(ProviderErrorKind.TRANSPORT), True,
+     Out.ESCALATED_RETRYABLE),
+    ("timeout, retries exhausted", _provider_error(ProviderErrorKind.TIMEOUT), True,
+     Out.ESCALATED_RETRYABLE),
+    ("malformed, retries exhausted", _provider_error(ProviderErrorKind.MALFORMED), True,
+     Out.ESCALATED_RETRYABLE),
+    ("server, retries exhausted", _provider_error(ProviderErrorKind.SERVER), True,
+     Out.ESCALATED_RETRYABLE),
+    ("auth: no retry cures it", _provider_error(ProviderErrorKind.AUTH), True,
+     Out.ESCALATED_TERMINAL),
+    ("request: no retry cures it", _provider_error(ProviderErrorKind.REQUEST), True,
+     Out.ESCALATED_TERMINAL),
+    ("context overflow the shrink did not cure",
+     _provider_error(ProviderErrorKind.CONTEXT_OVERFLOW), True, Out.ESCALATED_TERMINAL),
+]
+
+
+@pytest.mark.parametrize(
+    ("err", "exhausted", "outcome"),
+    [pytest.param(e, x, o, id=case) for case, e, x, o in FAILURE_ROWS],
+)
+def test_provider_failure_outcome_table(
+    err: HarnessError, exhausted: bool, outcome: RunOutcome | None
+) -> None:
+    assert provider_failure_outcome(err, retries_exhausted=exhausted) == outcome
+
+
+@pytest.mark.parametrize(
+    ("remaining", "ended"),
+    [(None, False), (10.0, False), (0.001, False), (0.0, True), (-3.0, True)],
+)
+def test_out_of_time_before_a_step(remaining: float | None, ended: bool) -> None:
+    assert out_of_time(remaining) is ended
+
+
+# (stored status, effect, action)
+SETTLED_ROWS = [
+    ("ok", "write", "reuse"),
+    ("error", "write", "reuse"),
+    ("refused", "write", "reuse"),
+    ("abandoned", "write", "reuse"),
+    ("ok", "read", "reuse"),
+    ("ok", "idempotent", "reuse"),
+    ("intent", "read", "rerun"),
+    ("intent", "idempotent", "rerun"),
+    ("intent", "write", "reconcile"),
+    ("needs_reconciliation", "write", "reconcile"),
+    ("needs_reconciliation", "idempotent", "rerun"),
+]
+
+
+@pytest.mark.parametrize(("status", "effect", "action"), SETTLED_ROWS)
+def test_settled_call_on_resume(status: str, effect: str, action: str) -> None:
+    assert settled_call(status, effect) == action
+
+
+@pytest.mark.parametrize(
+    ("has_verification", "changed", "answered", "runs"),
+    [
+        (False, True, True, False),
+        (True, False, False, False),
+        (True, True, False, True),
+        (True, False, True, True),
+        (True, True, True, True),
+    ],
+)
+def test_check_runs_after_a_change_or_an_answer(
+    has_verification: bool, changed: bool, answered: bool, runs: bool
+) -> None:
+    assert (
+        should_verify(has_verification=has_verification, changed_workspace=changed,
+                      answered=answered)
+        is runs
+    )
+
+
+def test_egress_allowed_for_provider_hosts_is_no_refusal() -> None:
+    policy = Policy.default().with_provider_hosts(["api.example.com"])
+    assert egress_refusal(policy, ["api.example.com"]) is None
+    assert egress_refusal(Policy.default(), []) is None
+
+
+def test_egress_to_an_unlisted_host_is_refused_by_the_default() -> None:
+    refusal = egress_refusal(Policy.default(), ["api.example.com"])
+    assert isinstance(refusal, RefusedError)
+    assert (refusal.act, refusal.target, refusal.rule, refusal.layer) == (
+        "net", "api.example.com", None, None,
+    )
+    assert refusal.message == (
+        "network access to api.example.com is deny under the policy (rule None, layer None); "
+        "the run made no request"
+    )
+
+
+def test_explicit_deny_beats_the_provider_layer() -> None:
+    policy = Policy.default().layer("app").deny_net("api.example.com")
+    refusal = egress_refusal(policy.with_provider_hosts(["api.example.com"]), ["api.example.com"])
+    assert refusal is not None
+    assert (refusal.layer, refusal.target) == ("app", "api.example.com")
+
+
+def test_every_host_is_checked_the_first_refused_one_named() -> None:
+    policy = Policy.default().with_provider_hosts(["a.example.com"])
+    refusal = egress_refusal(policy, ["a.example.com", "b.example.com"])
+    assert refusal is not None
+    assert refusal.target == "b.example.com"
