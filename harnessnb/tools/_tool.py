@@ -43,8 +43,9 @@ from ..rules._errors import (
     ToolError,
     wrap_unknown,
 )
-from ..rules._policy import Policy, Verdict
-from ._approval import ApprovalRequest, Approver, Decision, decide
+from ..rules._policy import Policy
+from ._approval import ApprovalRequest, Approver
+from ._gate import EventSink, Gate
 
 if TYPE_CHECKING:
     from ._workspace import Workspace
@@ -523,16 +524,6 @@ def retry_decision(effect: Effect, executions: int, error: BaseException) -> boo
 
 # ------------------------------------------------------------------ the executor
 
-EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
-
-_ALLOW_HINT = {
-    "write": ("--allow-write", "allow_write"),
-    "read": ("--allow-read", "allow_read"),
-    "exec": ("--allow-exec", "allow_exec"),
-    "net": ("--allow-net", "allow_net"),
-}
-
-
 class ToolExecutor:
     """Runs model tool calls under the workspace, the policy and the approver.
 
@@ -564,6 +555,7 @@ class ToolExecutor:
         self.approver = approver
         self.run_id = run_id
         self.on_event = on_event
+        self.gate = Gate(policy, approver, run_id=run_id, on_event=on_event)
         self.command_timeout_s = command_timeout_s
         self._tools: dict[str, Tool] = {}
         for t in tools:
@@ -587,7 +579,7 @@ class ToolExecutor:
     ) -> ToolResult:
         """Run one tool call end to end; every failure comes back as a result."""
         result = await self._execute(call, idempotency_key, before_run)
-        await self._emit(
+        await self.gate.emit(
             "tool_call",
             {
                 "call_id": call.id,
@@ -626,72 +618,29 @@ class ToolExecutor:
         return await self._run(tool_, args, call, idempotency_key)
 
     async def _gate(self, call: ToolCall, tool_: Tool, args: dict[str, Any]) -> ToolResult | None:
-        """Containment, then policy, then approver; a result means the call stops here."""
+        """Containment, then the gate (policy, approver); a result means the call stops here."""
         try:
             act_target = tool_.resolve_target(args, self.workspace)
         except RefusedError as err:
-            return await self._refuse(call, err, "containment")
+            refused = await self.gate.refuse("containment", err, call.name, call.id)
+            return _failure(refused.error, status="refused")
         except Exception as exc:  # an unreadable path component, say: not retried
             return _failure(wrap_unknown(exc))
         if act_target is None:
             return None
-        verdict = self.policy.explain(*act_target)
-        if verdict.effect == "allow":
-            return None
-        if verdict.effect == "deny":
-            message = f"refused: {verdict.act} {verdict.target} is denied by {verdict.reason()}"
-            return await self._refuse(call, _refusal(message, verdict), "policy")
-        return await self._ask(call, tool_, args, verdict)
-
-    async def _ask(
-        self, call: ToolCall, tool_: Tool, args: dict[str, Any], verdict: Verdict
-    ) -> ToolResult | None:
-        if self.approver is None:
-            refusal = _refusal(_no_approver_message(verdict), verdict)
-            return await self._refuse(call, refusal, "policy")
-        request = ApprovalRequest(
-            act=verdict.act,
-            target=verdict.target,
-            preview=_safe_preview(tool_, args, self.workspace),
-            rule=verdict.rule,
-            layer=verdict.layer,
+        stop = await self.gate.check(
+            *act_target,
             tool=tool_.name,
+            preview=lambda: _safe_preview(tool_, args, self.workspace),
             args=args,
             call_id=call.id,
         )
-        await self._emit("approval_requested", {"call_id": call.id, **request.to_dict()})
-        decision = await decide(self.approver, request)
-        await self._emit(
-            "approval_decided",
-            {
-                "call_id": call.id,
-                "tool": tool_.name,
-                "decision": decision.kind,
-                "reason": decision.reason,
-            },
-        )
-        if decision.kind == "approve":
+        if stop is None:
             return None
-        if decision.kind == "defer":
-            return _deferred(verdict, request, decision)
-        message = f"refused: the approver denied {verdict.act} {verdict.target}: {decision.reason}"
-        return await self._refuse(call, _refusal(message, verdict), "approver")
-
-    async def _refuse(self, call: ToolCall, err: RefusedError, source: str) -> ToolResult:
-        await self._emit(
-            "refused",
-            {
-                "call_id": call.id,
-                "tool": call.name,
-                "act": err.act,
-                "target": err.target,
-                "rule": err.rule,
-                "layer": err.layer,
-                "source": source,
-                "message": err.message,
-            },
-        )
-        return _failure(err, status="refused")
+        if stop.kind == "deferred":
+            deferred = _failure(stop.error, status="deferred")
+            return dataclasses.replace(deferred, approval=stop.request)
+        return _failure(stop.error, status="refused")
 
     async def _run(
         self, tool_: Tool, args: dict[str, Any], call: ToolCall, idempotency_key: str
@@ -723,16 +672,6 @@ class ToolExecutor:
                 executions=executions,
             )
 
-    async def _emit(self, name: str, payload: dict[str, Any]) -> None:
-        if self.on_event is None:
-            return
-        try:
-            outcome = self.on_event(name, {"run_id": self.run_id, **payload})
-            if inspect.isawaitable(outcome):
-                await outcome
-        except Exception:  # a broken listener must not change what the tool did
-            log.exception("on_event listener failed for %s", name)
-
     def __repr__(self) -> str:
         return f"ToolExecutor(tools={list(self._tools)}, policy={self.policy!r})"
 
@@ -744,34 +683,6 @@ def _failure(err: HarnessError, *, status: str = "error", executions: int = 0) -
         error=err.to_dict(),
         status=status,
         executions=executions,
-    )
-
-
-def _refusal(message: str, verdict: Verdict) -> RefusedError:
-    return RefusedError(
-        message, act=verdict.act, target=verdict.target, rule=verdict.rule, layer=verdict.layer
-    )
-
-
-def _deferred(verdict: Verdict, request: ApprovalRequest, decision: Decision) -> ToolResult:
-    reason = f": {decision.reason}" if decision.reason else ""
-    err = RefusedError(
-        f"awaiting approval for {verdict.act} {verdict.target}{reason}",
-        act=verdict.act,
-        target=verdict.target,
-        rule=verdict.rule,
-        layer=verdict.layer,
-        code="APPROVAL_DEFERRED",
-    )
-    return dataclasses.replace(_failure(err, status="deferred"), approval=request)
-
-
-def _no_approver_message(verdict: Verdict) -> str:
-    flag, method = _ALLOW_HINT[verdict.act]
-    return (
-        f"refused: {verdict.act} {verdict.target} needs approval ({verdict.reason()}) "
-        f"and no approver is set. To allow it, pass `{flag} GLOB` to %%harness run, or "
-        f'policy=hn.Policy.default().layer("app").{method}("GLOB") to hn.run.'
     )
 
 
