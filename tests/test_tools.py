@@ -23,21 +23,19 @@ from harnessnb.rules._errors import (
 )
 from harnessnb.rules._policy import Policy
 from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-from harnessnb.tools._tool import (
-    MAX_EXECUTIONS,
+from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
+from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
+from harnessnb.tools._protocol import (
     Effect,
     Tool,
     ToolContext,
-    ToolExecutor,
     ToolOutput,
     ToolResult,
     bound_output,
-    builtin_tools,
-    retry_decision,
     tool,
-    validate_args,
 )
-from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace
+from harnessnb.tools._schema import validate_args
+from harnessnb.tools._workspace import Workspace
 
 # ---------------------------------------------------------------- @tool schemas
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from harnessnb.rules._errors import HarnessError, RefusedError, SandboxError, ToolError
-from harnessnb.tools._tool import Tool, ToolContext, ToolOutput, builtin_tools
-from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace, glob_to_regex, run_argv
+from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools, glob_to_regex
+from harnessnb.tools._process import run_argv
+from harnessnb.tools._protocol import Tool, ToolContext, ToolOutput
+from harnessnb.tools._workspace import Workspace
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from ..rules._policy import Policy
     from ..store._store import Lease, Store
     from ..tools._approval import Approver
-    from ..tools._tool import Tool, ToolExecutor
+    from ..tools._executor import ToolExecutor
+    from ..tools._protocol import Tool
 
 __all__ = ["default_store", "run", "run_sync"]
 
@@ -169,7 +170,8 @@ class _Driver:
         clock: Clock,
         run_id: str,
     ) -> None:
-        from ..tools._tool import ToolExecutor, builtin_tools
+        from ..tools._builtin import builtin_tools
+        from ..tools._executor import ToolExecutor
         from ..tools._workspace import Workspace
 
         self.contract = contract

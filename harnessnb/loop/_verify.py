@@ -59,7 +59,7 @@ async def _command(
     check: Command, workspace: Workspace, policy: Policy, approver: Approver | None
 ) -> VerifyOutcome:
     from ..rules._policy import exec_target
-    from ..tools._workspace import run_argv
+    from ..tools._process import run_argv
 
     line = exec_target(list(check.argv))
     gate = Gate(policy, approver)  # no events: a verification is not a tool call
