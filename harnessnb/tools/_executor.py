@@ -27,7 +27,7 @@ from ..rules._policy import Policy
 from ._approval import Approver
 from ._gate import EventSink, Gate
 from ._protocol import PREVIEW_LIMIT, Effect, Tool, ToolContext, ToolResult, bound_output
-from ._schema import validate_args
+from ._schema import check_schema, validate_args
 
 if TYPE_CHECKING:
     from ._workspace import Workspace
@@ -112,6 +112,7 @@ class ToolExecutor:
         for t in tools:
             if t.name in self._tools:
                 raise ConfigError(f"two tools are named {t.name!r}")
+            check_schema(t.parameters, f"tool {t.name!r}")
             self._tools[t.name] = t
 
     def specs(self) -> list[dict[str, Any]]:

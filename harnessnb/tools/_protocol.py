@@ -247,9 +247,12 @@ def tool(
     """Turn a typed function into a tool: ``@hn.tool`` or ``@hn.tool(effect=...)``.
 
     The JSON schema comes from the type hints (str, int, float, bool, list[...],
-    dict, Optional, Literal, Enum; defaults make a parameter optional) and the
-    Google-style docstring (summary and ``Args:``). A parameter named
-    ``idempotency_key`` is not shown to the model; it receives the call's key.
+    dict, Optional, Literal, Enum; defaults make a parameter optional;
+    ``Annotated[str, {"pattern": "^[a-z]+$"}]`` adds JSON Schema keywords) and the
+    Google-style docstring (summary and ``Args:``). Arguments are checked against
+    it before the body runs; a violation is a ``TOOL_ARGS`` error the model sees.
+    A parameter named ``idempotency_key`` is not shown to the model; it receives
+    the call's key.
     """
     if fn is None:
         return lambda f: FunctionTool(f, effect=effect, name=name, description=description)

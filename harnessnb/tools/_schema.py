@@ -1,8 +1,14 @@
 """A tool's JSON schema: derived from a typed signature and its docstring, and checked.
 
 ``schema_from_signature`` turns type hints into a schema (str, int, float, bool,
-list[...], dict, Optional, Literal, Enum); ``parse_docstring`` reads a Google-style
-summary and ``Args:`` section; ``validate_args`` checks a call's arguments.
+list[...], dict, Optional, Literal, Enum, and ``Annotated[T, {...}]`` whose mapping
+adds keywords such as ``pattern`` or ``minimum``); ``parse_docstring`` reads a
+Google-style summary and ``Args:`` section; ``validate_args`` checks a call's
+arguments with a real JSON Schema validator (``jsonschema``).
+
+The docstring parser is our own ~40 lines rather than ``docstring-parser``: it needs
+only the summary and the ``Args:`` entries, and a runtime dependency for that would
+cost more (install, import time) than it saves.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from ..rules._errors import ConfigError
 
@@ -73,7 +79,7 @@ def schema_from_signature(
     """The JSON schema of ``fn``'s parameters, and whether it takes ``idempotency_key``."""
     arg_docs = arg_docs or {}
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)
     except Exception as exc:  # unresolvable forward references: say which function
         raise ConfigError(f"cannot read the type hints of {fn.__name__}: {exc}") from exc
     properties: dict[str, Any] = {}
@@ -99,6 +105,7 @@ def schema_from_signature(
         "required": required,
         "additionalProperties": False,
     }
+    check_schema(schema, f"tool {fn.__name__}")  # an Annotated mapping may be wrong
     return schema, wants_key
 
 
@@ -115,6 +122,15 @@ _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool
 
 def _schema_for(tp: Any, where: str) -> dict[str, Any]:
     """One type hint as a JSON schema fragment."""
+    # Annotated[int, {"minimum": 1}]: the mapping joins the schema. First, because a
+    # dict in the metadata makes the hint unhashable (no ``in _SCALARS``).
+    if get_origin(tp) is Annotated:
+        base, *extras = get_args(tp)
+        schema = _schema_for(base, where)
+        for extra in extras:
+            if isinstance(extra, Mapping):
+                schema.update(extra)
+        return schema
     if tp is Any:
         return {}
     if tp in _SCALARS:
@@ -154,73 +170,111 @@ def _enum_schema(values: list[Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ validation
 
+# jsonschema rather than fastjsonschema: its errors are structured (keyword, path,
+# instance), so every problem is reported in words the model can act on, all at once;
+# fastjsonschema stops at the first and its messages are fixed. Arguments are small
+# and a call is rare, so compiling for speed buys nothing here.
+
+
+# Schemas already found valid, as canonical JSON: checking against the metaschema
+# costs about a millisecond per tool, and every run builds an executor.
+_VALID: set[str] = set()
+
+
+def check_schema(schema: Mapping[str, Any], where: str) -> None:
+    """Raise ``ConfigError`` unless ``schema`` is a valid JSON Schema (a tool's parameters)."""
+    from jsonschema.exceptions import SchemaError
+
+    key = json.dumps(schema, sort_keys=True, default=repr)
+    if key in _VALID:
+        return
+    try:
+        _validator_class(schema).check_schema(schema)
+    except SchemaError as exc:
+        message = f"{where}: the parameters are not a valid JSON Schema: {exc.message}"
+        raise ConfigError(message) from exc
+    _VALID.add(key)
+
 
 def validate_args(schema: Mapping[str, Any], args: Any) -> list[str]:
     """Problems found checking ``args`` against ``schema`` (empty when valid).
 
-    Covers the subset tools use: type (one or a list), properties, required,
-    additionalProperties, items, enum, anyOf, minItems.
+    Every JSON Schema keyword is enforced (``pattern``, ``minimum``, ``enum``,
+    ``minItems``...), by the draft the schema names in ``$schema``, else 2020-12;
+    ``format`` is an annotation only, as the standard says by default. Regular
+    expressions are Python's (``re.search``).
     """
+    from jsonschema.exceptions import SchemaError, UnknownType
+
+    validator = _validator_class(schema)(schema)
     problems: list[str] = []
-    _check(schema, args, "arguments", problems)
+    try:
+        for error in validator.iter_errors(args):
+            for problem in _describe(error):
+                if problem not in problems:
+                    problems.append(problem)
+    except (SchemaError, UnknownType) as exc:  # a hand-written schema the check missed
+        problems.append(f"the tool's schema cannot be applied: {exc}")
     return problems
 
 
-_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-    "null": lambda v: v is None,
-}
+def _validator_class(schema: Mapping[str, Any]) -> Any:
+    from jsonschema.validators import Draft202012Validator, validator_for
+
+    return validator_for(schema, default=Draft202012Validator)
 
 
-def _check(schema: Mapping[str, Any], value: Any, where: str, problems: list[str]) -> None:
-    if "anyOf" in schema:
-        if not any(not validate_args(option, value) for option in schema["anyOf"]):
-            problems.append(f"{where}: {_short(value)} matches none of the allowed forms")
-        return
-    expected = schema.get("type")
-    if expected is not None:
+def _describe(error: Any) -> list[str]:
+    """One jsonschema error in the words the model sees (``where: what``)."""
+    where = _where(error.absolute_path)
+    value, expected, keyword = error.instance, error.validator_value, error.validator
+    if keyword == "required":
+        missing = [n for n in expected if isinstance(value, dict) and n not in value]
+        return [f"{where}: missing required {name!r}" for name in missing]
+    if keyword == "additionalProperties" and isinstance(value, dict):
+        props = error.schema.get("properties", {})
+        patterns = error.schema.get("patternProperties", {})
+        allowed = ", ".join(props) or "none"
+        extra = [
+            n for n in value if n not in props and not any(re.search(p, n) for p in patterns)
+        ]
+        return [f"{where}: unexpected {name!r} (allowed: {allowed})" for name in extra]
+    if keyword == "type":
         names = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_TYPE_CHECKS.get(n, lambda v: True)(value) for n in names):
-            problems.append(f"{where}: expected {' or '.join(names)}, got {_json_type(value)}")
-            return
-    if "enum" in schema and value not in schema["enum"]:
-        problems.append(f"{where}: {_short(value)} is not one of {schema['enum']}")
-    if isinstance(value, dict):
-        _check_object(schema, value, where, problems)
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            problems.append(f"{where}: needs at least {schema['minItems']} item(s)")
-        if "items" in schema:
-            for i, item in enumerate(value):
-                _check(schema["items"], item, f"{where}[{i}]", problems)
+        return [f"{where}: expected {' or '.join(names)}, got {_json_type(value)}"]
+    if keyword == "enum":
+        return [f"{where}: {_short(value)} is not one of {expected}"]
+    if keyword in ("anyOf", "oneOf"):
+        return [f"{where}: {_short(value)} matches none of the allowed forms"]
+    if keyword == "minItems":
+        return [f"{where}: needs at least {expected} item(s)"]
+    if keyword == "pattern":
+        return [f"{where}: {_short(value)} does not match the pattern {expected!r}"]
+    if keyword in ("minLength", "maxLength"):
+        bound = "at least" if keyword == "minLength" else "at most"
+        return [f"{where}: must be {bound} {expected} character(s), got {len(value)}"]
+    # minimum, maximum, multipleOf, const, uniqueItems...: jsonschema's own words,
+    # with the offending value shortened (it may be a whole file's content).
+    return [f"{where}: {error.message.replace(repr(value), _short(value))}"]
 
 
-def _check_object(
-    schema: Mapping[str, Any], value: dict[str, Any], where: str, problems: list[str]
-) -> None:
-    props: Mapping[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", []):
-        if name not in value:
-            problems.append(f"{where}: missing required {name!r}")
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        if name in props:
-            _check(props[name], item, f"{name}", problems)
-        elif extra is False:
-            allowed = ", ".join(props) or "none"
-            problems.append(f"{where}: unexpected {name!r} (allowed: {allowed})")
-        elif isinstance(extra, Mapping):
-            _check(extra, item, f"{name}", problems)
+def _where(path: Sequence[str | int]) -> str:
+    """``arguments`` for the whole object, a property's name, ``name[i]`` for an item."""
+    where = "arguments"
+    for part in path:
+        where = f"{where}[{part}]" if isinstance(part, int) else str(part)
+    return where
 
 
 def _json_type(value: Any) -> str:
-    for name in ("null", "boolean", "integer", "number", "string", "array", "object"):
-        if _TYPE_CHECKS[name](value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    for kind, name in ((float, "number"), (str, "string"), (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
             return name
     return type(value).__name__
 
