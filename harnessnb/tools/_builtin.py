@@ -21,6 +21,7 @@ from ..rules._errors import SandboxError, ToolError
 from ..rules._policy import exec_target
 from ._process import run_argv
 from ._protocol import Effect, Tool, ToolContext, ToolOutput, bound_output
+from ._schema import object_schema
 from ._workspace import SKIP_DIRS, Workspace, containment_refusal
 
 __all__ = ["MAX_READ_BYTES", "builtin_tools", "glob_to_regex", "read_text_file"]
@@ -92,6 +93,16 @@ def _write(path: Path, data: bytes, shown: str) -> None:
         raise _os_error(exc, shown) from exc
 
 
+def _land(
+    path: Path, data: bytes, shown: str, *, same: bool, unchanged: str, done: str
+) -> ToolOutput:
+    """Write ``data`` unless the file already holds it: identical bytes are no change."""
+    if same:
+        return ToolOutput(unchanged)
+    _write(path, data, shown)
+    return ToolOutput(done, changed_workspace=True)
+
+
 def _diff(old: str, new: str, shown: str) -> str:
     lines = difflib.unified_diff(
         old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{shown}", f"b/{shown}"
@@ -143,8 +154,12 @@ def _walk_files(workspace: Workspace, start: Path) -> list[tuple[Path, str]]:
 # ------------------------------------------------------------------ file tools
 
 
-def _path_prop(description: str) -> dict[str, Any]:
+def _string(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
+
+
+def _params(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    return object_schema(properties, required)
 
 
 class _PathTool(Tool):
@@ -166,12 +181,7 @@ class ReadFile(_PathTool):
         "Read a UTF-8 text file in the workspace. Long files are shown head and tail; "
         f"files over {MAX_READ_BYTES} bytes are refused (use grep)."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {"path": _path_prop("File path relative to the workspace root.")},
-        "required": ["path"],
-        "additionalProperties": False,
-    }
+    parameters = _params(["path"], path=_string("File path relative to the workspace root."))
     effect = Effect.READ
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -186,15 +196,11 @@ class WriteFile(_PathTool):
         "Create or overwrite a text file in the workspace with `content` "
         "(missing parent folders are created)."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "path": _path_prop("File path relative to the workspace root."),
-            "content": {"type": "string", "description": "The complete new file content."},
-        },
-        "required": ["path", "content"],
-        "additionalProperties": False,
-    }
+    parameters = _params(
+        ["path", "content"],
+        path=_string("File path relative to the workspace root."),
+        content=_string("The complete new file content."),
+    )
     effect = Effect.WRITE
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
@@ -214,11 +220,14 @@ class WriteFile(_PathTool):
     def _write(workspace: Workspace, shown: str, content: str) -> ToolOutput:
         path = workspace.resolve(shown, for_write=True)
         data = content.encode("utf-8")
-        # Compare before writing: identical bytes are not a change (and not a write).
-        if _holds(path, data, shown):
-            return ToolOutput(f"unchanged: {shown} already has these {len(data)} bytes")
-        _write(path, data, shown)
-        return ToolOutput(f"wrote {len(data)} bytes to {shown}", changed_workspace=True)
+        return _land(
+            path,
+            data,
+            shown,
+            same=_holds(path, data, shown),
+            unchanged=f"unchanged: {shown} already has these {len(data)} bytes",
+            done=f"wrote {len(data)} bytes to {shown}",
+        )
 
 
 class EditFile(_PathTool):
@@ -228,16 +237,12 @@ class EditFile(_PathTool):
         "Replace the exact text `old` with `new` in a workspace file. `old` must match "
         "exactly once (whitespace included); add surrounding lines to make it unique."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "path": _path_prop("File path relative to the workspace root."),
-            "old": {"type": "string", "description": "The exact text to replace."},
-            "new": {"type": "string", "description": "The replacement text."},
-        },
-        "required": ["path", "old", "new"],
-        "additionalProperties": False,
-    }
+    parameters = _params(
+        ["path", "old", "new"],
+        path=_string("File path relative to the workspace root."),
+        old=_string("The exact text to replace."),
+        new=_string("The replacement text."),
+    )
     effect = Effect.WRITE
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
@@ -272,21 +277,20 @@ class EditFile(_PathTool):
                 code="EDIT_NOT_UNIQUE",
             )
         updated = text.replace(old, new, 1).encode("utf-8", "surrogateescape")
-        if updated == data:
-            return ToolOutput(f"unchanged: {shown} (old and new are the same)")
-        _write(path, updated, shown)
-        return ToolOutput(f"edited {shown}: replaced 1 occurrence", changed_workspace=True)
+        return _land(
+            path,
+            updated,
+            shown,
+            same=updated == data,
+            unchanged=f"unchanged: {shown} (old and new are the same)",
+            done=f"edited {shown}: replaced 1 occurrence",
+        )
 
 
 class ListDir(_PathTool):
     name = "list_dir"
     description = "List a workspace folder: folders end with '/', symlinks with '@'."
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {"path": {**_path_prop("Folder relative to the root."), "default": "."}},
-        "required": [],
-        "additionalProperties": False,
-    }
+    parameters = _params([], path={**_string("Folder relative to the root."), "default": "."})
     effect = Effect.READ
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -321,14 +325,7 @@ class FindFiles(Tool):
         "Find workspace files by glob, sorted. `*` and `?` stay within a folder, `**` "
         "spans folders; a pattern without '/' matches file names at any depth."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "description": "A glob: '*.py', 'src/**/test_*.py'."}
-        },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+    parameters = _params(["pattern"], pattern=_string("A glob: '*.py', 'src/**/test_*.py'."))
     effect = Effect.READ
 
     def target(self, args: Mapping[str, Any]) -> tuple[str, str]:
@@ -356,15 +353,11 @@ class Grep(_PathTool):
         "Search text files under a workspace path with a Python regular expression; "
         "prints 'file:line: text' for each matching line."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "description": "A Python regular expression."},
-            "path": {**_path_prop("File or folder to search (relative)."), "default": "."},
-        },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+    parameters = _params(
+        ["pattern"],
+        pattern=_string("A Python regular expression."),
+        path={**_string("File or folder to search (relative)."), "default": "."},
+    )
     effect = Effect.READ
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -419,19 +412,15 @@ class RunCommand(Tool):
         "output (long output is shown head and tail). Killed with all its children at "
         "the timeout."
     )
-    parameters = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "argv": {
-                "type": "array",
-                "items": {"type": "string"},
-                "minItems": 1,
-                "description": "Program and arguments; no shell syntax (pipes, globs) applies.",
-            }
+    parameters = _params(
+        ["argv"],
+        argv={
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "description": "Program and arguments; no shell syntax (pipes, globs) applies.",
         },
-        "required": ["argv"],
-        "additionalProperties": False,
-    }
+    )
     # A command can do anything, so it is never repeated on a guess.
     effect = Effect.WRITE
 

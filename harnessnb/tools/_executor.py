@@ -103,9 +103,8 @@ class ToolExecutor:
     ) -> None:
         self.workspace = workspace
         self.policy = policy
-        self.approver = approver
         self.run_id = run_id
-        self.on_event = on_event
+        # The approver and the event listener belong to the gate (events go through it).
         self.gate = Gate(policy, approver, run_id=run_id, on_event=on_event)
         self.command_timeout_s = command_timeout_s
         self._tools: dict[str, Tool] = {}

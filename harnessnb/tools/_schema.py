@@ -24,7 +24,13 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from ..rules._errors import ConfigError
 
-__all__ = ["parse_docstring", "schema_from_signature", "validate_args"]
+__all__ = [
+    "check_schema",
+    "object_schema",
+    "parse_docstring",
+    "schema_from_signature",
+    "validate_args",
+]
 
 
 _SECTION = re.compile(
@@ -99,14 +105,19 @@ def schema_from_signature(
         elif _jsonable(param.default):
             prop["default"] = param.default
         properties[param.name] = prop
-    schema: dict[str, Any] = {
+    schema = object_schema(properties, required)
+    check_schema(schema, f"tool {fn.__name__}")  # an Annotated mapping may be wrong
+    return schema, wants_key
+
+
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The parameters of a tool: an object of exactly ``properties``."""
+    return {
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": False,
     }
-    check_schema(schema, f"tool {fn.__name__}")  # an Annotated mapping may be wrong
-    return schema, wants_key
 
 
 def _jsonable(value: Any) -> bool:
