@@ -88,6 +88,9 @@ class ToolExecutor:
             ``approval_requested`` and ``approval_decided`` events; its failures are
             logged and ignored, because the trace, not the events, is authoritative.
         command_timeout_s: The ``run_command`` timeout.
+
+    Raises:
+        ConfigError: Two tools share a name, or a tool's parameters are not JSON Schema.
     """
 
     def __init__(
