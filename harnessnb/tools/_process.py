@@ -177,8 +177,9 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
         while proc.returncode is None and loop.time() < deadline:
             await asyncio.sleep(_POLL_S)
     kill_group(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
+    if proc.returncode is None:  # reap the leader; its exit, once seen, needs no wait
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
 
 
 async def _pump(stream: asyncio.StreamReader, sink: Sink) -> None:
