@@ -87,7 +87,7 @@ async def throughput(
     one-step run sends (system prompt, task, the built-in tool specs), then ``n``
     one-step runs; the two alternate so machine noise hits both alike."""
     from harnessnb.loop._conversation import initial_messages
-    from harnessnb.tools._tool import builtin_tools
+    from harnessnb.tools._builtin import builtin_tools
 
     provider = hn.OpenAI("bench", base_url=srv.openai_url)
     contract = hn.TaskContract("say hi", ws, max_steps=1)

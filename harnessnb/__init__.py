@@ -37,10 +37,10 @@ _LAZY: dict[str, str] = {
     "Anthropic": ".providers._anthropic",
     "Fallback": ".providers._fallback",
     "Store": ".store._store",
-    "Effect": ".tools._tool",
-    "Tool": ".tools._tool",
-    "ToolResult": ".tools._tool",
-    "tool": ".tools._tool",
+    "Effect": ".tools._protocol",
+    "Tool": ".tools._protocol",
+    "ToolResult": ".tools._protocol",
+    "tool": ".tools._protocol",
     "Policy": ".rules._policy",
     "Verdict": ".rules._policy",
     "ApprovalRequest": ".tools._approval",
@@ -102,7 +102,7 @@ if TYPE_CHECKING:
     from .rules._stall import StallPolicy
     from .store._store import Store
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-    from .tools._tool import Effect, Tool, ToolResult, tool
+    from .tools._protocol import Effect, Tool, ToolResult, tool
 
 __all__ = [
     "REQUEST_TIMEOUT",

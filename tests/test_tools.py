@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import pytest
 
@@ -23,21 +24,19 @@ from harnessnb.rules._errors import (
 )
 from harnessnb.rules._policy import Policy
 from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-from harnessnb.tools._tool import (
-    MAX_EXECUTIONS,
+from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
+from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
+from harnessnb.tools._protocol import (
     Effect,
     Tool,
     ToolContext,
-    ToolExecutor,
     ToolOutput,
     ToolResult,
     bound_output,
-    builtin_tools,
-    retry_decision,
     tool,
-    validate_args,
 )
-from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace
+from harnessnb.tools._schema import validate_args
+from harnessnb.tools._workspace import Workspace
 
 # ---------------------------------------------------------------- @tool schemas
 
@@ -180,6 +179,106 @@ def test_validate_args(args: Any, problem: str | None) -> None:
         assert problems == []
     else:
         assert any(problem in p for p in problems), problems
+
+
+class Ticket(Tool):
+    """A user tool with a hand-written schema using pattern, minimum and enum."""
+
+    name = "file_ticket"
+    description = "File a ticket."
+    parameters = {  # noqa: RUF012
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "pattern": "^[A-Z]+-[0-9]+$"},
+            "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+            "queue": {"enum": ["ops", "dev"]},
+        },
+        "required": ["key", "priority", "queue"],
+        "additionalProperties": False,
+    }
+
+    async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput(f"filed {args['key']} p{args['priority']} in {args['queue']}")
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        ({"key": "abc", "priority": 1, "queue": "ops"}, "key: 'abc' does not match the pattern"),
+        ({"key": "OPS-1", "priority": 0, "queue": "ops"}, "priority: 0 is less than the minimum"),
+        ({"key": "OPS-1", "priority": 9, "queue": "ops"}, "priority: 9 is greater than the max"),
+        ({"key": "OPS-1", "priority": 1, "queue": "qa"}, "queue: 'qa' is not one of ['ops', "),
+    ],
+)
+async def test_a_schema_pattern_minimum_or_enum_violation_is_a_tool_args_error(
+    ws: Workspace, args: dict[str, Any], problem: str
+) -> None:
+    result = await run(make(ws, Ticket()), "file_ticket", **args)
+    assert (result.ok, result.status, result.executions) == (False, "error", 0)
+    assert result.error is not None and result.error["code"] == "TOOL_ARGS"
+    assert result.output.startswith("invalid arguments for file_ticket: ")
+    assert problem in result.output
+
+
+async def test_arguments_that_satisfy_the_schema_run_the_tool(ws: Workspace) -> None:
+    result = await run(make(ws, Ticket()), "file_ticket", key="OPS-12", priority=5, queue="dev")
+    assert (result.ok, result.output, result.executions) == (True, "filed OPS-12 p5 in dev", 1)
+
+
+async def test_every_violation_is_reported_at_once(ws: Workspace) -> None:
+    result = await run(make(ws, Ticket()), "file_ticket", key="x", priority=0, colour="red")
+    for problem in (
+        "key: 'x' does not match",
+        "priority: 0 is less than",
+        "missing required 'queue'",
+        "unexpected 'colour' (allowed: key, priority, queue)",
+    ):
+        assert problem in result.output, result.output
+
+
+async def test_derived_literal_and_annotated_keywords_are_enforced(ws: Workspace) -> None:
+    ran: list[tuple[str, int, str]] = []
+
+    @tool
+    def label(
+        tag: Annotated[str, {"pattern": "^[a-z]+$", "maxLength": 8}],
+        weight: Annotated[int, {"minimum": 1}],
+        shade: Literal["light", "dark"] = "light",
+    ) -> str:
+        """Label a thing."""
+        ran.append((tag, weight, shade))
+        return "ok"
+
+    assert label.parameters["properties"]["tag"] == {
+        "type": "string",
+        "pattern": "^[a-z]+$",
+        "maxLength": 8,
+    }
+    executor = make(ws, label)
+    bad = await run(executor, "label", tag="Bad Name", weight=0, shade="pink")
+    assert bad.error is not None and bad.error["code"] == "TOOL_ARGS"
+    for problem in ("tag: 'Bad Name' does not match the pattern '^[a-z]+$'",
+                    "weight: 0 is less than the minimum of 1",
+                    "shade: 'pink' is not one of ['light', 'dark']"):  # fmt: skip
+        assert problem in bad.output, bad.output
+    too_long = await run(executor, "label", tag="abcdefghij", weight=1)
+    assert "tag: must be at most 8 character(s), got 10" in too_long.output
+    good = await run(executor, "label", tag="box", weight=2, shade="dark")
+    assert good.ok and ran == [("box", 2, "dark")]
+
+
+def test_a_tool_whose_schema_is_not_json_schema_is_refused_up_front(ws: Workspace) -> None:
+    class Broken(Ticket):
+        name = "broken"
+        parameters = {"type": "object", "properties": {"n": {"type": "integr"}}}  # noqa: RUF012
+
+    with pytest.raises(ConfigError, match=r"tool 'broken'.*not a valid JSON Schema"):
+        make(ws, Broken())
+    with pytest.raises(ConfigError, match="not a valid JSON Schema"):
+
+        @tool
+        def f(n: Annotated[int, {"minimum": "one"}]) -> None:
+            pass
 
 
 # ---------------------------------------------------------------- bounding and results

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from harnessnb.rules._errors import HarnessError, RefusedError, SandboxError, ToolError
-from harnessnb.tools._tool import Tool, ToolContext, ToolOutput, builtin_tools
-from harnessnb.tools._workspace import MAX_READ_BYTES, Workspace, glob_to_regex, run_argv
+from harnessnb.tools import _process
+from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools, glob_to_regex
+from harnessnb.tools._process import run_argv
+from harnessnb.tools._protocol import Tool, ToolContext, ToolOutput
+from harnessnb.tools._workspace import Workspace
 
 
 @pytest.fixture
@@ -348,6 +351,28 @@ async def test_background_stragglers_do_not_hold_a_finished_command(ws: Workspac
     result = await run_argv(["sh", "-c", "sleep 30 & echo done"], cwd=ws.root, timeout_s=5)
     assert result.exit_code == 0 and result.output == "done\n"
     assert time.monotonic() - started < 3
+
+
+async def test_timeout_sends_sigterm_first_so_the_command_can_say_goodbye(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_process, "TERM_GRACE_S", 0.3)
+    script = "trap 'echo got-term; exit 3' TERM; echo started; while :; do sleep 0.05; done"
+    result = await run_argv(["sh", "-c", script], cwd=ws.root, timeout_s=0.5)
+    assert result.timed_out and result.exit_code is None
+    assert result.output.startswith("started\n") and "got-term" in result.output
+
+
+async def test_a_command_ignoring_sigterm_is_killed_after_one_grace(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_process, "TERM_GRACE_S", 0.3)
+    script = "trap '' TERM; echo started; while :; do sleep 0.05; done"
+    started = time.monotonic()
+    result = await run_argv(["sh", "-c", script], cwd=ws.root, timeout_s=0.3)
+    elapsed = time.monotonic() - started
+    assert result.timed_out and result.output == "started\n"
+    assert 0.55 <= elapsed < 3  # the deadline, then the grace, then SIGKILL
 
 
 async def test_endless_output_is_bounded(ws: Workspace) -> None:

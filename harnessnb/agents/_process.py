@@ -1,9 +1,8 @@
-"""Run a CLI as a child process: its own process group, bounded reading, timeout, cancel.
+"""Run a CLI as a child process through the one runner (``tools._process``).
 
-The child is started without a shell in a new session, so one signal to its process
-group reaches every grandchild it started (a CLI's shell commands, MCP servers). On a
-timeout or a cancel the group gets SIGTERM (a CLI may save its session), then SIGKILL
-after a grace period; after a normal exit, stragglers still in the group are killed.
+The runner owns the process group, the deadline, the cancel and the kill rule (SIGTERM,
+then SIGKILL after one grace period; stragglers of a finished CLI killed at once).
+This module adds what the CLI drivers need on top: stdout as lines.
 
 Reading is bounded whatever the child prints: stdout is split into lines of at most
 ``Limits.line_bytes`` (a longer line is skipped and counted, never buffered whole) and
@@ -12,25 +11,14 @@ stderr keeps its first and last ``Limits.stderr_bytes // 2`` bytes.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import errno
-import signal
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..tools._process import BoundedCapture, kill_group
+from ..tools import _process
 
 __all__ = ["Limits", "ProcessEnd", "run_process"]
-
-# After SIGTERM, how long the group has to exit before SIGKILL.
-TERM_GRACE_S = 1.0
-# How long pipes are drained after the leader exits (a grandchild may hold them open).
-_DRAIN_S = 0.5
-_POLL_S = 0.05
-_CHUNK = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,121 +110,26 @@ async def run_process(
         asyncio.CancelledError: after the whole process group is gone.
         Exception: whatever ``on_line`` raised, after the process group is gone.
     """
-    started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # its own group: one killpg reaches grandchildren
-    )
-    assert proc.stdout is not None and proc.stderr is not None
     lines = _LineSplitter(limits.line_bytes, on_line)
-    err = BoundedCapture(limits.stderr_bytes)
-    readers = [
-        asyncio.create_task(_pump_lines(proc.stdout, lines)),
-        asyncio.create_task(_pump(proc.stderr, err.feed)),
-    ]
-    if stdin is not None:
-        readers.append(asyncio.create_task(_write_stdin(proc, stdin)))
-    timed_out = False
-    try:
-        exited = await _wait_exit(proc, readers[0], timeout_s)
-        if not exited:
-            timed_out = True
-            await _stop_group(proc)
-        await _drain(readers)
-        kill_group(proc.pid)  # stragglers left behind by a finished CLI
-        for task in readers:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]  # on_line's own error
-    except BaseException:
-        # Cancelled, or on_line failed: the tree goes before the error travels on.
-        await asyncio.shield(_stop_group(proc))
-        for task in readers:
-            task.cancel()
-        raise
+    end = await _process.run_process(
+        argv,
+        cwd=cwd,
+        stdout=lines,
+        timeout_s=timeout_s,
+        env=env,
+        stdin=stdin,
+        stderr_bytes=limits.stderr_bytes,
+    )
     return ProcessEnd(
-        exit_code=None if timed_out else proc.returncode,
-        timed_out=timed_out,
-        stderr=err.text(),
+        exit_code=end.exit_code,
+        timed_out=end.timed_out,
+        stderr=end.stderr,
         stdout_bytes=lines.total,
         oversize_lines=lines.oversize,
-        elapsed_s=time.monotonic() - started,
+        elapsed_s=end.elapsed_s,
     )
 
 
 def too_large(exc: OSError) -> bool:
     """True when starting a child failed because its command line was too large."""
     return exc.errno == errno.E2BIG
-
-
-async def _pump_lines(stream: asyncio.StreamReader, lines: _LineSplitter) -> None:
-    while chunk := await stream.read(_CHUNK):
-        await lines.feed(chunk)
-    await lines.close()
-
-
-async def _pump(stream: asyncio.StreamReader, feed: Callable[[bytes], None]) -> None:
-    while chunk := await stream.read(_CHUNK):
-        feed(chunk)
-
-
-async def _write_stdin(proc: asyncio.subprocess.Process, data: bytes) -> None:
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it exited early
-        proc.stdin.write(data)
-        await proc.stdin.drain()
-    proc.stdin.close()
-
-
-async def _wait_exit(
-    proc: asyncio.subprocess.Process, reader: asyncio.Task[None], timeout_s: float | None
-) -> bool:
-    """True when the leader exited before the timeout.
-
-    ``Process.wait()`` also waits for the pipes to close, which a backgrounded grandchild
-    can hold open for ever, so the exit is seen through ``returncode``, polled. A
-    failing ``reader`` (``on_line`` raised) ends the wait early.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout_s is None else loop.time() + timeout_s
-    while proc.returncode is None:
-        if reader.done() and reader.exception() is not None:
-            return True  # the error is raised by the caller
-        remaining = None if deadline is None else deadline - loop.time()
-        if remaining is not None and remaining <= 0:
-            return False
-        step = _POLL_S if remaining is None else min(_POLL_S, remaining)
-        if reader.done():  # stdout closed: the exit follows at once
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), step)
-        else:
-            await asyncio.wait({reader}, timeout=step)
-    return True
-
-
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the group, SIGKILL it after ``TERM_GRACE_S``, reap the leader."""
-    if proc.returncode is None:
-        kill_group(proc.pid, signal.SIGTERM)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + TERM_GRACE_S
-        while proc.returncode is None and loop.time() < deadline:
-            await asyncio.sleep(_POLL_S)
-    kill_group(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
-
-
-async def _drain(readers: list[asyncio.Task[None]]) -> None:
-    """Let the readers reach end of file; a pipe held open past the grace is abandoned."""
-    pending = [t for t in readers if not t.done()]
-    if pending:
-        await asyncio.wait(pending, timeout=_DRAIN_S)
-    for task in readers:
-        if not task.done():
-            task.cancel()
-    await asyncio.gather(*readers, return_exceptions=True)

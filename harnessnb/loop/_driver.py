@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from ..rules._policy import Policy
     from ..store._store import Lease, Store
     from ..tools._approval import Approver
-    from ..tools._tool import Tool, ToolExecutor
+    from ..tools._executor import ToolExecutor
+    from ..tools._protocol import Tool
 
 __all__ = ["Driver", "default_store", "run", "run_sync"]
 
@@ -120,7 +121,8 @@ class Driver(StepTools):
         run_id: str,
     ) -> None:
         """``approver`` None means the notebook's widget when a frontend registered one."""
-        from ..tools._tool import ToolExecutor, builtin_tools
+        from ..tools._builtin import builtin_tools
+        from ..tools._executor import ToolExecutor
         from ..tools._workspace import Workspace
 
         approver = approver if approver is not None else _default_approver()

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..rules._policy import Policy
     from ..store._store import Store
     from ..tools._approval import Approver
-    from ..tools._tool import Tool
+    from ..tools._protocol import Tool
 
 __all__ = [
     "Record",

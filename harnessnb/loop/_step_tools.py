@@ -24,7 +24,7 @@ from ._outcome import settled_call
 if TYPE_CHECKING:
     from ..rules._retry import Clock
     from ..store._store import Lease
-    from ..tools._tool import ToolExecutor
+    from ..tools._executor import ToolExecutor
     from ._conversation import Conversation
 
 __all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]

@@ -11,7 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..rules._errors import HarnessError
-from ..tools._approval import ApprovalRequest, decide
+from ..tools._gate import Gate, Stop
 from ._contract import Command, FileContains, Verification
 
 if TYPE_CHECKING:
@@ -59,28 +59,13 @@ async def _command(
     check: Command, workspace: Workspace, policy: Policy, approver: Approver | None
 ) -> VerifyOutcome:
     from ..rules._policy import exec_target
-    from ..tools._workspace import run_argv
+    from ..tools._process import run_argv
 
     line = exec_target(list(check.argv))
-    verdict = policy.explain("exec", line)
-    if verdict.effect == "deny":
-        return VerifyOutcome(False, False, f"could not run: refused by rule {verdict.rule!r}")
-    if verdict.effect == "ask":
-        if approver is None:
-            return VerifyOutcome(
-                False, False, "could not run: refused (exec needs approval and no approver is set)"
-            )
-        request = ApprovalRequest(
-            act="exec",
-            target=line,
-            preview=line,
-            rule=verdict.rule,
-            layer=verdict.layer,
-            tool="verification",
-        )
-        decision = await decide(approver, request)
-        if decision.kind != "approve":
-            return VerifyOutcome(False, False, f"could not run: refused ({decision.reason})")
+    gate = Gate(policy, approver)  # no events: a verification is not a tool call
+    stop = await gate.check("exec", line, tool="verification", preview=lambda: line)
+    if stop is not None:
+        return VerifyOutcome(False, False, f"could not run: {_refused(stop)}")
     try:
         done = await run_argv(list(check.argv), cwd=workspace.root, timeout_s=check.timeout_s)
     except HarnessError as exc:
@@ -92,3 +77,12 @@ async def _command(
     return VerifyOutcome(
         True, False, f"`{line}` exited {done.exit_code}, expected {check.expect_exit}"
     )
+
+
+def _refused(stop: Stop) -> str:
+    """How a verification words a gate's refusal (shorter than a tool call's)."""
+    if stop.kind == "denied":
+        return f"refused by rule {stop.error.rule!r}"
+    if stop.kind == "no_approver":
+        return "refused (exec needs approval and no approver is set)"
+    return f"refused ({stop.decision.reason if stop.decision else None})"

@@ -1,11 +1,21 @@
 """What the agent can do in its workspace, and who may let it.
 
-- ``_tool``: the tool protocol (``Effect``, ``@tool``, JSON schema from a signature) and
-  the executor that runs one tool call through the gate;
-- ``_workspace``: the workspace boundary and the built-in tools (read, write, edit,
-  list, find, grep, run_command);
+Modules, each importing only those listed before it (no cycle):
+
 - ``_approval``: approvers (``ApproveAll``, ``DenyAll``, callables) and the request they see;
-- ``_process``: the one subprocess runner (process group, bounded capture, kill).
+- ``_gate``: the one gate an act passes: policy verdict, the approver when the rule
+  says ask, refusal with its event (used by the executor and ``hn.Command``);
+- ``_process``: the one subprocess runner (process group, bounded capture, deadline,
+  SIGTERM then SIGKILL), behind ``run_command``, ``hn.Command`` and the agent CLIs;
+- ``_workspace``: the workspace folder and its containment rule;
+- ``_schema``: a tool's JSON schema from a signature and docstring, and argument
+  validation;
+- ``_protocol``: the tool protocol (``Effect``, ``Tool``, ``@tool``, ``ToolContext``,
+  ``ToolOutput``, ``ToolResult``);
+- ``_builtin``: the seven built-in tools (read, write, edit, list, find, grep,
+  run_command);
+- ``_executor``: ``ToolExecutor``, one tool call through validation, containment, the
+  gate and per-effect retry.
 
 May import: ``rules`` and ``providers._completion`` (a ``ToolCall`` is what the model
 asked for). Knows nothing of the store, the run loop or the faces.

@@ -22,7 +22,7 @@ import pytest
 from agent_helpers import CLIs
 
 import harnessnb as hn
-from harnessnb.agents import _process
+from harnessnb.tools import _process  # the one runner owns the kill grace
 
 AGENTS = ["claude", "codex", "copilot"]
 ag = hn.agents

@@ -1,0 +1,247 @@
+"""The executor: the one path from a model's tool call to a ``ToolResult``.
+
+unknown tool -> argument validation -> workspace containment -> the gate (policy
+verdict, approver for ``ask``) -> ``before_run`` (the loop commits the intent) ->
+execution with per-effect retry. Every failure comes back as a ``ToolResult``
+carrying the ``HarnessError``'s name and code, never as an exception, so the model
+can act on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..providers._completion import ToolCall
+from ..rules._errors import (
+    ConfigError,
+    HarnessError,
+    RefusedError,
+    SandboxError,
+    ToolError,
+    wrap_unknown,
+)
+from ..rules._policy import Policy
+from ._approval import Approver
+from ._gate import EventSink, Gate
+from ._protocol import PREVIEW_LIMIT, Effect, Tool, ToolContext, ToolResult, bound_output
+from ._schema import check_schema, validate_args
+
+if TYPE_CHECKING:
+    from ._workspace import Workspace
+
+__all__ = ["MAX_EXECUTIONS", "ToolExecutor", "is_transient", "retry_decision"]
+
+log = logging.getLogger("harnessnb.tools")
+
+MAX_EXECUTIONS = 3
+
+
+# ------------------------------------------------------------------ retry
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for failures a repeat can cure.
+
+    Transient: ``TimeoutError`` and ``ConnectionError`` (and subclasses), a
+    ``SandboxError`` with reason ``timeout``, and any error whose ``retryable``
+    attribute is true (``ProviderError``, ``StoreError`` busy, or a user's own).
+    Everything else is deterministic: refusals, bad arguments, missing files, no-match
+    edits, binary or huge files, and a user tool's ``ValueError``.
+    """
+    if isinstance(error, RefusedError | ToolError):
+        return False
+    if isinstance(error, SandboxError):
+        return error.reason == "timeout"
+    if isinstance(error, TimeoutError | ConnectionError):
+        return True
+    return getattr(error, "retryable", False) is True
+
+
+def retry_decision(effect: Effect, executions: int, error: BaseException) -> bool:
+    """Whether to run a tool again after ``executions`` runs ended in ``error``. Pure.
+
+    READ retries, IDEMPOTENT retries (the executor reuses the same key), WRITE never;
+    only transient errors (``is_transient``); at most ``MAX_EXECUTIONS`` runs in all.
+    Retries are immediate: a tool's transient failures are local, not rate limits.
+    """
+    if effect is Effect.WRITE or executions >= MAX_EXECUTIONS:
+        return False
+    return is_transient(error)
+
+
+# ------------------------------------------------------------------ the executor
+
+
+class ToolExecutor:
+    """Runs model tool calls under the workspace, the policy and the approver.
+
+    Args:
+        workspace: The folder the tools act on.
+        policy: The permission policy.
+        approver: Who decides ``ask`` verdicts; ``None`` refuses them with a hint.
+        tools: Every tool the model may call (names must be unique).
+        run_id: Passed to events and tool contexts.
+        on_event: Called (sync or async) with ``tool_call``, ``refused``,
+            ``approval_requested`` and ``approval_decided`` events; its failures are
+            logged and ignored, because the trace, not the events, is authoritative.
+        command_timeout_s: The ``run_command`` timeout.
+
+    Raises:
+        ConfigError: Two tools share a name, or a tool's parameters are not JSON Schema.
+    """
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        policy: Policy,
+        approver: Approver | None,
+        tools: Sequence[Tool],
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+        command_timeout_s: float = 30.0,
+    ) -> None:
+        self.workspace = workspace
+        self.policy = policy
+        self.run_id = run_id
+        # The approver and the event listener belong to the gate (events go through it).
+        self.gate = Gate(policy, approver, run_id=run_id, on_event=on_event)
+        self.command_timeout_s = command_timeout_s
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            if t.name in self._tools:
+                raise ConfigError(f"two tools are named {t.name!r}")
+            check_schema(t.parameters, f"tool {t.name!r}")
+            self._tools[t.name] = t
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The specs of every tool, for the provider request."""
+        return [t.spec() for t in self._tools.values()]
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        idempotency_key: str,
+        before_run: Callable[[], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        """Run one tool call end to end; every failure comes back as a result."""
+        result = await self._execute(call, idempotency_key, before_run)
+        await self.gate.emit(
+            "tool_call",
+            {
+                "call_id": call.id,
+                "tool": call.name,
+                "args": call.arguments,
+                "status": result.status,
+                "ok": result.ok,
+                "changed_workspace": result.changed_workspace,
+                "executions": result.executions,
+                "error": result.error,
+            },
+        )
+        return result
+
+    async def _execute(
+        self,
+        call: ToolCall,
+        idempotency_key: str,
+        before_run: Callable[[], Awaitable[None]] | None,
+    ) -> ToolResult:
+        tool_ = self._tools.get(call.name)
+        if tool_ is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            message = f"unknown tool {call.name!r}; tools: {known}"
+            return _failure(ToolError(message, code="TOOL_UNKNOWN"))
+        problems = validate_args(tool_.parameters, call.arguments)
+        if problems:
+            message = f"invalid arguments for {tool_.name}: " + "; ".join(problems)
+            return _failure(ToolError(message, code="TOOL_ARGS"))
+        args = dict(call.arguments)
+        gate = await self._gate(call, tool_, args)
+        if gate is not None:
+            return gate
+        if before_run is not None:
+            await before_run()
+        return await self._run(tool_, args, call, idempotency_key)
+
+    async def _gate(self, call: ToolCall, tool_: Tool, args: dict[str, Any]) -> ToolResult | None:
+        """Containment, then the gate (policy, approver); a result means the call stops here."""
+        try:
+            act_target = tool_.resolve_target(args, self.workspace)
+        except RefusedError as err:
+            refused = await self.gate.refuse("containment", err, call.name, call.id)
+            return _failure(refused.error, status="refused")
+        except Exception as exc:  # an unreadable path component, say: not retried
+            return _failure(wrap_unknown(exc))
+        if act_target is None:
+            return None
+        stop = await self.gate.check(
+            *act_target,
+            tool=tool_.name,
+            preview=lambda: _safe_preview(tool_, args, self.workspace),
+            args=args,
+            call_id=call.id,
+        )
+        if stop is None:
+            return None
+        if stop.kind == "deferred":
+            deferred = _failure(stop.error, status="deferred")
+            return dataclasses.replace(deferred, approval=stop.request)
+        return _failure(stop.error, status="refused")
+
+    async def _run(
+        self, tool_: Tool, args: dict[str, Any], call: ToolCall, idempotency_key: str
+    ) -> ToolResult:
+        """Execute with per-effect retry; the same key on every attempt."""
+        executions = 0
+        while True:
+            executions += 1
+            ctx = ToolContext(
+                workspace=self.workspace,
+                idempotency_key=idempotency_key,
+                command_timeout_s=self.command_timeout_s,
+                policy=self.policy,
+                run_id=self.run_id,
+                call_id=call.id,
+                attempt=executions,
+            )
+            try:
+                output = await tool_.invoke(args, ctx)
+            except Exception as exc:
+                if retry_decision(tool_.effect, executions, exc):
+                    log.debug("retrying %s after %r (execution %d)", tool_.name, exc, executions)
+                    continue
+                return _failure(wrap_unknown(exc), executions=executions)
+            return ToolResult(
+                ok=True,
+                output=bound_output(output.text),
+                changed_workspace=output.changed_workspace,
+                executions=executions,
+            )
+
+    def __repr__(self) -> str:
+        return f"ToolExecutor(tools={list(self._tools)}, policy={self.policy!r})"
+
+
+def _failure(err: HarnessError, *, status: str = "error", executions: int = 0) -> ToolResult:
+    return ToolResult(
+        ok=False,
+        output=bound_output(err.message),
+        error=err.to_dict(),
+        status=status,
+        executions=executions,
+    )
+
+
+def _safe_preview(tool_: Tool, args: Mapping[str, Any], workspace: Workspace) -> str:
+    try:
+        return bound_output(tool_.preview(args, workspace), PREVIEW_LIMIT)
+    except Exception as exc:  # a preview is a courtesy; never let it block the decision
+        return f"(no preview: {type(exc).__name__}: {exc})"

@@ -1,0 +1,214 @@
+"""The gate every act passes before it runs: policy verdict, approver, refusal.
+
+One rule for the model's tool calls (``ToolExecutor``) and a contract's
+``hn.Command`` verification:
+
+* the policy's verdict on ``(act, target)``: ``allow`` passes, ``deny`` refuses;
+* ``ask`` goes to the approver; with no approver it is refused with a hint that says
+  how to allow the act (``--allow-write``, ``policy=``); the approver approves
+  (pass), denies (refused) or defers (the run stops awaiting approval);
+* a refusal is a ``RefusedError`` carrying the verdict's rule and layer, and a
+  ``refused`` event; asking emits ``approval_requested`` and ``approval_decided``.
+
+The gate returns ``None`` (go ahead) or a ``Stop``; callers turn a ``Stop`` into
+their own result (a refused tool row, a verification that could not run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from ..rules._errors import RefusedError
+from ..rules._policy import Policy, Verdict
+from ._approval import ApprovalRequest, Approver, Decision, decide
+
+__all__ = ["EventSink", "Gate", "Stop", "StopKind"]
+
+log = logging.getLogger("harnessnb.tools")
+
+EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+StopKind = Literal["containment", "denied", "no_approver", "approver_denied", "deferred"]
+
+# The ``source`` of a ``refused`` event, by why the act stopped.
+_SOURCE: dict[StopKind, str] = {
+    "containment": "containment",
+    "denied": "policy",
+    "no_approver": "policy",
+    "approver_denied": "approver",
+}
+
+_ALLOW_HINT = {
+    "write": ("--allow-write", "allow_write"),
+    "read": ("--allow-read", "allow_read"),
+    "exec": ("--allow-exec", "allow_exec"),
+    "net": ("--allow-net", "allow_net"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Why an act does not run.
+
+    Attributes:
+        kind: ``containment`` (the path left the workspace), ``denied`` (a deny
+            rule), ``no_approver`` (``ask`` with nobody to ask), ``approver_denied``
+            or ``deferred`` (the approver will decide later).
+        error: The refusal the model sees (code ``APPROVAL_DEFERRED`` when deferred).
+        decision: The approver's answer, when one was asked.
+        request: What the approver was asked, when one was.
+    """
+
+    kind: StopKind
+    error: RefusedError
+    decision: Decision | None = None
+    request: ApprovalRequest | None = None
+
+
+class Gate:
+    """Judges acts under one policy and one approver, and reports what it decided.
+
+    Args:
+        policy: The permission policy.
+        approver: Who decides ``ask`` verdicts; ``None`` refuses them with a hint.
+        run_id: Added to every event.
+        on_event: Called (sync or async) with each event; its failures are logged
+            and ignored, because the trace, not the events, is authoritative.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        approver: Approver | None,
+        *,
+        run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> None:
+        self.policy = policy
+        self.approver = approver
+        self.run_id = run_id
+        self.on_event = on_event
+
+    async def check(
+        self,
+        act: str,
+        target: str,
+        *,
+        tool: str,
+        preview: Callable[[], str],
+        args: Mapping[str, Any] | None = None,
+        call_id: str | None = None,
+    ) -> Stop | None:
+        """``None`` when ``act`` on ``target`` may go ahead, else why not.
+
+        ``preview`` is called only when an approver is asked.
+        """
+        verdict = self.policy.explain(act, target)
+        if verdict.effect == "allow":
+            return None
+        if verdict.effect == "deny":
+            message = f"refused: {verdict.act} {verdict.target} is denied by {verdict.reason()}"
+            return await self.refuse("denied", _refusal(message, verdict), tool, call_id)
+        if self.approver is None:
+            refusal = _refusal(_no_approver_message(verdict), verdict)
+            return await self.refuse("no_approver", refusal, tool, call_id)
+        request = ApprovalRequest(
+            act=verdict.act,
+            target=verdict.target,
+            preview=preview(),
+            rule=verdict.rule,
+            layer=verdict.layer,
+            tool=tool,
+            args=dict(args or {}),
+            call_id=call_id,
+        )
+        return await self._ask(self.approver, verdict, request)
+
+    async def _ask(
+        self, approver: Approver, verdict: Verdict, request: ApprovalRequest
+    ) -> Stop | None:
+        call_id = request.call_id
+        await self.emit("approval_requested", {"call_id": call_id, **request.to_dict()})
+        decision = await decide(approver, request)
+        await self.emit(
+            "approval_decided",
+            {
+                "call_id": call_id,
+                "tool": request.tool,
+                "decision": decision.kind,
+                "reason": decision.reason,
+            },
+        )
+        if decision.kind == "approve":
+            return None
+        if decision.kind == "defer":
+            return Stop("deferred", _deferral(verdict, decision), decision, request)
+        message = f"refused: the approver denied {verdict.act} {verdict.target}: {decision.reason}"
+        refusal = _refusal(message, verdict)
+        return await self.refuse("approver_denied", refusal, request.tool, call_id, decision)
+
+    async def refuse(
+        self,
+        kind: StopKind,
+        error: RefusedError,
+        tool: str,
+        call_id: str | None,
+        decision: Decision | None = None,
+    ) -> Stop:
+        """A ``Stop`` for ``error``, announced with a ``refused`` event."""
+        await self.emit(
+            "refused",
+            {
+                "call_id": call_id,
+                "tool": tool,
+                "act": error.act,
+                "target": error.target,
+                "rule": error.rule,
+                "layer": error.layer,
+                "source": _SOURCE[kind],
+                "message": error.message,
+            },
+        )
+        return Stop(kind, error, decision)
+
+    async def emit(self, name: str, payload: dict[str, Any]) -> None:
+        """Hand one event to ``on_event``; a broken listener changes nothing."""
+        if self.on_event is None:
+            return
+        try:
+            outcome = self.on_event(name, {"run_id": self.run_id, **payload})
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:  # a broken listener must not change what the tool did
+            log.exception("on_event listener failed for %s", name)
+
+
+def _refusal(message: str, verdict: Verdict) -> RefusedError:
+    return RefusedError(
+        message, act=verdict.act, target=verdict.target, rule=verdict.rule, layer=verdict.layer
+    )
+
+
+def _deferral(verdict: Verdict, decision: Decision) -> RefusedError:
+    reason = f": {decision.reason}" if decision.reason else ""
+    return RefusedError(
+        f"awaiting approval for {verdict.act} {verdict.target}{reason}",
+        act=verdict.act,
+        target=verdict.target,
+        rule=verdict.rule,
+        layer=verdict.layer,
+        code="APPROVAL_DEFERRED",
+    )
+
+
+def _no_approver_message(verdict: Verdict) -> str:
+    flag, method = _ALLOW_HINT[verdict.act]
+    return (
+        f"refused: {verdict.act} {verdict.target} needs approval ({verdict.reason()}) "
+        f"and no approver is set. To allow it, pass `{flag} GLOB` to %%harness run, or "
+        f'policy=hn.Policy.default().layer("app").{method}("GLOB") to hn.run.'
+    )
