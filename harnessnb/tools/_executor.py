@@ -32,7 +32,7 @@ from ._schema import check_schema, validate_args
 if TYPE_CHECKING:
     from ._workspace import Workspace
 
-__all__ = ["MAX_EXECUTIONS", "ToolExecutor", "is_transient", "retry_decision"]
+__all__ = ["MAX_EXECUTIONS", "ToolExecutor", "retry_decision", "retryable"]
 
 log = logging.getLogger("harnessnb.tools")
 
@@ -42,16 +42,17 @@ MAX_EXECUTIONS = 3
 # ------------------------------------------------------------------ retry
 
 
-def is_transient(error: BaseException) -> bool:
-    """True for failures a repeat can cure.
+def retryable(error: BaseException) -> bool:
+    """May a retry help? True for failures a repeat can cure.
 
-    Transient: ``TimeoutError`` and ``ConnectionError`` (and subclasses), a
+    The question every harnessnb error answers as ``.retryable``, asked of any
+    exception a tool raised. Retryable: ``TimeoutError`` and ``ConnectionError`` (and subclasses), a
     ``SandboxError`` with reason ``timeout``, and any error whose ``retryable``
     attribute is true (``ProviderError``, ``StoreError`` busy, or a user's own).
     Everything else is deterministic: refusals, bad arguments, missing files, no-match
     edits, binary or huge files, and a user tool's ``ValueError``.
     """
-    if isinstance(error, RefusedError | ToolError):
+    if isinstance(error, RefusedError):
         return False
     if isinstance(error, SandboxError):
         return error.reason == "timeout"
@@ -64,12 +65,12 @@ def retry_decision(effect: Effect, executions: int, error: BaseException) -> boo
     """Whether to run a tool again after ``executions`` runs ended in ``error``. Pure.
 
     READ retries, IDEMPOTENT retries (the executor reuses the same key), WRITE never;
-    only transient errors (``is_transient``); at most ``MAX_EXECUTIONS`` runs in all.
+    only retryable errors (``retryable``); at most ``MAX_EXECUTIONS`` runs in all.
     Retries are immediate: a tool's transient failures are local, not rate limits.
     """
     if effect is Effect.WRITE or executions >= MAX_EXECUTIONS:
         return False
-    return is_transient(error)
+    return retryable(error)
 
 
 # ------------------------------------------------------------------ the executor

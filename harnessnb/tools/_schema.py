@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from ..rules._errors import ConfigError
+from ..rules._text import shorten
 
 __all__ = [
     "check_schema",
@@ -291,5 +292,4 @@ def _json_type(value: Any) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shorten(repr(value), 60)
