@@ -612,20 +612,16 @@ def test_a_session_driven_by_another_process_is_busy_until_that_process_dies(
         if holder.poll() is None:
             os.killpg(holder.pid, signal.SIGKILL)
             holder.wait(10)
-        for call in clis.calls():  # the holder's orphaned stand-in
-            _kill_standin(call)
+        _kill_standins(clis.bin)  # the holder's orphaned stand-in
 
 
-def _kill_standin(call: dict[str, Any]) -> None:
-    out = subprocess.run(["pgrep", "-f", "standin|claude"], capture_output=True, text=True)
+def _kill_standins(bin_dir: Path) -> None:
+    """Kill this test's own stand-ins (their path is under its tmp folder), no other
+    process: a suite running beside this one must not lose its CLIs."""
+    out = subprocess.run(["pgrep", "-f", str(bin_dir)], capture_output=True, text=True)
     for pid in out.stdout.split():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"hold" in cmdline or b"/bin/claude" in cmdline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ helpers
