@@ -19,7 +19,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..providers._completion import AttemptRecord, Completion, Provider, report_attempt
+from ..providers._completion import (
+    AttemptRecord,
+    Completion,
+    Messages,
+    Provider,
+    ToolSpecs,
+    report_attempt,
+)
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
 from ._contract import RunOutcome, TaskContract
@@ -278,10 +285,7 @@ class Record:
         return f"Record({self.inner!r})"
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         completion = await self.inner.complete(messages, tools, max_tokens, stream)
@@ -328,10 +332,7 @@ class Replay:
         return f"Replay({self.store!r}, model={self._model!r})"
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         started = time.time()

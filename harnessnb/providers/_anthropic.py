@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._completion import ToolCall, Usage
+from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import HTTPProvider
 from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
 
@@ -54,11 +54,7 @@ class Anthropic(HTTPProvider):
         return headers
 
     def _request_body(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None,
-        max_tokens: int | None,
-        stream: bool,
+        self, messages: Messages, tools: ToolSpecs, max_tokens: int | None, stream: bool
     ) -> dict[str, Any]:
         system, wire = _wire_messages(messages)
         body: dict[str, Any] = {

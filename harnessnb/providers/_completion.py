@@ -22,7 +22,7 @@ import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
     from ..rules._errors import ProviderError
@@ -30,12 +30,21 @@ if TYPE_CHECKING:
 __all__ = [
     "AttemptRecord",
     "Completion",
+    "Messages",
     "Provider",
     "ToolCall",
+    "ToolSpecs",
     "Usage",
     "collect_attempts",
     "report_attempt",
 ]
+
+
+Messages: TypeAlias = Sequence[dict[str, Any]]
+"""A conversation as a provider takes it: plain dicts with OpenAI-like roles."""
+
+ToolSpecs: TypeAlias = Sequence[dict[str, Any]] | None
+"""The tools offered to the model (OpenAI function specs), or None."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,10 +211,7 @@ class Provider(Protocol):
         ...
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion: ...
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..rules._errors import ProviderError
-from ._completion import Completion, Provider, mark_last_fell_back
+from ._completion import Completion, Messages, Provider, ToolSpecs, mark_last_fell_back
 
 __all__ = ["Fallback", "FallbackError"]
 
@@ -87,10 +87,7 @@ class Fallback:
         return f"Fallback({', '.join(repr(p) for p in self._providers)})"
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         """The first answer in order; raises ``FallbackError`` when every provider failed."""

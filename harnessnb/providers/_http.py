@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar, NamedTuple, Self
 from urllib.parse import urlsplit
 
@@ -41,7 +41,7 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
-from ._completion import AttemptRecord, Completion, report_attempt
+from ._completion import AttemptRecord, Completion, Messages, ToolSpecs, report_attempt
 from ._wire import Parsed, StreamAccumulator, WireError, error_text
 
 __all__ = [
@@ -290,10 +290,7 @@ class HTTPProvider(abc.ABC):
         )
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         """One HTTP attempt; raises ``ProviderError`` on any failure (never retries)."""
@@ -308,11 +305,7 @@ class HTTPProvider(abc.ABC):
 
     @abc.abstractmethod
     def _request_body(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None,
-        max_tokens: int | None,
-        stream: bool,
+        self, messages: Messages, tools: ToolSpecs, max_tokens: int | None, stream: bool
     ) -> dict[str, Any]:
         """The JSON request body in the wire format."""
 

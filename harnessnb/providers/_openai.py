@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._completion import ToolCall, Usage
+from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT, HTTPProvider
 from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
 
@@ -43,11 +43,7 @@ class OpenAI(HTTPProvider):
         return "max_completion_tokens" if "api.openai.com" in self.hosts() else "max_tokens"
 
     def _request_body(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None,
-        max_tokens: int | None,
-        stream: bool,
+        self, messages: Messages, tools: ToolSpecs, max_tokens: int | None, stream: bool
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self._model, "messages": _wire_messages(messages)}
         if tools:

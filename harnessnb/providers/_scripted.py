@@ -19,7 +19,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..rules._errors import ConfigError, ProviderError, ProviderErrorKind
-from ._completion import AttemptRecord, Completion, ToolCall, Usage, report_attempt
+from ._completion import (
+    AttemptRecord,
+    Completion,
+    Messages,
+    ToolCall,
+    ToolSpecs,
+    Usage,
+    report_attempt,
+)
 
 __all__ = ["ScriptedProvider"]
 
@@ -84,10 +92,7 @@ class ScriptedProvider:
         return reply
 
     async def complete(
-        self,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         started = time.time()
