@@ -153,10 +153,11 @@ class Batch:
                 list(releases[0]),
             )
         elif releases:
+            derived, params = _unnest(("rid", "g"), _KEY_TYPES, releases)
             con.execute(
-                f"UPDATE leases SET released = true FROM {_unnest(('rid', 'g'), _KEY_TYPES)} "
+                f"UPDATE leases SET released = true FROM {derived} "
                 "WHERE leases.run_id = v.rid AND leases.generation = v.g",
-                [list(column) for column in zip(*releases, strict=True)],
+                params,
             )
 
     def discard(self) -> None:
@@ -199,14 +200,12 @@ def _apply_updates(
         names = ("rid", "g", *columns)
         types = _KEY_TYPES + update.types
         table = [(rid, gen, *vals) for rid, (vals, gen, _) in runs.items()]
-        guard = (
-            " AND (v.g IS NULL OR EXISTS (SELECT 1 FROM leases l WHERE l.run_id = v.rid AND "
-            "l.generation = v.g AND NOT l.released))"
-        )
+        guard = f" AND (v.g IS NULL OR {_lease_current('v.rid')})"
+    derived, params = _unnest(names, types, table)
     found = con.execute(
-        f"UPDATE run_rows SET {update.assign} FROM {_unnest(names, types)} "
+        f"UPDATE run_rows SET {update.assign} FROM {derived} "
         f"WHERE run_rows.run_id = v.rid{guard} RETURNING run_rows.run_id",
-        [list(column) for column in zip(*table, strict=True)],
+        params,
     ).fetchall()
     if len(found) != len(runs):
         raise BatchRetry(f"{len(runs) - len(found)} of {len(runs)} run updates did not apply")
@@ -243,8 +242,7 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
         else:
             found = con.execute(_STEP_BY_LEASE, [*values, run_id, generation]).fetchone()
         if not found or found[0] == 0:
-            check_lease(con, run_id, generation, holder)
-            raise StoreError(f"no run {run_id!r} in the store", kind="missing")
+            raise _missed(con, run_id, generation, holder)
         return
     names = tuple(f"c{i}" for i in range(len(_STEP_TYPES)))
     table = [(*values, generation) for values, generation, _ in steps]
@@ -255,13 +253,13 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
     else:
         guard = (
             "WHERE CASE WHEN v.g IS NULL THEN EXISTS (SELECT 1 FROM run_rows r WHERE "
-            "r.run_id = v.c0) ELSE EXISTS (SELECT 1 FROM leases l WHERE l.run_id = v.c0 AND "
-            "l.generation = v.g AND NOT l.released) END"
+            f"r.run_id = v.c0) ELSE {_lease_current('v.c0')} END"
         )
+    derived, params = _unnest((*names, "g"), (*_STEP_TYPES, "BIGINT"), table)
     found = con.execute(
         f"INSERT INTO steps ({_STEP_NAMES}) SELECT {', '.join(f'v.{n}' for n in names)} "
-        f"FROM {_unnest((*names, 'g'), (*_STEP_TYPES, 'BIGINT'))} {guard}",
-        [list(column) for column in zip(*table, strict=True)],
+        f"FROM {derived} {guard}",
+        params,
     ).fetchone()
     if not found or found[0] != len(steps):
         raise BatchRetry(
@@ -269,11 +267,22 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
         )
 
 
-def _unnest(names: tuple[str, ...], types: tuple[str, ...]) -> str:
-    """A derived table ``v`` of one list parameter per column: binding a list costs a
-    few us a value where a VALUES row costs ~70 us (bench/RESULTS-store.md)."""
+def _unnest(
+    names: tuple[str, ...], types: tuple[str, ...], table: list[tuple[Any, ...]]
+) -> tuple[str, list[list[Any]]]:
+    """A derived table ``v`` of ``table``'s rows and its parameters, one list per column:
+    binding a list costs a few us a value where a VALUES row costs ~70 us
+    (bench/RESULTS-store.md)."""
     columns = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
-    return f"(SELECT {columns}) v"
+    return f"(SELECT {columns}) v", [list(column) for column in zip(*table, strict=True)]
+
+
+def _lease_current(run_id: str) -> str:
+    """SQL: the lease generation ``v.g`` is the current, unreleased one of ``run_id``."""
+    return (
+        f"EXISTS (SELECT 1 FROM leases l WHERE l.run_id = {run_id} AND l.generation = v.g "
+        "AND NOT l.released)"
+    )
 
 
 def update_one(
@@ -296,9 +305,16 @@ def update_one(
         args = [*params, run_id, run_id, generation]
     updated = con.execute(sql, args).fetchone()
     if not updated or updated[0] == 0:
-        # A stale lease says so; otherwise the run is missing.
-        check_lease(con, run_id, generation, holder)
-        raise StoreError(f"no run {run_id!r} in the store", kind="missing")
+        raise _missed(con, run_id, generation, holder)
+
+
+def _missed(
+    con: duckdb.DuckDBPyConnection, run_id: str, generation: int | None, holder: str
+) -> StoreError:
+    """Why a guarded statement on ``run_id`` missed: a stale lease raises
+    ``ConflictError`` here; otherwise the run is missing (returned, to raise)."""
+    check_lease(con, run_id, generation, holder)
+    return StoreError(f"no run {run_id!r} in the store", kind="missing")
 
 
 def check_lease(
