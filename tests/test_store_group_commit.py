@@ -12,7 +12,8 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.store._conn import SharedDb
-from harnessnb.store._store import Lease, Store
+from harnessnb.store._leases import Lease
+from harnessnb.store._store import Store
 from tests.store_helpers import AT, run_row, step_kwargs
 
 

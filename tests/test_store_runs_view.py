@@ -16,8 +16,9 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.store._conn import SharedDb
+from harnessnb.store._leases import Lease
 from harnessnb.store._schema import COLUMNS, MIGRATIONS
-from harnessnb.store._store import Lease, Store
+from harnessnb.store._store import Store
 from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
 
@@ -135,7 +136,7 @@ _COMMIT_THEN_DIE = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.store_helpers import run_row, step_kwargs
-from harnessnb.store._store import Lease, Store
+from harnessnb.store._store import Store
 store = Store(sys.argv[1])
 lease = store.start_run(run_row("crashed"), "kernel-a")
 for step in (1, 2, 3):

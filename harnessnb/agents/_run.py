@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..loop._contract import RunOutcome
-from ..loop._driver import LEASE_TTL_S, call_store, new_id, open_store, owner_alive, owner_identity
+from ..loop._driver import call_store, new_id
 from ..loop._events import Callback, EventSink, RunEvent
 from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
+from ..store._open import open_store
 from ..store._rows import scrub_text
 from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
 from ._drivers import AgentCLI, Invocation
@@ -50,7 +52,8 @@ from ._result import AgentResult
 from ._turn import Turn, to_int
 
 if TYPE_CHECKING:
-    from ..store._store import Lease, Store
+    from ..store._leases import Lease
+    from ..store._store import Store
 
 __all__ = ["run", "run_sync"]
 

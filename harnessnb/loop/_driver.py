@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,6 +31,8 @@ from ..rules._errors import (
 )
 from ..rules._retry import Clock, SystemClock, retry_decision
 from ..rules._stall import StallDetector, call_signature, replan_directive
+from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
+from ..store._open import default_store, open_store
 from ._contract import RunOutcome, TaskContract
 from ._events import Callback, EventSink, RunEvent
 from ._result import RunResult
@@ -39,7 +40,8 @@ from ._verify import VerifyOutcome, run_verification
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
-    from ..store._store import Lease, Store
+    from ..store._leases import Lease
+    from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._tool import Tool, ToolExecutor
 
@@ -55,36 +57,7 @@ _SYSTEM_PROMPT = (
 _ELIDED = "[older tool output removed to fit the model's context window]"
 
 
-def default_store() -> Store:
-    """The store used when ``store=None``: ``$HARNESSNB_STORE`` or ./runs.duckdb."""
-    from ..store._store import Store
-
-    return Store(os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
-
-
-LEASE_TTL_S = 30.0
 COMMAND_TIMEOUT_S = 30.0  # run_command's default timeout, cut to the run's remaining time
-_OWNER_TOKEN = uuid.uuid4().hex[:8]
-
-
-def owner_identity() -> str:
-    """host:pid:token of this process, the owner written on a run's lease."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_OWNER_TOKEN}"
-
-
-def owner_alive(owner: str) -> bool:
-    """False when ``owner`` is a process of this host that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True  # another machine: only the lease's expiry can tell
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -100,17 +73,6 @@ async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> An
     if submit is not None and method in WRITE_METHODS:
         return await asyncio.wrap_future(submit(method, *args, **kwargs))
     return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
-
-
-def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    """A store from a ``Store``, a path, or None (the default store)."""
-    from ..store._store import Store as StoreClass
-
-    if store is None:
-        return default_store()
-    if isinstance(store, str | os.PathLike):
-        return StoreClass(store)
-    return store
 
 
 def new_id(prefix: str) -> str:

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from ..providers._completion import AttemptRecord, Completion, Provider, report_attempt
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
+from ..store._open import open_store
 from ._contract import RunOutcome, TaskContract
-from ._driver import PendingStep, _Driver, open_store
+from ._driver import PendingStep, _Driver
 from ._events import Callback
 from ._result import RunResult
 

@@ -25,7 +25,8 @@ from typing import Any, Final
 
 import duckdb
 
-from ..rules._errors import ConflictError, StoreError
+from ..rules._errors import StoreError
+from ._leases import check_lease
 from ._schema import COLUMNS, quote
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "BatchRetry",
     "WriteOp",
     "append_rows",
-    "check_lease",
     "run_update",
     "update_one",
 ]
@@ -315,28 +315,6 @@ def _missed(
     ``ConflictError`` here; otherwise the run is missing (returned, to raise)."""
     check_lease(con, run_id, generation, holder)
     return StoreError(f"no run {run_id!r} in the store", kind="missing")
-
-
-def check_lease(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    generation: int | None,
-    holder: str = "this process",
-) -> None:
-    """Raise ``ConflictError`` unless ``generation`` is ``run_id``'s current lease."""
-    if generation is None:
-        return
-    held = con.execute(
-        "SELECT owner, generation, released FROM leases WHERE run_id = ?", [run_id]
-    ).fetchone()
-    if held is None or int(held[1]) != generation or held[2]:
-        owner = None if held is None or held[2] else str(held[0])
-        raise ConflictError(
-            f"the lease of {holder!r} on run {run_id!r} (generation {generation}) "
-            "is no longer current" + (f": {owner!r} drives the run now" if owner else ""),
-            run_id=run_id,
-            owner=owner,
-        )
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,26 +17,22 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
-from ..rules._errors import ConflictError, StoreError
-from ._batch import Batch, WriteOp, append_rows, check_lease, run_update
+from ..rules._errors import StoreError
+from ._batch import Batch, WriteOp, append_rows, run_update
 from ._conn import SharedDb, acquire_shared, parallel, release_shared
+from ._failures import failure_groups, failure_sql
+from ._leases import Lease, acquire, check_lease_of, renew
 from ._rows import dumps, from_ts, insert_records, row, to_ts
-from ._schema import COLUMNS, SCHEMA_VERSION, quote
+from ._schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "WRITE_METHODS", "Lease", "Store"]
-
-# Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
-FAILURE_GROUPS: Final = (
-    "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
-)  # fmt: skip
+__all__ = ["SCHEMA_VERSION", "WRITE_METHODS", "Store"]
 
 _RUN_FIELDS: Final = frozenset(COLUMNS["runs"])
 _ORDER: Final = {
@@ -69,16 +65,6 @@ _FINISHED: Final = run_update(
     "VARCHAR",
     "TIMESTAMP",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """The right to drive one run: valid while ``generation`` is current in the store."""
-
-    run_id: str
-    owner: str
-    generation: int
-    expires_at: float
 
 
 class Store:
@@ -217,7 +203,7 @@ class Store:
         def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
             if batch.single:
                 append_rows(con, "run_rows", [values])
-                return _acquire(con, run_id, owner, ttl_s, at, owner_alive)
+                return acquire(con, run_id, owner, ttl_s, at, owner_alive)
             # A new run has no lease row: a plain append of generation 1. A stray row
             # makes the batch fail, and this op alone then takes the path above.
             batch.append("run_rows", [values])
@@ -340,7 +326,7 @@ class Store:
                       to_ts(tool_call.get("at") or time.time())]  # fmt: skip
 
         def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            _check_lease(con, run_id, lease)
+            check_lease_of(con, run_id, lease)
             _delete_tool_rows(con, run_id, [values])
             append_rows(con, "tool_calls", [values])
             if answer is not None:
@@ -556,7 +542,7 @@ class Store:
     ) -> WriteOp:
         at = time.time() if now is None else now
         return WriteOp(
-            "acquire_lease", lambda con, batch: _acquire(con, run_id, owner, ttl_s, at, owner_alive)
+            "acquire_lease", lambda con, batch: acquire(con, run_id, owner, ttl_s, at, owner_alive)
         )
 
     def renew_lease(self, lease: Lease, *, ttl_s: float = 30.0) -> Lease:
@@ -567,15 +553,7 @@ class Store:
     def _renew_lease_op(self, lease: Lease, *, ttl_s: float = 30.0) -> WriteOp:
         now = time.time()
 
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
-            _check_lease(con, lease.run_id, lease)
-            con.execute(
-                "UPDATE leases SET renewed_at = ?, expires_at = ? WHERE run_id = ?",
-                [to_ts(now), to_ts(now + ttl_s), lease.run_id],
-            )
-            return Lease(lease.run_id, lease.owner, lease.generation, now + ttl_s)
-
-        return WriteOp("renew_lease", apply)
+        return WriteOp("renew_lease", lambda con, batch: renew(con, lease, ttl_s, now))
 
     def release_lease(self, lease: Lease) -> None:
         """Give up a lease; a stale one is ignored (someone else holds the run now)."""
@@ -702,20 +680,9 @@ class Store:
         Raises:
             StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``.
         """
-        groups = self._failure_groups(by)
+        query = failure_sql(failure_groups(by, self.path))
         with self._connection() as con, parallel(con):
-            return _frame(con.execute(_failure_sql(groups)))
-
-    def _failure_groups(self, by: tuple[str, ...] | str) -> tuple[str, ...]:
-        groups = (by,) if isinstance(by, str) else tuple(by)
-        bad = [g for g in groups if g not in FAILURE_GROUPS]
-        if bad or len(set(groups)) != len(groups):
-            raise StoreError(
-                f"failure_rates(by={by!r}): group by distinct names among {FAILURE_GROUPS}",
-                kind="query",
-                path=self.path,
-            )
-        return groups
+            return _frame(con.execute(query))
 
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
@@ -727,11 +694,6 @@ class Store:
 
 
 # ------------------------------------------------------------------- helpers
-
-
-def _check_lease(con: duckdb.DuckDBPyConnection, run_id: str, lease: Lease | None) -> None:
-    if lease is not None:
-        check_lease(con, run_id, lease.generation, lease.owner)
 
 
 def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
@@ -754,36 +716,6 @@ def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _acquire(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    owner: str,
-    ttl_s: float,
-    now: float,
-    owner_alive: Callable[[str], bool] | None,
-) -> Lease:
-    held = con.execute(
-        "SELECT owner, generation, expires_at, released FROM leases WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
-    generation = 1 if held is None else int(held[1]) + 1
-    if held is not None and _lease_blocks(held, owner, now, owner_alive):
-        raise ConflictError(
-            f"run {run_id!r} is driven by {held[0]!r} (lease generation {held[1]}, "
-            f"expires in {(from_ts(held[2]) or now) - now:.0f} s)",
-            run_id=run_id,
-            owner=str(held[0]),
-        )
-    con.execute(
-        "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, false) ON CONFLICT (run_id) DO "
-        "UPDATE SET owner = excluded.owner, generation = excluded.generation, "
-        "acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, "
-        "expires_at = excluded.expires_at, released = false",
-        [run_id, owner, generation, to_ts(now), to_ts(now), to_ts(now + ttl_s)],
-    )
-    return Lease(run_id, owner, generation, now + ttl_s)
-
-
 def _delete_tool_rows(
     con: duckdb.DuckDBPyConnection, run_id: str, tools: list[tuple[Any, ...]]
 ) -> None:
@@ -793,21 +725,6 @@ def _delete_tool_rows(
             "DELETE FROM tool_calls WHERE run_id = ? AND step = ? AND seq = ?",
             [run_id, step, seq],
         )
-
-
-def _lease_blocks(
-    held: tuple[Any, ...],
-    owner: str,
-    now: float,
-    owner_alive: Callable[[str], bool] | None,
-) -> bool:
-    """True when the held lease belongs to another live owner and has not expired."""
-    holder, _generation, expires_at, released = held
-    if released or holder == owner:
-        return False
-    if (from_ts(expires_at) or 0.0) <= now:
-        return False
-    return owner_alive is None or owner_alive(str(holder))
 
 
 def _loads(text: str | None) -> Any:
@@ -824,38 +741,3 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         elif kind == "BOOLEAN":
             frame.isetitem(i, frame.iloc[:, i].astype("boolean").array)
     return frame
-
-
-def _failure_sql(groups: tuple[str, ...]) -> str:
-    """The aggregation behind ``failure_rates`` (``groups`` already validated)."""
-    stats = (
-        "avg(retry_after_s) AS retry_after_s_mean, "
-        "quantile_cont(retry_after_s, 0.5) AS retry_after_s_p50, "
-        "max(retry_after_s) AS retry_after_s_max"
-    )
-    quoted = [quote(g) for g in groups]
-    if "kind" not in groups:
-        cols = ", ".join(quoted)
-        head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
-        return (
-            f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate, {stats} FROM attempts{tail}"
-        )
-    # Totals per outer group, and failures per (outer group, kind) from the failed rows
-    # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
-    outer = [quote(g) for g in groups if g != "kind"]
-    out_cols = ", ".join(outer)
-    t_select = f"{out_cols}, " if outer else ""
-    t_group = f" GROUP BY {out_cols}" if outer else ""
-    join = " AND ".join(f"t.{c} IS NOT DISTINCT FROM f.{c}" for c in outer) or "true"
-    select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
-    order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
-    return (
-        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM attempts{t_group}), "
-        f"f AS (SELECT {t_select}kind, count(*) AS failures, {stats} FROM attempts "
-        f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
-        f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
-        "coalesce(f.failures, 0) / t.attempts AS failure_rate, "
-        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max "
-        f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
-    )
