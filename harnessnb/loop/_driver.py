@@ -60,21 +60,6 @@ _ELIDED = "[older tool output removed to fit the model's context window]"
 COMMAND_TIMEOUT_S = 30.0  # run_command's default timeout, cut to the run's remaining time
 
 
-async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``store.method(*args, **kwargs)`` from asyncio without blocking the loop.
-
-    Writes go to the store's writer thread, which commits the writes of every
-    concurrent run queued meanwhile in one transaction (group commit); reads and
-    stores without ``submit`` block a worker thread, never the loop.
-    """
-    from ..store._store import WRITE_METHODS
-
-    submit = getattr(store, "submit", None)
-    if submit is not None and method in WRITE_METHODS:
-        return await asyncio.wrap_future(submit(method, *args, **kwargs))
-    return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
@@ -184,15 +169,11 @@ class _Driver:
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
         await self.emit(kind, **data)
 
-    async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await call_store(self.store, method, *args, **kwargs)
-
     # ------------------------------------------------------------------ lease
 
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
-        self.lease = await self._store(
-            "acquire_lease",
+        self.lease = await self.store.queued.acquire_lease(
             self.run_id,
             owner_identity(),
             ttl_s=LEASE_TTL_S,
@@ -206,14 +187,14 @@ class _Driver:
             if self.lease is None:
                 return
             try:
-                self.lease = await self._store("renew_lease", self.lease, ttl_s=LEASE_TTL_S)
+                self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
             except HarnessError:
                 return  # taken over: the next commit is refused with ConflictError
 
     async def release(self) -> None:
         lease, self.lease = self.lease, None
         if lease is not None:
-            await self._store("release_lease", lease)
+            await self.store.queued.release_lease(lease)
 
     # ------------------------------------------------------------------ start
 
@@ -229,8 +210,7 @@ class _Driver:
     async def start(self) -> RunResult | None:
         self.messages = self.initial_messages()
         # The run row and its lease in one commit: a run is never recorded undriven.
-        self.lease = await self._store(
-            "start_run",
+        self.lease = await self.store.queued.start_run(
             {
                 "run_id": self.run_id,
                 "task": self.contract.task,
@@ -461,8 +441,8 @@ class _Driver:
                 if not pending_saved:
                     pending = {"completion": completion.to_dict(), "attempts": attempt_rows}
                     pending_saved = True
-                await self._store(
-                    "record_intent", self.run_id, dict(row), lease=self.lease, pending=pending
+                await self.store.queued.record_intent(
+                    self.run_id, dict(row), lease=self.lease, pending=pending
                 )
 
             # A command may not outlive the run's time budget either.
@@ -488,8 +468,7 @@ class _Driver:
             if effect != "read" and result.executions > 0:
                 # The call's completion is durable at once: a crash later in the step
                 # must not make a finished write look like one that may not have run.
-                await self._store(
-                    "settle_tool_call",
+                await self.store.queued.settle_tool_call(
                     self.run_id,
                     self.step,
                     seq,
@@ -523,8 +502,7 @@ class _Driver:
         return row
 
     async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
-        await self._store(
-            "settle_tool_call",
+        await self.store.queued.settle_tool_call(
             self.run_id,
             self.step,
             int(earlier["seq"]),
@@ -636,8 +614,7 @@ class _Driver:
                 "finished_at": self.clock.time(),
                 "error": ending[1].to_dict() if ending[1] is not None else None,
             }
-        await self._store(
-            "commit_step",
+        await self.store.queued.commit_step(
             self.run_id,
             {
                 "step": self.step,
@@ -728,8 +705,7 @@ class _Driver:
         *,
         attempts: list[dict[str, Any]] | None = None,
     ) -> RunResult:
-        await self._store(
-            "finish_run",
+        await self.store.queued.finish_run(
             self.run_id,
             outcome=outcome.value,
             finished_at=self.clock.time(),

@@ -145,8 +145,8 @@ async def resume(
             reason="weaker_policy",
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
-        await asyncio.to_thread(
-            store.add_marker, run_id, "skipped", f"already {row['outcome']}", clock.time()
+        await store.queued.add_marker(
+            run_id, "skipped", f"already {row['outcome']}", clock.time()
         )
         return _stored_result(row)
 
@@ -167,8 +167,8 @@ async def resume(
     except BaseException:
         await driver.release()
         raise
-    await asyncio.to_thread(
-        store.add_marker, run_id, "resume", f"at step {driver.step + 1}", clock.time()
+    await store.queued.add_marker(
+        run_id, "resume", f"at step {driver.step + 1}", clock.time()
     )
     await driver.emit("started", task=contract.task, provider=provider.name,
                       model=provider.model, max_steps=contract.max_steps, resumed=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import duckdb
 
@@ -56,9 +56,13 @@ class BatchRetry(Exception):
     """A merged statement of a batch did not apply to every op: rerun them one by one."""
 
 
-@dataclass
-class WriteOp:
-    """One store write: ``apply(con, batch)`` runs inside a transaction.
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WriteOp(Generic[T]):
+    """One store write: ``apply(con, batch)`` runs inside a transaction and returns
+    the write's result (a ``Lease``, or None).
 
     ``direct`` ops execute statements that read or overwrite rows, so the batch is
     flushed before them; the others only defer work to ``batch``. ``fallback`` is run
@@ -66,9 +70,9 @@ class WriteOp:
     """
 
     name: str
-    apply: Callable[[duckdb.DuckDBPyConnection, Batch], Any]
+    apply: Callable[[duckdb.DuckDBPyConnection, Batch], T]
     direct: bool = True
-    fallback: WriteOp | None = None
+    fallback: WriteOp[T] | None = None
 
 
 _Pending = tuple[tuple[Any, ...], int | None, str]
@@ -88,6 +92,7 @@ class Batch:
 
     appenders: dict[str, duckdb.Appender] = field(default_factory=dict)
     single: bool = False
+    path: str | None = None  # the store's file, named by the errors an op raises
     _appends: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
     # update -> run_id -> (values, lease generation or None, lease holder)
     _updates: dict[_RunUpdate, dict[str, _Pending]] = field(default_factory=dict)
