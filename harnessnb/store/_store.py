@@ -130,10 +130,14 @@ class Store:
 
     @contextmanager
     def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._shared().connection(self._busy_timeout_s) as con:
+            yield con
+
+    def _shared(self) -> SharedDb:
+        """The shared connection of this file; ``StoreError(closed)`` once closed."""
         if self._db is None:
             raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
-        with self._db.connection(self._busy_timeout_s) as con:
-            yield con
+        return self._db
 
     def close(self) -> None:
         """Let go of the file (the last ``Store`` on a path in this process closes it)."""
@@ -184,11 +188,6 @@ class Store:
     def queued(self) -> QueuedWrites:
         """The writes as coroutines through group commit (``store.queued.commit_step``)."""
         return QueuedWrites(self)
-
-    def _shared(self) -> SharedDb:
-        if self._db is None:
-            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
-        return self._db
 
     create_run = _blocking(_writes.create_run)
     start_run = _blocking(_writes.start_run)
