@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp, append_rows, run_update
-from ._leases import Lease, acquire, check_lease_of, renew
+from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
 from ._rows import dumps, insert_records, row, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
@@ -70,7 +70,7 @@ def start_run(
     run: Mapping[str, Any],
     owner: str,
     *,
-    ttl_s: float = 30.0,
+    ttl_s: float = LEASE_TTL_S,
     now: float | None = None,
     owner_alive: Callable[[str], bool] | None = None,
 ) -> WriteOp[Lease]:
@@ -284,7 +284,7 @@ def acquire_lease(
     run_id: str,
     owner: str,
     *,
-    ttl_s: float = 30.0,
+    ttl_s: float = LEASE_TTL_S,
     now: float | None = None,
     owner_alive: Callable[[str], bool] | None = None,
 ) -> WriteOp[Lease]:
@@ -300,7 +300,7 @@ def acquire_lease(
     )
 
 
-def renew_lease(lease: Lease, *, ttl_s: float = 30.0) -> WriteOp[Lease]:
+def renew_lease(lease: Lease, *, ttl_s: float = LEASE_TTL_S) -> WriteOp[Lease]:
     """Extend a current lease. Raises ``ConflictError`` when it was taken over."""
     now = time.time()
     return WriteOp("renew_lease", lambda con, batch: renew(con, lease, ttl_s, now))
