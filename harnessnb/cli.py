@@ -223,10 +223,9 @@ def _report(exc: HarnessError) -> int:
 
 
 def _store(args: argparse.Namespace) -> Store:
-    from .loop._driver import default_store
-    from .store._store import Store
+    from .store._open import open_store
 
-    return Store(args.store) if args.store else default_store()
+    return open_store(args.store or None)
 
 
 def _provider(args: argparse.Namespace) -> Provider:

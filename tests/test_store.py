@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 import harnessnb as hn
+from harnessnb.store._leases import Lease
 from harnessnb.store._rows import sanitize, scrub_text
 from harnessnb.store._schema import MIGRATIONS
-from harnessnb.store._store import SCHEMA_VERSION, Lease, Store
+from harnessnb.store._store import SCHEMA_VERSION, Store
 from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
 
 

@@ -16,8 +16,10 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.store._conn import SharedDb
+from harnessnb.store._leases import Lease
 from harnessnb.store._schema import COLUMNS, MIGRATIONS
-from harnessnb.store._store import Lease, Store
+from harnessnb.store._store import Store
+from harnessnb.store._writes import commit_step
 from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
 
@@ -135,7 +137,7 @@ _COMMIT_THEN_DIE = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.store_helpers import run_row, step_kwargs
-from harnessnb.store._store import Lease, Store
+from harnessnb.store._store import Store
 store = Store(sys.argv[1])
 lease = store.start_run(run_row("crashed"), "kernel-a")
 for step in (1, 2, 3):
@@ -164,7 +166,7 @@ def test_queued_steps_without_a_lease_are_guarded_by_their_run(store: Store) -> 
     assert db is not None
     row, kwargs = step_kwargs(1)
     with db._lock:  # the writes queue up behind the lock and commit in a group
-        futures = [store.submit("commit_step", r, row, **kwargs) for r in ("r1", "nope", "r2")]
+        futures = [store.submit(commit_step(r, row, **kwargs)) for r in ("r1", "nope", "r2")]
     errors = [f.exception(timeout=10) for f in futures]
     assert errors[0] is None and errors[2] is None
     assert isinstance(errors[1], hn.StoreError) and errors[1].kind == "missing"

@@ -54,6 +54,22 @@ async def typed_usage(store: hn.Store) -> None:
     print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
 
 
+
+async def typed_store_writes(store: hn.Store) -> None:
+    """Each write is declared once, and mypy checks its arguments wherever it is called:
+    a wrong one below must stay an error (strict mode flags an unused ignore)."""
+    lease = store.start_run({"run_id": "r1", "task": "t"}, "me", ttl_s=30.0)
+    expires: float = lease.expires_at
+    store.commit_step("r1", {"step": 1}, attempts=[], tool_calls=[], stalls=[],
+                      checkpoint={}, lease=lease)  # fmt: skip
+    renewed = await store.queued.renew_lease(lease, ttl_s=30.0)
+    print(expires, renewed.generation)
+    await store.queued.finish_run("r1", outcome="finished", finished_at=1.0, lease=renewed)
+    store.commit_step("r1", 1, attempts=[], tool_calls=[], stalls=[], checkpoint={})  # type: ignore[arg-type]
+    await store.queued.finish_run("r1", outcome="finished")  # type: ignore[call-arg]
+    await store.queued.add_marker("r1", "resume", "at step 2", at="now")  # type: ignore[arg-type]
+    store.renew_lease(lease, ttl=30.0)  # type: ignore[call-arg]
+
 @hn.tool(effect=hn.Effect.WRITE)
 async def publish(title: str) -> str:
     """Publish a post.

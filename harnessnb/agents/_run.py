@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..loop._contract import RunOutcome
-from ..loop._driver import LEASE_TTL_S, call_store, new_id, open_store, owner_alive, owner_identity
+from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink, RunEvent
 from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
+from ..store._open import open_store
 from ..store._rows import scrub_text
 from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
 from ._drivers import AgentCLI, Invocation
@@ -50,7 +52,8 @@ from ._result import AgentResult
 from ._turn import Turn, to_int
 
 if TYPE_CHECKING:
-    from ..store._store import Lease, Store
+    from ..store._leases import Lease
+    from ..store._store import Store
 
 __all__ = ["run", "run_sync"]
 
@@ -170,7 +173,7 @@ class _AgentRun:
             renewer.cancel()
             if self.session_lease is not None:
                 lease, self.session_lease = self.session_lease, None
-                await asyncio.shield(call_store(self.store, "release_lease", lease))
+                await asyncio.shield(self.store.queued.release_lease(lease))
 
     async def _start(self) -> None:
         run = {
@@ -179,8 +182,8 @@ class _AgentRun:
             "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
             "permission": self.agent.permission,
         }  # fmt: skip
-        self.run_lease = await call_store(
-            self.store, "start_run", run, owner_identity(), ttl_s=LEASE_TTL_S,
+        self.run_lease = await self.store.queued.start_run(
+            run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
         await self._emit("started", provider=self.agent.name, model=self.agent.model,
@@ -191,8 +194,8 @@ class _AgentRun:
         if self.session is None:
             return None
         try:
-            self.session_lease = await call_store(
-                self.store, "acquire_lease", _session_key(self.root, self.session),
+            self.session_lease = await self.store.queued.acquire_lease(
+                _session_key(self.root, self.session),
                 owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
             )  # fmt: skip
         except ConflictError as exc:
@@ -201,7 +204,7 @@ class _AgentRun:
                 "wait for it to end, or use another name",
                 agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
             ) from exc  # fmt: skip
-        bound = await call_store(self.store, "agent_session", str(self.root), self.session)
+        bound = await asyncio.to_thread(self.store.agent_session, str(self.root), self.session)
         if bound is None:
             return None
         if bound["agent"] != self.agent.name:
@@ -213,7 +216,7 @@ class _AgentRun:
             )  # fmt: skip
         self.bound = bound["session_id"]
         if self.agent.cumulative_usage and bound.get("run_id"):
-            last = await call_store(self.store, "last_checkpoint", bound["run_id"])
+            last = await asyncio.to_thread(self.store.last_checkpoint, bound["run_id"])
             state = (last or {}).get("state") or {}
             self.prior_usage = state.get("usage_total") if isinstance(state, dict) else None
         return self.bound
@@ -310,8 +313,8 @@ class _AgentRun:
     async def _bind(self, session_id: str) -> None:
         if self.session is None:
             return
-        await call_store(
-            self.store, "bind_agent_session", str(self.root), self.session,
+        await self.store.queued.bind_agent_session(
+            str(self.root), self.session,
             agent=self.agent.name, session_id=session_id, run_id=self.run_id,
         )  # fmt: skip
         self.bound = session_id
@@ -325,7 +328,7 @@ class _AgentRun:
                     continue
                 # A lease taken over is reported by the run's final commit.
                 with contextlib.suppress(HarnessError):
-                    renewed = await call_store(self.store, "renew_lease", lease, ttl_s=LEASE_TTL_S)
+                    renewed = await self.store.queued.renew_lease(lease, ttl_s=LEASE_TTL_S)
                     setattr(self, attr, renewed)
 
     # -------------------------------------------------------------- classify
@@ -415,17 +418,18 @@ class _AgentRun:
         else:
             outcome = RunOutcome.ESCALATED_TERMINAL
         now = time.time()
-        finish = {"outcome": outcome.value, "finished_at": now,
-                  "error": None if error is None else error.to_dict()}  # fmt: skip
+        finish: dict[str, Any] = {"outcome": outcome.value, "finished_at": now,
+                                  "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
-            await call_store(self.store, "finish_run", self.run_id, lease=self.run_lease,
-                             release=True, **finish)  # fmt: skip
+            await self.store.queued.finish_run(self.run_id, lease=self.run_lease,
+                                               release=True, **finish)  # fmt: skip
         else:
             step, attempts, tools = self._rows(error, changed, now)
-            await call_store(self.store, "commit_step", self.run_id, step, attempts=attempts,
-                             tool_calls=tools, stalls=[], checkpoint=self._checkpoint(),
-                             lease=self.run_lease, finish=finish)  # fmt: skip
+            await self.store.queued.commit_step(self.run_id, step, attempts=attempts,
+                                                tool_calls=tools, stalls=[],
+                                                checkpoint=self._checkpoint(),
+                                                lease=self.run_lease, finish=finish)  # fmt: skip
         self.run_lease = None
         result = AgentResult(
             run_id=self.run_id, agent=agent.name, outcome=outcome,

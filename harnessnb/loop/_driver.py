@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..providers._completion import Completion, Provider
 from ..rules._errors import ConfigError, HarnessError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
+from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
+from ..store._open import default_store, open_store
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
@@ -30,69 +31,13 @@ from ._step_tools import PendingStep, StepTools
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
-    from ..store._store import Lease, Store
+    from ..store._leases import Lease
+    from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._executor import ToolExecutor
     from ..tools._protocol import Tool
 
 __all__ = ["Driver", "default_store", "run", "run_sync"]
-
-
-def default_store() -> Store:
-    """The store used when ``store=None``: ``$HARNESSNB_STORE`` or ./runs.duckdb."""
-    from ..store._store import Store
-
-    return Store(os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
-
-
-LEASE_TTL_S = 30.0
-_OWNER_TOKEN = uuid.uuid4().hex[:8]
-
-
-def owner_identity() -> str:
-    """host:pid:token of this process, the owner written on a run's lease."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_OWNER_TOKEN}"
-
-
-def owner_alive(owner: str) -> bool:
-    """False when ``owner`` is a process of this host that no longer exists."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return True  # another machine: only the lease's expiry can tell
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def call_store(store: Store, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``store.method(*args, **kwargs)`` from asyncio without blocking the loop.
-
-    Writes go to the store's writer thread, which commits the writes of every
-    concurrent run queued meanwhile in one transaction (group commit); reads and
-    stores without ``submit`` block a worker thread, never the loop.
-    """
-    from ..store._store import WRITE_METHODS
-
-    submit = getattr(store, "submit", None)
-    if submit is not None and method in WRITE_METHODS:
-        return await asyncio.wrap_future(submit(method, *args, **kwargs))
-    return await asyncio.to_thread(getattr(store, method), *args, **kwargs)
-
-
-def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    """A store from a ``Store``, a path, or None (the default store)."""
-    from ..store._store import Store as StoreClass
-
-    if store is None:
-        return default_store()
-    if isinstance(store, str | os.PathLike):
-        return StoreClass(store)
-    return store
 
 
 def new_id(prefix: str) -> str:
@@ -177,13 +122,9 @@ class Driver(StepTools):
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
         await self.emit(kind, **data)
 
-    async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await call_store(self.store, method, *args, **kwargs)
-
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
-        self.lease = await self._store(
-            "acquire_lease",
+        self.lease = await self.store.queued.acquire_lease(
             self.run_id,
             owner_identity(),
             ttl_s=LEASE_TTL_S,
@@ -197,7 +138,7 @@ class Driver(StepTools):
             if self.lease is None:
                 return
             try:
-                self.lease = await self._store("renew_lease", self.lease, ttl_s=LEASE_TTL_S)
+                self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
             except HarnessError:
                 return  # taken over: the next commit is refused with ConflictError
 
@@ -205,13 +146,12 @@ class Driver(StepTools):
         """Give the run's lease back (a resume that could not load the run)."""
         lease, self.lease = self.lease, None
         if lease is not None:
-            await self._store("release_lease", lease)
+            await self.store.queued.release_lease(lease)
 
     async def start(self) -> RunResult | None:
         self.conversation = Conversation(initial_messages(self.contract))
         # The run row and its lease in one commit: a run is never recorded undriven.
-        self.lease = await self._store(
-            "start_run",
+        self.lease = await self.store.queued.start_run(
             {
                 "run_id": self.run_id,
                 "task": self.contract.task,
@@ -304,8 +244,7 @@ class Driver(StepTools):
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
-        await self._store(
-            "commit_step",
+        await self.store.queued.commit_step(
             self.run_id,
             {
                 "step": self.step,
@@ -390,8 +329,7 @@ class Driver(StepTools):
         *,
         attempts: list[dict[str, Any]] | None = None,
     ) -> RunResult:
-        await self._store(
-            "finish_run",
+        await self.store.queued.finish_run(
             self.run_id,
             outcome=outcome.value,
             finished_at=self.clock.time(),

@@ -29,8 +29,9 @@ from ..providers._completion import (
 )
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
+from ..store._open import open_store
 from ._contract import RunOutcome, TaskContract
-from ._driver import Driver, open_store
+from ._driver import Driver
 from ._events import Callback
 from ._result import RunResult
 from ._step_tools import PendingStep
@@ -150,8 +151,8 @@ async def resume(
             reason="weaker_policy",
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
-        await asyncio.to_thread(
-            store.add_marker, run_id, "skipped", f"already {row['outcome']}", clock.time()
+        await store.queued.add_marker(
+            run_id, "skipped", f"already {row['outcome']}", clock.time()
         )
         return _stored_result(row)
 
@@ -172,8 +173,8 @@ async def resume(
     except BaseException:
         await driver.release()
         raise
-    await asyncio.to_thread(
-        store.add_marker, run_id, "resume", f"at step {driver.step + 1}", clock.time()
+    await store.queued.add_marker(
+        run_id, "resume", f"at step {driver.step + 1}", clock.time()
     )
     return await driver.resume_from(pending)
 

@@ -23,7 +23,8 @@ from ._outcome import settled_call
 
 if TYPE_CHECKING:
     from ..rules._retry import Clock
-    from ..store._store import Lease
+    from ..store._leases import Lease
+    from ..store._store import Store
     from ..tools._executor import ToolExecutor
     from ._conversation import Conversation
 
@@ -82,14 +83,13 @@ class StepTools:
     if TYPE_CHECKING:
         run_id: str
         step: int
+        store: Store
         lease: Lease | None
         clock: Clock
         executor: ToolExecutor
         conversation: Conversation
 
         def remaining(self) -> float | None: ...
-
-        async def _store(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
     async def run_tools(
         self,
@@ -145,8 +145,8 @@ class StepTools:
             if not pending_saved:
                 pending = {"completion": completion.to_dict(), "attempts": attempt_rows}
                 pending_saved = True
-            await self._store(
-                "record_intent", self.run_id, dict(row), lease=self.lease, pending=pending
+            await self.store.queued.record_intent(
+                self.run_id, dict(row), lease=self.lease, pending=pending
             )
 
         return record
@@ -199,8 +199,7 @@ class StepTools:
         if effect != "read" and result.executions > 0:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
-            await self._store(
-                "settle_tool_call",
+            await self.store.queued.settle_tool_call(
                 self.run_id,
                 self.step,
                 seq,
@@ -225,8 +224,7 @@ class StepTools:
         tool_rows.append(row)
 
     async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
-        await self._store(
-            "settle_tool_call",
+        await self.store.queued.settle_tool_call(
             self.run_id,
             self.step,
             int(earlier["seq"]),

@@ -53,9 +53,10 @@ _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
 
 def _store(path: str | None) -> Any:
     """One Store per file per kernel (DuckDB allows one read-write opener per process)."""
+    from ..store._open import default_store_path
     from ..store._store import Store
 
-    key = os.path.abspath(path or os.environ.get("HARNESSNB_STORE") or "runs.duckdb")
+    key = os.path.abspath(path or default_store_path())
     if path == ":memory:":
         return Store(":memory:")
     store = _STORES.get(key)

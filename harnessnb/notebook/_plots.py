@@ -57,11 +57,8 @@ def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
 def _rates(source: Any) -> Any:
     if hasattr(source, "columns"):
         return source
-    from ..store._store import Store
-
     if source is None or isinstance(source, str | os.PathLike):
-        from ..loop._driver import default_store
+        from ..store._open import open_store
 
-        store = default_store() if source is None else Store(source)
-        return store.failure_rates(by=("provider", "kind"))
+        return open_store(source).failure_rates(by=("provider", "kind"))
     return source.failure_rates(by=("provider", "kind"))

@@ -1,10 +1,18 @@
 """The DuckDB store: the authoritative trace of every run, attempt, step and tool call.
 
-- ``_store``: ``Store`` (writes in one transaction per step, DataFrame readers,
-  ``failure_rates``, ``sql``);
-- ``_schema``: tables, views and ordered migrations; ``_rows``: turning values into rows;
-- ``_conn``: one shared connection per file, busy retry and the idle linger;
-- ``_batch``: group commit of concurrent runs' step writes.
+- ``_store``: ``Store`` (runs each write now, ``submit``/``awrite`` queue it for group
+  commit, ``store.queued`` awaits it from asyncio; DataFrame readers, ``sql``,
+  ``failure_rates``, the reads resume needs);
+- ``_writes``: every write, declared once as a function that builds a ``WriteOp``;
+- ``_leases``: who drives a run: ``Lease``, ``LEASE_TTL_S``, owner identity and
+  liveness, the statements on the ``leases`` table;
+- ``_open``: which store an entry point opens (``open_store``, ``default_store``:
+  ``$HARNESSNB_STORE`` or ./runs.duckdb);
+- ``_failures``: the SQL of ``failure_rates`` and its allowed groups;
+- ``_batch``: ``WriteOp`` and group commit's merged statements;
+- ``_conn``: one shared connection per file, busy retry, the idle linger, the writer
+  thread;
+- ``_schema``: tables, views and ordered migrations; ``_rows``: turning values into rows.
 
 May import: ``rules``. Knows nothing of providers, tools, the run loop or the faces.
 """

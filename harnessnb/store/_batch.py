@@ -21,11 +21,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import duckdb
 
-from ..rules._errors import ConflictError, StoreError
+from ..rules._errors import StoreError
+from ._leases import check_lease
 from ._schema import COLUMNS, quote
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "BatchRetry",
     "WriteOp",
     "append_rows",
-    "check_lease",
     "run_update",
     "update_one",
 ]
@@ -56,9 +56,13 @@ class BatchRetry(Exception):
     """A merged statement of a batch did not apply to every op: rerun them one by one."""
 
 
-@dataclass
-class WriteOp:
-    """One store write: ``apply(con, batch)`` runs inside a transaction.
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WriteOp(Generic[T]):
+    """One store write: ``apply(con, batch)`` runs inside a transaction and returns
+    the write's result (a ``Lease``, or None).
 
     ``direct`` ops execute statements that read or overwrite rows, so the batch is
     flushed before them; the others only defer work to ``batch``. ``fallback`` is run
@@ -66,9 +70,9 @@ class WriteOp:
     """
 
     name: str
-    apply: Callable[[duckdb.DuckDBPyConnection, Batch], Any]
+    apply: Callable[[duckdb.DuckDBPyConnection, Batch], T]
     direct: bool = True
-    fallback: WriteOp | None = None
+    fallback: WriteOp[T] | None = None
 
 
 _Pending = tuple[tuple[Any, ...], int | None, str]
@@ -88,6 +92,7 @@ class Batch:
 
     appenders: dict[str, duckdb.Appender] = field(default_factory=dict)
     single: bool = False
+    path: str | None = None  # the store's file, named by the errors an op raises
     _appends: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
     # update -> run_id -> (values, lease generation or None, lease holder)
     _updates: dict[_RunUpdate, dict[str, _Pending]] = field(default_factory=dict)
@@ -153,10 +158,11 @@ class Batch:
                 list(releases[0]),
             )
         elif releases:
+            derived, params = _unnest(("rid", "g"), _KEY_TYPES, releases)
             con.execute(
-                f"UPDATE leases SET released = true FROM {_unnest(('rid', 'g'), _KEY_TYPES)} "
+                f"UPDATE leases SET released = true FROM {derived} "
                 "WHERE leases.run_id = v.rid AND leases.generation = v.g",
-                [list(column) for column in zip(*releases, strict=True)],
+                params,
             )
 
     def discard(self) -> None:
@@ -199,14 +205,12 @@ def _apply_updates(
         names = ("rid", "g", *columns)
         types = _KEY_TYPES + update.types
         table = [(rid, gen, *vals) for rid, (vals, gen, _) in runs.items()]
-        guard = (
-            " AND (v.g IS NULL OR EXISTS (SELECT 1 FROM leases l WHERE l.run_id = v.rid AND "
-            "l.generation = v.g AND NOT l.released))"
-        )
+        guard = f" AND (v.g IS NULL OR {_lease_current('v.rid')})"
+    derived, params = _unnest(names, types, table)
     found = con.execute(
-        f"UPDATE run_rows SET {update.assign} FROM {_unnest(names, types)} "
+        f"UPDATE run_rows SET {update.assign} FROM {derived} "
         f"WHERE run_rows.run_id = v.rid{guard} RETURNING run_rows.run_id",
-        [list(column) for column in zip(*table, strict=True)],
+        params,
     ).fetchall()
     if len(found) != len(runs):
         raise BatchRetry(f"{len(runs) - len(found)} of {len(runs)} run updates did not apply")
@@ -243,8 +247,7 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
         else:
             found = con.execute(_STEP_BY_LEASE, [*values, run_id, generation]).fetchone()
         if not found or found[0] == 0:
-            check_lease(con, run_id, generation, holder)
-            raise StoreError(f"no run {run_id!r} in the store", kind="missing")
+            raise _missed(con, run_id, generation, holder)
         return
     names = tuple(f"c{i}" for i in range(len(_STEP_TYPES)))
     table = [(*values, generation) for values, generation, _ in steps]
@@ -255,13 +258,13 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
     else:
         guard = (
             "WHERE CASE WHEN v.g IS NULL THEN EXISTS (SELECT 1 FROM run_rows r WHERE "
-            "r.run_id = v.c0) ELSE EXISTS (SELECT 1 FROM leases l WHERE l.run_id = v.c0 AND "
-            "l.generation = v.g AND NOT l.released) END"
+            f"r.run_id = v.c0) ELSE {_lease_current('v.c0')} END"
         )
+    derived, params = _unnest((*names, "g"), (*_STEP_TYPES, "BIGINT"), table)
     found = con.execute(
         f"INSERT INTO steps ({_STEP_NAMES}) SELECT {', '.join(f'v.{n}' for n in names)} "
-        f"FROM {_unnest((*names, 'g'), (*_STEP_TYPES, 'BIGINT'))} {guard}",
-        [list(column) for column in zip(*table, strict=True)],
+        f"FROM {derived} {guard}",
+        params,
     ).fetchone()
     if not found or found[0] != len(steps):
         raise BatchRetry(
@@ -269,11 +272,22 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
         )
 
 
-def _unnest(names: tuple[str, ...], types: tuple[str, ...]) -> str:
-    """A derived table ``v`` of one list parameter per column: binding a list costs a
-    few us a value where a VALUES row costs ~70 us (bench/RESULTS-store.md)."""
+def _unnest(
+    names: tuple[str, ...], types: tuple[str, ...], table: list[tuple[Any, ...]]
+) -> tuple[str, list[list[Any]]]:
+    """A derived table ``v`` of ``table``'s rows and its parameters, one list per column:
+    binding a list costs a few us a value where a VALUES row costs ~70 us
+    (bench/RESULTS-store.md)."""
     columns = ", ".join(f"unnest(?::{t}[]) AS {n}" for n, t in zip(names, types, strict=True))
-    return f"(SELECT {columns}) v"
+    return f"(SELECT {columns}) v", [list(column) for column in zip(*table, strict=True)]
+
+
+def _lease_current(run_id: str) -> str:
+    """SQL: the lease generation ``v.g`` is the current, unreleased one of ``run_id``."""
+    return (
+        f"EXISTS (SELECT 1 FROM leases l WHERE l.run_id = {run_id} AND l.generation = v.g "
+        "AND NOT l.released)"
+    )
 
 
 def update_one(
@@ -296,31 +310,16 @@ def update_one(
         args = [*params, run_id, run_id, generation]
     updated = con.execute(sql, args).fetchone()
     if not updated or updated[0] == 0:
-        # A stale lease says so; otherwise the run is missing.
-        check_lease(con, run_id, generation, holder)
-        raise StoreError(f"no run {run_id!r} in the store", kind="missing")
+        raise _missed(con, run_id, generation, holder)
 
 
-def check_lease(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    generation: int | None,
-    holder: str = "this process",
-) -> None:
-    """Raise ``ConflictError`` unless ``generation`` is ``run_id``'s current lease."""
-    if generation is None:
-        return
-    held = con.execute(
-        "SELECT owner, generation, released FROM leases WHERE run_id = ?", [run_id]
-    ).fetchone()
-    if held is None or int(held[1]) != generation or held[2]:
-        owner = None if held is None or held[2] else str(held[0])
-        raise ConflictError(
-            f"the lease of {holder!r} on run {run_id!r} (generation {generation}) "
-            "is no longer current" + (f": {owner!r} drives the run now" if owner else ""),
-            run_id=run_id,
-            owner=owner,
-        )
+def _missed(
+    con: duckdb.DuckDBPyConnection, run_id: str, generation: int | None, holder: str
+) -> StoreError:
+    """Why a guarded statement on ``run_id`` missed: a stale lease raises
+    ``ConflictError`` here; otherwise the run is missing (returned, to raise)."""
+    check_lease(con, run_id, generation, holder)
+    return StoreError(f"no run {run_id!r} in the store", kind="missing")
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,13 +26,15 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import duckdb
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
 from ._schema import ensure_schema
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_HOLD_S",
@@ -74,7 +76,7 @@ class SharedDb:
         # Appenders of the open connection, reused by every batch (they die with it).
         self._appenders: dict[str, duckdb.Appender] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
-        self._queue: deque[tuple[WriteOp, Future[Any], float]] = deque()
+        self._queue: deque[tuple[WriteOp[Any], Future[Any], float]] = deque()
         self._queue_lock = threading.Lock()
         self._queued = threading.Condition(self._queue_lock)
         self._writer: threading.Thread | None = None
@@ -115,7 +117,7 @@ class SharedDb:
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, op: WriteOp, busy_timeout_s: float) -> Any:
+    def write(self, op: WriteOp[T], busy_timeout_s: float) -> T:
         """Run ``op`` in its own transaction in the calling thread; return its result."""
         with self._lock:
             try:
@@ -123,10 +125,10 @@ class SharedDb:
             finally:
                 self._after_use()
 
-    def submit(self, op: WriteOp, busy_timeout_s: float) -> Future[Any]:
+    def submit(self, op: WriteOp[T], busy_timeout_s: float) -> Future[T]:
         """Queue ``op`` for the writer thread, which commits it with the writes queued
         beside it in one transaction. The future holds the op's result or error."""
-        future: Future[Any] = Future()
+        future: Future[T] = Future()
         with self._queue_lock:
             self._queue.append((op, future, busy_timeout_s))
             if self._writer is None:
@@ -154,7 +156,7 @@ class SharedDb:
             if live:
                 self._write_group(live)
 
-    def _write_group(self, items: list[tuple[WriteOp, Future[Any], float]]) -> None:
+    def _write_group(self, items: list[tuple[WriteOp[Any], Future[Any], float]]) -> None:
         timeout = max(item[2] for item in items)
         with self._lock:
             try:
@@ -180,20 +182,22 @@ class SharedDb:
             finally:
                 self._after_use()
 
-    def _write_alone(self, op: WriteOp, busy_timeout_s: float) -> Any:
+    def _write_alone(self, op: WriteOp[T], busy_timeout_s: float) -> T:
         try:
-            return self._transact([op], busy_timeout_s)[0]
+            result: T = self._transact([op], busy_timeout_s)[0]
+            return result
         except StoreError as exc:
             if exc.kind != "duplicate" or op.fallback is None:
                 raise
-        return self._transact([op.fallback], busy_timeout_s)[0]
+        fallback: T = self._transact([op.fallback], busy_timeout_s)[0]
+        return fallback
 
-    def _transact(self, ops: list[WriteOp], busy_timeout_s: float) -> list[Any]:
+    def _transact(self, ops: list[WriteOp[Any]], busy_timeout_s: float) -> list[Any]:
         """Run ``ops`` in one transaction (the lock held); driver errors as StoreError."""
         if self._closed:
             raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
         con = self._con if self._con is not None else self._open(busy_timeout_s)
-        batch = Batch(self._appenders, single=len(ops) == 1)
+        batch = Batch(self._appenders, single=len(ops) == 1, path=self.path)
         try:
             con.execute("BEGIN TRANSACTION")
             try:

@@ -10,11 +10,12 @@ import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
-
-import duckdb
+from typing import TYPE_CHECKING, Any, Final
 
 from ._schema import COLUMNS, quote
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "SECRET_KEYS",

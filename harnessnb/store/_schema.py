@@ -13,11 +13,12 @@ from the steps, for a run in progress, finished or killed alike.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Final
-
-import duckdb
+from typing import TYPE_CHECKING, Final
 
 from ..rules._errors import StoreError
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
 

@@ -1,9 +1,11 @@
-"""The run history in DuckDB: transactional step commits, leases, DataFrame readers.
+"""The run history in DuckDB: ``Store``, its writes, DataFrame readers and SQL.
 
-``Store`` is the one object the loop, resume and users touch. All methods are
-synchronous and thread-safe; every statement of a process on one file goes through
-one shared connection and lock (``_store_conn``), and every multi-row write is one
-transaction, so after a crash a step is wholly present or wholly absent.
+``Store`` is the one object the loop, resume and users touch. Every statement of a
+process on one file goes through one shared connection and lock (``_conn``), and every
+multi-row write is one transaction, so after a crash a step is wholly present or wholly
+absent. Each write is declared once in ``_writes``; the blocking methods here
+(``commit_step``...) and the coroutines of ``store.queued`` are made from those
+declarations, so their signatures are written once and mypy checks every call.
 
 Timestamps are TIMESTAMP (naive UTC) in DuckDB and Unix seconds (float) in the dicts
 that go in and come out; JSON-ish values are stored as JSON text, credentials removed.
@@ -11,34 +13,33 @@ that go in and come out; JSON-ish values are stored as JSON text, credentials re
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, TypeVar
 
 import duckdb
 
-from ..rules._errors import ConflictError, StoreError
-from ._batch import Batch, WriteOp, append_rows, check_lease, run_update
+from ..rules._errors import StoreError
+from . import _writes
+from ._batch import WriteOp
 from ._conn import SharedDb, acquire_shared, parallel, release_shared
-from ._rows import dumps, from_ts, insert_records, row, to_ts
-from ._schema import COLUMNS, SCHEMA_VERSION, quote
+from ._failures import failure_groups, failure_sql
+from ._rows import from_ts
+from ._schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "WRITE_METHODS", "Lease", "Store"]
+__all__ = ["SCHEMA_VERSION", "QueuedWrites", "Store"]
 
-# Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
-FAILURE_GROUPS: Final = (
-    "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
-)  # fmt: skip
+P = ParamSpec("P")
+T = TypeVar("T")
 
-_RUN_FIELDS: Final = frozenset(COLUMNS["runs"])
 _ORDER: Final = {
     "runs": "started_at, run_id",
     "steps": "run_id, step",
@@ -52,33 +53,40 @@ _INT_TYPES: Final = frozenset(
 )
 
 
-_EFFECT: Final = COLUMNS["tool_calls"].index("effect")
+def _blocking(build: Callable[P, WriteOp[T]]) -> Callable[Concatenate[Store, P], T]:
+    """The ``Store`` method of the write ``build``: the op run now, in its own transaction."""
 
-# The methods ``Store.submit`` queues for group commit (every write of the store).
-WRITE_METHODS: Final = frozenset({
-    "create_run", "start_run", "commit_step", "record_intent", "add_attempts", "finish_run",
-    "settle_tool_call", "add_marker", "acquire_lease", "renew_lease", "release_lease",
-    "put_recording", "bind_agent_session",
-})  # fmt: skip
+    def method(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return store.write(build(*args, **kwargs))
 
-# How a finished run changes its run row (see ``Batch.update_run``).
-_FINISHED: Final = run_update(
-    "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3",
-    "VARCHAR",
-    "TIMESTAMP",
-    "VARCHAR",
-    "TIMESTAMP",
-)
+    _describe(method, build, "Store")
+    return method
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """The right to drive one run: valid while ``generation`` is current in the store."""
+def _queued(
+    build: Callable[P, WriteOp[T]],
+) -> Callable[Concatenate[QueuedWrites, P], Coroutine[Any, Any, T]]:
+    """The ``QueuedWrites`` coroutine of the write ``build``: the op committed in a group."""
 
-    run_id: str
-    owner: str
-    generation: int
-    expires_at: float
+    async def method(queued: QueuedWrites, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await queued.store.awrite(build(*args, **kwargs))
+
+    _describe(method, build, "QueuedWrites")
+    return method
+
+
+def _describe(method: Callable[..., Any], build: Callable[..., Any], owner: str) -> None:
+    """Give ``method`` the name, docstring and signature of ``build`` (``self`` first,
+    no return type), which is what ``help()`` and Jupyter's ``?`` show."""
+    signature = inspect.signature(build)
+    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    method.__name__ = build.__name__
+    method.__qualname__ = f"{owner}.{build.__name__}"
+    method.__doc__ = build.__doc__
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[this, *signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
 
 
 class Store:
@@ -122,10 +130,14 @@ class Store:
 
     @contextmanager
     def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._shared().connection(self._busy_timeout_s) as con:
+            yield con
+
+    def _shared(self) -> SharedDb:
+        """The shared connection of this file; ``StoreError(closed)`` once closed."""
         if self._db is None:
             raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
-        with self._db.connection(self._busy_timeout_s) as con:
-            yield con
+        return self._db
 
     def close(self) -> None:
         """Let go of the file (the last ``Store`` on a path in this process closes it)."""
@@ -145,309 +157,51 @@ class Store:
 
     # --------------------------------------------------------------- writes
     #
-    # Each write is a ``WriteOp`` (built by ``_<name>_op``): the blocking methods run it
-    # in their own transaction at once; ``submit`` queues it for group commit.
+    # Each write is a function of ``_writes`` that builds a ``WriteOp``. ``write`` runs
+    # an op now in its own transaction, ``submit`` queues it for group commit, and
+    # ``awrite`` (or ``store.queued``) awaits it from asyncio.
 
-    def submit(self, method: str, /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """Queue the write ``method(*args, **kwargs)`` for the store's writer thread.
+    def write(self, op: WriteOp[T]) -> T:
+        """Run ``op`` now, in the calling thread and its own transaction; return its result.
+
+        Raises:
+            StoreError, ConflictError: as the write's function documents.
+        """
+        return self._shared().write(op, self._busy_timeout_s)
+
+    def submit(self, op: WriteOp[T]) -> Future[T]:
+        """Queue ``op`` for the store's writer thread.
 
         The writer commits every write queued while its previous transaction ran in ONE
         transaction (group commit), so concurrent runs of a process share statements
-        and commits. The future holds what ``method`` returns or raises; an error of
-        one write (say ``ConflictError``) fails only that write. Await it from asyncio
-        with ``asyncio.wrap_future``.
-
-        Raises:
-            ValueError: ``method`` is not one of ``WRITE_METHODS``.
+        and commits. The future holds what the op returns or raises; an error of one
+        write (say ``ConflictError``) fails only that write.
         """
-        if method not in WRITE_METHODS:
-            raise ValueError(f"{method!r} is not a store write; expected one of {WRITE_METHODS}")
-        op: WriteOp = getattr(self, f"_{method}_op")(*args, **kwargs)
         return self._shared().submit(op, self._busy_timeout_s)
 
-    def _write(self, op: WriteOp) -> Any:
-        return self._shared().write(op, self._busy_timeout_s)
+    async def awrite(self, op: WriteOp[T]) -> T:
+        """``submit`` awaited from asyncio: the event loop never waits on the file.
+        Cancelling the awaiting task drops a write that has not begun."""
+        return await asyncio.wrap_future(self.submit(op))
 
-    def _shared(self) -> SharedDb:
-        if self._db is None:
-            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
-        return self._db
+    @property
+    def queued(self) -> QueuedWrites:
+        """The writes as coroutines through group commit (``store.queued.commit_step``)."""
+        return QueuedWrites(self)
 
-    def create_run(self, run: Mapping[str, Any]) -> None:
-        """Insert a run row; keys outside the ``runs`` columns are kept in ``extras``."""
-        self._write(self._create_run_op(run))
-
-    def _create_run_op(self, run: Mapping[str, Any]) -> WriteOp:
-        values = _run_row(run)
-        return WriteOp("create_run", lambda con, batch: batch.append("run_rows", [values]), False)
-
-    def start_run(
-        self,
-        run: Mapping[str, Any],
-        owner: str,
-        *,
-        ttl_s: float = 30.0,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """``create_run`` and ``acquire_lease`` in one transaction: the run row and its
-        first lease land together or not at all.
-
-        Raises:
-            StoreError: ``duplicate`` when the run exists.
-            ConflictError: a lease on this run id is held by another live owner.
-        """
-        op = self._start_run_op(run, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        lease: Lease = self._write(op)
-        return lease
-
-    def _start_run_op(
-        self,
-        run: Mapping[str, Any],
-        owner: str,
-        *,
-        ttl_s: float = 30.0,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> WriteOp:
-        values = _run_row(run)
-        run_id = str(run["run_id"])
-        at = time.time() if now is None else now
-
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
-            if batch.single:
-                append_rows(con, "run_rows", [values])
-                return _acquire(con, run_id, owner, ttl_s, at, owner_alive)
-            # A new run has no lease row: a plain append of generation 1. A stray row
-            # makes the batch fail, and this op alone then takes the path above.
-            batch.append("run_rows", [values])
-            batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
-                                     to_ts(at + ttl_s), False)])  # fmt: skip
-            return Lease(run_id, owner, 1, at + ttl_s)
-
-        return WriteOp("start_run", apply, direct=False)
-
-    def commit_step(
-        self,
-        run_id: str,
-        step: Mapping[str, Any],
-        *,
-        attempts: list[dict[str, Any]],
-        tool_calls: list[dict[str, Any]],
-        stalls: list[dict[str, Any]],
-        checkpoint: Mapping[str, Any],
-        lease: Lease | None = None,
-        finish: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
-
-        Tool rows replace rows with the same (run_id, step, seq), such as the intent row
-        of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's
-        (the ``runs`` view counts step rows: no run row is written).
-        ``finish`` (``outcome``, ``finished_at``, ``error`` as for ``finish_run``) ends
-        the run with its last step in the same transaction and releases ``lease``.
-
-        Raises:
-            ConflictError: ``lease`` is no longer current (another owner took the run);
-                nothing is written.
-            StoreError: ``missing`` for an unknown run (without ``lease``; with one, the
-                current lease is the guard), ``duplicate`` for a step already committed.
-        """
-        op = self._commit_step_op(run_id, step, attempts=attempts, tool_calls=tool_calls,
-                                  stalls=stalls, checkpoint=checkpoint, lease=lease,
-                                  finish=finish)  # fmt: skip
-        self._write(op)
-
-    def _commit_step_op(
-        self,
-        run_id: str,
-        step: Mapping[str, Any],
-        *,
-        attempts: list[dict[str, Any]],
-        tool_calls: list[dict[str, Any]],
-        stalls: list[dict[str, Any]],
-        checkpoint: Mapping[str, Any],
-        lease: Lease | None = None,
-        finish: Mapping[str, Any] | None = None,
-    ) -> WriteOp:
-        tools = [row("tool_calls", t, run_id=run_id) for t in tool_calls]
-        rows = {
-            # Tool rows first: a clash with an intent row fails before the rest.
-            "tool_calls": tools,
-            "attempts": [row("attempts", a, run_id=run_id) for a in attempts],
-            "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
-        }
-        step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
-        ended = None
-        if finish is not None:
-            ended = _ended(finish["outcome"], finish["finished_at"], finish.get("error"))
-        generation = None if lease is None else lease.generation
-        holder = "" if lease is None else lease.owner
-
-        def append(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            for table, values in rows.items():
-                batch.append(table, values)
-            # The step row carries the lease check; ``runs`` counts it (a view).
-            batch.insert_step(step_row, generation, holder)
-            if ended is not None:
-                # No lease check of its own: the step row's, in this transaction, holds.
-                batch.update_run(con, _FINISHED, run_id, ended, None)
-                if generation is not None:
-                    batch.release(run_id, generation)
-
-        def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            # DELETE+INSERT beats an upsert 3x, and DuckDB 2 allows both in one transaction.
-            if tools:
-                con.execute(
-                    "DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, tools[0][1]]
-                )
-            append(con, batch)
-
-        replacing = WriteOp("commit_step", replace)
-        # Only an effectful call can have an intent row to replace: decide up front;
-        # a clash all the same (a READ row left by a crash) redoes it, replacing.
-        if any(t[_EFFECT] != "read" for t in tools):
-            return replacing
-        return WriteOp("commit_step", append, direct=False, fallback=replacing)
-
-    def record_intent(
-        self,
-        run_id: str,
-        tool_call: Mapping[str, Any],
-        *,
-        lease: Lease | None = None,
-        pending: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Commit a WRITE tool's intent row on its own, before the tool runs.
-
-        ``pending`` (the step's answer and attempts, given with the step's first
-        intent) is kept in the same transaction for ``pending_step``.
-        """
-        self._write(self._record_intent_op(run_id, tool_call, lease=lease, pending=pending))
-
-    def _record_intent_op(
-        self,
-        run_id: str,
-        tool_call: Mapping[str, Any],
-        *,
-        lease: Lease | None = None,
-        pending: Mapping[str, Any] | None = None,
-    ) -> WriteOp:
-        values = row("tool_calls", tool_call, run_id=run_id, status="intent")
-        answer = None
-        if pending is not None:
-            answer = [run_id, tool_call["step"], dumps(pending, text=False),
-                      to_ts(tool_call.get("at") or time.time())]  # fmt: skip
-
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            _check_lease(con, run_id, lease)
-            _delete_tool_rows(con, run_id, [values])
-            append_rows(con, "tool_calls", [values])
-            if answer is not None:
-                con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
-
-        return WriteOp("record_intent", apply)
-
-    def add_attempts(self, run_id: str, attempts: list[dict[str, Any]]) -> None:
-        """Append attempt rows outside a step (a call that ended the run), in one batch."""
-        self._write(self._add_attempts_op(run_id, attempts))
-
-    def _add_attempts_op(self, run_id: str, attempts: list[dict[str, Any]]) -> WriteOp:
-        return WriteOp(
-            "add_attempts",
-            lambda con, batch: insert_records(con, "attempts", attempts, run_id=run_id),
-        )
-
-    def finish_run(
-        self,
-        run_id: str,
-        *,
-        outcome: str,
-        finished_at: float,
-        error: dict[str, Any] | None = None,
-        attempts: list[dict[str, Any]] | None = None,
-        stalls: list[dict[str, Any]] | None = None,
-        lease: Lease | None = None,
-        release: bool = False,
-    ) -> None:
-        """Set the run's outcome, end time and error, with its last attempts and stalls.
-
-        With ``release`` the ``lease`` is given up in the same transaction (as
-        ``release_lease`` would), so ending a run is one commit.
-
-        Raises:
-            ConflictError: ``lease`` is stale; nothing is written.
-            StoreError: ``missing`` for an unknown run.
-        """
-        self._write(self._finish_run_op(run_id, outcome=outcome, finished_at=finished_at,
-                                        error=error, attempts=attempts, stalls=stalls,
-                                        lease=lease, release=release))  # fmt: skip
-
-    def _finish_run_op(
-        self,
-        run_id: str,
-        *,
-        outcome: str,
-        finished_at: float,
-        error: dict[str, Any] | None = None,
-        attempts: list[dict[str, Any]] | None = None,
-        stalls: list[dict[str, Any]] | None = None,
-        lease: Lease | None = None,
-        release: bool = False,
-    ) -> WriteOp:
-        attempt_rows = [row("attempts", a, run_id=run_id) for a in attempts or []]
-        stall_rows = [row("stalls", s, run_id=run_id) for s in stalls or []]
-        ended = _ended(outcome, finished_at, error)
-        generation = None if lease is None else lease.generation
-        holder = "" if lease is None else lease.owner
-
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            batch.append("attempts", attempt_rows)
-            batch.append("stalls", stall_rows)
-            batch.update_run(con, _FINISHED, run_id, ended, generation, holder)
-            if release and generation is not None:
-                batch.release(run_id, generation)
-
-        return WriteOp("finish_run", apply, direct=False)
-
-    def settle_tool_call(
-        self, run_id: str, step: int, seq: int, *, status: str, output: str | None = None
-    ) -> None:
-        """Set the status (and output) of a tool row, e.g. an intent resolved by a person.
-
-        Raises:
-            StoreError: ``missing`` when there is no such tool row.
-        """
-        self._write(self._settle_tool_call_op(run_id, step, seq, status=status, output=output))
-
-    def _settle_tool_call_op(
-        self, run_id: str, step: int, seq: int, *, status: str, output: str | None = None
-    ) -> WriteOp:
-        size = None if output is None else len(output.encode("utf-8"))
-
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-            updated = con.execute(
-                "UPDATE tool_calls SET status = ?, output = coalesce(?, output), "
-                "output_bytes = coalesce(?, output_bytes) "
-                "WHERE run_id = ? AND step = ? AND seq = ?",
-                [status, output, size, run_id, step, seq],
-            ).fetchone()
-            if not updated or updated[0] == 0:
-                raise StoreError(
-                    f"run {run_id!r} has no tool call at step {step} seq {seq}",
-                    kind="missing",
-                    path=self.path,
-                )
-
-        return WriteOp("settle_tool_call", apply)
-
-    def add_marker(self, run_id: str, kind: str, detail: str, at: float) -> None:
-        """Append a resume/skipped/resolved/abandoned marker row."""
-        self._write(self._add_marker_op(run_id, kind, detail, at))
-
-    def _add_marker_op(self, run_id: str, kind: str, detail: str, at: float) -> WriteOp:
-        values = row("markers", {}, run_id=run_id, kind=kind, detail=detail, at=at)
-        return WriteOp("add_marker", lambda con, batch: batch.append("markers", [values]), False)
+    create_run = _blocking(_writes.create_run)
+    start_run = _blocking(_writes.start_run)
+    commit_step = _blocking(_writes.commit_step)
+    finish_run = _blocking(_writes.finish_run)
+    add_attempts = _blocking(_writes.add_attempts)
+    add_marker = _blocking(_writes.add_marker)
+    record_intent = _blocking(_writes.record_intent)
+    settle_tool_call = _blocking(_writes.settle_tool_call)
+    acquire_lease = _blocking(_writes.acquire_lease)
+    renew_lease = _blocking(_writes.renew_lease)
+    release_lease = _blocking(_writes.release_lease)
+    put_recording = _blocking(_writes.put_recording)
+    bind_agent_session = _blocking(_writes.bind_agent_session)
 
     # ------------------------------------------------------- reads for resume
 
@@ -524,83 +278,7 @@ class Store:
             out.append(item)
         return out
 
-    # ---------------------------------------------------------------- leases
-
-    def acquire_lease(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl_s: float = 30.0,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """Take the right to drive ``run_id``; every acquire bumps the generation.
-
-        A lease held by another owner is taken over at once when it has expired or
-        ``owner_alive(owner)`` says its process is gone; otherwise ``ConflictError``.
-        The previous holder's next commit then fails with ``ConflictError``.
-        """
-        op = self._acquire_lease_op(run_id, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        lease: Lease = self._write(op)
-        return lease
-
-    def _acquire_lease_op(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl_s: float = 30.0,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> WriteOp:
-        at = time.time() if now is None else now
-        return WriteOp(
-            "acquire_lease", lambda con, batch: _acquire(con, run_id, owner, ttl_s, at, owner_alive)
-        )
-
-    def renew_lease(self, lease: Lease, *, ttl_s: float = 30.0) -> Lease:
-        """Extend a current lease. Raises ``ConflictError`` when it was taken over."""
-        renewed: Lease = self._write(self._renew_lease_op(lease, ttl_s=ttl_s))
-        return renewed
-
-    def _renew_lease_op(self, lease: Lease, *, ttl_s: float = 30.0) -> WriteOp:
-        now = time.time()
-
-        def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
-            _check_lease(con, lease.run_id, lease)
-            con.execute(
-                "UPDATE leases SET renewed_at = ?, expires_at = ? WHERE run_id = ?",
-                [to_ts(now), to_ts(now + ttl_s), lease.run_id],
-            )
-            return Lease(lease.run_id, lease.owner, lease.generation, now + ttl_s)
-
-        return WriteOp("renew_lease", apply)
-
-    def release_lease(self, lease: Lease) -> None:
-        """Give up a lease; a stale one is ignored (someone else holds the run now)."""
-        self._write(self._release_lease_op(lease))
-
-    def _release_lease_op(self, lease: Lease) -> WriteOp:
-        # The row stays, so the next acquire still bumps past this generation.
-        return WriteOp(
-            "release_lease", lambda con, batch: batch.release(lease.run_id, lease.generation), False
-        )
-
     # ------------------------------------------------------------ recordings
-
-    def put_recording(self, key: str, seq: int, response: Mapping[str, Any]) -> None:
-        """Store (or replace) response ``seq`` of recording ``key``, credentials removed."""
-        self._write(self._put_recording_op(key, seq, response))
-
-    def _put_recording_op(self, key: str, seq: int, response: Mapping[str, Any]) -> WriteOp:
-        values = [key, seq, dumps(response), to_ts(time.time())]
-        return WriteOp(
-            "put_recording",
-            lambda con, batch: con.execute(
-                "INSERT OR REPLACE INTO recordings VALUES (?, ?, ?, ?)", values
-            ),
-        )
 
     def get_recordings(self, key: str) -> list[dict[str, Any]]:
         """The responses recorded under ``key``, ordered by seq."""
@@ -625,24 +303,6 @@ class Store:
         agent, session_id, run_id, updated_at = found
         return {"workspace": workspace, "name": name, "agent": agent, "session_id": session_id,
                 "run_id": run_id, "updated_at": from_ts(updated_at)}  # fmt: skip
-
-    def bind_agent_session(
-        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
-    ) -> None:
-        """Bind session ``name`` in ``workspace`` to ``agent``'s native ``session_id``."""
-        self._write(self._bind_agent_session_op(
-            workspace, name, agent=agent, session_id=session_id, run_id=run_id))  # fmt: skip
-
-    def _bind_agent_session_op(
-        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
-    ) -> WriteOp:
-        values = [workspace, name, agent, session_id, run_id, to_ts(time.time())]
-        return WriteOp(
-            "bind_agent_session",
-            lambda con, batch: con.execute(
-                "INSERT OR REPLACE INTO agent_sessions VALUES (?, ?, ?, ?, ?, ?)", values
-            ),
-        )
 
     def agent_sessions(self) -> pd.DataFrame:
         """Every named agent session and the CLI session it continues."""
@@ -702,20 +362,9 @@ class Store:
         Raises:
             StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``.
         """
-        groups = self._failure_groups(by)
+        query = failure_sql(failure_groups(by, self.path))
         with self._connection() as con, parallel(con):
-            return _frame(con.execute(_failure_sql(groups)))
-
-    def _failure_groups(self, by: tuple[str, ...] | str) -> tuple[str, ...]:
-        groups = (by,) if isinstance(by, str) else tuple(by)
-        bad = [g for g in groups if g not in FAILURE_GROUPS]
-        if bad or len(set(groups)) != len(groups):
-            raise StoreError(
-                f"failure_rates(by={by!r}): group by distinct names among {FAILURE_GROUPS}",
-                kind="query",
-                path=self.path,
-            )
-        return groups
+            return _frame(con.execute(query))
 
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
@@ -726,88 +375,32 @@ class Store:
             return _frame(con.execute(query, [] if run_id is None else [run_id]))
 
 
+class QueuedWrites:
+    """The store's writes from asyncio, each queued for group commit and awaited
+    (``Store.awrite``): the writes of concurrent runs share transactions and the event
+    loop never blocks. Same arguments, results and errors as the ``Store`` methods."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    create_run = _queued(_writes.create_run)
+    start_run = _queued(_writes.start_run)
+    commit_step = _queued(_writes.commit_step)
+    finish_run = _queued(_writes.finish_run)
+    add_attempts = _queued(_writes.add_attempts)
+    add_marker = _queued(_writes.add_marker)
+    record_intent = _queued(_writes.record_intent)
+    settle_tool_call = _queued(_writes.settle_tool_call)
+    acquire_lease = _queued(_writes.acquire_lease)
+    renew_lease = _queued(_writes.renew_lease)
+    release_lease = _queued(_writes.release_lease)
+    put_recording = _queued(_writes.put_recording)
+    bind_agent_session = _queued(_writes.bind_agent_session)
+
+
 # ------------------------------------------------------------------- helpers
-
-
-def _check_lease(con: duckdb.DuckDBPyConnection, run_id: str, lease: Lease | None) -> None:
-    if lease is not None:
-        check_lease(con, run_id, lease.generation, lease.owner)
-
-
-def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
-    """(outcome, finished_at, error, updated_at) of a run that ends."""
-    return (getattr(outcome, "value", outcome), to_ts(finished_at), dumps(error),
-            to_ts(finished_at))  # fmt: skip
-
-
-def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The ``run_rows`` row of a new run; keys outside the columns go to ``extras``."""
-    extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
-    return row(
-        "run_rows",
-        run,
-        outcome=None,
-        finished_at=None,
-        schema_version=SCHEMA_VERSION,
-        extras=extras or None,
-        updated_at=run.get("started_at") or time.time(),
-    )
-
-
-def _acquire(
-    con: duckdb.DuckDBPyConnection,
-    run_id: str,
-    owner: str,
-    ttl_s: float,
-    now: float,
-    owner_alive: Callable[[str], bool] | None,
-) -> Lease:
-    held = con.execute(
-        "SELECT owner, generation, expires_at, released FROM leases WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
-    generation = 1 if held is None else int(held[1]) + 1
-    if held is not None and _lease_blocks(held, owner, now, owner_alive):
-        raise ConflictError(
-            f"run {run_id!r} is driven by {held[0]!r} (lease generation {held[1]}, "
-            f"expires in {(from_ts(held[2]) or now) - now:.0f} s)",
-            run_id=run_id,
-            owner=str(held[0]),
-        )
-    con.execute(
-        "INSERT INTO leases VALUES (?, ?, ?, ?, ?, ?, false) ON CONFLICT (run_id) DO "
-        "UPDATE SET owner = excluded.owner, generation = excluded.generation, "
-        "acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, "
-        "expires_at = excluded.expires_at, released = false",
-        [run_id, owner, generation, to_ts(now), to_ts(now), to_ts(now + ttl_s)],
-    )
-    return Lease(run_id, owner, generation, now + ttl_s)
-
-
-def _delete_tool_rows(
-    con: duckdb.DuckDBPyConnection, run_id: str, tools: list[tuple[Any, ...]]
-) -> None:
-    """Delete the rows that ``tools`` (tool_calls tuples) are about to replace."""
-    for step, seq in {(t[1], t[2]) for t in tools}:
-        con.execute(
-            "DELETE FROM tool_calls WHERE run_id = ? AND step = ? AND seq = ?",
-            [run_id, step, seq],
-        )
-
-
-def _lease_blocks(
-    held: tuple[Any, ...],
-    owner: str,
-    now: float,
-    owner_alive: Callable[[str], bool] | None,
-) -> bool:
-    """True when the held lease belongs to another live owner and has not expired."""
-    holder, _generation, expires_at, released = held
-    if released or holder == owner:
-        return False
-    if (from_ts(expires_at) or 0.0) <= now:
-        return False
-    return owner_alive is None or owner_alive(str(holder))
 
 
 def _loads(text: str | None) -> Any:
@@ -824,38 +417,3 @@ def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         elif kind == "BOOLEAN":
             frame.isetitem(i, frame.iloc[:, i].astype("boolean").array)
     return frame
-
-
-def _failure_sql(groups: tuple[str, ...]) -> str:
-    """The aggregation behind ``failure_rates`` (``groups`` already validated)."""
-    stats = (
-        "avg(retry_after_s) AS retry_after_s_mean, "
-        "quantile_cont(retry_after_s, 0.5) AS retry_after_s_p50, "
-        "max(retry_after_s) AS retry_after_s_max"
-    )
-    quoted = [quote(g) for g in groups]
-    if "kind" not in groups:
-        cols = ", ".join(quoted)
-        head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
-        return (
-            f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate, {stats} FROM attempts{tail}"
-        )
-    # Totals per outer group, and failures per (outer group, kind) from the failed rows
-    # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
-    outer = [quote(g) for g in groups if g != "kind"]
-    out_cols = ", ".join(outer)
-    t_select = f"{out_cols}, " if outer else ""
-    t_group = f" GROUP BY {out_cols}" if outer else ""
-    join = " AND ".join(f"t.{c} IS NOT DISTINCT FROM f.{c}" for c in outer) or "true"
-    select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
-    order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
-    return (
-        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM attempts{t_group}), "
-        f"f AS (SELECT {t_select}kind, count(*) AS failures, {stats} FROM attempts "
-        f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
-        f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
-        "coalesce(f.failures, 0) / t.attempts AS failure_rate, "
-        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max "
-        f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
-    )

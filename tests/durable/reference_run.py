@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import harnessnb as hn
+from harnessnb.store._batch import WriteOp
 from harnessnb.store._store import Store
 
 WRITES = ("create_run", "start_run", "acquire_lease", "record_intent", "settle_tool_call",
@@ -56,19 +57,19 @@ for _name in WRITES:
     _wrap(_name)
 
 
-def _submit(self: KillingStore, method: str, /, *args: Any, **kwargs: Any) -> Any:
+def _submit(self: KillingStore, op: WriteOp[Any]) -> Any:
     """The loop's writes go through ``submit`` (group commit): count each one when it
     has committed, and die right then, in the writer thread."""
-    future = Store.submit(self, method, *args, **kwargs)
-    if method in WRITES:
-        def committed(done: Any) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            type(self).writes += 1
-            if type(self).writes == type(self).kill_at:
-                kill_now()
+    future = Store.submit(self, op)
 
-        future.add_done_callback(committed)
+    def committed(done: Any) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        type(self).writes += 1
+        if type(self).writes == type(self).kill_at:
+            kill_now()
+
+    future.add_done_callback(committed)
     return future
 
 

@@ -1,0 +1,72 @@
+"""The SQL behind ``Store.failure_rates``: how often attempts fail, per group.
+
+``by`` names columns that are spliced into SQL, so they are checked against
+``FAILURE_GROUPS`` first.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..rules._errors import StoreError
+from ._schema import quote
+
+__all__ = ["FAILURE_GROUPS", "failure_groups", "failure_sql"]
+
+# Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
+FAILURE_GROUPS: Final = (
+    "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
+)  # fmt: skip
+
+_STATS: Final = (
+    "avg(retry_after_s) AS retry_after_s_mean, "
+    "quantile_cont(retry_after_s, 0.5) AS retry_after_s_p50, "
+    "max(retry_after_s) AS retry_after_s_max"
+)
+
+
+def failure_groups(by: tuple[str, ...] | str, path: str) -> tuple[str, ...]:
+    """``by`` as a tuple of distinct ``FAILURE_GROUPS`` names.
+
+    Raises:
+        StoreError: ``query`` for any other name, or a name given twice.
+    """
+    groups = (by,) if isinstance(by, str) else tuple(by)
+    bad = [g for g in groups if g not in FAILURE_GROUPS]
+    if bad or len(set(groups)) != len(groups):
+        raise StoreError(
+            f"failure_rates(by={by!r}): group by distinct names among {FAILURE_GROUPS}",
+            kind="query",
+            path=path,
+        )
+    return groups
+
+
+def failure_sql(groups: tuple[str, ...]) -> str:
+    """The aggregation behind ``failure_rates`` (``groups`` already validated)."""
+    quoted = [quote(g) for g in groups]
+    if "kind" not in groups:
+        cols = ", ".join(quoted)
+        head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
+        return (
+            f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
+            f"count(kind) / count(*) AS failure_rate, {_STATS} FROM attempts{tail}"
+        )
+    # Totals per outer group, and failures per (outer group, kind) from the failed rows
+    # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
+    outer = [quote(g) for g in groups if g != "kind"]
+    out_cols = ", ".join(outer)
+    t_select = f"{out_cols}, " if outer else ""
+    t_group = f" GROUP BY {out_cols}" if outer else ""
+    join = " AND ".join(f"t.{c} IS NOT DISTINCT FROM f.{c}" for c in outer) or "true"
+    select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
+    order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
+    return (
+        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM attempts{t_group}), "
+        f"f AS (SELECT {t_select}kind, count(*) AS failures, {_STATS} FROM attempts "
+        f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
+        f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
+        "coalesce(f.failures, 0) / t.attempts AS failure_rate, "
+        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max "
+        f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
+    )

@@ -1,0 +1,359 @@
+"""Every write of the store, each declared once as a function that builds a ``WriteOp``.
+
+A write's arguments are checked here, when the op is built (rows converted, credentials
+removed, times taken); its statements run later, inside a transaction: at once in the
+calling thread (``Store.write``, and the blocking methods such as
+``Store.commit_step``), or queued for group commit (``Store.submit``, and from asyncio
+``await store.queued.commit_step(...)``). ``Store`` turns each function here into
+those methods, so a signature is written once and mypy checks every call.
+
+Timestamps go in as Unix seconds (float); JSON-ish values are stored as JSON text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ..rules._errors import StoreError
+from ._batch import Batch, WriteOp, append_rows, run_update
+from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
+from ._rows import dumps, insert_records, row, to_ts
+from ._schema import COLUMNS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = [
+    "acquire_lease",
+    "add_attempts",
+    "add_marker",
+    "bind_agent_session",
+    "commit_step",
+    "create_run",
+    "finish_run",
+    "put_recording",
+    "record_intent",
+    "release_lease",
+    "renew_lease",
+    "settle_tool_call",
+    "start_run",
+]
+
+_RUN_FIELDS: Final = frozenset(COLUMNS["runs"])
+_EFFECT: Final = COLUMNS["tool_calls"].index("effect")
+
+# How a finished run changes its run row (see ``Batch.update_run``).
+_FINISHED: Final = run_update(
+    "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3",
+    "VARCHAR",
+    "TIMESTAMP",
+    "VARCHAR",
+    "TIMESTAMP",
+)
+
+# ------------------------------------------------------------------------ runs
+
+
+def create_run(run: Mapping[str, Any]) -> WriteOp[None]:
+    """Insert a run row; keys outside the ``runs`` columns are kept in ``extras``.
+
+    Raises:
+        StoreError: ``duplicate`` when the run exists.
+    """
+    values = _run_row(run)
+    return WriteOp("create_run", lambda con, batch: batch.append("run_rows", [values]), False)
+
+
+def start_run(
+    run: Mapping[str, Any],
+    owner: str,
+    *,
+    ttl_s: float = LEASE_TTL_S,
+    now: float | None = None,
+    owner_alive: Callable[[str], bool] | None = None,
+) -> WriteOp[Lease]:
+    """``create_run`` and ``acquire_lease`` in one transaction: the run row and its
+    first lease land together or not at all.
+
+    Raises:
+        StoreError: ``duplicate`` when the run exists.
+        ConflictError: a lease on this run id is held by another live owner.
+    """
+    values = _run_row(run)
+    run_id = str(run["run_id"])
+    at = time.time() if now is None else now
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
+        if batch.single:
+            append_rows(con, "run_rows", [values])
+            return acquire(con, run_id, owner, ttl_s, at, owner_alive)
+        # A new run has no lease row: a plain append of generation 1. A stray row
+        # makes the batch fail, and this op alone then takes the path above.
+        batch.append("run_rows", [values])
+        batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
+                                 to_ts(at + ttl_s), False)])  # fmt: skip
+        return Lease(run_id, owner, 1, at + ttl_s)
+
+    return WriteOp("start_run", apply, direct=False)
+
+
+def commit_step(
+    run_id: str,
+    step: Mapping[str, Any],
+    *,
+    attempts: list[dict[str, Any]],
+    tool_calls: list[dict[str, Any]],
+    stalls: list[dict[str, Any]],
+    checkpoint: Mapping[str, Any],
+    lease: Lease | None = None,
+    finish: Mapping[str, Any] | None = None,
+) -> WriteOp[None]:
+    """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
+
+    Tool rows replace rows with the same (run_id, step, seq), such as the intent row
+    of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's
+    (the ``runs`` view counts step rows: no run row is written).
+    ``finish`` (``outcome``, ``finished_at``, ``error`` as for ``finish_run``) ends
+    the run with its last step in the same transaction and releases ``lease``.
+
+    Raises:
+        ConflictError: ``lease`` is no longer current (another owner took the run);
+            nothing is written.
+        StoreError: ``missing`` for an unknown run (without ``lease``; with one, the
+            current lease is the guard), ``duplicate`` for a step already committed.
+    """
+    tools = [row("tool_calls", t, run_id=run_id) for t in tool_calls]
+    rows = {
+        # Tool rows first: a clash with an intent row fails before the rest.
+        "tool_calls": tools,
+        "attempts": [row("attempts", a, run_id=run_id) for a in attempts],
+        "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
+    }
+    step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
+    ended = None
+    if finish is not None:
+        ended = _ended(finish["outcome"], finish["finished_at"], finish.get("error"))
+    generation = None if lease is None else lease.generation
+    holder = "" if lease is None else lease.owner
+
+    def append(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        for table, values in rows.items():
+            batch.append(table, values)
+        # The step row carries the lease check; ``runs`` counts it (a view).
+        batch.insert_step(step_row, generation, holder)
+        if ended is not None:
+            # No lease check of its own: the step row's, in this transaction, holds.
+            batch.update_run(con, _FINISHED, run_id, ended, None)
+            if generation is not None:
+                batch.release(run_id, generation)
+
+    def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        # DELETE+INSERT beats an upsert 3x, and DuckDB 2 allows both in one transaction.
+        if tools:
+            con.execute(
+                "DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, tools[0][1]]
+            )
+        append(con, batch)
+
+    replacing = WriteOp("commit_step", replace)
+    # Only an effectful call can have an intent row to replace: decide up front;
+    # a clash all the same (a READ row left by a crash) redoes it, replacing.
+    if any(t[_EFFECT] != "read" for t in tools):
+        return replacing
+    return WriteOp("commit_step", append, direct=False, fallback=replacing)
+
+
+def finish_run(
+    run_id: str,
+    *,
+    outcome: str,
+    finished_at: float,
+    error: dict[str, Any] | None = None,
+    attempts: list[dict[str, Any]] | None = None,
+    stalls: list[dict[str, Any]] | None = None,
+    lease: Lease | None = None,
+    release: bool = False,
+) -> WriteOp[None]:
+    """Set the run's outcome, end time and error, with its last attempts and stalls.
+
+    With ``release`` the ``lease`` is given up in the same transaction (as
+    ``release_lease`` would), so ending a run is one commit.
+
+    Raises:
+        ConflictError: ``lease`` is stale; nothing is written.
+        StoreError: ``missing`` for an unknown run.
+    """
+    attempt_rows = [row("attempts", a, run_id=run_id) for a in attempts or []]
+    stall_rows = [row("stalls", s, run_id=run_id) for s in stalls or []]
+    ended = _ended(outcome, finished_at, error)
+    generation = None if lease is None else lease.generation
+    holder = "" if lease is None else lease.owner
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        batch.append("attempts", attempt_rows)
+        batch.append("stalls", stall_rows)
+        batch.update_run(con, _FINISHED, run_id, ended, generation, holder)
+        if release and generation is not None:
+            batch.release(run_id, generation)
+
+    return WriteOp("finish_run", apply, direct=False)
+
+
+def add_attempts(run_id: str, attempts: list[dict[str, Any]]) -> WriteOp[None]:
+    """Append attempt rows outside a step (a call that ended the run), in one batch."""
+    return WriteOp(
+        "add_attempts",
+        lambda con, batch: insert_records(con, "attempts", attempts, run_id=run_id),
+    )
+
+
+def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:
+    """Append a resume/skipped/resolved/abandoned marker row."""
+    values = row("markers", {}, run_id=run_id, kind=kind, detail=detail, at=at)
+    return WriteOp("add_marker", lambda con, batch: batch.append("markers", [values]), False)
+
+
+# ------------------------------------------------------------------ tool calls
+
+
+def record_intent(
+    run_id: str,
+    tool_call: Mapping[str, Any],
+    *,
+    lease: Lease | None = None,
+    pending: Mapping[str, Any] | None = None,
+) -> WriteOp[None]:
+    """Commit a WRITE tool's intent row on its own, before the tool runs.
+
+    ``pending`` (the step's answer and attempts, given with the step's first
+    intent) is kept in the same transaction for ``pending_step``.
+    """
+    values = row("tool_calls", tool_call, run_id=run_id, status="intent")
+    answer = None
+    if pending is not None:
+        answer = [run_id, tool_call["step"], dumps(pending, text=False),
+                  to_ts(tool_call.get("at") or time.time())]  # fmt: skip
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        check_lease_of(con, run_id, lease)
+        # The intent replaces a row left at its place (step, seq) by an earlier try.
+        con.execute(
+            "DELETE FROM tool_calls WHERE run_id = ? AND step = ? AND seq = ?",
+            [run_id, values[1], values[2]],
+        )
+        append_rows(con, "tool_calls", [values])
+        if answer is not None:
+            con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
+
+    return WriteOp("record_intent", apply)
+
+
+def settle_tool_call(
+    run_id: str, step: int, seq: int, *, status: str, output: str | None = None
+) -> WriteOp[None]:
+    """Set the status (and output) of a tool row, e.g. an intent resolved by a person.
+
+    Raises:
+        StoreError: ``missing`` when there is no such tool row.
+    """
+    size = None if output is None else len(output.encode("utf-8"))
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        updated = con.execute(
+            "UPDATE tool_calls SET status = ?, output = coalesce(?, output), "
+            "output_bytes = coalesce(?, output_bytes) "
+            "WHERE run_id = ? AND step = ? AND seq = ?",
+            [status, output, size, run_id, step, seq],
+        ).fetchone()
+        if not updated or updated[0] == 0:
+            raise StoreError(
+                f"run {run_id!r} has no tool call at step {step} seq {seq}",
+                kind="missing",
+                path=batch.path,
+            )
+
+    return WriteOp("settle_tool_call", apply)
+
+
+# ---------------------------------------------------------------------- leases
+
+
+def acquire_lease(
+    run_id: str,
+    owner: str,
+    *,
+    ttl_s: float = LEASE_TTL_S,
+    now: float | None = None,
+    owner_alive: Callable[[str], bool] | None = None,
+) -> WriteOp[Lease]:
+    """Take the right to drive ``run_id``; every acquire bumps the generation.
+
+    A lease held by another owner is taken over at once when it has expired or
+    ``owner_alive(owner)`` says its process is gone; otherwise ``ConflictError``.
+    The previous holder's next commit then fails with ``ConflictError``.
+    """
+    at = time.time() if now is None else now
+    return WriteOp(
+        "acquire_lease", lambda con, batch: acquire(con, run_id, owner, ttl_s, at, owner_alive)
+    )
+
+
+def renew_lease(lease: Lease, *, ttl_s: float = LEASE_TTL_S) -> WriteOp[Lease]:
+    """Extend a current lease. Raises ``ConflictError`` when it was taken over."""
+    now = time.time()
+    return WriteOp("renew_lease", lambda con, batch: renew(con, lease, ttl_s, now))
+
+
+def release_lease(lease: Lease) -> WriteOp[None]:
+    """Give up a lease; a stale one is ignored (someone else holds the run now)."""
+    # The row stays, so the next acquire still bumps past this generation.
+    return WriteOp(
+        "release_lease", lambda con, batch: batch.release(lease.run_id, lease.generation), False
+    )
+
+
+# ------------------------------------------------------ recordings and sessions
+
+
+def put_recording(key: str, seq: int, response: Mapping[str, Any]) -> WriteOp[None]:
+    """Store (or replace) response ``seq`` of recording ``key``, credentials removed."""
+    values = [key, seq, dumps(response), to_ts(time.time())]
+    return WriteOp("put_recording", lambda con, batch: _upsert(con, "recordings", values))
+
+
+def bind_agent_session(
+    workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
+) -> WriteOp[None]:
+    """Bind session ``name`` in ``workspace`` to ``agent``'s native ``session_id``."""
+    values = [workspace, name, agent, session_id, run_id, to_ts(time.time())]
+    return WriteOp("bind_agent_session", lambda con, batch: _upsert(con, "agent_sessions", values))
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _upsert(con: duckdb.DuckDBPyConnection, table: str, values: list[Any]) -> None:
+    marks = ", ".join("?" * len(values))
+    con.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", values)
+
+
+def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
+    """(outcome, finished_at, error, updated_at) of a run that ends."""
+    return (getattr(outcome, "value", outcome), to_ts(finished_at), dumps(error),
+            to_ts(finished_at))  # fmt: skip
+
+
+def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The ``run_rows`` row of a new run; keys outside the columns go to ``extras``."""
+    extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
+    return row(
+        "run_rows",
+        run,
+        outcome=None,
+        finished_at=None,
+        schema_version=SCHEMA_VERSION,
+        extras=extras or None,
+        updated_at=run.get("started_at") or time.time(),
+    )

@@ -1,0 +1,118 @@
+"""The store's writes declared once: the same op runs now (``write``), queued for group
+commit (``submit``), or awaited from asyncio (``store.queued``), with the same rows,
+results and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.store import _writes
+from harnessnb.store._conn import SharedDb
+from harnessnb.store._leases import Lease
+from harnessnb.store._store import QueuedWrites, Store
+from tests.store_helpers import AT, run_row, step_kwargs
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "runs.duckdb")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The op names of every transaction the store runs, in order."""
+    seen: list[list[str]] = []
+    original = SharedDb._transact
+
+    def transact(self: SharedDb, ops: list[Any], busy_timeout_s: float) -> list[Any]:
+        seen.append([op.name for op in ops])
+        return original(self, ops, busy_timeout_s)
+
+    monkeypatch.setattr(SharedDb, "_transact", transact)
+    return seen
+
+
+async def _drive(store: Store, run_id: str, steps: int) -> None:
+    """What the run loop writes for one run: start, steps, the last one ending the run."""
+    lease = await store.queued.start_run(run_row(run_id), "kernel-a", now=AT, ttl_s=30)
+    for step in range(1, steps + 1):
+        row, kwargs = step_kwargs(step, tokens=10)
+        finish = None
+        if step == steps:
+            finish = {"outcome": "finished", "finished_at": AT + 60, "error": None}
+        await store.queued.commit_step(run_id, row, **kwargs, lease=lease, finish=finish)
+
+
+async def test_queued_writes_of_concurrent_runs_all_land_in_shared_transactions(
+    store: Store, batches: list[list[str]]
+) -> None:
+    runs = [f"r{i:02d}" for i in range(12)]
+    await asyncio.gather(*(_drive(store, run_id, 3) for run_id in runs))
+    frame = store.runs().set_index("run_id")
+    assert frame["steps"].to_dict() == dict.fromkeys(runs, 3)
+    assert frame["tokens"].to_dict() == dict.fromkeys(runs, 30)
+    assert frame["outcome"].to_dict() == dict.fromkeys(runs, "finished")
+    assert len(store.steps()) == 36 and len(store.attempts()) == 108
+    leases = store.sql("SELECT run_id, generation, released FROM leases ORDER BY run_id")
+    assert leases.values.tolist() == [[r, 1, True] for r in runs]
+    # 48 writes (a start and three steps per run) in fewer transactions: grouped.
+    assert sum(len(b) for b in batches) == 48
+    assert max(len(b) for b in batches) > 1
+
+
+async def test_a_queued_lease_expires_and_is_taken_over(store: Store) -> None:
+    first = await store.queued.start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=5)
+    with pytest.raises(hn.ConflictError):  # still live: not taken
+        await store.queued.acquire_lease("r1", "kernel-b", now=AT + 1,
+                                         owner_alive=lambda _: True)  # fmt: skip
+    second = await store.queued.acquire_lease("r1", "kernel-b", now=AT + 6,
+                                              owner_alive=lambda _: True)  # fmt: skip
+    assert second == Lease("r1", "kernel-b", 2, AT + 6 + 30.0)
+    row, kwargs = step_kwargs(1)
+    with pytest.raises(hn.ConflictError) as info:
+        await store.queued.commit_step("r1", row, **kwargs, lease=first)
+    assert info.value.owner == "kernel-b"
+    with pytest.raises(hn.ConflictError):
+        await store.queued.renew_lease(first)
+    await store.queued.commit_step("r1", row, **kwargs, lease=second)
+    assert store.steps()["run_id"].tolist() == ["r1"]
+    assert store.runs()["steps"].tolist() == [1]
+
+
+def test_an_op_runs_the_same_now_or_queued(store: Store) -> None:
+    now = store.write(_writes.start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=10))
+    queued = store.submit(_writes.start_run(run_row("r2"), "kernel-a", now=AT, ttl_s=10))
+    assert now == Lease("r1", "kernel-a", 1, AT + 10)
+    assert queued.result(timeout=10) == Lease("r2", "kernel-a", 1, AT + 10)
+    again = store.submit(_writes.start_run(run_row("r1"), "kernel-a"))
+    error = again.exception(timeout=10)
+    assert isinstance(error, hn.StoreError) and error.kind == "duplicate"
+    missing = store.submit(_writes.settle_tool_call("r1", 1, 0, status="ok"))
+    error = missing.exception(timeout=10)
+    assert isinstance(error, hn.StoreError) and error.kind == "missing"
+    assert error.path == store.path
+
+
+WRITES = list(_writes.__all__)
+
+
+@pytest.mark.parametrize("name", WRITES)
+def test_every_write_is_a_store_method_and_a_queued_coroutine_with_its_signature(
+    name: str,
+) -> None:
+    build = getattr(_writes, name)
+    params = list(inspect.signature(build).parameters)
+    for owner in (Store, QueuedWrites):
+        method = getattr(owner, name)
+        assert list(inspect.signature(method).parameters) == ["self", *params]
+        assert method.__doc__ == build.__doc__
+    assert inspect.iscoroutinefunction(getattr(QueuedWrites, name))
