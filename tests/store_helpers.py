@@ -100,7 +100,7 @@ COMMIT_LOOP = """
 import sys
 sys.path.insert(0, sys.argv[3])
 from tests.store_helpers import run_row, step_kwargs
-from harnessnb.store._store import Store
+from harnessnb import Store
 store = Store(sys.argv[1], linger_s=0.05)
 run_id = sys.argv[2]
 store.create_run(run_row(run_id))
@@ -117,7 +117,7 @@ print("done", flush=True)
 # A child that reads (steps, failure_rates) until the stop file appears.
 READ_LOOP = """
 import os, sys
-from harnessnb.store._store import Store
+from harnessnb import Store
 store = Store(sys.argv[1], linger_s=0.05)
 print("ready", flush=True)
 queries = 0

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll, decide
+from harnessnb import ApprovalRequest, ApproveAll, Decision, DenyAll
+from harnessnb.tools._approval import decide
 
 REQUEST = ApprovalRequest(
     act="write",

@@ -17,11 +17,11 @@ import duckdb
 import pytest
 
 import harnessnb as hn
-from harnessnb.loop._durable import Record, Replay, abandon, resolve, resume_sync
-from harnessnb.store._store import Store
 
 sys.path.insert(0, str(Path(__file__).parent / "durable"))
 import reference_run as ref
+
+from harnessnb import Record, Replay, Store, abandon, resolve, resume_sync
 
 CHILD = str(Path(__file__).parent / "durable" / "reference_run.py")
 
@@ -231,8 +231,8 @@ sys.path.insert(0, {durable!r})
 os.environ["HNB_WS"] = {ws!r}
 import harnessnb as hn
 import reference_run as ref
-from harnessnb.loop._durable import resume_sync
-from harnessnb.store._store import Store
+from harnessnb import resume_sync
+from harnessnb import Store
 
 def slow(messages):
     time.sleep(0.3)
@@ -296,8 +296,8 @@ def test_a_stale_owner_is_refused_at_its_next_commit(tmp_path: Path) -> None:
 
 REPLAYER = """
 import json
-from harnessnb.loop._durable import replay_sync
-from harnessnb.store._store import Store
+from harnessnb import replay_sync
+from harnessnb import Store
 dst = Store({dst!r})
 result = replay_sync("run_rec", {src!r}, store=dst, workspace={ws!r})
 tools = dst.tool_calls("run_rec").sort_values(["step", "seq"])

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb import AttemptRecord
 from harnessnb.chaos import ChaosServer, Fault
 from harnessnb.providers import _http
-from harnessnb.providers._completion import AttemptRecord, collect_attempts
+from harnessnb.providers._completion import collect_attempts
 from harnessnb.providers._fallback import FallbackError
 from harnessnb.rules import _errors
 

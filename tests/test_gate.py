@@ -7,10 +7,8 @@ from typing import Any
 
 import pytest
 
-from harnessnb.loop._contract import Command
+from harnessnb import ApprovalRequest, ApproveAll, Command, Decision, DenyAll, Policy
 from harnessnb.loop._verify import run_verification
-from harnessnb.rules._policy import Policy
-from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
 from harnessnb.tools._gate import Gate
 from harnessnb.tools._workspace import Workspace
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import harnessnb as hn
+from harnessnb import FakeClock
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
-from harnessnb.rules._retry import FakeClock
 
 K = hn.ProviderErrorKind
 

@@ -7,7 +7,8 @@ import itertools
 import pytest
 
 import harnessnb as hn
-from harnessnb.rules._policy import Policy, Verdict, exec_target
+from harnessnb import Policy, Verdict
+from harnessnb.rules._policy import exec_target
 
 # ---------------------------------------------------------------- evaluation table
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb import AttemptRecord
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.providers import _http
-from harnessnb.providers._completion import AttemptRecord, Provider, collect_attempts
+from harnessnb.providers._completion import Provider, collect_attempts
 
 KEY = "sk-SECRET-canary-12345"
 PROVIDERS = ["openai", "openrouter", "anthropic"]

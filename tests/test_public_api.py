@@ -115,3 +115,20 @@ def test_every_public_name_has_an_entry_in_the_api_reference() -> None:
     reference = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
     missing = [name for name in hn.__all__ if f"### `hn.{name}`" not in reference]
     assert missing == []
+
+
+def test_tests_import_public_names_from_harnessnb() -> None:
+    """A test that reaches a public name through a private module pins the module, not
+    the name users rely on; internals a test exercises on purpose stay importable."""
+    import ast
+    from pathlib import Path
+
+    public = set(hn.__all__)
+    found = []
+    for path in Path(__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harnessnb."):
+                private = any(p.startswith("_") for p in (node.module or "").split("."))
+                found += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                          if private and a.name in public]
+    assert found == []

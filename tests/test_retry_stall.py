@@ -10,9 +10,10 @@ from datetime import timedelta
 import pytest
 
 import harnessnb as hn
+from harnessnb import FakeClock, RetryPolicy, StallPolicy
 from harnessnb.rules import _retry
-from harnessnb.rules._retry import FakeClock, RetryPolicy, SystemClock, retry_decision
-from harnessnb.rules._stall import StallDetector, StallPolicy, call_signature, replan_directive
+from harnessnb.rules._retry import SystemClock, retry_decision
+from harnessnb.rules._stall import StallDetector, call_signature, replan_directive
 
 K = hn.ProviderErrorKind
 

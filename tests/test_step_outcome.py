@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from harnessnb.loop._contract import RunOutcome
+from harnessnb import (
+    HarnessError,
+    Policy,
+    ProviderError,
+    ProviderErrorKind,
+    RefusedError,
+    ResumeError,
+    RunOutcome,
+)
 from harnessnb.loop._outcome import (
     StepDecision,
     StepFacts,
@@ -17,14 +25,6 @@ from harnessnb.loop._outcome import (
     should_verify,
     step_outcome,
 )
-from harnessnb.rules._errors import (
-    HarnessError,
-    ProviderError,
-    ProviderErrorKind,
-    RefusedError,
-    ResumeError,
-)
-from harnessnb.rules._policy import Policy
 
 Out = RunOutcome
 GOES_ON = StepDecision(None)

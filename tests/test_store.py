@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 
 import harnessnb as hn
+from harnessnb import Store
 from harnessnb.store._leases import Lease
 from harnessnb.store._rows import sanitize, scrub_text
 from harnessnb.store._schema import MIGRATIONS
-from harnessnb.store._store import SCHEMA_VERSION, Store
+from harnessnb.store._store import SCHEMA_VERSION
 from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
 
 

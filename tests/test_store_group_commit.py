@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb import Store
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
-from harnessnb.store._store import Store
 from harnessnb.store._writes import commit_step, finish_run
 from tests.store_helpers import AT, run_row, step_kwargs
 

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 import harnessnb as hn
-from harnessnb.store._store import Store
+from harnessnb import Store
 from tests.store_helpers import COMMIT_LOOP, HOLD_FILE, READ_LOOP, ROOT, child, run_row
 
 

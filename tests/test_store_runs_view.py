@@ -15,10 +15,10 @@ import duckdb
 import pytest
 
 import harnessnb as hn
+from harnessnb import Store
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
 from harnessnb.store._schema import COLUMNS, MIGRATIONS
-from harnessnb.store._store import Store
 from harnessnb.store._writes import commit_step
 from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
@@ -137,7 +137,7 @@ _COMMIT_THEN_DIE = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.store_helpers import run_row, step_kwargs
-from harnessnb.store._store import Store
+from harnessnb import Store
 store = Store(sys.argv[1])
 lease = store.start_run(run_row("crashed"), "kernel-a")
 for step in (1, 2, 3):

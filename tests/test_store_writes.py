@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb import Store
 from harnessnb.store import _writes
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
-from harnessnb.store._store import QueuedWrites, Store
+from harnessnb.store._store import QueuedWrites
 from tests.store_helpers import AT, run_row, step_kwargs
 
 

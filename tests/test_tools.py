@@ -11,30 +11,29 @@ from typing import Annotated, Any, Literal, Optional
 import pytest
 
 import harnessnb as hn
-from harnessnb.providers._completion import ToolCall
-from harnessnb.rules._errors import (
+from harnessnb import (
+    ApprovalRequest,
+    ApproveAll,
     ConfigError,
+    Decision,
+    DenyAll,
+    Effect,
     HarnessError,
+    Policy,
     ProviderError,
     ProviderErrorKind,
     RefusedError,
     SandboxError,
     StoreError,
-    ToolError,
-)
-from harnessnb.rules._policy import Policy
-from harnessnb.tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
-from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
-from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
-from harnessnb.tools._protocol import (
-    Effect,
     Tool,
-    ToolContext,
-    ToolOutput,
+    ToolCall,
+    ToolError,
     ToolResult,
-    bound_output,
     tool,
 )
+from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
+from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
+from harnessnb.tools._protocol import ToolContext, ToolOutput, bound_output
 from harnessnb.tools._schema import validate_args
 from harnessnb.tools._workspace import Workspace
 

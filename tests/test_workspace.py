@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from harnessnb.rules._errors import HarnessError, RefusedError, SandboxError, ToolError
+from harnessnb import HarnessError, RefusedError, SandboxError, Tool, ToolError
 from harnessnb.tools import _process
 from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools, glob_to_regex
 from harnessnb.tools._process import run_argv
-from harnessnb.tools._protocol import Tool, ToolContext, ToolOutput
+from harnessnb.tools._protocol import ToolContext, ToolOutput
 from harnessnb.tools._workspace import Workspace
 
 
@@ -276,7 +276,7 @@ def test_glob_to_regex(pattern: str, path: str, hit: bool) -> None:
 
 
 async def test_grep_lists_file_line_text_and_skips_secrets(ws: Workspace) -> None:
-    from harnessnb.rules._policy import Policy
+    from harnessnb import Policy
 
     (ws.root / ".env").write_text("hello=SECRET\n")
     (ws.root / "blob.bin").write_bytes(b"hello\x00")

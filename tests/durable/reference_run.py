@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import harnessnb as hn
+from harnessnb import Store
 from harnessnb.store._batch import WriteOp
-from harnessnb.store._store import Store
 
 WRITES = ("create_run", "start_run", "acquire_lease", "record_intent", "settle_tool_call",
           "commit_step", "finish_run", "release_lease", "renew_lease", "add_attempts",
