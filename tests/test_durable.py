@@ -386,3 +386,48 @@ def test_resolve_with_no_dangling_write_says_so(tmp_path: Path) -> None:
         with pytest.raises(hn.ResumeError) as unknown:
             resolve("run_nope", output="x", store=store)
         assert unknown.value.reason == "unknown_run"
+
+
+async def test_resolve_and_abandon_take_a_path_and_read_the_same_awaited_or_not(
+    tmp_path: Path, reference: dict[str, str]
+) -> None:
+    """Every form of resolve/abandon (awaited, called, _sync) settles the dangling write
+    of a killed run, given the store as a path; resume then finishes the run."""
+    forms = ["await resolve", "call resolve", "resolve_sync",
+             "await abandon", "call abandon", "abandon_sync"]
+    for i, form in enumerate(forms):
+        ws, path = tmp_path / f"ws{i}", tmp_path / f"s{i}.duckdb"
+        ref.seed_workspace(ws)
+        out = child(path, ws, f"run_{i}", "--kill-in-ledger", "2")
+        assert out.returncode == -signal.SIGKILL
+        with Store(path) as store:
+            (dangling,) = store.unsettled_tool_calls(f"run_{i}")
+        verb = form.split()[-1].removesuffix("_sync")
+        args = (f"run_{i}", "landed" if verb == "resolve" else "not there")
+        settle = getattr(hn, verb)
+        if form.startswith("await"):
+            assert await settle(*args, store=str(path)) is None
+        elif form.startswith("call"):
+            assert "Settled" in repr(settle(*args, store=path))
+        else:
+            assert getattr(hn, f"{verb}_sync")(*args, store=path) is None
+        with Store(path) as store:
+            rows = store.tool_calls(f"run_{i}")
+            row = rows[(rows.step == dangling["step"]) & (rows.seq == dangling["seq"])]
+            assert row.status.tolist() == ["ok" if verb == "resolve" else "abandoned"]
+            assert store.markers(f"run_{i}")["kind"].tolist()[-1] == (
+                "resolved" if verb == "resolve" else "abandoned")
+        os.environ["HNB_WS"] = str(ws)
+        again = await hn.resume(f"run_{i}", ref.provider(), store=str(path), tools=ref.TOOLS)
+        assert again.outcome is hn.RunOutcome.SUCCESS, again.error
+
+
+async def test_record_and_replay_take_a_store_path(tmp_path: Path) -> None:
+    path = tmp_path / "rec.duckdb"
+    msgs = [{"role": "user", "content": "hi"}]
+    recorder = Record(hn.ScriptedProvider(["recorded answer"]), str(path))
+    assert (await recorder.complete(msgs)).text == "recorded answer"
+    recorder.store.close()
+    replay = Replay(path)
+    assert (await replay.complete(msgs)).text == "recorded answer"
+    replay.store.close()

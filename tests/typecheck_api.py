@@ -42,6 +42,8 @@ async def typed_usage(store: hn.Store) -> None:
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
     assert hn.REQUEST_TIMEOUT == 600.0
     hn.set_testing(True)
+    await hn.resolve("run_x", output="landed", store="runs.duckdb")
+    hn.abandon_sync("run_x", "not there", store=store)
     with hn.set_testing(True):
         pass
     agent: hn.agents.AgentCLI = hn.agents.ClaudeCode(model="sonnet", permission="edit")

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import (
@@ -45,10 +45,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Record",
     "Replay",
+    "Settled",
     "abandon",
+    "abandon_sync",
     "replay",
     "replay_sync",
     "resolve",
+    "resolve_sync",
     "resume",
     "resume_sync",
 ]
@@ -219,29 +222,68 @@ def _unsettled(store: Store, run_id: str) -> dict[str, Any]:
     return rows[0]
 
 
+class Settled:
+    """What ``resolve`` and ``abandon`` return: the decision is already in the store.
+
+    Awaiting it returns at once, so async code can write ``await hn.resolve(...)`` as it
+    writes ``await hn.resume(...)``, and a blocking caller needs no ``_sync`` form (one
+    exists anyway for symmetry). A person's decision is never left in an unawaited
+    coroutine.
+    """
+
+    __slots__ = ("marker", "run_id")
+
+    def __init__(self, run_id: str, marker: str) -> None:
+        self.run_id = run_id
+        self.marker = marker
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield from ()
+
+    def __repr__(self) -> str:
+        return f"Settled({self.run_id!r}, {self.marker!r})"
+
+
 def resolve(
     run_id: str, output: str, *, store: Store | str | os.PathLike[str] | None = None
-) -> None:
+) -> Settled:
     """Say that the dangling write of ``run_id`` did land; ``output`` is what the model
-    will see as its result. Then ``resume`` continues."""
-    store = _open(store)
-    found = _unsettled(store, run_id)
-    store.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status="ok",
-                           output=str(output))
-    store.add_marker(run_id, "resolved", f"{found['tool']} at step {found['step']}", time.time())
+    will see as its result. Then ``resume`` continues. Done at once (one short write);
+    the result may be awaited."""
+    return _settle(run_id, "ok", str(output), "resolved", "", store)
 
 
 def abandon(
     run_id: str, reason: str, *, store: Store | str | os.PathLike[str] | None = None
-) -> None:
+) -> Settled:
     """Give up the dangling write of ``run_id``: the model is told it may or may not have
-    happened, with ``reason``. Then ``resume`` continues."""
-    store = _open(store)
-    found = _unsettled(store, run_id)
-    store.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status="abandoned",
-                           output=str(reason))
-    store.add_marker(run_id, "abandoned", f"{found['tool']} at step {found['step']}: {reason}",
-                     time.time())
+    happened, with ``reason``. Then ``resume`` continues. Done at once; may be awaited."""
+    return _settle(run_id, "abandoned", str(reason), "abandoned", f": {reason}", store)
+
+
+def resolve_sync(
+    run_id: str, output: str, *, store: Store | str | os.PathLike[str] | None = None
+) -> None:
+    """``resolve`` for blocking callers (the same call; named like ``run_sync``)."""
+    resolve(run_id, output, store=store)
+
+
+def abandon_sync(
+    run_id: str, reason: str, *, store: Store | str | os.PathLike[str] | None = None
+) -> None:
+    """``abandon`` for blocking callers (the same call; named like ``run_sync``)."""
+    abandon(run_id, reason, store=store)
+
+
+def _settle(run_id: str, status: str, output: str, marker: str, why: str,
+            store: Store | str | os.PathLike[str] | None) -> Settled:
+    opened = _open(store)
+    found = _unsettled(opened, run_id)
+    opened.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status=status,
+                            output=output)
+    opened.add_marker(run_id, marker, f"{found['tool']} at step {found['step']}{why}",
+                      time.time())
+    return Settled(run_id, marker)
 
 
 # ------------------------------------------------------------------ record / replay
@@ -267,9 +309,9 @@ class Record:
     order. Nothing but the completion is stored: no header, no key.
     """
 
-    def __init__(self, provider: Provider, store: Store) -> None:
+    def __init__(self, provider: Provider, store: Store | str | os.PathLike[str]) -> None:
         self.inner = provider
-        self.store = store
+        self.store = open_store(store)
 
     @property
     def name(self) -> str:
@@ -313,8 +355,8 @@ class Replay:
     request) naming what was missing.
     """
 
-    def __init__(self, store: Store, model: str | None = None) -> None:
-        self.store = store
+    def __init__(self, store: Store | str | os.PathLike[str], model: str | None = None) -> None:
+        self.store = open_store(store)
         self._model = model
         self._served: dict[str, int] = {}
 
