@@ -215,9 +215,20 @@ def test_verify_cmd_is_the_check_in_both_faces(
         rows = _in_both_faces(shell, tmp_path, server,
                               ["--allow-write", "NOTES.md", "--verify-cmd", "test -f NOTES.md"])
     assert rows["command"] == rows["notebook"]
-    # The check is a command, and exec needs approval: with no approver (the command,
-    # a notebook without widgets) it cannot run, so neither face claims success.
-    assert (rows["command"]["outcome"], rows["command"]["notes"]) == ("finished", True)
+    # The person typed the check, which allows that exact command: it runs and passes.
+    assert (rows["command"]["outcome"], rows["command"]["notes"]) == ("success", True)
+
+
+def test_verify_cmd_allows_its_own_command_line_and_nothing_else() -> None:
+    import argparse
+
+    from harnessnb.launch._options import policy_from
+
+    args = argparse.Namespace(allow_write=None, verify_cmd="test -f 'NOTES [1].md'")
+    policy = policy_from(args, "cli")
+    assert policy.explain("exec", "test -f 'NOTES [1].md'").effect == "allow"
+    for other in ("test -f NOTES1.md", "test", "rm -rf .", "test -f 'NOTES [1].md' x"):
+        assert policy.explain("exec", other).effect == "ask", other
 
 
 def test_allow_write_given_twice_allows_both_globs_in_both_faces(

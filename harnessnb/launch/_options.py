@@ -288,15 +288,31 @@ def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
 
 
 def policy_from(args: argparse.Namespace, layer: str) -> Policy:
-    """``Policy.default()``, with a ``layer`` allowing the ``--allow-write`` globs."""
-    from ..rules._policy import Policy
+    """``Policy.default()``, with a ``layer`` allowing the ``--allow-write`` globs and
+    the ``--verify-cmd`` command.
+
+    The person typed the check command themselves, which is their approval to run it:
+    without this, exec's default "ask" would refuse it wherever no approver is there
+    (the command, a notebook without widgets) and the run could never be verified. The
+    rule allows that exact command line only; any other command the agent tries is
+    still asked about.
+    """
+    from ..rules._policy import Policy, exec_target
 
     policy = Policy.default()
     if args.allow_write:
         policy = policy.layer(layer)
         for glob in args.allow_write:
             policy = policy.allow_write(glob)
+    if getattr(args, "verify_cmd", None):
+        argv = parse_verify_cmd(args.verify_cmd).argv
+        policy = policy.layer(layer).allow_exec(_literal(exec_target(argv)))
     return policy
+
+
+def _literal(text: str) -> str:
+    """A glob pattern that matches ``text`` and nothing else."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def agent_from(args: argparse.Namespace) -> AgentCLI:
