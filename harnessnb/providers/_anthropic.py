@@ -77,13 +77,6 @@ class Anthropic(HTTPProvider):
             body["stream"] = True
         return body
 
-    @staticmethod
-    def _error_object(body: Any) -> Any:
-        # {"type": "error", "error": {...}}; OpenRouter-style {"error": ...} also counts.
-        if isinstance(body, Mapping):
-            return body.get("error")
-        return None
-
     def _parse_body(self, body: Any) -> Parsed:
         text: list[str] = []
         calls: list[ToolCall] = []
