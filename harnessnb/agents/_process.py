@@ -39,15 +39,11 @@ class Limits:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProcessEnd:
-    """How the child ended: exit code (-N for signal N), None when killed by us."""
+class ProcessEnd(_process.ProcessExit):
+    """How the child ended (the runner's ``ProcessExit``) and what its output held."""
 
-    exit_code: int | None
-    timed_out: bool
-    stderr: str
     stdout_bytes: int
     oversize_lines: int
-    elapsed_s: float
 
 
 class _LineSplitter:
@@ -121,12 +117,7 @@ async def run_process(
         stderr_bytes=limits.stderr_bytes,
     )
     return ProcessEnd(
-        exit_code=end.exit_code,
-        timed_out=end.timed_out,
-        stderr=end.stderr,
-        stdout_bytes=lines.total,
-        oversize_lines=lines.oversize,
-        elapsed_s=end.elapsed_s,
+        **dataclasses.asdict(end), stdout_bytes=lines.total, oversize_lines=lines.oversize
     )
 
 

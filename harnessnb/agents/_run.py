@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -110,35 +111,31 @@ def run_sync(
     return run_blocking(run(agent, task, workspace, **kwargs))
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class _AgentRun:
-    def __init__(
-        self,
-        agent: AgentCLI,
-        task: str,
-        root: Path,
-        session: str | None,
-        store: Store,
-        events: EventSink,
-        run_id: str,
-    ) -> None:
-        self.agent = agent
-        self.task = task
-        self.root = root
-        self.session = session
-        self.store = store
-        self.events = events
-        self.run_id = run_id
-        self.turn = Turn(agent.limits)
-        self.started = time.time()
-        self.run_lease: Lease | None = None
-        self.session_lease: Lease | None = None
-        self.bound: str | None = None  # session id written in agent_sessions
-        self.end: ProcessEnd | None = None
-        self.spawned = False  # the CLI process was started (it may have been killed)
-        self.secrets: list[str] = []
-        # The session's usage totals when this run began (CLIs that report totals).
-        self.prior_usage: dict[str, Any] | None = None
-        self.usage_total: dict[str, Any] | None = None
+    agent: AgentCLI
+    task: str
+    root: Path
+    session: str | None
+    store: Store
+    events: EventSink
+    run_id: str
+    turn: Turn = dataclasses.field(init=False)
+    started: float = dataclasses.field(default_factory=time.time, init=False)
+    run_lease: Lease | None = dataclasses.field(default=None, init=False)
+    session_lease: Lease | None = dataclasses.field(default=None, init=False)
+    bound: str | None = dataclasses.field(default=None, init=False)
+    """The session id written in agent_sessions."""
+    end: ProcessEnd | None = dataclasses.field(default=None, init=False)
+    spawned: bool = dataclasses.field(default=False, init=False)
+    """The CLI process was started (it may have been killed)."""
+    secrets: list[str] = dataclasses.field(default_factory=list, init=False)
+    prior_usage: dict[str, Any] | None = dataclasses.field(default=None, init=False)
+    """The session's usage totals when this run began (CLIs that report totals)."""
+    usage_total: dict[str, Any] | None = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.turn = Turn(self.agent.limits)
 
     # ------------------------------------------------------------------ drive
 

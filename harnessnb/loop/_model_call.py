@@ -40,6 +40,7 @@ class Failure:
     error: HarnessError
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class ModelCalls:
     """Calls the model for each step and keeps the run's provider counters.
 
@@ -52,28 +53,18 @@ class ModelCalls:
         emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``).
     """
 
-    def __init__(
-        self,
-        provider: Provider,
-        contract: TaskContract,
-        clock: Clock,
-        *,
-        tool_specs: Callable[[], list[dict[str, Any]]],
-        elapsed: Callable[[], float],
-        remaining: Callable[[], float | None],
-        emit: Emit,
-    ) -> None:
-        self.provider = provider
-        self.contract = contract
-        self.clock = clock
-        self.tool_specs = tool_specs
-        self.elapsed = elapsed
-        self.remaining = remaining
-        self.emit = emit
-        self.attempts = 0
-        self.retries = 0
-        self.fallbacks = 0
-        self.providers: list[str] = []
+    provider: Provider
+    contract: TaskContract
+    clock: Clock
+    _: dataclasses.KW_ONLY
+    tool_specs: Callable[[], list[dict[str, Any]]]
+    elapsed: Callable[[], float]
+    remaining: Callable[[], float | None]
+    emit: Emit
+    attempts: int = dataclasses.field(default=0, init=False)
+    retries: int = dataclasses.field(default=0, init=False)
+    fallbacks: int = dataclasses.field(default=0, init=False)
+    providers: list[str] = dataclasses.field(default_factory=list, init=False)
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""

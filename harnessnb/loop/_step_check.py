@@ -39,27 +39,24 @@ class StepChecked:
     messages: list[dict[str, Any]]
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class StepChecks:
     """Stall detection and verification across a run's steps."""
 
-    def __init__(
-        self,
-        contract: TaskContract,
-        workspace: Workspace,
-        *,
-        policy: Policy,
-        approver: Approver | None,
-        clock: Clock,
-    ) -> None:
-        self.contract = contract
-        self.workspace = workspace
-        self.policy = policy
-        self.approver = approver
-        self.clock = clock
-        self.detector = StallDetector(contract.stall)
-        self.feedback_given = False  # the model was told once that the check fails
-        self.verified: bool | None = None
-        self.verify_detail: str | None = None
+    contract: TaskContract
+    workspace: Workspace
+    _: dataclasses.KW_ONLY
+    policy: Policy
+    approver: Approver | None
+    clock: Clock
+    detector: StallDetector = dataclasses.field(init=False)
+    feedback_given: bool = dataclasses.field(default=False, init=False)
+    """The model was told once that the check fails."""
+    verified: bool | None = dataclasses.field(default=None, init=False)
+    verify_detail: str | None = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.detector = StallDetector(self.contract.stall)
 
     def state(self) -> dict[str, Any]:
         """This part of a step checkpoint."""

@@ -10,13 +10,12 @@ Stop reasons are mapped onto the OpenAI vocabulary so every provider's
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import HTTPProvider
-from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
+from ._wire import Parsed, StreamAccumulator, WireError, json_object, tool_arguments
 
 __all__ = ["Anthropic"]
 
@@ -76,13 +75,6 @@ class Anthropic(HTTPProvider):
         if stream:
             body["stream"] = True
         return body
-
-    @staticmethod
-    def _error_object(body: Any) -> Any:
-        # {"type": "error", "error": {...}}; OpenRouter-style {"error": ...} also counts.
-        if isinstance(body, Mapping):
-            return body.get("error")
-        return None
 
     def _parse_body(self, body: Any) -> Parsed:
         text: list[str] = []
@@ -176,12 +168,7 @@ class _MessageStream(StreamAccumulator):
         self.stop_reason: str | None = None
 
     def feed(self, event: str, data: str) -> bool:
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise WireError.malformed(f"stream event {event!r} is not JSON") from exc
-        if not isinstance(obj, Mapping):
-            raise WireError.malformed(f"stream event {event!r} is not an object")
+        obj = json_object(data, f"stream event {event!r} is")
         etype = obj.get("type") or event
         if etype == "error" or event == "error":
             raise WireError.from_error_object(obj.get("error", obj), "error event in the stream")

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT, HTTPProvider
-from ._wire import Parsed, StreamAccumulator, WireError, tool_arguments
+from ._wire import Parsed, StreamAccumulator, WireError, json_object, tool_arguments
 
 __all__ = ["OpenAI", "OpenRouter"]
 
@@ -180,12 +180,7 @@ class _ChatStream(StreamAccumulator):
         if data.strip() == "[DONE]":
             self.done = True
             return False
-        try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise WireError.malformed("stream event is not JSON") from exc
-        if not isinstance(chunk, Mapping):
-            raise WireError.malformed("stream event is not an object")
+        chunk = json_object(data, "stream event is")
         if chunk.get("error") is not None:
             raise WireError.from_error_object(chunk["error"], "error event in the stream")
         if chunk.get("usage"):

@@ -14,6 +14,7 @@ returning one reply, like pydantic-ai's FunctionModel.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ Reply = str | dict[str, Any] | Completion | ProviderError
 ReplyFunction = Callable[[Sequence[dict[str, Any]]], Reply]
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # a provider is compared by identity
 class ScriptedProvider:
     """Answers from a list or a function; reports one attempt per call.
 
@@ -45,28 +47,14 @@ class ScriptedProvider:
         tokens_per_reply: Usage to report per answer (input, output).
     """
 
-    def __init__(
-        self,
-        replies: Sequence[Reply] | ReplyFunction,
-        *,
-        model: str = "scripted",
-        name: str = "scripted",
-        tokens_per_reply: tuple[int, int] = (10, 5),
-    ) -> None:
-        self._replies = replies
-        self._name = name
-        self._model = model
-        self._tokens = tokens_per_reply
-        self.calls: list[list[dict[str, Any]]] = []
-        self._index = 0
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def model(self) -> str:
-        return self._model
+    replies: Sequence[Reply] | ReplyFunction
+    _: dataclasses.KW_ONLY
+    model: str = "scripted"
+    name: str = "scripted"
+    tokens_per_reply: tuple[int, int] = (10, 5)
+    calls: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list, init=False)
+    """The messages of every call, in order."""
+    _index: int = dataclasses.field(default=0, init=False)
 
     def hosts(self) -> list[str]:
         return []
@@ -75,19 +63,19 @@ class ScriptedProvider:
         return self
 
     def __repr__(self) -> str:
-        return f"ScriptedProvider(model={self._model!r}, calls={len(self.calls)})"
+        return f"ScriptedProvider(model={self.model!r}, calls={len(self.calls)})"
 
     def _next_reply(self, messages: Sequence[dict[str, Any]]) -> Reply:
-        if callable(self._replies):
-            return self._replies(messages)
-        if self._index >= len(self._replies):
+        if callable(self.replies):
+            return self.replies(messages)
+        if self._index >= len(self.replies):
             raise ProviderError(
-                f"the script has no reply left (it had {len(self._replies)})",
+                f"the script has no reply left (it had {len(self.replies)})",
                 kind=ProviderErrorKind.REQUEST,
-                provider=self._name,
-                model=self._model,
+                provider=self.name,
+                model=self.model,
             )
-        reply = self._replies[self._index]
+        reply = self.replies[self._index]
         self._index += 1
         return reply
 
@@ -109,8 +97,8 @@ class ScriptedProvider:
             report_attempt(
                 AttemptRecord.failed(
                     exc,
-                    provider=self._name,
-                    model=self._model,
+                    provider=self.name,
+                    model=self.model,
                     started_at=started,
                     latency_ms=(time.time() - started) * 1000,
                 )
@@ -126,14 +114,14 @@ class ScriptedProvider:
     def _to_completion(self, reply: Reply) -> Completion:
         if isinstance(reply, Completion):
             return reply
-        usage = Usage(*self._tokens)
+        usage = Usage(*self.tokens_per_reply)
         if isinstance(reply, str):
             return Completion(
                 text=reply,
                 usage=usage,
                 finish_reason="stop",
-                provider=self._name,
-                model=self._model,
+                provider=self.name,
+                model=self.model,
             )
         if isinstance(reply, dict):
             raw_calls = list(reply.get("tool_calls") or [])
@@ -152,7 +140,7 @@ class ScriptedProvider:
                 tool_calls=calls,
                 usage=usage,
                 finish_reason="tool_calls" if calls else "stop",
-                provider=self._name,
-                model=self._model,
+                provider=self.name,
+                model=self.model,
             )
         raise ConfigError(f"ScriptedProvider: cannot use a reply of type {type(reply).__name__}")

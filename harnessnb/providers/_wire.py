@@ -16,7 +16,14 @@ from typing import Any, NamedTuple
 from ..rules._errors import ProviderErrorKind, classify_body_error
 from ._completion import ToolCall, Usage
 
-__all__ = ["Parsed", "StreamAccumulator", "WireError", "error_text", "tool_arguments"]
+__all__ = [
+    "Parsed",
+    "StreamAccumulator",
+    "WireError",
+    "error_text",
+    "json_object",
+    "tool_arguments",
+]
 
 
 class WireError(Exception):
@@ -69,12 +76,20 @@ def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
     # Some OpenAI-compatible servers send "" for a call without arguments.
     if raw is None or not raw.strip():
         return {}
+    return json_object(raw, f"tool call {tool!r} has arguments that are")
+
+
+def json_object(text: str, subject: str) -> dict[str, Any]:
+    """``text`` as a JSON object, or a malformed ``WireError``: ``{subject} not JSON``.
+
+    ``subject`` starts the message and ends with its verb (``"stream event is"``).
+    """
     try:
-        value = json.loads(raw)
+        value = json.loads(text)
     except ValueError as exc:
-        raise WireError.malformed(f"tool call {tool!r} has arguments that are not JSON") from exc
+        raise WireError.malformed(f"{subject} not JSON") from exc
     if not isinstance(value, dict):
-        raise WireError.malformed(f"tool call {tool!r} has arguments that are not an object")
+        raise WireError.malformed(f"{subject} not an object")
     return value
 
 

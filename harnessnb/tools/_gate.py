@@ -69,6 +69,7 @@ class Stop:
     request: ApprovalRequest | None = None
 
 
+@dataclasses.dataclass(eq=False, repr=False)  # holds a callback; compared by identity
 class Gate:
     """Judges acts under one policy and one approver, and reports what it decided.
 
@@ -80,18 +81,11 @@ class Gate:
             and ignored, because the trace, not the events, is authoritative.
     """
 
-    def __init__(
-        self,
-        policy: Policy,
-        approver: Approver | None,
-        *,
-        run_id: str | None = None,
-        on_event: EventSink | None = None,
-    ) -> None:
-        self.policy = policy
-        self.approver = approver
-        self.run_id = run_id
-        self.on_event = on_event
+    policy: Policy
+    approver: Approver | None
+    _: dataclasses.KW_ONLY
+    run_id: str | None = None
+    on_event: EventSink | None = None
 
     async def check(
         self,
