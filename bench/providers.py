@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harnessnb as hn  # noqa: E402
-from harnessnb import _http  # noqa: E402
+from harnessnb.providers import _http  # noqa: E402
 
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a benchmark."},
