@@ -333,6 +333,7 @@ class StoreErrorKind(enum.StrEnum):
     FOREIGN = "foreign"  # the file is not a harnessnb store; it is left untouched
     NEWER = "newer"  # written by a newer harnessnb schema
     IO = "io"  # the file could not be read or written
+    READ_ONLY = "read_only"  # a write to a store opened read-only (its file is not writable)
     MISSING = "missing"  # no such run
     DUPLICATE = "duplicate"  # a row broke a uniqueness constraint
     QUERY = "query"  # a query could not be parsed or bound

@@ -13,6 +13,13 @@ lock serialises all statements: concurrent runs in one kernel funnel through it.
 submitted asynchronously go to the ``SharedDb``'s writer thread, which commits every
 write queued while the previous transaction ran as ONE transaction (group commit, see
 ``_store_batch``), so a hundred runs pay for a few statements, not a few hundred.
+
+The store keeps to its own files. An existing file is first looked at through a
+read-only connection: one that is not a harnessnb store (``stored_version``) is refused
+before anything could write to it. A file that cannot be written (a read-only file or
+folder, a read-only mount) is opened read-only: its readers work, its writes are
+``StoreError(kind="read_only")``; one written by an older harnessnb is migrated in an
+in-memory copy, never in place.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import duckdb
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
-from ._schema import ensure_schema
+from ._schema import SCHEMA_VERSION, ensure_schema, stored_version
 
 T = TypeVar("T")
 
@@ -73,6 +80,12 @@ class SharedDb:
         self._reopen_after = 0.0
         self._reaper: threading.Thread | None = None
         self._closed = False
+        # Decided at the first open of a file: it could not be written, so it is read
+        # read-only; ``_copy`` when that file's schema is older and it is read through
+        # a migrated in-memory copy (kept open: closing it would lose it).
+        self.read_only = False
+        self._looked = False
+        self._copy = False
         # Appenders of the open connection, reused by every batch (they die with it).
         self._appenders: dict[str, duckdb.Appender] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
@@ -85,6 +98,11 @@ class SharedDb:
     def memory(self) -> bool:
         """True for ``:memory:``: never closed until the store is."""
         return self.path == MEMORY
+
+    @property
+    def _pinned(self) -> bool:
+        """A connection that holds the only copy of its data: never closed when idle."""
+        return self.memory or self._copy
 
     @contextlib.contextmanager
     def connection(self, busy_timeout_s: float) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -196,6 +214,14 @@ class SharedDb:
         """Run ``ops`` in one transaction (the lock held); driver errors as StoreError."""
         if self._closed:
             raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
+        if self.read_only:
+            raise StoreError(
+                f"the store {self.path} is read-only (the file or its folder cannot be "
+                "written): its runs can be read and replayed; copy it somewhere writable "
+                "to add to it",
+                kind="read_only",
+                path=self.path,
+            )
         con = self._con if self._con is not None else self._open(busy_timeout_s)
         batch = Batch(self._appenders, single=len(ops) == 1, path=self.path)
         try:
@@ -227,7 +253,12 @@ class SharedDb:
             # One thread: small writes skip the task scheduler's hand-offs (~20% faster
             # per statement); analytic reads raise it for their duration (``parallel``).
             con.execute("SET threads = 1")
-            ensure_schema(con, self.path)
+            if not self.read_only:
+                ensure_schema(con, self.path)
+            elif stored_version(con, self.path) < SCHEMA_VERSION:
+                con.close()
+                con = _migrated_copy(self.path)
+                self._copy = True
         except duckdb.Error as exc:
             con.close()
             raise store_error(exc, self.path) from exc
@@ -247,7 +278,7 @@ class SharedDb:
         while True:
             check_header(self.path)
             try:
-                return duckdb.connect(self.path)
+                return self._connect()
             except duckdb.Error as exc:
                 err = store_error(exc, self.path)
                 if err.kind != "busy":
@@ -264,8 +295,33 @@ class SharedDb:
             time.sleep(min(left, random.uniform(delay / 2, delay)))
             delay = min(delay * 2, _BACKOFF_CAP_S)
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """Connect to the file: on its first open, look at it read-only before any
+        connection that could write, and fall back to read-only when it is not writable."""
+        if not self._looked and _existing(self.path):
+            probe = duckdb.connect(self.path, read_only=True)
+            try:
+                stored_version(probe, self.path)  # a foreign or newer file ends here
+            finally:
+                probe.close()
+            self.read_only = not _writable(self.path)
+            self._looked = True
+        if self.read_only:
+            return duckdb.connect(self.path, read_only=True)
+        try:
+            return duckdb.connect(self.path)
+        except duckdb.IOException as exc:
+            text = str(exc).lower()
+            if not _existing(self.path) or not (
+                "read-only file system" in text or "permission denied" in text
+            ):
+                raise
+        # Root, or a read-only mount: the bits said writable, the system said no.
+        self.read_only = True
+        return duckdb.connect(self.path, read_only=True)
+
     def _after_use(self) -> None:
-        if self._con is None or self.memory:
+        if self._con is None or self._pinned:
             return
         now = time.monotonic()
         self._last_used = now
@@ -325,7 +381,11 @@ def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnecti
 
 
 def check_header(path: str) -> None:
-    """Refuse, before DuckDB sees it, a file that is not a DuckDB database."""
+    """Refuse, before DuckDB sees it, a file that is not a DuckDB database.
+
+    A file of zero bytes holds nothing to keep (``tempfile.mkstemp`` makes one): it
+    is removed so DuckDB can create the store in its place.
+    """
     try:
         with open(path, "rb") as fh:
             head = fh.read(12)
@@ -333,13 +393,47 @@ def check_header(path: str) -> None:
         return
     except OSError as exc:
         raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
+    if not head:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.getsize(path) == 0:
+                os.unlink(path)
+        return
     if head[8:12] != _MAGIC:
         raise StoreError(
-            f"{path} is not a DuckDB database (empty or another format); it was left "
+            f"{path} is not a DuckDB database (another format); it was left "
             "untouched: pass another path or move the file away",
             kind="corrupt",
             path=path,
         )
+
+
+def _existing(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def _writable(path: str) -> bool:
+    """Whether the file and its folder (where DuckDB puts its WAL) can be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
+def _migrated_copy(path: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory copy of the read-only store at ``path``, migrated to this schema."""
+    con = duckdb.connect(MEMORY)
+    try:
+        con.execute("SET threads = 1")
+        literal = "'" + path.replace("'", "''") + "'"
+        con.execute(f"ATTACH {literal} AS harnessnb_source (READ_ONLY)")
+        con.execute("COPY FROM DATABASE harnessnb_source TO memory")
+        con.execute("DETACH harnessnb_source")
+        ensure_schema(con, path)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def store_error(exc: duckdb.Error, path: str) -> StoreError:
@@ -348,6 +442,8 @@ def store_error(exc: duckdb.Error, path: str) -> StoreError:
     lower = text.lower()
     if "could not set lock" in lower or "conflicting lock" in lower:
         kind = "busy"
+    elif "read-only mode" in lower:
+        kind = "read_only"  # ``Store.sql`` asked to write to a store opened read-only
     elif "corrupt" in lower or "not a valid duckdb" in lower or "checksum" in lower:
         kind = "corrupt"
         text = f"the store {path} is corrupt and was left untouched: {text}"

@@ -24,6 +24,7 @@ __all__ = [
     "insert_records",
     "insert_rows",
     "row",
+    "safe_value",
     "sanitize",
     "scrub_text",
     "to_ts",
@@ -76,10 +77,43 @@ def scrub_text(text: str) -> str:
 
 
 def dumps(value: Any, *, text: bool = True) -> str | None:
-    """JSON text of ``value`` with secrets removed (see ``sanitize``); None stays NULL."""
+    """JSON text of ``value`` with secrets removed (see ``sanitize``); None stays NULL.
+
+    Text with a lone surrogate (``"\\ud800"`` in a server's JSON) is written with
+    ASCII escapes instead: DuckDB holds only UTF-8, and the escapes read back exactly.
+    """
     if value is None:
         return None
-    return json.dumps(sanitize(value, text=text), default=str, ensure_ascii=False)
+    clean = sanitize(value, text=text)
+    out = json.dumps(clean, default=str, ensure_ascii=False)
+    if _SURROGATE.search(out):
+        out = json.dumps(clean, default=str, ensure_ascii=True)
+    return out
+
+
+# Code points UTF-8 cannot encode: half of a surrogate pair, alone.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# Integer columns and the range DuckDB holds in each (INTEGER unless named BIGINT).
+_INT_COLUMNS: Final = frozenset(
+    {"step", "attempt", "status", "input_tokens", "output_tokens", "tool_calls", "tokens",
+     "seq", "schema_version"}
+)  # fmt: skip
+_BIGINT_COLUMNS: Final = frozenset({"output_bytes", "generation"})
+_INT32: Final = 2**31
+_INT64: Final = 2**63
+
+
+def safe_value(column: str, value: Any) -> Any:
+    """``value`` as DuckDB can hold it in ``column``: a lone surrogate in text becomes
+    U+FFFD, and an integer past its column's range is NULL (unknown, not a wrong
+    number). A provider's answer must never make a step's write fail."""
+    kind = type(value)
+    if kind is str:
+        return _SURROGATE.sub("\ufffd", value) if not value.isascii() else value
+    if kind is int:
+        bound = _INT32 if column in _INT_COLUMNS else _INT64
+        return value if -bound <= value < bound else None
+    return value
 
 
 def to_ts(value: Any) -> dt.datetime | None:
@@ -112,13 +146,13 @@ def _convert(column: str, value: Any) -> Any:
     if column in _TS_COLUMNS:
         return to_ts(value)
     if column == "error":
-        return scrub_text(value) if isinstance(value, str) else dumps(value)
+        return safe_value(column, scrub_text(value) if isinstance(value, str) else dumps(value))
     if column in _JSON_COLUMNS:
-        return value if isinstance(value, str) else dumps(value, text=False)
+        return safe_value(column, value) if isinstance(value, str) else dumps(value, text=False)
     if not isinstance(value, str | int | float | bool):
         # Enums (ProviderErrorKind, Effect) and the like are stored by value.
-        return getattr(value, "value", str(value))
-    return value
+        return safe_value(column, getattr(value, "value", str(value)))
+    return safe_value(column, value)
 
 
 def row(table: str, values: Mapping[str, Any], **fixed: Any) -> tuple[Any, ...]:
@@ -183,7 +217,7 @@ def _column(column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[st
         return [_convert(column, v) for v in values]
     if any(v is not None and type(v) not in _PLAIN for v in values):
         return [_convert(column, v) for v in values]
-    return values
+    return [safe_value(column, v) for v in values]
 
 
 def _insert_frame(

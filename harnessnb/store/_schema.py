@@ -20,7 +20,7 @@ from ..rules._errors import StoreError
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote"]
+__all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
 
 SCHEMA_VERSION: Final = 4
 
@@ -156,22 +156,16 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
 
     Raises:
         StoreError: kind ``newer`` for a store written by a newer harnessnb, kind
-            ``foreign`` for a database that has a ``runs`` table but no schema version.
+            ``foreign`` for a database that is not a harnessnb store (see
+            ``stored_version``).
     """
-    found = _current_version(con, path)
+    found = stored_version(con, path)
     if found == SCHEMA_VERSION:
         return found
-    if found > SCHEMA_VERSION:
-        raise StoreError(
-            f"the store {path} has schema version {found}, newer than the {SCHEMA_VERSION} "
-            "this harnessnb understands; upgrade harnessnb to open it",
-            kind="newer",
-            path=path,
-        )
     con.execute("BEGIN TRANSACTION")
     try:
         # Re-read inside the transaction: the check above ran outside it.
-        found = _current_version(con, path)
+        found = stored_version(con, path)
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         for version in range(found + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version]:
@@ -184,22 +178,52 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
     return found
 
 
-def _current_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
-    tables = {
-        row[0]
+# What makes a database a harnessnb store: the version table with its two columns,
+# beside the attempts table version 1 made. Anything else holding a table or a view
+# belongs to another program.
+_MARKER_COLUMNS: Final = [("version",), ("applied_at",)]
+
+
+def stored_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    """The schema version of the open database: 0 when it holds nothing yet.
+
+    Reads only, so it may run on a read-only connection.
+
+    Raises:
+        StoreError: kind ``foreign`` for a database that holds tables or views but no
+            harnessnb schema marker (it is left as it was); kind ``newer`` for a store
+            written by a newer harnessnb.
+    """
+    names = {
+        (row[0], row[1])
         for row in con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
-            "AND database_name = current_database()"
+            "SELECT schema_name, table_name FROM duckdb_tables() "
+            "WHERE database_name = current_database() AND NOT internal AND NOT temporary "
+            "UNION ALL SELECT schema_name, view_name FROM duckdb_views() "
+            "WHERE database_name = current_database() AND NOT internal AND NOT temporary"
         ).fetchall()
     }
-    if "schema_version" not in tables:
-        if "runs" in tables:
-            raise StoreError(
-                f"{path} holds a 'runs' table but no schema_version table: it is not a "
-                "harnessnb store; pass another path",
-                kind="foreign",
-                path=path,
-            )
+    if not names:
         return 0
+    marker = con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = 'schema_version' ORDER BY column_index"
+    ).fetchall()
+    if marker != _MARKER_COLUMNS or ("main", "attempts") not in names:
+        raise StoreError(
+            f"{path} is a DuckDB database but not a harnessnb store (it holds other "
+            "tables and no harnessnb schema marker); it was left untouched: pass another "
+            "path",
+            kind="foreign",
+            path=path,
+        )
     row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
+    found = int(row[0]) if row and row[0] is not None else 0
+    if found > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store {path} has schema version {found}, newer than the {SCHEMA_VERSION} "
+            "this harnessnb understands; upgrade harnessnb to open it",
+            kind="newer",
+            path=path,
+        )
+    return found

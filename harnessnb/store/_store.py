@@ -100,9 +100,17 @@ class Store:
         busy_timeout_s: How long to retry a file locked by another process before
             ``StoreError(kind="busy")`` (retryable).
 
+    A new path, or an empty file, becomes a store. An existing file is looked at
+    read-only first: a DuckDB database of another program is refused and left byte
+    for byte as it was. A file that cannot be written (read-only file or folder,
+    read-only mount) opens read-only (``read_only`` is True): the readers, ``sql``
+    and ``hn.replay`` work, writes raise ``StoreError(kind="read_only")``, and a store
+    of an older schema is migrated in an in-memory copy, never in place.
+
     Raises:
         StoreError: ``corrupt`` (not a DuckDB file, or damaged; the file is left as it
-            was), ``newer`` (written by a newer harnessnb), ``busy``, ``io``.
+            was), ``foreign`` (a DuckDB database that is not a harnessnb store; left
+            as it was), ``newer`` (written by a newer harnessnb), ``busy``, ``io``.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -132,6 +140,11 @@ class Store:
     def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._shared().connection(self._busy_timeout_s) as con:
             yield con
+
+    @property
+    def read_only(self) -> bool:
+        """True when the file could not be written and was opened read-only."""
+        return self._shared().read_only
 
     def _shared(self) -> SharedDb:
         """The shared connection of this file; ``StoreError(closed)`` once closed."""

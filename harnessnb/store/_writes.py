@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp, append_rows, run_update
 from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
-from ._rows import dumps, insert_records, row, to_ts
+from ._rows import dumps, insert_records, row, safe_value, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -258,6 +258,7 @@ def settle_tool_call(
     Raises:
         StoreError: ``missing`` when there is no such tool row.
     """
+    output = None if output is None else safe_value("output", output)
     size = None if output is None else len(output.encode("utf-8"))
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
