@@ -11,13 +11,17 @@ Time limits:
       of it, stream included). Exceeding it is ``timeout``.
     * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
       stream that stalls fails after seconds, not after the 600 s deadline.
+
+Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
+``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
+error message, and so the error of attempt rows, run rows and cards, is cut to
+``MAX_ERROR_TEXT`` characters.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import codecs
 import contextlib
 import copy
 import datetime
@@ -41,11 +45,15 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
+from ..rules._text import shorten
 from ._completion import AttemptRecord, Completion, Messages, ToolSpecs, report_attempt
-from ._wire import Parsed, StreamAccumulator, WireError, error_text
+from ._wire import Parsed, SSEFrames, StreamAccumulator, WireError, error_text
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
+    "MAX_ANSWER_BYTES",
+    "MAX_ERROR_TEXT",
+    "MAX_STREAM_BYTES",
     "REQUEST_TIMEOUT",
     "HTTPProvider",
     "aclose_client",
@@ -58,6 +66,11 @@ REQUEST_TIMEOUT = 600.0
 
 DEFAULT_IDLE_TIMEOUT = 60.0
 """Longest silence allowed between two chunks of a stream, in seconds."""
+
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # some four million tokens: no real answer is near
+# A stream's JSON framing is 50-100x the text of each token chunk, so its cap is wider.
+MAX_STREAM_BYTES = 8 * MAX_ANSWER_BYTES
+MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 
 # A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
 _CONNECT_TIMEOUT = 10.0
@@ -290,7 +303,10 @@ class HTTPProvider(abc.ABC):
         )
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         """One HTTP attempt; raises ``ProviderError`` on any failure (never retries)."""
@@ -392,7 +408,7 @@ class _Attempt:
             self._took(response)
             if response.status_code >= 300:
                 raise self._status_error(await _read_limited(response))
-            return self._parse_json(await response.aread())
+            return self._parse_json(await _read_answer(response))
         finally:
             await response.aclose()
 
@@ -408,7 +424,7 @@ class _Attempt:
             if not ctype.startswith("text/event-stream"):
                 # A server may answer a stream request with one JSON body (an error in
                 # a 200, or a server that does not stream): read it as such.
-                return self._parse_json(await response.aread())
+                return self._parse_json(await _read_answer(response))
             acc = self.p._stream_accumulator()
             await self._read_sse(response, acc, timer, deadline)
             return acc.result()
@@ -424,41 +440,24 @@ class _Attempt:
         idle = self.p._idle_timeout
         self.idle_armed = True
         timer.reschedule(min(deadline, loop.time() + idle))
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
-        event = ""
-        data: list[str] = []
+        frames = SSEFrames()
         chunks = response.aiter_bytes()
+        received = 0
         async for chunk in chunks:
             timer.reschedule(min(deadline, loop.time() + idle))
-            pending += decoder.decode(chunk)
-            if "\n" not in pending:
-                continue
-            *lines, pending = pending.split("\n")
-            for line in lines:
-                if line.endswith("\r"):
-                    line = line[:-1]
-                if line:
-                    field, _, value = line.partition(":")
-                    if value.startswith(" "):
-                        value = value[1:]
-                    if field == "data":
-                        data.append(value)
-                    elif field == "event":
-                        event = value
-                    continue
-                # A blank line dispatches the event (comments and ids are ignored).
-                if data:
-                    if acc.feed(event or "message", "\n".join(data)) and self.ttft_ms is None:
-                        self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
-                    if acc.done:
-                        # The answer is complete: its own deadline no longer applies.
-                        timer.reschedule(None)
-                        await _drain(chunks)
-                        return
-                event, data = "", []
-        if data:  # a last event without its blank line
-            acc.feed(event or "message", "\n".join(data))
+            received += len(chunk)
+            if received > MAX_STREAM_BYTES:
+                raise WireError.malformed(f"stream larger than the {MAX_STREAM_BYTES} byte cap")
+            for event, data in frames.feed(chunk):
+                if acc.feed(event, data) and self.ttft_ms is None:
+                    self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                if acc.done:
+                    # The answer is complete: its own deadline no longer applies.
+                    timer.reschedule(None)
+                    await _drain(chunks)
+                    return
+        if (last := frames.last()) is not None:  # a last event without its blank line
+            acc.feed(*last)
 
     def _parse_json(self, content: bytes) -> Parsed:
         try:
@@ -503,8 +502,10 @@ class _Attempt:
         headers = self.headers
         # Retry-After and x-should-retry mean something only on a response that failed.
         retry_after = parse_retry_after(headers) if headers else None
+        # Scrubbed, then cut: a cut must never leave half a key behind.
+        message = shorten(p._scrub(f"{p.NAME} {p._model}: {text}"), MAX_ERROR_TEXT)
         err = ProviderError(
-            p._scrub(f"{p.NAME} {p._model}: {text}"),
+            message,
             kind=kind,
             status=self.status,
             retry_after=retry_after,
@@ -560,13 +561,21 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
                 pass
 
 
-async def _read_limited(response: httpx2.Response) -> bytes:
+async def _read_answer(response: httpx2.Response) -> bytes:
+    """The whole answer body, or a malformed ``WireError`` past ``MAX_ANSWER_BYTES``."""
+    body = await _read_limited(response, MAX_ANSWER_BYTES + 1)
+    if len(body) > MAX_ANSWER_BYTES:
+        raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
+    return body
+
+
+async def _read_limited(response: httpx2.Response, limit: int = _ERROR_BODY_LIMIT) -> bytes:
     out = bytearray()
     async for chunk in response.aiter_bytes():
         out += chunk
-        if len(out) >= _ERROR_BODY_LIMIT:
+        if len(out) >= limit:
             break
-    return bytes(out[:_ERROR_BODY_LIMIT])
+    return bytes(out[:limit])
 
 
 def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:

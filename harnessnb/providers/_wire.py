@@ -9,6 +9,7 @@ into a ``Parsed`` answer and raise ``WireError`` for an unreadable one; the HTTP
 from __future__ import annotations
 
 import abc
+import codecs
 import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -18,6 +19,7 @@ from ._completion import ToolCall, Usage
 
 __all__ = [
     "Parsed",
+    "SSEFrames",
     "StreamAccumulator",
     "WireError",
     "error_text",
@@ -71,6 +73,48 @@ class StreamAccumulator(abc.ABC):
         """The assembled answer; raises ``WireError`` when the stream ended early."""
 
 
+class SSEFrames:
+    """Server-sent events framing: bytes in, ``(event, data)`` pairs out.
+
+    A blank line dispatches an event; ``data`` lines join with newlines; comments and
+    ids are ignored; invalid UTF-8 becomes U+FFFD.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """The events that ``chunk`` completes, in order."""
+        self._pending += self._decoder.decode(chunk)
+        if "\n" not in self._pending:
+            return []
+        *lines, self._pending = self._pending.split("\n")
+        out: list[tuple[str, str]] = []
+        for line in lines:
+            if line.endswith("\r"):
+                line = line[:-1]
+            if line:
+                field, _, value = line.partition(":")
+                if value.startswith(" "):
+                    value = value[1:]
+                if field == "data":
+                    self._data.append(value)
+                elif field == "event":
+                    self._event = value
+                continue
+            if self._data:
+                out.append((self._event or "message", "\n".join(self._data)))
+            self._event, self._data = "", []
+        return out
+
+    def last(self) -> tuple[str, str] | None:
+        """The event the stream ended in without its blank line, if any."""
+        return (self._event or "message", "\n".join(self._data)) if self._data else None
+
+
 def tool_arguments(raw: str | None, tool: str) -> dict[str, Any]:
     """Parse a tool call's JSON arguments to a dict, or raise a malformed ``WireError``."""
     # Some OpenAI-compatible servers send "" for a call without arguments.
@@ -101,5 +145,3 @@ def error_text(error: Any) -> str:
         text = str(message) if message else json.dumps(error)[:300]
         return f"{label}: {text}" if label else text
     return str(error)[:300]
-
-

@@ -159,17 +159,25 @@ class RetryPolicy:
             given even above the cap: the server knows its own limits.
         jitter: Fraction of the wait drawn at random and subtracted (0 = off, the
             default, so runs are reproducible).
+        max_wait: The longest Retry-After a run waits out (300 s). A server asking for
+            more is not slept on, budget or not: the run ends ``escalated_retryable``
+            at once, the error keeping its ``retry_after``, so a hostile or confused
+            ``Retry-After: 100000000`` cannot hang a run for years.
     """
 
     base: float = 0.5
     cap: float = 30.0
     jitter: float = 0.0
+    max_wait: float = 300.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", seconds(self.base))
         object.__setattr__(self, "cap", seconds(self.cap))
+        object.__setattr__(self, "max_wait", seconds(self.max_wait))
         if self.base < 0 or self.cap < 0 or not 0.0 <= self.jitter <= 1.0:
             raise ValueError("RetryPolicy: base and cap must be >= 0, jitter in [0, 1]")
+        if not self.max_wait >= 0:  # also refuses NaN
+            raise ValueError("RetryPolicy: max_wait must be >= 0")
 
     def delay(
         self, retry: int, retry_after: float | None = None, rng: random.Random | None = None
@@ -192,7 +200,9 @@ class RetryDecision:
 
     action: Literal["retry", "stop"]
     delay: float = 0.0
-    reason: Literal["retry", "not_retryable", "retries_exhausted", "past_deadline"] = "retry"
+    reason: Literal[
+        "retry", "not_retryable", "retries_exhausted", "past_deadline", "beyond_max_wait"
+    ] = "retry"
 
 
 def retry_decision(
@@ -207,13 +217,16 @@ def retry_decision(
 ) -> RetryDecision:
     """Decide whether to retry a failed call and how long to wait.
 
-    A wait that would end past the run's time budget is never slept: the caller
-    stops at once (the error keeps its ``retry_after``).
+    A wait that would end past the run's time budget, or a Retry-After above
+    ``policy.max_wait``, is never slept: the caller stops at once (the error keeps its
+    ``retry_after``).
     """
     if not error.retryable:
         return RetryDecision("stop", reason="not_retryable")
     if retries_done >= max_retries:
         return RetryDecision("stop", reason="retries_exhausted")
+    if error.retry_after is not None and error.retry_after > policy.max_wait:
+        return RetryDecision("stop", delay=error.retry_after, reason="beyond_max_wait")
     wait = policy.delay(retries_done + 1, error.retry_after, rng)
     if max_seconds is not None and elapsed + wait > max_seconds:
         return RetryDecision("stop", delay=wait, reason="past_deadline")
