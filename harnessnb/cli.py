@@ -64,7 +64,7 @@ from .loop._durable import resume_sync
 from .rules._errors import HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
-from .rules._text import shorten
+from .rules._text import printable, shorten
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,6 +107,16 @@ exit codes: 0 success/finished, 1 error outside a run, 2 usage or configuration 
 7 needs_reconciliation, 8 denied or awaiting_approval, 130 cancelled (Ctrl-C)."""
 
 
+# ------------------------------------------------------------------ output
+
+
+def _out(*parts: object, file: TextIO | None = None, flush: bool = False) -> None:
+    """``print`` for the command: model, server and file text is shown, never obeyed
+    (control characters and escape sequences come out escaped, see ``printable``)."""
+    text = (printable(str(part), lines=True) for part in parts)
+    print(*text, file=file or sys.stdout, flush=flush)
+
+
 # ------------------------------------------------------------------ progress
 
 
@@ -121,7 +131,7 @@ class LineProgress:
     def __call__(self, event: RunEvent) -> None:
         line = self.line(event)
         if line is not None:
-            print(line, file=self._stream or sys.stdout, flush=True)
+            _out(line, file=self._stream or sys.stdout, flush=True)
 
     def line(self, event: RunEvent) -> str | None:
         """The line for ``event`` (indented below its run's first line), or None."""
@@ -206,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
         return code
     except KeyboardInterrupt:
-        print("cancelled", file=sys.stderr)
+        _out("cancelled", file=sys.stderr)
         return EXIT_CODES["cancelled"]
     except HarnessError as exc:
         return _report(exc)
@@ -215,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(exc: HarnessError) -> int:
-    print(exc._repr_mimebundle_()["text/plain"], file=sys.stderr)
+    _out(exc._repr_mimebundle_()["text/plain"], file=sys.stderr)
     return EXIT_USAGE if exc.code.startswith("CONFIG") else EXIT_ERROR
 
 
@@ -235,7 +245,7 @@ def _provider(args: argparse.Namespace) -> Provider:
         args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
     )
     if note:
-        print(f"note: {note}", flush=True)
+        _out(f"note: {note}", flush=True)
     return provider
 
 
@@ -245,7 +255,7 @@ def _drive(run: Any, progress: LineProgress) -> Any:
         return run()
     except KeyboardInterrupt:
         if progress.run_id:
-            print(
+            _out(
                 f"\ncancelled: {progress.run_id} is recorded as cancelled; continue with "
                 f"`harnessnb resume {progress.run_id}`",
                 file=sys.stderr,
@@ -254,7 +264,7 @@ def _drive(run: Any, progress: LineProgress) -> Any:
 
 
 def _finish(result: RunResult | AgentResult) -> int:
-    print(result.summary_text())
+    _out(result.summary_text())
     return EXIT_CODES.get(result.outcome.value, EXIT_ERROR)
 
 
@@ -268,11 +278,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rates = DEMO_CHAOS if args.chaos else None
     store = _store(args)
     chaos = ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()) if rates else "none"
-    print(f"harnessnb demo: {DEMO_TASK!r}")
-    print(f"  model      {DEMO_LABEL}, over loopback HTTP")
-    print(f"  chaos      {chaos} (seed {args.seed})")
-    print(f"  workspace  {workspace}")
-    print(f"  store      {store.path}")
+    _out(f"harnessnb demo: {DEMO_TASK!r}")
+    _out(f"  model      {DEMO_LABEL}, over loopback HTTP")
+    _out(f"  chaos      {chaos} (seed {args.seed})")
+    _out(f"  workspace  {workspace}")
+    _out(f"  store      {store.path}")
     contract = TaskContract(
         DEMO_TASK,
         workspace,
@@ -291,18 +301,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
             lambda: run_sync(contract, provider, store=store, policy=policy, on_event=progress),
             progress,
         )
-    print()
+    _out()
     code = _finish(result)
     notes = workspace / "NOTES.md"
     if notes.exists():
-        print(f"\n{notes}:\n" + _indent(notes.read_text(encoding="utf-8")))
-    print("\nfailures of this run, from the store (attempts by provider and kind):")
-    print(_indent(_to_text(_run_failures(store, result.run_id))))
+        _out(f"\n{notes}:\n" + _indent(notes.read_text(encoding="utf-8")))
+    _out("\nfailures of this run, from the store (attempts by provider and kind):")
+    _out(_indent(_to_text(_run_failures(store, result.run_id))))
     stalls = store.stalls(result.run_id)
     if len(stalls):
-        print("\nstalls of this run:")
-        print(_indent(_to_text(stalls[["step", "signal", "action", "detail"]])))
-    print(
+        _out("\nstalls of this run:")
+        _out(_indent(_to_text(stalls[["step", "signal", "action", "detail"]])))
+    _out(
         f"\nnext: `harnessnb runs --store {store.path}`, `harnessnb failures`, "
         "or open notebooks/01-quickstart.ipynb"
     )
@@ -359,7 +369,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         base_url=args.base_url, fallbacks=args.fallback,
     )
     if note:
-        print(f"note: {note}", flush=True)
+        _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
     result = _drive(
@@ -384,13 +394,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     store = _store(args)
     runs = store.runs()
     if not len(runs):
-        print(f"no runs in {store.path}")
+        _out(f"no runs in {store.path}")
         return 0
     cols = ["run_id", "started_at", "provider", "model", "outcome", "steps", "tokens", "task"]
     table = runs[cols].copy()
     table["started_at"] = table["started_at"].astype(str).str.slice(0, 19)
     table["task"] = table["task"].astype(str).map(lambda t: shorten(t, 40))
-    print(_to_text(table))
+    _out(_to_text(table))
     return 0
 
 
@@ -400,9 +410,9 @@ def cmd_failures(args: argparse.Namespace) -> int:
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     table = store.failure_rates(by=by)
     if not len(table):
-        print(f"no attempts in {store.path}")
+        _out(f"no attempts in {store.path}")
         return 0
-    print(_to_text(table))
+    _out(_to_text(table))
     return 0
 
 

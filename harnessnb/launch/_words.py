@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from ..loop._events import RunEvent
-from ..rules._text import shorten
+from ..rules._text import printable, shorten
 
 __all__ = ["event_words", "retry_words", "tool_call_words"]
 
@@ -23,11 +23,19 @@ _ARGS_SHOWN = 60
 def event_words(event: RunEvent, *, max_steps: int = 0) -> str | None:
     """One line for ``event``, or None (``finished``: the result card or summary says it).
 
+    Control characters in what the model or a server chose (a path, a stall's detail)
+    come out escaped: the line is shown, never obeyed by a terminal.
+
     Args:
         event: The run event.
         max_steps: The run's step cap, shown as ``step 3/12``; 0 when there is none
             (a coding-agent CLI), shown as ``step 3``.
     """
+    words = _words(event, max_steps)
+    return None if words is None else printable(words)
+
+
+def _words(event: RunEvent, max_steps: int) -> str | None:
     data = event.data
     kind = event.kind
     if kind == "started":
@@ -68,7 +76,7 @@ def retry_words(kind: Any, status: Any, wait_s: float, attempt: Any, of: Any) ->
 
 def tool_call_words(data: dict[str, Any]) -> str:
     """``write_file("path": "NOTES.md", "content": "<8 chars>") ok``."""
-    return f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}"
+    return printable(f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}")
 
 
 def _http(status: Any) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ..rules._html import Html, Tone, bold, card, code, join, preview, text_block
 from ..rules._retry import seconds
+from ..rules._text import printable
 from ..tools._approval import ApprovalRequest, Decision
 from ._env import ipython_shell, widget_frontend
 
@@ -173,8 +174,9 @@ class WidgetApprover:
 
 def _prompt(request: ApprovalRequest) -> Decision:
     """Ask on standard input: y/yes approves; anything else denies, with it as reason."""
-    print(f"harnessnb asks: {request.act} {request.target} via {request.tool}")
-    print(request.preview[:_PREVIEW_CHARS])
+    # Escaped: a model-chosen argv must not rewrite what the person approves.
+    print(printable(f"harnessnb asks: {request.act} {request.target} via {request.tool}"))
+    print(printable(request.preview[:_PREVIEW_CHARS], lines=True))
     try:
         reply = input("approve? [y/N, or a reason to deny] ").strip()
     except EOFError:

@@ -33,6 +33,7 @@ from ..loop._events import RunEvent
 from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
 from ..rules._html import bold, panel
+from ..rules._text import printable
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
@@ -420,7 +421,7 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
 def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     err = _ERRORS.get(args.run_id)
     if err is not None:
-        print("".join(traceback.format_exception(err)), end="")
+        print(printable("".join(traceback.format_exception(err)), lines=True), end="")
         return
     store = _store(args.store)
     row = store.get_run(args.run_id)
@@ -430,12 +431,12 @@ def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if not stored:
         print(f"run {args.run_id} ended {row.get('outcome')} with no error")
         return
-    print(f"{stored.get('name')} [{stored.get('code')}]: {stored.get('message')}")
+    print(printable(f"{stored.get('name')} [{stored.get('code')}]: {stored.get('message')}"))
     for key, value in stored.items():
         if key not in ("name", "code", "message", "causes") and value is not None:
-            print(f"  {key}: {value}")
+            print(printable(f"  {key}: {value}"))
     for cause in stored.get("causes") or ():
-        print(f"  caused by {cause}")
+        print(printable(f"  caused by {cause}"))
     print("(frames are kept only in the kernel that ran it; this is the stored error)")
 
 

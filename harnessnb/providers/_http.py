@@ -303,10 +303,7 @@ class HTTPProvider(abc.ABC):
         )
 
     async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
+        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         """One HTTP attempt; raises ``ProviderError`` on any failure (never retries)."""

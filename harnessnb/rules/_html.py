@@ -16,6 +16,8 @@ import enum
 import html
 from collections.abc import Iterable, Sequence
 
+from ._text import printable
+
 __all__ = [
     "BADGE_TEXT",
     "FAINT",
@@ -66,10 +68,14 @@ _TABLE = "color:inherit;font-size:inherit;border-collapse:collapse"
 
 
 def escape(value: object) -> Html:
-    """``value`` as text safe in a page (``Html`` is already safe and passes as is)."""
+    """``value`` as text safe in a page (``Html`` is already safe and passes as is).
+
+    Control characters and bidirectional marks are shown as their escapes
+    (``printable``), so what a person reads is what the text says.
+    """
     if isinstance(value, Html):
         return value
-    return Html(html.escape(str(value)))
+    return Html(html.escape(printable(str(value), lines=True)))
 
 
 def join(parts: Iterable[object], sep: str = "") -> Html:
