@@ -215,9 +215,19 @@ def _column(column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[st
         return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s")
     if column in _TS_COLUMNS or column in _JSON_COLUMNS or column == "error":
         return [_convert(column, v) for v in values]
-    if any(v is not None and type(v) not in _PLAIN for v in values):
+    # One pass decides: plain values DuckDB can hold are handed over as they are.
+    bound = _INT32 if column in _INT_COLUMNS else _INT64
+    if any(
+        v is not None
+        and (
+            type(v) not in _PLAIN
+            or (type(v) is str and not v.isascii())
+            or (type(v) is int and not -bound <= v < bound)
+        )
+        for v in values
+    ):
         return [_convert(column, v) for v in values]
-    return [safe_value(column, v) for v in values]
+    return values
 
 
 def _insert_frame(
