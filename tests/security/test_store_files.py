@@ -184,3 +184,34 @@ def test_usage_of_ten_to_the_thirty_is_stored_and_the_run_closed(tmp_path: Path)
     assert len(attempts) == 1 and attempts["kind"].isna().all()
     # A count DuckDB cannot hold is stored as unknown, not as a wrong number.
     assert attempts["input_tokens"].isna().all() and attempts["output_tokens"].isna().all()
+
+
+_READ = """
+import sys, harnessnb as hn
+store = hn.Store(sys.argv[1])
+print("read_only:", store.read_only, store.runs()["run_id"].tolist())
+for write in (lambda: store.create_run({"run_id": "r2", "task": "t", "started_at": 0.0}),
+              lambda: store.sql("DELETE FROM steps")):
+    try:
+        write()
+    except hn.StoreError as exc:
+        print("refused:", exc.kind)
+"""
+
+
+def test_a_current_store_on_a_read_only_mount_is_read_in_place(tmp_path: Path) -> None:
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    path = shelf / "runs.duckdb"
+    with hn.Store(path) as store:
+        store.create_run({"run_id": "r1", "task": "t", "started_at": 0.0})
+    before = path.read_bytes()
+    argv = [*_read_only_mount(shelf), sys.executable, "-c", _READ, str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "read_only: True ['r1']",
+        "refused: read_only",
+        "refused: read_only",
+    ]
+    assert path.read_bytes() == before
