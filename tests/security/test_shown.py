@@ -16,7 +16,6 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.launch._words import event_words
-from harnessnb.loop._events import RunEvent
 from harnessnb.rules._html import escape
 from harnessnb.rules._text import printable
 
@@ -94,14 +93,14 @@ def test_the_stdin_approver_shows_a_model_chosen_argv_escaped(
 
 
 def test_event_lines_show_file_names_and_details_escaped() -> None:
-    event = RunEvent(
+    event = hn.RunEvent(
         "tool_call", run_id="r", step=1, at=0.0,
         data={"tool": "read_file", "args": {"path": "\x1b[31mred.txt"}, "status": "ok"},
     )  # fmt: skip
     line = event_words(event)
     assert line is not None and "red.txt" in line
     _no_raw_control(line)
-    stall = RunEvent(
+    stall = hn.RunEvent(
         "stalled", run_id="r", step=2, at=0.0, data={"signal": "window", "detail": TRICK}
     )
     words = event_words(stall)
