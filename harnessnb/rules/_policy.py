@@ -298,9 +298,10 @@ class Policy:
         return self._explain_one(act, target)
 
     def _explain_one(self, act: Act, target: str) -> Verdict:
+        rules = [(name, rule) for name, rule in self.rules() if rule.act == act]
         for effect in ("deny", "ask", "allow"):
-            for layer_name, rule in self.rules():
-                if rule.act == act and rule.effect == effect and rule.matches(target):
+            for layer_name, rule in rules:
+                if rule.effect == effect and rule.matches(target):
                     return Verdict(rule.effect, act, target, str(rule), layer_name)
         return Verdict(self._defaults[act], act, target)
 
