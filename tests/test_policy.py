@@ -413,6 +413,18 @@ def test_to_dict_round_trips() -> None:
             assert again.explain(act, target) == policy.explain(act, target)
 
 
+def test_a_stored_secrets_layer_gains_the_patterns_added_since() -> None:
+    stored = Policy.default().to_dict()
+    stored["layers"][0]["rules"] = [
+        {"act": act, "effect": "deny", "pattern": pattern}
+        for act in ("read", "write")
+        for pattern in (".env", "*.pem", "*.key", "id_rsa", "id_ed25519")  # the old table
+    ]
+    loaded = Policy.from_dict(stored)
+    assert set(loaded.rules()) == set(Policy.default().rules())
+    assert loaded.explain("read", ".aws/credentials").denied
+
+
 @pytest.mark.parametrize("data", [{}, {"layers": [{"name": "x"}], "defaults": {}}])
 def test_from_dict_rejects_garbage(data: dict[str, object]) -> None:
     with pytest.raises(hn.ConfigError):

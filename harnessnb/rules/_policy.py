@@ -515,7 +515,11 @@ class Policy:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
-        """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``."""
+        """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``.
+
+        A stored ``secrets`` layer gains the patterns the table has added since, so a
+        run resumed after an upgrade is never guarded by an older, shorter table.
+        """
         try:
             layers = [
                 Layer(
@@ -531,7 +535,7 @@ class Policy:
                 )
                 for item in data["layers"]
             ]
-            return cls(layers, data["defaults"])
+            return cls([_current_secrets(layer) for layer in layers], data["defaults"])
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a stored policy: {exc!r}") from exc
 
@@ -575,6 +579,13 @@ def _check_pattern(act: str, pattern: str) -> str:
 
 def _built_in_ask(line: str, why: str) -> Verdict:
     return Verdict("ask", "exec", line, f"ask exec {why}", _BUILT_IN)
+
+
+def _current_secrets(layer: Layer) -> Layer:
+    if layer.name != "secrets":
+        return layer
+    missing = [rule for rule in _secrets_layer().rules if rule not in layer.rules]
+    return Layer(layer.name, (*layer.rules, *missing))
 
 
 def _secrets_layer() -> Layer:
