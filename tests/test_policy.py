@@ -72,15 +72,80 @@ def test_default_policy_defaults(act: str, effect: str) -> None:
     assert (verdict.effect, verdict.rule, verdict.layer) == (effect, None, None)
 
 
-SECRETS = [".env", "config/.env", "certs/server.pem", "a/b/c.key", "id_rsa", "home/id_ed25519"]
+# One file (or more) per pattern of the secrets table, named as the root would hold it.
+SECRET_FILES = [
+    ".env",
+    ".env.local",
+    ".env.production",
+    "prod.env",
+    ".envrc",
+    ".aws/credentials",
+    ".aws/config",
+    "credentials.json",
+    "service-account.json",
+    "service-account-prod.json",
+    ".docker/config.json",
+    ".kube/config",
+    ".ssh/id_rsa",
+    ".ssh/id_ecdsa",
+    ".ssh/id_ed25519_sk",
+    ".ssh/deploy_key",
+    ".ssh/known_hosts",
+    ".ssh/config",
+    ".ssh/backup.db",
+    ".ssh/hub",
+    ".ssh/keypub",
+    ".ssh/b",
+    ".ssh/ub",
+    ".ssh/pub",
+    ".ssh/keys/id_rsa.pub",  # a folder under .ssh/ is covered whole
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ecdsa_sk",
+    "id_ed25519",
+    "id_ed25519_sk",
+    "server.pem",
+    "server.key",
+    "cert.p12",
+    "cert.pfx",
+    "store.jks",
+    "release.keystore",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+]
+SECRETS = [
+    *SECRET_FILES,
+    *(f"config/{path}" for path in SECRET_FILES),
+    *(f"a/b/c/{path}" for path in SECRET_FILES),
+    *(path.upper() for path in SECRET_FILES),
+    *(f"Deep/{path.title()}" for path in SECRET_FILES),
+]
 
 
 @pytest.mark.parametrize("path", SECRETS)
 @pytest.mark.parametrize("act", ["read", "write"])
-def test_secrets_are_denied_in_any_directory(act: str, path: str) -> None:
+def test_secrets_are_denied_in_any_directory_in_any_case(act: str, path: str) -> None:
     verdict = Policy.default().explain(act, path)
     assert verdict.effect == "deny"
     assert verdict.layer == "secrets"
+
+
+@pytest.mark.parametrize("pattern", Policy.SECRET_PATTERNS)
+def test_every_secret_pattern_has_a_file_in_the_table(pattern: str) -> None:
+    rule = hn.Policy().deny_read(pattern).rules()[0][1]
+    assert any(rule.matches(path) for path in SECRET_FILES)
+
+
+def test_the_secrets_layer_is_the_table_for_read_and_write() -> None:
+    (layer,) = Policy.default().layers
+    assert layer.name == "secrets"
+    assert [(r.act, r.effect, r.pattern) for r in layer.rules] == [
+        (act, "deny", pattern) for act in ("read", "write") for pattern in Policy.SECRET_PATTERNS
+    ]
+    assert Policy.permissive().layers == Policy.default().layers
 
 
 @pytest.mark.parametrize("path", [".ENV", "Server.PEM", "./.env"])
@@ -88,9 +153,80 @@ def test_secret_denies_ignore_case_and_dot_slash(path: str) -> None:
     assert Policy.default().explain("read", path).denied
 
 
-@pytest.mark.parametrize("path", ["environment.md", ".envrc", "key.txt", "id_rsa.pub"])
+LOOKALIKES = [
+    "environment.md",
+    "env.py",
+    ".environment",
+    "key.txt",
+    "keys/notes.md",
+    "id_rsa.pub",
+    ".ssh/id_rsa.pub",
+    "home/.ssh/id_ed25519.PUB",
+    ".ssh",
+    "aws/credentials.md",
+    ".aws/notes.txt",
+    "credentials.yaml",
+    "service.json",
+    "my.envy",
+    ".npmrc.md",
+    "docker/config.json",
+    ".kube/cache/x",
+    "src/app.py",
+]
+
+
+@pytest.mark.parametrize("path", LOOKALIKES)
 def test_lookalikes_of_secrets_are_not_denied(path: str) -> None:
     assert Policy.default().explain("read", path).allowed
+
+
+FOLDER_RULES = [
+    # (rule pattern, path, denied?)
+    ("private", "private", True),
+    ("private", "private/key.txt", True),
+    ("private", "a/private/x", True),
+    ("private", "a/b/private/c/d.txt", True),
+    ("private", "PRIVATE/key.txt", True),
+    ("private", "privateer/x", False),
+    ("private", "not-private/x", False),
+    ("private", "x/private.txt", False),
+    ("a/private", "a/private/x", True),
+    ("a/private", "z/a/private/x", True),
+    ("a/private", "private/x", False),
+    ("build/*", "build/out/x.o", True),
+    ("build/*", "build", False),
+    ("*.log", "logs/app.log", True),
+    ("*.log", "old.log/inside.txt", True),
+    ("*.log", "app.logs", False),
+    ("data?", "data1/rows.csv", True),
+    ("data?", "data/rows.csv", False),
+]
+
+
+@pytest.mark.parametrize(("pattern", "path", "denied"), FOLDER_RULES)
+@pytest.mark.parametrize("effect", ["deny", "ask"])
+def test_deny_and_ask_rules_on_a_folder_cover_everything_beneath(
+    effect: str, pattern: str, path: str, denied: bool
+) -> None:
+    policy = Policy().rule("read", effect, pattern)
+    assert (policy.explain("read", path).effect == effect) is denied
+
+
+ALLOW_RULES = [
+    # (allow pattern, path, allowed?): allows read narrowly, as written
+    ("src/*", "src/a.py", True),
+    ("src/*", "src/deep/a.py", True),  # ``*`` spans ``/``
+    ("src", "src/a.py", False),
+    ("*.md", "docs/index.md", True),
+    ("*.md", "x.md/run.sh", False),
+    ("NOTES.md", "notes.md", False),
+    ("NOTES.md", "docs/NOTES.md", True),  # the basename
+]
+
+
+@pytest.mark.parametrize(("pattern", "path", "allowed"), ALLOW_RULES)
+def test_allow_rules_name_what_they_allow(pattern: str, path: str, allowed: bool) -> None:
+    assert Policy().allow_write(pattern).explain("write", path).allowed is allowed
 
 
 def test_secrets_cannot_be_allowed_by_a_later_layer() -> None:
@@ -277,6 +413,18 @@ def test_to_dict_round_trips() -> None:
             assert again.explain(act, target) == policy.explain(act, target)
 
 
+def test_a_stored_secrets_layer_gains_the_patterns_added_since() -> None:
+    stored = Policy.default().to_dict()
+    stored["layers"][0]["rules"] = [
+        {"act": act, "effect": "deny", "pattern": pattern}
+        for act in ("read", "write")
+        for pattern in (".env", "*.pem", "*.key", "id_rsa", "id_ed25519")  # the old table
+    ]
+    loaded = Policy.from_dict(stored)
+    assert set(loaded.rules()) == set(Policy.default().rules())
+    assert loaded.explain("read", ".aws/credentials").denied
+
+
 @pytest.mark.parametrize("data", [{}, {"layers": [{"name": "x"}], "defaults": {}}])
 def test_from_dict_rejects_garbage(data: dict[str, object]) -> None:
     with pytest.raises(hn.ConfigError):
@@ -286,7 +434,8 @@ def test_from_dict_rejects_garbage(data: dict[str, object]) -> None:
 def test_repr_is_short_and_str_is_a_table() -> None:
     policy = Policy.default().layer("app").allow_write("NOTES.md")
     assert repr(policy) == (
-        "Policy(layers=[secrets,app], rules=11, read=allow write=ask exec=ask net=deny)"
+        f"Policy(layers=[secrets,app], rules={2 * len(Policy.SECRET_PATTERNS) + 1}, "
+        "read=allow write=ask exec=ask net=deny)"
     )
     lines = str(policy).splitlines()
     assert lines[0].split() == ["layer", "act", "effect", "pattern"]
@@ -307,3 +456,194 @@ def test_exec_target_quotes_arguments() -> None:
 def test_public_names() -> None:
     assert hn.Policy is Policy
     assert hn.Verdict is Verdict
+
+
+# ---------------------------------------------------------------- exec: what will run
+
+DENY_RM = Policy.permissive().layer("app").deny_exec("rm")
+WRAPPED_RM = [
+    ["rm", "-rf", "x"],
+    ["/bin/rm", "-rf", "x"],
+    ["env", "rm", "-rf", "x"],
+    ["env", "-i", "FOO=1", "BAR=2", "rm", "x"],
+    ["env", "-u", "HOME", "--unset=PATH", "-C", "/tmp", "rm", "x"],
+    ["env", "--", "rm", "x"],
+    ["/usr/bin/env", "rm", "x"],
+    ["nice", "rm", "x"],
+    ["nice", "-n", "5", "rm", "x"],
+    ["nice", "-n5", "rm", "x"],
+    ["nice", "-10", "rm", "x"],
+    ["nice", "--adjustment=3", "rm", "x"],
+    ["nohup", "rm", "x"],
+    ["timeout", "10", "rm", "x"],
+    ["timeout", "-s", "KILL", "-k", "5", "1.5m", "rm", "x"],
+    ["timeout", "--preserve-status", "--signal=TERM", "10", "rm", "x"],
+    ["stdbuf", "-oL", "rm", "x"],
+    ["stdbuf", "-o", "0", "--error=L", "rm", "x"],
+    ["xargs", "rm"],
+    ["xargs", "-0", "-n", "1", "-P4", "rm"],
+    ["xargs", "--null", "--max-args=1", "rm", "-f"],
+    ["sudo", "rm", "x"],
+    ["sudo", "-u", "root", "-E", "-n", "rm", "x"],
+    ["sudo", "--user=root", "HOME=/", "rm", "x"],
+    ["setsid", "-w", "rm", "x"],
+    ["time", "-f", "%e", "rm", "x"],
+    ["busybox", "rm", "x"],
+    ["toybox", "rm", "x"],
+    ["find", ".", "-name", "*.py", "-exec", "rm", "{}", ";"],
+    ["find", ".", "-execdir", "env", "rm", "{}", "+"],
+    # nested
+    ["sudo", "-u", "me", "env", "FOO=1", "nice", "-n", "5", "timeout", "9", "rm", "x"],
+    ["nohup", "stdbuf", "-oL", "xargs", "busybox", "rm"],
+    ["busybox", "env", "busybox", "nice", "rm"],
+    # a wrapper option this reader does not know: every later word is tried
+    ["env", "--unknown-flag", "rm", "x"],
+    ["nice", "-z", "7", "rm", "x"],
+    ["env", "-S", "rm -rf x"],
+]
+
+
+@pytest.mark.parametrize("argv", WRAPPED_RM, ids=" ".join)
+def test_a_deny_on_a_program_holds_behind_wrappers(argv: list[str]) -> None:
+    target = exec_target(argv)
+    verdict = DENY_RM.explain("exec", target)
+    if argv[:2] == ["env", "-S"]:  # the command is inside a string: asks, never allows
+        assert verdict.effect == "ask"
+        return
+    assert verdict == Verdict("deny", "exec", target, "deny exec rm", "app")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["env", "ls"], ["nice", "-n", "5", "rmdir", "x"], ["timeout", "10", "ls"], ["busybox", "ls"]],
+    ids=" ".join,
+)
+def test_other_programs_behind_wrappers_keep_the_default(argv: list[str]) -> None:
+    assert DENY_RM.explain("exec", exec_target(argv)).allowed
+
+
+def test_a_deny_on_a_wrapper_holds_whatever_it_wraps() -> None:
+    policy = Policy.permissive().deny_exec("sudo")
+    assert policy.explain("exec", "sudo ls").denied
+    assert policy.explain("exec", "env sudo -u x ls").denied
+
+
+D = Policy.default()
+EXEC_CASES = [
+    # (policy, argv, effect)
+    (D.allow_exec("pytest*"), ["pytest", "-q"], "allow"),
+    # the wrapper runs too: allowed only when it is allowed as well
+    (D.allow_exec("pytest*"), ["timeout", "10", "pytest", "-q"], "ask"),
+    (D.allow_exec("pytest*").allow_exec("timeout"), ["timeout", "10", "pytest"], "allow"),
+    (D.allow_exec("env"), ["env", "PATH=.", "pytest"], "ask"),
+    (D.allow_exec("env").allow_exec("pytest"), ["env", "PATH=.", "pytest"], "allow"),
+    (D.allow_exec("ls").ask_exec("rm"), ["env", "rm", "x"], "ask"),
+    (D.allow_exec("ls"), ["busybox", "ls"], "ask"),
+    (D.allow_exec("ls").allow_exec("busybox"), ["busybox", "ls"], "allow"),
+    (D.allow_exec("find"), ["find", ".", "-exec", "rm", "{}", ";"], "ask"),
+    (D.allow_exec("find"), ["find", ".", "-name", "x"], "allow"),
+]
+
+
+@pytest.mark.parametrize(("policy", "argv", "effect"), EXEC_CASES)
+def test_every_program_a_command_starts_is_judged(
+    policy: Policy, argv: list[str], effect: str
+) -> None:
+    assert policy.explain("exec", exec_target(argv)).effect == effect
+
+
+INLINE = [
+    ["sh", "-c", "rm -rf x"],
+    ["bash", "-c", "rm -rf x"],
+    ["bash", "-ec", "rm -rf x"],
+    ["bash", "-o", "pipefail", "-c", "rm"],
+    ["/bin/dash", "-c", "rm"],
+    ["zsh", "-c", "rm"],
+    ["python", "-c", "import os"],
+    ["python3", "-c", "import os"],
+    ["python3.12", "-I", "-c", "import os"],
+    ["python3", "-Ic", "import os"],
+    ["/usr/bin/python3", "-W", "ignore", "-c", "import os"],
+    ["pypy3", "-c", "import os"],
+    ["node", "-e", "require('fs')"],
+    ["node", "--eval", "x"],
+    ["node", "--eval=x"],
+    ["node", "-p", "x"],
+    ["node", "--require", "m", "-e", "x"],
+    ["deno", "eval", "x"],
+    ["bun", "-e", "x"],
+    ["perl", "-e", "unlink 'x'"],
+    ["perl", "-ne", "print"],
+    ["perl", "-E", "say 1"],
+    ["ruby", "-e", "x"],
+    ["php", "-r", "x"],
+    ["lua", "-e", "x"],
+    ["Rscript", "-e", "x"],
+    ["awk", "BEGIN { system(\"rm x\") }"],
+    ["gawk", "-F", ":", "{print}"],
+    ["pwsh", "-NoProfile", "-Command", "x"],
+    ["powershell.exe", "-EncodedCommand", "eAA="],
+    ["osascript", "-e", "x"],
+    ["busybox", "sh", "-c", "rm"],
+    ["env", "FOO=1", "python3", "-c", "x"],
+    ["nice", "bash", "-c", "rm"],
+]
+NOT_INLINE = [
+    ["python3", "script.py", "-c", "x"],
+    ["python3", "-m", "pytest", "-c", "setup.cfg"],
+    ["python3", "-W", "error::DeprecationWarning", "x.py"],
+    ["bash", "script.sh", "-c"],
+    ["bash", "--norc", "script.sh"],
+    ["node", "app.js", "-e"],
+    ["perl", "-MData::Dumper", "x.pl"],
+    ["ruby", "-E", "utf-8", "x.rb"],
+    ["awk", "-f", "prog.awk", "data"],
+]
+
+
+def _interpreter(argv: list[str]) -> str:
+    return next(a for a in argv if a not in ("env", "FOO=1", "nice", "busybox"))
+
+
+@pytest.mark.parametrize("argv", INLINE, ids=" ".join)
+def test_inline_code_asks_unless_the_interpreter_is_allowed_by_name(argv: list[str]) -> None:
+    target = exec_target(argv)
+    wrappers = [w for w in ("env", "nice", "busybox") if w in argv]
+    by_pattern = Policy.default().allow_exec("*")
+    assert by_pattern.explain("exec", target).effect == "ask"
+    assert by_pattern.explain("exec", target).layer == "built-in"
+    assert Policy.default().allow_exec(f"{argv[0]}*").explain("exec", target).effect == "ask"
+    # a blocklist cannot see into inline code, so an allow default asks beside one
+    assert DENY_RM.explain("exec", target).effect == "ask"
+    named = Policy.default().allow_exec(_interpreter(argv))
+    for wrapper in wrappers:
+        named = named.allow_exec(wrapper)
+    assert named.explain("exec", target).allowed
+    # the exact command line, allowed as a literal (what --verify does), is allowed
+    literal = "".join(f"[{c}]" if c in "*?[" else c for c in target)
+    assert Policy.default().allow_exec(literal).explain("exec", target).allowed
+    # a deny on the interpreter still wins, and the plain permissive policy allows
+    assert named.deny_exec(_interpreter(argv)).explain("exec", target).denied
+    assert Policy.permissive().explain("exec", target).allowed
+
+
+@pytest.mark.parametrize("argv", NOT_INLINE, ids=" ".join)
+def test_running_a_file_is_judged_by_the_patterns(argv: list[str]) -> None:
+    target = exec_target(argv)
+    assert Policy.default().allow_exec("*").explain("exec", target).allowed
+    assert DENY_RM.explain("exec", target).allowed
+
+
+def test_a_wrapper_option_not_understood_asks_beside_a_blocklist() -> None:
+    target = "env --frobnicate ls"
+    assert DENY_RM.explain("exec", target).effect == "ask"
+    assert Policy.permissive().explain("exec", target).allowed
+    assert Policy.default().allow_exec("env").allow_exec("ls").explain("exec", target).effect == (
+        "ask"
+    )
+
+
+def test_tool_targets_and_unparsable_lines_are_judged_whole() -> None:
+    policy = Policy.default().allow_exec("tool:publish").deny_exec("rm")
+    assert policy.explain("exec", "tool:publish").allowed
+    assert policy.explain("exec", "rm 'unterminated").denied

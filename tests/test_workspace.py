@@ -288,6 +288,28 @@ async def test_grep_lists_file_line_text_and_skips_secrets(ws: Workspace) -> Non
     assert "SECRET" not in out.text
 
 
+async def test_listings_leave_out_the_names_the_policy_refuses_to_read(ws: Workspace) -> None:
+    from harnessnb import Policy
+
+    for name in (".env", ".env.local", ".envrc", "src/.ENV.prod", "private/notes.txt"):
+        (ws.root / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws.root / name).write_text("k=v\n")
+    (ws.root / ".environment.md").write_text("docs\n")
+    ctx = ToolContext(workspace=ws, policy=Policy.default().deny_read("private"))
+    listing = await _tool("list_dir").invoke({"path": "."}, ctx)
+    assert listing.text == (
+        ".environment.md\nREADME.md\nsrc/\n(4 entries hidden by the policy)"
+    )
+    found = await _tool("find_files").invoke({"pattern": ".e*"}, ctx)
+    assert found.text == ".environment.md\n(3 files hidden by the policy)"
+    found = await _tool("find_files").invoke({"pattern": "**/*"}, ctx)
+    assert found.text == (
+        ".environment.md\nREADME.md\nsrc/app.py\n(5 files hidden by the policy)"
+    )
+    # with no policy (a tool called directly), nothing is hidden
+    assert ".env" in (await call(ws, "list_dir", path=".")).text
+
+
 async def test_grep_invalid_regex_is_a_tool_args_error(ws: Workspace) -> None:
     with pytest.raises(ToolError) as info:
         await call(ws, "grep", pattern="(", path=".")

@@ -11,11 +11,42 @@ Acts and their targets:
 * ``net``: a host, optionally ``host:port``.
 
 Patterns are globs: ``*`` matches any run of characters, ``/`` included, and ``?``
-one character. A path pattern matches the whole relative path or its basename (so
-``.env`` matches ``config/.env``); an exec pattern matches the whole command line or
-the program name (so ``deny_exec("rm")`` denies ``rm -rf x``); a net pattern matches
-``host:port`` or the bare host, case-insensitively. Deny rules on paths also ignore
-case, because a case-insensitive filesystem opens ``.ENV`` as ``.env``.
+one character. Paths are matched in two ways, by effect, so that a name that could be
+a file or a folder never widens access by surprise:
+
+* ``deny`` and ``ask`` rules read broadly: they ignore case (a case-insensitive
+  filesystem opens ``.ENV`` as ``.env``) and match any run of whole components at any
+  depth, and so cover everything beneath a folder they match: ``deny_read("private")``
+  denies ``private``, ``private/key.txt`` and ``a/private/x``; ``.aws/credentials``
+  denies ``home/.aws/credentials``.
+* ``allow`` rules read narrowly: the whole relative path or its basename, case as
+  written (``allow_write("src/*")`` for a folder's files; ``allow_write("*.md")``
+  does not allow ``x.md/run.sh``).
+
+An exec pattern matches a command line or its program name (so ``deny_exec("rm")``
+denies ``rm -rf x``), case as written. An exec target is judged by what will run
+(``rules/_exec.py`` reads the argv):
+
+* every program it starts is judged as its own command line, and the strictest
+  verdict wins: known wrappers (``env``, ``nice``, ``nohup``, ``timeout``, ``stdbuf``,
+  ``xargs``, ``sudo``, ``setsid``, ``time``, ``busybox``/``toybox`` applets, and
+  ``find -exec``) are read with their options, nested too, so ``deny_exec("rm")``
+  denies ``env rm -rf x`` and ``nice -n 5 busybox rm x``, and ``allow_exec("pytest*")``
+  alone leaves ``timeout 10 pytest`` at the exec default (``timeout`` runs too);
+* an interpreter running inline code (``sh -c``, ``bash -c``, ``python -c``,
+  ``node -e``, ``perl -e``, ``awk 'prog'``...) can run anything, so it is judged as
+  the interpreter itself and allowed only by an allow rule naming it without
+  wildcards (``allow_exec("python3")``, or the exact command line). Allowed by a
+  wildcard (``allow_exec("*")``), it asks; allowed by the default, it asks while any
+  exec rule denies or asks (``Policy.permissive()`` alone allows it: its commands run
+  in the sandbox). A wrapper with options that cannot be read asks the same way, even
+  when allowed by name, and every word after it is tried against the deny rules.
+
+A net pattern matches ``host:port`` or the bare host, case-insensitively.
+
+The secrets layer (``Policy.SECRET_PATTERNS``, in ``default()`` and ``permissive()``)
+denies read and write of dotenv files, cloud and cluster credentials, SSH private keys,
+key and certificate stores and tools' login files, at any depth and in any case.
 
 Evaluation (``explain``): a matching deny in any layer wins, then a matching ask, then
 a matching allow; the first match in layer order names the rule and layer. With no
@@ -28,11 +59,14 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import posixpath
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from functools import lru_cache
+from typing import Any, ClassVar, Literal
 
 from ._errors import ConfigError
+from ._exec import Program, programs
 
 __all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
 
@@ -44,7 +78,30 @@ ACTS: tuple[Act, ...] = ("read", "write", "exec", "net")
 EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
 
 _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
-_SECRETS = (".env", "*.pem", "*.key", "id_rsa", "id_ed25519")
+# The secrets layer: denied for read and write at any depth, in any case, with all
+# beneath a matching folder. README's "Security model" shows this table.
+# fmt: off
+_SECRETS: tuple[str, ...] = (
+    # dotenv files: .env, .env.local, .env.production, prod.env; direnv's .envrc
+    ".env", ".env.*", "*.env", ".envrc",
+    # cloud and cluster credentials
+    ".aws/credentials", ".aws/config", "credentials.json", "service-account*.json",
+    ".docker/config.json", ".kube/config",
+    # SSH: all under .ssh/ but public keys. Globs have no "not", so "does not end in
+    # .pub" is spelled by its last characters (then the names shorter than that).
+    ".ssh/*[!b]", ".ssh/*[!u]b", ".ssh/*[!p]ub", ".ssh/*[!.]pub", ".ssh/b", ".ssh/ub",
+    ".ssh/pub",
+    # SSH private keys by their default names, wherever they lie
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk",
+    # private keys, certificates with keys, key stores
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
+    # tools' login files: curl/ftp, git, npm, PyPI
+    ".netrc", ".git-credentials", ".npmrc", ".pypirc",
+)
+# fmt: on
+# Verdicts that no layer's rule gave, but how an exec target is read.
+_BUILT_IN = "built-in"
+_GLOB_CHARS = frozenset("*?[")
 _USER_LAYER = "user"
 _FORMAT_VERSION = 1
 
@@ -78,16 +135,18 @@ class Rule:
 
     def matches(self, target: str) -> bool:
         """True when ``pattern`` matches ``target`` under this act's matching rules."""
+        if self.act in ("read", "write") and self.effect != "allow":
+            return _broad(self.pattern).match(_normalise_path(target).lower()) is not None
         candidates = _candidates(self.act, target)
         pattern = self.pattern
-        if self.act == "net" or (self.effect == "deny" and self.act in ("read", "write")):
+        if self.act == "net":
             pattern = pattern.lower()
             candidates = [c.lower() for c in candidates]
         return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
 
 
 def _candidates(act: str, target: str) -> list[str]:
-    """The strings a pattern is tried against for one target."""
+    """The strings a pattern is tried against for one target (narrow matching)."""
     if act in ("read", "write"):
         path = _normalise_path(target)
         return [path, posixpath.basename(path)]
@@ -96,6 +155,29 @@ def _candidates(act: str, target: str) -> list[str]:
         return [target, program, posixpath.basename(program)]
     host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
     return [target, host]
+
+
+@lru_cache(maxsize=1024)
+def _broad(pattern: str) -> re.Pattern[str]:
+    """A deny/ask path pattern as a regex: any run of whole components, any case."""
+    glob = fnmatch.translate(pattern.lower()).removesuffix(r"\Z")
+    return re.compile(rf"(?:.*/)?{glob}(?:/.*)?\Z", re.DOTALL)
+
+
+def _literal(pattern: str) -> str | None:
+    """The one string a glob matches, or None when it has wildcards (``[*]`` is ``*``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "[" and pattern[i + 2 : i + 3] == "]" and pattern[i + 1] != "!":
+            out.append(pattern[i + 1])
+            i += 3
+        elif pattern[i] in _GLOB_CHARS:
+            return None
+        else:
+            out.append(pattern[i])
+            i += 1
+    return "".join(out)
 
 
 def _normalise_path(path: str) -> str:
@@ -157,6 +239,9 @@ class Policy:
 
     __slots__ = ("_current", "_defaults", "_layers")
 
+    #: The secrets layer's patterns, denied for read and write (see the module docstring).
+    SECRET_PATTERNS: ClassVar[tuple[str, ...]] = _SECRETS
+
     def __init__(
         self,
         layers: Sequence[Layer] = (),
@@ -203,13 +288,82 @@ class Policy:
         return [(layer.name, rule) for layer in self._layers for rule in layer.rules]
 
     def explain(self, act: str, target: str) -> Verdict:
-        """The verdict for ``act`` on ``target``: deny, then ask, then allow, then default."""
+        """The verdict for ``act`` on ``target``: deny, then ask, then allow, then default.
+
+        An exec target is judged program by program (see the module docstring).
+        """
         act = _check_act(act)
+        if act == "exec" and not target.startswith("tool:"):
+            return self._explain_exec(target)
+        return self._explain_one(act, target)
+
+    def _explain_one(self, act: Act, target: str) -> Verdict:
+        rules = [(name, rule) for name, rule in self.rules() if rule.act == act]
         for effect in ("deny", "ask", "allow"):
-            for layer_name, rule in self.rules():
-                if rule.act == act and rule.effect == effect and rule.matches(target):
+            for layer_name, rule in rules:
+                if rule.effect == effect and rule.matches(target):
                     return Verdict(rule.effect, act, target, str(rule), layer_name)
         return Verdict(self._defaults[act], act, target)
+
+    def _explain_exec(self, target: str) -> Verdict:
+        """The strictest verdict over every program ``target`` starts."""
+        try:
+            argv = shlex.split(target)
+        except ValueError:  # not a shlex.join: read it word by word
+            argv = target.split()
+        exact = self._names(target, ())
+        worst: Verdict | None = None
+        for program in reversed(programs(argv) or [Program(tuple(argv))]):
+            verdict = self._judge_program(program, target, exact=exact)
+            if verdict is None:
+                continue
+            if worst is None or _rank(verdict.effect) > _rank(worst.effect):
+                worst = verdict
+            elif verdict.effect == worst.effect and worst.rule is None:
+                worst = verdict  # a rule says more than a default
+        worst = worst or self._explain_one("exec", target)
+        return dataclasses.replace(worst, target=target)
+
+    def _judge_program(self, program: Program, target: str, *, exact: bool) -> Verdict | None:
+        """One program's verdict; None for a guessed program no deny rule matches."""
+        line = shlex.join(program.argv)
+        verdict = self._explain_one("exec", line)
+        if program.guessed:
+            return verdict if verdict.denied else None
+        if verdict.denied or (verdict.effect == "ask" and verdict.rule is not None):
+            return verdict
+        if exact:  # the exact command line is allowed, wrappers and code included
+            return Verdict("allow", "exec", line, *self._exact_rule(target))
+        # What runs cannot be told: an allow default lets it by only while no exec rule
+        # denies or asks, and an allow rule only when it names the interpreter.
+        unclear = program.opaque or program.inline
+        if not (unclear and verdict.allowed) or (verdict.rule is None and not self._limits_exec()):
+            return verdict
+        if program.inline and self._names(line, program.argv[:1]):
+            return verdict
+        why = "options not understood" if program.opaque else "inline code"
+        return _built_in_ask(line, f"{program.argv[0]} with {why}")
+
+    def _names(self, line: str, program: Sequence[str]) -> bool:
+        """True when an exec allow rule names ``line`` or the program, without wildcards."""
+        names = {line, *program, *(posixpath.basename(p) for p in program)}
+        return any(
+            rule.act == "exec" and rule.effect == "allow" and _literal(rule.pattern) in names
+            for _, rule in self.rules()
+        )
+
+    def _exact_rule(self, target: str) -> tuple[str | None, str | None]:
+        for layer_name, rule in self.rules():
+            if rule.act == "exec" and rule.effect == "allow" and _literal(rule.pattern) == target:
+                return str(rule), layer_name
+        return None, None
+
+    def _limits_exec(self) -> bool:
+        """True when an exec rule denies or asks for a command (not a ``tool:``)."""
+        return any(
+            rule.act == "exec" and rule.effect != "allow" and not rule.pattern.startswith("tool:")
+            for _, rule in self.rules()
+        )
 
     # ------------------------------------------------------------ building
 
@@ -361,7 +515,11 @@ class Policy:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
-        """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``."""
+        """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``.
+
+        A stored ``secrets`` layer gains the patterns the table has added since, so a
+        run resumed after an upgrade is never guarded by an older, shorter table.
+        """
         try:
             layers = [
                 Layer(
@@ -377,7 +535,7 @@ class Policy:
                 )
                 for item in data["layers"]
             ]
-            return cls(layers, data["defaults"])
+            return cls([_current_secrets(layer) for layer in layers], data["defaults"])
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a stored policy: {exc!r}") from exc
 
@@ -417,6 +575,17 @@ def _check_pattern(act: str, pattern: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"a {act} rule needs a non-empty pattern")
     return _normalise_path(pattern) if act in ("read", "write") else pattern
+
+
+def _built_in_ask(line: str, why: str) -> Verdict:
+    return Verdict("ask", "exec", line, f"ask exec {why}", _BUILT_IN)
+
+
+def _current_secrets(layer: Layer) -> Layer:
+    if layer.name != "secrets":
+        return layer
+    missing = [rule for rule in _secrets_layer().rules if rule not in layer.rules]
+    return Layer(layer.name, (*layer.rules, *missing))
 
 
 def _secrets_layer() -> Layer:

@@ -303,8 +303,15 @@ class ListDir(_PathTool):
                 message = f"{shown} is a file; use read_file"
                 raise ToolError(message, code="NOT_A_DIRECTORY") from exc
             raise _os_error(exc, shown) from exc
-        names = [_entry_name(e) for e in entries]
-        return ToolOutput(_bounded_lines(names, _LIST_LIMIT, "entries") or "(empty folder)")
+        folder = ctx.workspace.relative(path)
+        names = [_entry_name(e) for e in entries if not ctx.hides(posixpath.join(folder, e.name))]
+        listing = _bounded_lines(names, _LIST_LIMIT, "entries") or "(empty folder)"
+        return ToolOutput(listing + _hidden_note(len(entries) - len(names), "entries"))
+
+
+def _hidden_note(hidden: int, noun: str) -> str:
+    """The one line that says how many names the policy kept out of a listing."""
+    return f"\n({hidden} {noun} hidden by the policy)" if hidden else ""
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:
@@ -344,7 +351,9 @@ class FindFiles(Tool):
         by_name = "/" not in pattern
         files = await asyncio.to_thread(_walk_files, ctx.workspace, ctx.workspace.root)
         hits = [rel for _, rel in files if regex.match(posixpath.basename(rel) if by_name else rel)]
-        return ToolOutput(_bounded_lines(hits, _LIST_LIMIT, "files") or f"no match for {pattern!r}")
+        shown = [rel for rel in hits if not ctx.hides(rel)]
+        listing = _bounded_lines(shown, _LIST_LIMIT, "files") or f"no match for {pattern!r}"
+        return ToolOutput(listing + _hidden_note(len(hits) - len(shown), "files"))
 
 
 class Grep(_PathTool):

@@ -123,6 +123,10 @@ class ToolContext:
         """True when the policy outright allows reading this path (grep skips the rest)."""
         return self.policy is None or self.policy.explain("read", relative_path).allowed
 
+    def hides(self, relative_path: str) -> bool:
+        """True when the policy denies reading this path: listings leave its name out."""
+        return self.policy is not None and self.policy.explain("read", relative_path).denied
+
 
 # ------------------------------------------------------------------ the protocol
 
