@@ -21,6 +21,7 @@ from ..rules._errors import SandboxError, ToolError
 from ..rules._policy import exec_target
 from ._process import run_argv
 from ._protocol import Effect, Tool, ToolContext, ToolOutput, bound_output
+from ._sandbox import sandbox_backend, sandbox_label
 from ._schema import object_schema
 from ._workspace import SKIP_DIRS, Workspace, containment_refusal
 
@@ -410,7 +411,8 @@ class RunCommand(Tool):
         "Run a program in the workspace root, without a shell: argv is the program and "
         "its arguments, e.g. ['python', '-m', 'pytest', '-q']. Shows the exit code and "
         "output (long output is shown head and tail). Killed with all its children at "
-        "the timeout."
+        "the timeout. Runs in a sandbox where one exists: only the workspace and /tmp "
+        "are writable, secret files are hidden, no network unless the policy allows it."
     )
     parameters = _params(
         ["argv"],
@@ -428,22 +430,26 @@ class RunCommand(Tool):
         return ("exec", exec_target(args["argv"]))
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
-        return f"$ {exec_target(args['argv'])}\n(in {workspace.root})"
+        where = sandbox_label(sandbox_backend())
+        return f"$ {exec_target(args['argv'])}\n(in {workspace.root}; {where})"
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         before = await asyncio.to_thread(ctx.workspace.fingerprint)
         result = await run_argv(
-            list(args["argv"]), cwd=ctx.workspace.root, timeout_s=ctx.command_timeout_s
+            list(args["argv"]),
+            cwd=ctx.workspace.root,
+            timeout_s=ctx.command_timeout_s,
+            policy=ctx.policy,
         )
         if result.timed_out:
             raise SandboxError(
-                f"command timed out after {ctx.command_timeout_s:g} s; its process group was "
-                f"killed. Partial output:\n{bound_output(result.output)}",
+                f"command timed out after {ctx.command_timeout_s:g} s ({result.sandbox}); its "
+                f"process group was killed. Partial output:\n{bound_output(result.output)}",
                 reason="timeout",
             )
         after = await asyncio.to_thread(ctx.workspace.fingerprint)
         changed = before is None or after is None or before != after
-        text = f"exit code {result.exit_code}\n{result.output}"
+        text = f"exit code {result.exit_code} ({result.sandbox})\n{result.output}"
         return ToolOutput(text, changed_workspace=changed)
 
 
