@@ -268,37 +268,112 @@ def secret_paths(root: Path, policy: Policy) -> list[Path]:
 
     Judged by the policy's own verdict (``explain("read", relative path)``) on every
     entry; symlinks are not followed (their target is judged under its own name).
+    A folder whose modification time is unchanged since the last walk under the same
+    policy keeps its verdicts: an entry added, removed or renamed changes its folder's
+    time, so only changed folders are judged again.
     """
-    denied: list[Path] = []
-    denied_inodes: set[tuple[int, int]] = set()
-    linked: list[tuple[Path, tuple[int, int]]] = []
-    seen = 0
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        base = Path(folder)
-        inside_denied = any(base == d or base.is_relative_to(d) for d in denied if d.is_dir())
-        for name in [*dirs, *files]:
-            seen += 1
-            if seen > MAX_SCAN_ENTRIES:
+    key = (str(root), policy)
+    cache = _walks.pop(key, None) or {}
+    _walks[key] = cache  # most recent last
+    while len(_walks) > _WALKS_KEPT:
+        _walks.pop(next(iter(_walks)))
+    walk = _Walk(str(root), policy, cache)
+    walk.run()
+    linked = [path for path, inode in walk.linked if inode in walk.denied_inodes]
+    return [Path(p) for p in (*walk.denied, *linked)]
+
+
+_WALKS_KEPT = 8
+# (workspace, policy) -> folder path -> what it held when last judged
+_walks: dict[tuple[str, Policy], dict[str, _Folder]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Folder:
+    mtime_ns: int
+    inside_denied: bool
+    denied: tuple[str, ...]  # entries to mask (none when the folder itself is masked)
+    denied_inodes: tuple[tuple[int, int], ...]  # denied regular files, masked or not
+    linked: tuple[tuple[str, tuple[int, int]], ...]  # allowed files with other names
+    subfolders: tuple[tuple[str, str, bool], ...]  # (path, relative, denied)
+    entries: int
+
+
+class _Walk:
+    def __init__(self, root: str, policy: Policy, cache: dict[str, _Folder]) -> None:
+        self.root, self.policy, self.cache = root, policy, cache
+        self.denied: list[str] = []
+        self.denied_inodes: set[tuple[int, int]] = set()
+        self.linked: list[tuple[str, tuple[int, int]]] = []
+        self.entries = 0
+
+    def run(self) -> None:
+        """Visit every folder from the root (a stack, not recursion: depth is unbounded)."""
+        todo = [(self.root, "", False)]
+        while todo:
+            path, rel, inside_denied = todo.pop()
+            known = self._folder(path, rel, inside_denied)
+            if known is None:
+                continue
+            self.entries += known.entries
+            if self.entries > MAX_SCAN_ENTRIES:
                 raise SandboxError(
                     f"the workspace has over {MAX_SCAN_ENTRIES} entries; too many to scan "
                     "for secret files before running a command",
                     reason="workspace_too_large",
                 )
-            path = base / name
+            self.denied += known.denied
+            self.denied_inodes.update(known.denied_inodes)
+            self.linked += known.linked
+            todo += [(sub, r, inside_denied or d) for sub, r, d in known.subfolders]
+
+    def _folder(self, path: str, rel: str, inside_denied: bool) -> _Folder | None:
+        """What ``path`` holds: from the cache while its modification time is unchanged."""
+        try:
+            mtime = os.stat(path, follow_symlinks=False).st_mtime_ns
+        except FileNotFoundError:  # gone since its parent was listed
+            return None
+        known = self.cache.get(path)
+        if known is None or (known.mtime_ns, known.inside_denied) != (mtime, inside_denied):
+            known = self._judge(path, rel, mtime, inside_denied)
+            self.cache[path] = known
+        return known
+
+    def _judge(self, path: str, rel: str, mtime: int, inside_denied: bool) -> _Folder:
+        denied: list[str] = []
+        inodes: list[tuple[int, int]] = []
+        linked: list[tuple[str, tuple[int, int]]] = []
+        subfolders: list[tuple[str, str, bool]] = []
+        entries = 0
+        try:
+            listing = list(os.scandir(path))
+        except OSError:  # unreadable to us: the command cannot read it either
+            listing = []
+        for entry in listing:
+            entries += 1
+            entry_rel = f"{rel}/{entry.name}" if rel else entry.name
             try:
-                st = os.lstat(path)
-            except FileNotFoundError:  # gone since the folder was listed
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
                 continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                continue
-            rel = path.relative_to(root).as_posix()
-            is_denied = inside_denied or policy.explain("read", rel).denied
+            is_dir, is_file = stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode)
+            if not (is_dir or is_file):
+                continue  # symlinks, FIFOs, sockets: judged under their target's name
+            is_denied = inside_denied or self.policy.explain("read", entry_rel).denied
             if is_denied and not inside_denied:
-                denied.append(path)
-            if stat.S_ISREG(st.st_mode):
-                key = (st.st_dev, st.st_ino)
-                if is_denied:
-                    denied_inodes.add(key)
-                elif st.st_nlink > 1:
-                    linked.append((path, key))
-    return denied + [path for path, key in linked if key in denied_inodes]
+                denied.append(entry.path)
+            if is_dir:
+                subfolders.append((entry.path, entry_rel, is_denied))
+            elif is_denied:
+                inodes.append((st.st_dev, st.st_ino))
+            elif st.st_nlink > 1:
+                linked.append((entry.path, (st.st_dev, st.st_ino)))
+        return _Folder(
+            mtime,
+            inside_denied,
+            tuple(denied),
+            tuple(inodes),
+            tuple(linked),
+            tuple(subfolders),
+            entries,
+        )

@@ -304,3 +304,26 @@ def test_secret_paths_follow_the_policy_verdict(ws: Path) -> None:
     found = {p.relative_to(ws).as_posix() for p in secret_paths(ws, hn.Policy.default())}
     assert found == {".env", "deep/er/server.pem", "deep/alias"}
     assert secret_paths(ws, hn.Policy.permissive(secrets=False)) == []
+
+
+def test_a_secret_added_after_a_walk_is_masked_by_the_next_one(ws: Path) -> None:
+    policy = hn.Policy.default()
+    (ws / "src").mkdir()
+    assert {p.name for p in secret_paths(ws, policy)} == {".env"}
+    (ws / "src" / "server.pem").write_text("x")
+    os.link(ws / ".env", ws / "src" / "copy.txt")
+    assert {p.name for p in secret_paths(ws, policy)} == {".env", "server.pem", "copy.txt"}
+    (ws / "src" / "server.pem").unlink()
+    assert {p.name for p in secret_paths(ws, policy)} == {".env", "copy.txt"}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+async def test_a_workspace_too_large_to_scan_refuses_the_command(
+    ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harnessnb.tools import _sandbox
+
+    monkeypatch.setattr(_sandbox, "MAX_SCAN_ENTRIES", 1)
+    with pytest.raises(hn.SandboxError, match="too many to scan"):
+        await run_argv(["true"], cwd=ws, timeout_s=5)
