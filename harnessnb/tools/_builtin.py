@@ -411,8 +411,7 @@ class RunCommand(Tool):
         "Run a program in the workspace root, without a shell: argv is the program and "
         "its arguments, e.g. ['python', '-m', 'pytest', '-q']. Shows the exit code and "
         "output (long output is shown head and tail). Killed with all its children at "
-        "the timeout. Runs in a sandbox where one exists: only the workspace and /tmp "
-        "are writable, secret files are hidden, no network unless the policy allows it."
+        "the timeout."
     )
     parameters = _params(
         ["argv"],
@@ -423,6 +422,8 @@ class RunCommand(Tool):
             "description": "Program and arguments; no shell syntax (pipes, globs) applies.",
         },
     )
+    # The description is part of every recorded request (replay matches on it): the
+    # sandbox is told to the model in the output header instead.
     # A command can do anything, so it is never repeated on a guess.
     effect = Effect.WRITE
 
