@@ -13,7 +13,8 @@ Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
   network unless the policy allows it (``command_net_allowed``); every workspace file
   the policy denies reading (and every hard link to one) masked by ``/dev/null``, a
   denied folder by an empty read-only tmpfs; the usual credential files of the real
-  home (``~/.ssh``, ``~/.aws``, ...) masked the same way.
+  home (``~/.ssh``, ``~/.aws``, ...) and the Unix sockets under ``/run`` (docker,
+  D-Bus) masked the same way; no capabilities, even when the caller is root.
 * ``none``: the command runs uncontained (only the minimal environment and a private
   ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
 
@@ -23,6 +24,7 @@ forces a backend, for tests and for people who know their machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import os
@@ -69,7 +71,20 @@ _HOME_CREDENTIALS = (
 # (a secret left unmasked would be the silent failure).
 MAX_SCAN_ENTRIES = 300_000
 _PROBE_TIMEOUT_S = 10.0
-_BWRAP_FLAGS = ("--unshare-pid", "--die-with-parent", "--new-session")
+# --cap-drop ALL matters when the caller is root: bwrap then keeps every capability,
+# and a command could remount / read-write.
+_BWRAP_FLAGS = (
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+)
+# Where the host's service sockets live (docker, containerd, the user's D-Bus and
+# agents): a Unix socket on the read-only root still connects, with or without network.
+_SOCKET_FOLDERS = ("/run", "/var/run")
+_MAX_SOCKET_SCAN = 20_000
 _probed: dict[str, bool] = {}  # bwrap path -> did the probe run succeed
 
 
@@ -233,7 +248,7 @@ def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool) -> list[str]:
     bwrap = shutil.which("bwrap") or "bwrap"
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     argv += ["--bind", str(tmp), "/tmp"]
-    argv += _masks(_home_credentials(root))
+    argv += _masks([*_home_credentials(root), *_host_sockets()])
     argv += ["--bind", str(root), str(root)]
     argv += _masks(secret_paths(root, policy))
     if not net:
@@ -260,6 +275,23 @@ def _home_credentials(root: Path) -> list[Path]:
         inside = path == root or path.is_relative_to(root) or root.is_relative_to(path)
         if not inside and not path.is_symlink() and path.exists():
             found.append(path)
+    return found
+
+
+def _host_sockets() -> list[Path]:
+    """Unix sockets under /run (docker.sock, the user's D-Bus...), to be masked."""
+    found: list[Path] = []
+    seen = 0
+    for top in dict.fromkeys(os.path.realpath(f) for f in _SOCKET_FOLDERS):
+        for folder, dirs, files in os.walk(top, followlinks=False):
+            seen += len(dirs) + len(files)
+            if seen > _MAX_SOCKET_SCAN:
+                return found  # a bounded effort: /run is small on any normal host
+            for name in files:
+                path = os.path.join(folder, name)
+                with contextlib.suppress(OSError):
+                    if stat.S_ISSOCK(os.lstat(path).st_mode):
+                        found.append(Path(path))
     return found
 
 

@@ -327,3 +327,36 @@ async def test_a_workspace_too_large_to_scan_refuses_the_command(
     monkeypatch.setattr(_sandbox, "MAX_SCAN_ENTRIES", 1)
     with pytest.raises(hn.SandboxError, match="too many to scan"):
         await run_argv(["true"], cwd=ws, timeout_s=5)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_holds_no_capability_even_when_the_caller_is_root(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    probe = Path("/etc") / f"harnessnb-probe-{uuid.uuid4().hex}"
+    script = f"mount -o remount,rw / ; touch {probe}; grep CapEff /proc/self/status"
+    _, outputs = _run(ws, store, ["sh", "-c", script])
+    assert not probe.exists()
+    assert "CapEff:\t0000000000000000" in outputs[0]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.access("/run", os.W_OK), reason="needs a writable /run")
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_cannot_reach_a_host_service_socket(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    path = f"/run/harnessnb-probe-{uuid.uuid4().hex}.sock"
+    code = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        try:
+            server.listen(1)
+            server.settimeout(0.5)
+            _, outputs = _run(ws, store, ["python3", "-c", code])
+            with pytest.raises(TimeoutError):
+                server.accept()
+        finally:
+            os.unlink(path)
+    assert "ConnectionRefusedError" in outputs[0]
