@@ -66,6 +66,13 @@ _HOME_CREDENTIALS = (
     ".git-credentials",
     ".npmrc",
     ".pypirc",
+    ".pgpass",
+    ".config/gh",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".local/share/keyrings",
 )
 # Walking a workspace for secret files stops here: past it the command is refused
 # (a secret left unmasked would be the silent failure).

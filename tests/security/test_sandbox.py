@@ -9,7 +9,9 @@ cannot run; the environment and "uncontained" tests run on every backend.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -360,3 +362,28 @@ def test_a_command_cannot_reach_a_host_service_socket(
         finally:
             os.unlink(path)
     assert "ConnectionRefusedError" in outputs[0]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_the_credential_files_of_the_real_home_are_masked(
+    ws: Path, store: hn.Store, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not under /tmp, which is private anyway
+    try:
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id_ed25519").write_text(FAKE_KEY)
+        (home / ".netrc").write_text(FAKE_KEY)
+        (home / ".profile").write_text("plain\n")
+        monkeypatch.setenv("HOME", str(home))
+        _, outputs = _run(
+            ws,
+            store,
+            ["cat", f"{home}/.ssh/id_ed25519"],
+            ["cat", f"{home}/.netrc"],
+            ["cat", f"{home}/.profile"],
+        )
+    finally:
+        shutil.rmtree(home)
+    assert all(FAKE_KEY not in out for out in outputs)
+    assert outputs[2].endswith("\nplain\n")  # the rest of the host stays readable
