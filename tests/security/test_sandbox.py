@@ -22,7 +22,12 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.tools._process import run_argv
-from harnessnb.tools._sandbox import command_env, command_net_allowed, secret_paths
+from harnessnb.tools._sandbox import (
+    command_env,
+    command_net_allowed,
+    secret_env_name,
+    secret_paths,
+)
 
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
 
@@ -260,6 +265,28 @@ def test_a_command_never_sees_a_provider_key(
     assert names <= {"PATH", "LANG", "TERM", "TMPDIR", "HOME", "PWD", "SHLVL", "_"}
     assert all(FAKE_KEY not in out for out in outputs)
     assert FAKE_KEY not in str(store.sql("select * from tool_calls").to_dict())
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("anthropic_api_key", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("DB_PASSWORD", True),
+        ("PGPASSWORD", True),
+        ("CLIENT_SECRET", True),
+        ("SSH_KEY", True),
+        ("PATH", False),
+        ("LANG", False),
+        ("KEYBOARD", False),
+        ("PYTHONPATH", False),
+    ],
+)
+def test_which_variable_names_look_secret(name: str, secret: bool) -> None:
+    assert secret_env_name(name) is secret
 
 
 def test_a_secret_looking_name_passed_explicitly_is_dropped_too() -> None:
