@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "Tool": ".tools._protocol",
     "ToolResult": ".tools._protocol",
     "tool": ".tools._protocol",
+    "sandbox_backend": ".tools._sandbox",
     "Policy": ".rules._policy",
     "Verdict": ".rules._policy",
     "ApprovalRequest": ".tools._approval",
@@ -107,6 +108,7 @@ if TYPE_CHECKING:
     from .store._store import Store
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
     from .tools._protocol import Effect, Tool, ToolResult, tool
+    from .tools._sandbox import sandbox_backend
 
 __all__ = [
     "REQUEST_TIMEOUT",
@@ -164,6 +166,7 @@ __all__ = [
     "resume_sync",
     "run",
     "run_sync",
+    "sandbox_backend",
     "set_testing",
     "tool",
 ]

@@ -7,9 +7,18 @@ from typing import Any
 
 import pytest
 
-from harnessnb import ApprovalRequest, ApproveAll, Command, Decision, DenyAll, Policy
+from harnessnb import (
+    ApprovalRequest,
+    ApproveAll,
+    Command,
+    Decision,
+    DenyAll,
+    Policy,
+    sandbox_backend,
+)
 from harnessnb.loop._verify import run_verification
 from harnessnb.tools._gate import Gate
+from harnessnb.tools._sandbox import sandbox_label
 from harnessnb.tools._workspace import Workspace
 
 ASK = Policy().layer("app").ask_exec("make *")
@@ -136,5 +145,5 @@ async def test_an_approved_verification_command_runs(tmp_path: Path) -> None:
     )
     assert (outcome.ran, outcome.passed) == (True, True)
     assert [(r.tool, r.act, r.target, r.preview) for r in approved] == [
-        ("verification", "exec", "true", "true")
+        ("verification", "exec", "true", f"true\n({sandbox_label(sandbox_backend())})")
     ]

@@ -64,6 +64,7 @@ INTENDED = {
     "resume_sync",
     "run",
     "run_sync",
+    "sandbox_backend",
     "set_testing",
     "tool",
 }

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+import harnessnb as hn
 from harnessnb import HarnessError, RefusedError, SandboxError, Tool, ToolError
 from harnessnb.tools import _process
 from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools, glob_to_regex
 from harnessnb.tools._process import run_argv
 from harnessnb.tools._protocol import ToolContext, ToolOutput
+from harnessnb.tools._sandbox import sandbox_label
 from harnessnb.tools._workspace import Workspace
 
 
@@ -329,7 +331,7 @@ def _alive(pid: int) -> bool:
 
 async def test_run_command_reports_exit_code_and_output(ws: Workspace) -> None:
     out = await call(ws, "run_command", argv=[sys.executable, "-c", "print('out'); exit(3)"])
-    assert out.text == "exit code 3\nout\n"
+    assert out.text == f"exit code 3 ({_sandbox_label()})\nout\n"
     assert out.changed_workspace is False
 
 
@@ -342,7 +344,7 @@ async def test_run_command_that_writes_a_file_changed_the_workspace(ws: Workspac
 
 async def test_run_command_runs_without_a_shell(ws: Workspace) -> None:
     out = await call(ws, "run_command", argv=["echo", "$HOME", "|", "*"])
-    assert out.text == "exit code 0\n$HOME | *\n"
+    assert out.text == f"exit code 0 ({_sandbox_label()})\n$HOME | *\n"
 
 
 async def test_run_command_missing_program(ws: Workspace) -> None:
@@ -351,8 +353,18 @@ async def test_run_command_missing_program(ws: Workspace) -> None:
     assert info.value.code == "COMMAND_NOT_FOUND"
 
 
+def _sandbox_label() -> str:
+    backend = hn.sandbox_backend()
+    return sandbox_label(backend, net=None if backend == "none" else False)
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to see the grandchild")
-async def test_timeout_kills_the_whole_group_and_keeps_partial_output(ws: Workspace) -> None:
+async def test_timeout_kills_the_whole_group_and_keeps_partial_output(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Uncontained, so the pid the grandchild prints is the host's (tests/security
+    # checks the same kill inside the sandbox's own PID namespace).
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "none")
     script = "sleep 30 & echo grandchild $!; echo partial; sleep 30"
     started = time.monotonic()
     with pytest.raises(SandboxError) as info:

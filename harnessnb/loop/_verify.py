@@ -60,14 +60,22 @@ async def _command(
 ) -> VerifyOutcome:
     from ..rules._policy import exec_target
     from ..tools._process import run_argv
+    from ..tools._sandbox import sandbox_backend, sandbox_label
 
     line = exec_target(list(check.argv))
     gate = Gate(policy, approver)  # no events: a verification is not a tool call
-    stop = await gate.check("exec", line, tool="verification", preview=lambda: line)
+    stop = await gate.check(
+        "exec",
+        line,
+        tool="verification",
+        preview=lambda: f"{line}\n({sandbox_label(sandbox_backend())})",
+    )
     if stop is not None:
         return VerifyOutcome(False, False, f"could not run: {_refused(stop)}")
     try:
-        done = await run_argv(list(check.argv), cwd=workspace.root, timeout_s=check.timeout_s)
+        done = await run_argv(
+            list(check.argv), cwd=workspace.root, timeout_s=check.timeout_s, policy=policy
+        )
     except HarnessError as exc:
         return VerifyOutcome(False, False, f"could not run: {exc.message}")
     if done.timed_out or done.exit_code is None:

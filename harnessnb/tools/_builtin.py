@@ -21,6 +21,7 @@ from ..rules._errors import SandboxError, ToolError
 from ..rules._policy import exec_target
 from ._process import run_argv
 from ._protocol import Effect, Tool, ToolContext, ToolOutput, bound_output
+from ._sandbox import sandbox_backend, sandbox_label
 from ._schema import object_schema
 from ._workspace import SKIP_DIRS, Workspace, containment_refusal
 
@@ -430,6 +431,8 @@ class RunCommand(Tool):
             "description": "Program and arguments; no shell syntax (pipes, globs) applies.",
         },
     )
+    # The description is part of every recorded request (replay matches on it): the
+    # sandbox is told to the model in the output header instead.
     # A command can do anything, so it is never repeated on a guess.
     effect = Effect.WRITE
 
@@ -437,22 +440,26 @@ class RunCommand(Tool):
         return ("exec", exec_target(args["argv"]))
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
-        return f"$ {exec_target(args['argv'])}\n(in {workspace.root})"
+        where = sandbox_label(sandbox_backend())
+        return f"$ {exec_target(args['argv'])}\n(in {workspace.root}; {where})"
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         before = await asyncio.to_thread(ctx.workspace.fingerprint)
         result = await run_argv(
-            list(args["argv"]), cwd=ctx.workspace.root, timeout_s=ctx.command_timeout_s
+            list(args["argv"]),
+            cwd=ctx.workspace.root,
+            timeout_s=ctx.command_timeout_s,
+            policy=ctx.policy,
         )
         if result.timed_out:
             raise SandboxError(
-                f"command timed out after {ctx.command_timeout_s:g} s; its process group was "
-                f"killed. Partial output:\n{bound_output(result.output)}",
+                f"command timed out after {ctx.command_timeout_s:g} s ({result.sandbox}); its "
+                f"process group was killed. Partial output:\n{bound_output(result.output)}",
                 reason="timeout",
             )
         after = await asyncio.to_thread(ctx.workspace.fingerprint)
         changed = before is None or after is None or before != after
-        text = f"exit code {result.exit_code}\n{result.output}"
+        text = f"exit code {result.exit_code} ({result.sandbox})\n{result.output}"
         return ToolOutput(text, changed_workspace=changed)
 
 

@@ -23,9 +23,13 @@ import signal
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..rules._errors import ToolError
+from ._sandbox import confine
+
+if TYPE_CHECKING:
+    from ..rules._policy import Policy
 
 __all__ = [
     "TERM_GRACE_S",
@@ -112,12 +116,16 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     stderr_bytes: int | None = None,
+    wrapped: bool = False,
 ) -> ProcessExit:
     """Run ``argv`` to its end (or its deadline), feeding stdout to ``stdout``.
 
     Args:
         stderr_bytes: ``None`` merges stderr into stdout; a number captures it apart,
             keeping its first and last halves.
+        wrapped: The leader is a sandbox wrapper (``bwrap``) that forwards no signal
+            and takes its whole tree down when it dies: SIGTERM goes to the process
+            groups beneath it instead, so the command can still say goodbye.
 
     Raises:
         FileNotFoundError, PermissionError, OSError: the child could not be started.
@@ -143,14 +151,14 @@ async def run_process(
         readers.append(asyncio.create_task(_write_stdin(proc, stdin)))
     try:
         timed_out = not await _wait_exit(proc, readers[0], timeout_s)
-        await stop_group(proc)
+        await stop_group(proc, wrapped=wrapped)
         await _drain(readers)
         for task in readers:
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]  # the sink's own error
     except BaseException:
         # Cancelled, or the sink failed: the tree goes before the error travels on.
-        await asyncio.shield(stop_group(proc))
+        await asyncio.shield(stop_group(proc, wrapped=wrapped))
         for task in readers:
             task.cancel()
         raise
@@ -162,17 +170,23 @@ async def run_process(
     )
 
 
-async def stop_group(proc: asyncio.subprocess.Process) -> None:
+async def stop_group(proc: asyncio.subprocess.Process, *, wrapped: bool = False) -> None:
     """The one rule: SIGTERM, SIGKILL after ``TERM_GRACE_S``; stragglers killed at once.
 
     A leader still running gets SIGTERM with its group and ``TERM_GRACE_S`` to exit;
     then the whole group gets SIGKILL. The group id is the leader's pid: after a
     normal exit it was reaped moments ago, and sequential pid allocation makes a
-    reuse within this window practically impossible.
+    reuse within this window practically impossible. A ``wrapped`` leader (a sandbox
+    that dies at once on SIGTERM, killing its tree) is spared the SIGTERM: the
+    process groups beneath it get it.
     """
     loop = asyncio.get_running_loop()
     if proc.returncode is None:
-        kill_group(proc.pid, signal.SIGTERM)
+        if wrapped:
+            for group in _groups_beneath(proc.pid):
+                kill_group(group, signal.SIGTERM)
+        else:
+            kill_group(proc.pid, signal.SIGTERM)
         deadline = loop.time() + TERM_GRACE_S
         while proc.returncode is None and loop.time() < deadline:
             await asyncio.sleep(_POLL_S)
@@ -180,6 +194,31 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:  # reap the leader; its exit, once seen, needs no wait
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
+
+
+def _groups_beneath(leader: int) -> set[int]:
+    """The process groups of ``leader``'s descendants other than its own (from /proc)."""
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b") ", 1)[1].split()
+        except (OSError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+        pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
+        children.setdefault(ppid, []).append(pid)
+        groups[pid] = pgrp
+    found: set[int] = set()
+    todo = list(children.get(leader, []))
+    while todo:
+        pid = todo.pop()
+        found.add(groups[pid])
+        todo += children.get(pid, [])
+    found.discard(leader)
+    return found
 
 
 async def _pump(stream: asyncio.StreamReader, sink: Sink) -> None:
@@ -249,17 +288,40 @@ class CommandResult:
     timed_out: bool
     elapsed_s: float
     output_bytes: int
+    sandbox: str  # how it was contained, in words: "sandbox: bubblewrap, no network"
 
 
 async def run_argv(
-    argv: list[str], *, cwd: Path, timeout_s: float, limit_bytes: int = _COMMAND_CAPTURE_BYTES
+    argv: list[str],
+    *,
+    cwd: Path,
+    timeout_s: float,
+    policy: Policy | None = None,
+    env: Mapping[str, str] | None = None,
+    limit_bytes: int = _COMMAND_CAPTURE_BYTES,
 ) -> CommandResult:
-    """Run ``argv`` (no shell) in ``cwd``, stdout and stderr together, head and tail kept."""
+    """Run ``argv`` (no shell) in the workspace ``cwd``, contained by ``tools/_sandbox``.
+
+    stdout and stderr together, head and tail kept. The child sees only the minimal
+    environment plus ``env`` (never a secret-looking name); ``policy`` (None: the
+    default) decides which workspace files are masked and whether it has network.
+    """
     if not argv:
         raise ToolError("argv needs at least the program to run", code="TOOL_ARGS")
     capture = BoundedCapture(limit_bytes)
     try:
-        end = await run_process(argv, cwd=cwd, stdout=capture, timeout_s=timeout_s)
+        child = await asyncio.to_thread(confine, argv, workspace=cwd, policy=policy, env=env)
+        try:
+            end = await run_process(
+                child.argv,
+                cwd=cwd,
+                stdout=capture,
+                timeout_s=timeout_s,
+                env=child.env,
+                wrapped=child.backend != "none",
+            )
+        finally:
+            child.close()
     except FileNotFoundError as exc:
         raise ToolError(f"command not found: {argv[0]}", code="COMMAND_NOT_FOUND") from exc
     except PermissionError as exc:
@@ -272,4 +334,5 @@ async def run_argv(
         timed_out=end.timed_out,
         elapsed_s=end.elapsed_s,
         output_bytes=capture.total,
+        sandbox=child.label,
     )

@@ -1,0 +1,418 @@
+"""Commands in an OS sandbox: which backend, the minimal environment, the bwrap argv.
+
+``run_command`` and ``hn.Command`` go through ``tools/_process.run_argv``, which asks
+this module how to start the child (``confine``); the runner keeps the time limit,
+the process-group kill and the bounded capture.
+
+Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
+
+* ``bubblewrap``: ``bwrap`` on PATH and a probe run with the full flag set succeeds.
+  Root filesystem read-only; the workspace bound writable; a private scratch folder
+  as ``/tmp`` (``TMPDIR``) holding a private empty ``HOME``; a fresh ``/dev`` and
+  ``/proc``; its own PID namespace; a new session; killed with the runner; no
+  network unless the policy allows it (``command_net_allowed``); every workspace file
+  the policy denies reading (and every hard link to one) masked by ``/dev/null``, a
+  denied folder by an empty read-only tmpfs; the usual credential files of the real
+  home (``~/.ssh``, ``~/.aws``, ...) and the Unix sockets under ``/run`` (docker,
+  D-Bus) masked the same way; no capabilities, even when the caller is root.
+* ``none``: the command runs uncontained (only the minimal environment and a private
+  ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
+
+Landlock is not built yet. ``HARNESSNB_SANDBOX=none|bubblewrap`` (read at each call)
+forces a backend, for tests and for people who know their machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..rules._errors import ConfigError, SandboxError
+from ..rules._policy import Policy
+
+__all__ = [
+    "BACKENDS",
+    "Confined",
+    "command_env",
+    "command_net_allowed",
+    "confine",
+    "sandbox_backend",
+    "sandbox_label",
+    "secret_env_name",
+]
+
+BACKENDS = ("bubblewrap", "landlock", "none")
+FORCE_VAR = "HARNESSNB_SANDBOX"
+# Variable names never handed to a command, whoever passes them (matched upper-cased).
+_SECRET_ENV = ("*_API_KEY", "*_TOKEN", "*_SECRET", "*PASSWORD*", "*_KEY", "*SECRET*", "*TOKEN")
+# Credential files of the real home: the root filesystem is readable, these are not.
+_HOME_CREDENTIALS = (
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".pgpass",
+    ".config/gh",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".password-store",
+    ".local/share/keyrings",
+)
+# Walking a workspace for secret files stops here: past it the command is refused
+# (a secret left unmasked would be the silent failure).
+MAX_SCAN_ENTRIES = 300_000
+_PROBE_TIMEOUT_S = 10.0
+# --cap-drop ALL matters when the caller is root: bwrap then keeps every capability,
+# and a command could remount / read-write.
+_BWRAP_FLAGS = (
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+)
+# Where the host's service sockets live (docker, containerd, the user's D-Bus and
+# agents): a Unix socket on the read-only root still connects, with or without network.
+_SOCKET_FOLDERS = ("/run", "/var/run")
+_MAX_SOCKET_SCAN = 20_000
+_probed: dict[str, bool] = {}  # bwrap path -> did the probe run succeed
+
+
+def sandbox_backend() -> str:
+    """The sandbox commands run in: ``"bubblewrap"`` or ``"none"`` (uncontained).
+
+    ``HARNESSNB_SANDBOX`` (``none`` or ``bubblewrap``), read at each call, forces
+    one; otherwise ``bubblewrap`` when ``bwrap`` is on PATH and a probe run with the
+    full flag set succeeds (the result is kept per ``bwrap`` location). Landlock is
+    not built yet: forcing it is a ``ConfigError``.
+
+    Raises:
+        ConfigError: the forced backend is unknown or unavailable here.
+    """
+    forced = os.environ.get(FORCE_VAR, "").strip().lower()
+    if forced == "none":
+        return "none"
+    if forced == "landlock":
+        raise ConfigError(f"{FORCE_VAR}=landlock: the Landlock backend is not built yet")
+    if forced not in ("", "bubblewrap"):
+        raise ConfigError(f"{FORCE_VAR}={forced!r}: expected none or bubblewrap")
+    bwrap = shutil.which("bwrap")
+    if bwrap is not None and _probe(bwrap):
+        return "bubblewrap"
+    if forced:
+        raise ConfigError(f"{FORCE_VAR}=bubblewrap but bwrap is missing or cannot run here")
+    return "none"
+
+
+def _probe(bwrap: str) -> bool:
+    if bwrap not in _probed:
+        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        argv += ["--unshare-net", *_BWRAP_FLAGS, "--", "true"]
+        try:
+            done = subprocess.run(  # a fixed argv, no shell
+                argv, capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False, env={}
+            )
+            _probed[bwrap] = done.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _probed[bwrap] = False  # e.g. user namespaces forbidden (a Binder container)
+    return _probed[bwrap]
+
+
+def sandbox_label(backend: str, *, net: bool | None = None) -> str:
+    """How every surface names the containment: ``sandbox: bubblewrap, no network``."""
+    if backend == "none":
+        return "uncontained: no sandbox backend"
+    if net is None:
+        return f"sandbox: {backend}"
+    return f"sandbox: {backend}, {'network allowed' if net else 'no network'}"
+
+
+def command_net_allowed(policy: Policy) -> bool:
+    """True when a command may use the network: an explicit rule allows net to ``*``.
+
+    A sandbox cannot filter by host, so a command gets the network only when the
+    policy allows it to every host by a rule (``allow_net("*")``) and holds no net deny
+    or ask rule it would slip past. A default of allow (``Policy.permissive()``) is
+    not enough, nor are the provider hosts.
+    """
+    verdict = policy.explain("net", "*")
+    if verdict.effect != "allow" or verdict.rule is None:
+        return False
+    return all(rule.effect == "allow" for _, rule in policy.rules() if rule.act == "net")
+
+
+def secret_env_name(name: str) -> bool:
+    """True when a variable's name looks secret (``*_API_KEY``, ``*_TOKEN``, ...)."""
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in _SECRET_ENV)
+
+
+def command_env(extra: Mapping[str, str] | None, *, home: str, tmp: str) -> dict[str, str]:
+    """The whole environment of a command: PATH, LANG, TERM, TMPDIR, HOME and ``extra``.
+
+    Nothing else is inherited; a name in ``extra`` that looks secret is dropped.
+    """
+    env = {
+        "PATH": os.environ.get("PATH") or os.defpath,
+        "LANG": os.environ.get("LANG") or "C.UTF-8",
+        "TERM": os.environ.get("TERM") or "dumb",
+    }
+    env.update({k: v for k, v in (extra or {}).items() if not secret_env_name(k)})
+    env.update(TMPDIR=tmp, HOME=home)
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Confined:
+    """How to start one command: its argv, environment and how it is contained.
+
+    ``close`` removes the private scratch folder (``/tmp`` and ``HOME``) afterwards.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    backend: str
+    net: bool
+    label: str
+    scratch: Path
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def confine(
+    argv: Sequence[str],
+    *,
+    workspace: Path,
+    policy: Policy | None,
+    env: Mapping[str, str] | None = None,
+    backend: str | None = None,
+) -> Confined:
+    """The command ``argv`` as it will run, with a fresh private scratch folder.
+
+    Blocking (it walks the workspace): call it in a thread. ``policy`` None means
+    ``Policy.default()`` (secrets masked, no network).
+
+    Raises:
+        FileNotFoundError, PermissionError: the program is missing or not executable
+            (checked here, so the sandbox's own failure is not taken for the command's).
+        SandboxError: the workspace is too large to scan for secret files.
+        ConfigError: a forced backend is unknown or unavailable.
+    """
+    backend = sandbox_backend() if backend is None else backend
+    policy = Policy.default() if policy is None else policy
+    root = workspace.resolve()
+    _check_program(argv[0], root, env)
+    scratch = Path(tempfile.mkdtemp(prefix="harnessnb-cmd-"))
+    try:
+        tmp = scratch / "tmp"
+        (tmp / "home").mkdir(parents=True)
+        if backend == "none":
+            run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
+            return Confined(list(argv), run_env, "none", True, sandbox_label("none"), scratch)
+        net = command_net_allowed(policy)
+        run_env = command_env(env, home="/tmp/home", tmp="/tmp")
+        prefix = _bwrap_argv(root, tmp, policy, net)
+        label = sandbox_label(backend, net=net)
+        return Confined([*prefix, "--", *argv], run_env, backend, net, label, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _check_program(program: str, root: Path, env: Mapping[str, str] | None) -> None:
+    """Raise as the child's exec would when ``program`` is missing or not executable."""
+    if "/" in program:
+        path = str(root / program)
+        if not os.path.exists(path):
+            raise FileNotFoundError(program)
+        if not os.access(path, os.X_OK) or os.path.isdir(path):
+            raise PermissionError(program)
+        return
+    search = (env or {}).get("PATH") or os.environ.get("PATH") or os.defpath
+    if shutil.which(program, path=search) is None:
+        raise FileNotFoundError(program)
+
+
+def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool) -> list[str]:
+    bwrap = shutil.which("bwrap") or "bwrap"
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv += ["--bind", str(tmp), "/tmp"]
+    argv += _masks([*_home_credentials(root), *_host_sockets()])
+    argv += ["--bind", str(root), str(root)]
+    argv += _masks(secret_paths(root, policy))
+    if not net:
+        argv.append("--unshare-net")
+    return [*argv, *_BWRAP_FLAGS, "--chdir", str(root)]
+
+
+def _masks(paths: Sequence[Path]) -> list[str]:
+    """bwrap arguments hiding each path: a file behind /dev/null, a folder emptied."""
+    out: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            out += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        else:
+            out += ["--ro-bind", "/dev/null", str(path)]
+    return out
+
+
+def _home_credentials(root: Path) -> list[Path]:
+    home = Path.home()
+    found = []
+    for name in _HOME_CREDENTIALS:
+        path = home / name
+        inside = path == root or path.is_relative_to(root) or root.is_relative_to(path)
+        if not inside and not path.is_symlink() and path.exists():
+            found.append(path)
+    return found
+
+
+def _host_sockets() -> list[Path]:
+    """Unix sockets under /run (docker.sock, the user's D-Bus...), to be masked."""
+    found: list[Path] = []
+    seen = 0
+    for top in dict.fromkeys(os.path.realpath(f) for f in _SOCKET_FOLDERS):
+        for folder, dirs, files in os.walk(top, followlinks=False):
+            seen += len(dirs) + len(files)
+            if seen > _MAX_SOCKET_SCAN:
+                return found  # a bounded effort: /run is small on any normal host
+            for name in files:
+                path = os.path.join(folder, name)
+                with contextlib.suppress(OSError):
+                    if stat.S_ISSOCK(os.lstat(path).st_mode):
+                        found.append(Path(path))
+    return found
+
+
+def secret_paths(root: Path, policy: Policy) -> list[Path]:
+    """Workspace files and folders the policy denies reading, plus hard links to them.
+
+    Judged by the policy's own verdict (``explain("read", relative path)``) on every
+    entry; symlinks are not followed (their target is judged under its own name).
+    A folder whose modification time is unchanged since the last walk under the same
+    policy keeps its verdicts: an entry added, removed or renamed changes its folder's
+    time, so only changed folders are judged again.
+    """
+    key = (str(root), policy)
+    cache = _walks.pop(key, None) or {}
+    _walks[key] = cache  # most recent last
+    while len(_walks) > _WALKS_KEPT:
+        _walks.pop(next(iter(_walks)))
+    walk = _Walk(str(root), policy, cache)
+    walk.run()
+    linked = [path for path, inode in walk.linked if inode in walk.denied_inodes]
+    return [Path(p) for p in (*walk.denied, *linked)]
+
+
+_WALKS_KEPT = 8
+# (workspace, policy) -> folder path -> what it held when last judged
+_walks: dict[tuple[str, Policy], dict[str, _Folder]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Folder:
+    mtime_ns: int
+    inside_denied: bool
+    denied: tuple[str, ...]  # entries to mask (none when the folder itself is masked)
+    denied_inodes: tuple[tuple[int, int], ...]  # denied regular files, masked or not
+    linked: tuple[tuple[str, tuple[int, int]], ...]  # allowed files with other names
+    subfolders: tuple[tuple[str, str, bool], ...]  # (path, relative, denied)
+    entries: int
+
+
+class _Walk:
+    def __init__(self, root: str, policy: Policy, cache: dict[str, _Folder]) -> None:
+        self.root, self.policy, self.cache = root, policy, cache
+        self.denied: list[str] = []
+        self.denied_inodes: set[tuple[int, int]] = set()
+        self.linked: list[tuple[str, tuple[int, int]]] = []
+        self.entries = 0
+
+    def run(self) -> None:
+        """Visit every folder from the root (a stack, not recursion: depth is unbounded)."""
+        todo = [(self.root, "", False)]
+        while todo:
+            path, rel, inside_denied = todo.pop()
+            known = self._folder(path, rel, inside_denied)
+            if known is None:
+                continue
+            self.entries += known.entries
+            if self.entries > MAX_SCAN_ENTRIES:
+                raise SandboxError(
+                    f"the workspace has over {MAX_SCAN_ENTRIES} entries; too many to scan "
+                    "for secret files before running a command",
+                    reason="workspace_too_large",
+                )
+            self.denied += known.denied
+            self.denied_inodes.update(known.denied_inodes)
+            self.linked += known.linked
+            todo += [(sub, r, inside_denied or d) for sub, r, d in known.subfolders]
+
+    def _folder(self, path: str, rel: str, inside_denied: bool) -> _Folder | None:
+        """What ``path`` holds: from the cache while its modification time is unchanged."""
+        try:
+            mtime = os.stat(path, follow_symlinks=False).st_mtime_ns
+        except FileNotFoundError:  # gone since its parent was listed
+            return None
+        known = self.cache.get(path)
+        if known is None or (known.mtime_ns, known.inside_denied) != (mtime, inside_denied):
+            known = self._judge(path, rel, mtime, inside_denied)
+            self.cache[path] = known
+        return known
+
+    def _judge(self, path: str, rel: str, mtime: int, inside_denied: bool) -> _Folder:
+        denied: list[str] = []
+        inodes: list[tuple[int, int]] = []
+        linked: list[tuple[str, tuple[int, int]]] = []
+        subfolders: list[tuple[str, str, bool]] = []
+        entries = 0
+        try:
+            listing = list(os.scandir(path))
+        except OSError:  # unreadable to us: the command cannot read it either
+            listing = []
+        for entry in listing:
+            entries += 1
+            entry_rel = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            is_dir, is_file = stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode)
+            if not (is_dir or is_file):
+                continue  # symlinks, FIFOs, sockets: judged under their target's name
+            is_denied = inside_denied or self.policy.explain("read", entry_rel).denied
+            if is_denied and not inside_denied:
+                denied.append(entry.path)
+            if is_dir:
+                subfolders.append((entry.path, entry_rel, is_denied))
+            elif is_denied:
+                inodes.append((st.st_dev, st.st_ino))
+            elif st.st_nlink > 1:
+                linked.append((entry.path, (st.st_dev, st.st_ino)))
+        return _Folder(
+            mtime,
+            inside_denied,
+            tuple(denied),
+            tuple(inodes),
+            tuple(linked),
+            tuple(subfolders),
+            entries,
+        )

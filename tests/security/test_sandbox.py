@@ -1,0 +1,416 @@
+"""Commands in an OS sandbox, tried as an attacker would: a scripted model calls
+``run_command`` through a real ``hn.run`` under ``Policy.permissive()``, with real
+processes, a real loopback listener and a real store.
+
+The containment tests need bubblewrap (``.ci/run`` installs it) and skip where it
+cannot run; the environment and "uncontained" tests run on every backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.tools._process import run_argv
+from harnessnb.tools._sandbox import (
+    command_env,
+    command_net_allowed,
+    secret_env_name,
+    secret_paths,
+)
+
+FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
+
+
+def _bubblewrap_here() -> bool:
+    try:
+        return hn.sandbox_backend() == "bubblewrap"
+    except hn.ConfigError:
+        return False
+
+
+needs_bwrap = pytest.mark.skipif(not _bubblewrap_here(), reason="bubblewrap cannot run here")
+BACKENDS = [pytest.param("bubblewrap", marks=needs_bwrap), "none"]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("hello sandbox\n")
+    (root / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\n")
+    return root
+
+
+@pytest.fixture
+def store() -> Iterator[hn.Store]:
+    s = hn.Store(":memory:")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    name: str = request.param
+    monkeypatch.setenv("HARNESSNB_SANDBOX", name)
+    return name
+
+
+def _run(
+    ws: Path,
+    store: hn.Store,
+    *argvs: list[str],
+    policy: hn.Policy | None = None,
+    approver: Any = None,
+    verification: Any = None,
+) -> tuple[hn.RunResult, list[str]]:
+    """One real run whose scripted model calls ``run_command`` with each argv in turn."""
+    replies: list[Any] = [{"tool": "run_command", "args": {"argv": a}} for a in argvs]
+    provider = hn.ScriptedProvider([*replies, "done", "done"])
+    contract = hn.TaskContract("probe the sandbox", ws, max_steps=len(argvs) + 2)
+    if verification is not None:
+        contract = hn.TaskContract("probe", ws, verification=verification, max_steps=2)
+    result = hn.run_sync(
+        contract,
+        provider,
+        store=store,
+        policy=policy or hn.Policy.permissive(),
+        approver=approver,
+    )
+    rows = store.tool_calls(result.run_id).sort_values(["step", "seq"])
+    return result, [str(o) for o in rows["output"].tolist()]
+
+
+# ---------------------------------------------------------------- the backend
+
+
+def test_the_backend_can_be_forced_and_a_missing_one_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "none")
+    assert hn.sandbox_backend() == "none"
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "landlock")
+    with pytest.raises(hn.ConfigError, match="not built"):
+        hn.sandbox_backend()
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "firejail")
+    with pytest.raises(hn.ConfigError):
+        hn.sandbox_backend()
+    monkeypatch.setenv("PATH", str(tmp_path))  # bwrap hidden
+    monkeypatch.delenv("HARNESSNB_SANDBOX")
+    assert hn.sandbox_backend() == "none"
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "bubblewrap")
+    with pytest.raises(hn.ConfigError, match="bwrap"):
+        hn.sandbox_backend()
+
+
+@needs_bwrap
+def test_bubblewrap_is_chosen_where_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HARNESSNB_SANDBOX", raising=False)
+    assert hn.sandbox_backend() == "bubblewrap"
+
+
+# ---------------------------------------------------------------- containment (bubblewrap)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_cannot_read_secret_files_even_through_a_hard_link(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    os.link(ws / ".env", ws / "notes.txt")
+    (ws / "sub").mkdir()
+    (ws / "sub" / ".env").write_text(f"KEY={FAKE_KEY}\n")
+    result, outputs = _run(
+        ws,
+        store,
+        ["cat", ".env"],
+        ["cat", "notes.txt"],
+        ["cat", "sub/.env"],
+        ["grep", "-r", "sk-", "."],
+        ["cat", "README.md"],
+    )
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert all(FAKE_KEY not in out for out in outputs)
+    assert outputs[0].startswith("exit code 1 (sandbox: bubblewrap, no network)")
+    assert outputs[-1] == "exit code 0 (sandbox: bubblewrap, no network)\nhello sandbox\n"
+    assert FAKE_KEY in (ws / ".env").read_text()  # masked, not touched
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_folder_the_policy_denies_is_empty_to_a_command(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    (ws / "private").mkdir()
+    (ws / "private" / "key.txt").write_text(FAKE_KEY)
+    policy = hn.Policy.permissive().layer("app").deny_read("private")
+    _, outputs = _run(ws, store, ["cat", "private/key.txt"], ["ls", "private"], policy=policy)
+    assert all(FAKE_KEY not in out for out in outputs)
+    assert outputs[1] == "exit code 0 (sandbox: bubblewrap, no network)\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_writes_only_in_the_workspace_and_its_own_tmp(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    probe = f"harnessnb-probe-{uuid.uuid4().hex}"
+    home_probe = Path.home() / probe
+    _, outputs = _run(
+        ws,
+        store,
+        ["sh", "-c", f"echo x > /tmp/{probe} && cat /tmp/{probe}"],
+        ["sh", "-c", f"echo x > {home_probe}"],
+        ["sh", "-c", f"echo x > {ws.parent / probe}"],
+        ["sh", "-c", 'echo x > "$HOME/cache" && echo "$HOME" "$TMPDIR"'],
+        ["sh", "-c", "echo made > made.txt"],
+    )
+    assert outputs[0].startswith("exit code 0") and outputs[0].endswith("\nx\n")
+    assert not (Path("/tmp") / probe).exists()  # the command's /tmp was its own
+    assert "Read-only file system" in outputs[1] and not home_probe.exists()
+    assert not (ws.parent / probe).exists()  # beside the workspace: not on the host
+    assert outputs[3].endswith("\n/tmp/home /tmp\n")
+    assert (ws / "made.txt").read_text() == "made\n"
+
+
+def _listener() -> socket.socket:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    return server
+
+
+def _accepted(server: socket.socket) -> bool:
+    try:
+        conn, _ = server.accept()
+    except TimeoutError:
+        return False
+    conn.close()
+    return True
+
+
+def _dial(port: int) -> list[str]:
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'x')"
+    return ["python3", "-c", code]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_cannot_reach_a_loopback_listener(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    with _listener() as server:
+        _, outputs = _run(ws, store, _dial(server.getsockname()[1]))
+        assert not _accepted(server)
+    assert "ConnectionRefusedError" in outputs[0] or "unreachable" in outputs[0]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_an_explicit_allow_net_star_gives_commands_the_network(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    policy = hn.Policy.permissive().layer("app").allow_net("*")
+    with _listener() as server:
+        _, outputs = _run(ws, store, _dial(server.getsockname()[1]), policy=policy)
+        assert _accepted(server)
+    assert outputs[0] == "exit code 0 (sandbox: bubblewrap, network allowed)\n"
+
+
+def test_only_an_explicit_rule_for_every_host_opens_the_network() -> None:
+    assert not command_net_allowed(hn.Policy.permissive())
+    assert not command_net_allowed(hn.Policy.default().with_provider_hosts(["api.openai.com"]))
+    assert command_net_allowed(hn.Policy.default().allow_net("*"))
+    assert not command_net_allowed(hn.Policy.default().allow_net("*").deny_net("evil.test"))
+    assert not command_net_allowed(hn.Policy.permissive().deny_net("*"))
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+async def test_a_timeout_kills_the_sandboxed_tree(ws: Path, backend: str) -> None:
+    script = "(while :; do echo x >> beat.txt; sleep 0.05; done) & echo started; sleep 30"
+    started = time.monotonic()
+    result = await run_argv(["sh", "-c", script], cwd=ws, timeout_s=0.5)
+    assert result.timed_out and result.output == "started\n"
+    assert time.monotonic() - started < 4
+    size = (ws / "beat.txt").stat().st_size
+    time.sleep(0.3)
+    assert (ws / "beat.txt").stat().st_size == size  # the background loop is gone
+
+
+# ---------------------------------------------------------------- every backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_command_never_sees_a_provider_key(
+    ws: Path, store: hn.Store, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("GITHUB_TOKEN", FAKE_KEY)
+    monkeypatch.setenv("DB_PASSWORD", FAKE_KEY)
+    _, outputs = _run(ws, store, ["printenv", "OPENAI_API_KEY"], ["env"])
+    assert outputs[0].startswith("exit code 1 (")  # printenv: not set
+    names = {line.split("=", 1)[0] for line in outputs[1].splitlines()[1:]}
+    assert names <= {"PATH", "LANG", "TERM", "TMPDIR", "HOME", "PWD", "SHLVL", "_"}
+    assert all(FAKE_KEY not in out for out in outputs)
+    assert FAKE_KEY not in str(store.sql("select * from tool_calls").to_dict())
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("OPENAI_API_KEY", True),
+        ("anthropic_api_key", True),
+        ("GITHUB_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("AWS_SESSION_TOKEN", True),
+        ("DB_PASSWORD", True),
+        ("PGPASSWORD", True),
+        ("CLIENT_SECRET", True),
+        ("SSH_KEY", True),
+        ("PATH", False),
+        ("LANG", False),
+        ("KEYBOARD", False),
+        ("PYTHONPATH", False),
+    ],
+)
+def test_which_variable_names_look_secret(name: str, secret: bool) -> None:
+    assert secret_env_name(name) is secret
+
+
+def test_a_secret_looking_name_passed_explicitly_is_dropped_too() -> None:
+    env = command_env({"FOO": "1", "MY_API_KEY": "x", "X_TOKEN": "y"}, home="/h", tmp="/t")
+    assert set(env) == {"PATH", "LANG", "TERM", "TMPDIR", "HOME", "FOO"}
+    assert (env["HOME"], env["TMPDIR"]) == ("/h", "/t")
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_the_approval_and_the_output_name_the_containment(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    asked: list[hn.ApprovalRequest] = []
+
+    def approver(request: hn.ApprovalRequest) -> bool:
+        asked.append(request)
+        return True
+
+    policy = hn.Policy.default()  # exec asks
+    _, outputs = _run(ws, store, ["cat", "README.md"], policy=policy, approver=approver)
+    said = "sandbox: bubblewrap" if backend == "bubblewrap" else "uncontained: no sandbox backend"
+    assert said in asked[0].preview
+    assert outputs[0].startswith(f"exit code 0 ({said}")
+    assert outputs[0].endswith("\nhello sandbox\n")  # a normal command works either way
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_command_verification_runs_in_the_same_sandbox(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    check = hn.Command(["grep", "-q", "sk-fake", ".env"])
+    result, _ = _run(ws, store, verification=check)
+    # Only the sandbox hides .env from the check; uncontained, it reads it.
+    assert result.verified is (backend == "none")
+    made = hn.Command(["sh", "-c", "echo ok > checked.txt"])
+    result, _ = _run(ws, store, verification=made)
+    assert result.verified is True and (ws / "checked.txt").read_text() == "ok\n"
+
+
+def test_secret_paths_follow_the_policy_verdict(ws: Path) -> None:
+    (ws / "deep" / "er").mkdir(parents=True)
+    (ws / "deep" / "er" / "server.pem").write_text("x")
+    os.link(ws / ".env", ws / "deep" / "alias")
+    found = {p.relative_to(ws).as_posix() for p in secret_paths(ws, hn.Policy.default())}
+    assert found == {".env", "deep/er/server.pem", "deep/alias"}
+    assert secret_paths(ws, hn.Policy.permissive(secrets=False)) == []
+
+
+def test_a_secret_added_after_a_walk_is_masked_by_the_next_one(ws: Path) -> None:
+    policy = hn.Policy.default()
+    (ws / "src").mkdir()
+    assert {p.name for p in secret_paths(ws, policy)} == {".env"}
+    (ws / "src" / "server.pem").write_text("x")
+    os.link(ws / ".env", ws / "src" / "copy.txt")
+    assert {p.name for p in secret_paths(ws, policy)} == {".env", "server.pem", "copy.txt"}
+    (ws / "src" / "server.pem").unlink()
+    assert {p.name for p in secret_paths(ws, policy)} == {".env", "copy.txt"}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+async def test_a_workspace_too_large_to_scan_refuses_the_command(
+    ws: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harnessnb.tools import _sandbox
+
+    monkeypatch.setattr(_sandbox, "MAX_SCAN_ENTRIES", 1)
+    with pytest.raises(hn.SandboxError, match="too many to scan"):
+        await run_argv(["true"], cwd=ws, timeout_s=5)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_holds_no_capability_even_when_the_caller_is_root(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    probe = Path("/etc") / f"harnessnb-probe-{uuid.uuid4().hex}"
+    script = f"mount -o remount,rw / ; touch {probe}; grep CapEff /proc/self/status"
+    _, outputs = _run(ws, store, ["sh", "-c", script])
+    assert not probe.exists()
+    assert "CapEff:\t0000000000000000" in outputs[0]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not os.access("/run", os.W_OK), reason="needs a writable /run")
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_a_command_cannot_reach_a_host_service_socket(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    path = f"/run/harnessnb-probe-{uuid.uuid4().hex}.sock"
+    code = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        try:
+            server.listen(1)
+            server.settimeout(0.5)
+            _, outputs = _run(ws, store, ["python3", "-c", code])
+            with pytest.raises(TimeoutError):
+                server.accept()
+        finally:
+            os.unlink(path)
+    assert "ConnectionRefusedError" in outputs[0]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_the_credential_files_of_the_real_home_are_masked(
+    ws: Path, store: hn.Store, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not under /tmp, which is private anyway
+    try:
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "id_ed25519").write_text(FAKE_KEY)
+        (home / ".netrc").write_text(FAKE_KEY)
+        (home / ".profile").write_text("plain\n")
+        monkeypatch.setenv("HOME", str(home))
+        _, outputs = _run(
+            ws,
+            store,
+            ["cat", f"{home}/.ssh/id_ed25519"],
+            ["cat", f"{home}/.netrc"],
+            ["cat", f"{home}/.profile"],
+        )
+    finally:
+        shutil.rmtree(home)
+    assert all(FAKE_KEY not in out for out in outputs)
+    assert outputs[2].endswith("\nplain\n")  # the rest of the host stays readable
