@@ -21,7 +21,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 from ..rules._errors import RefusedError, SandboxError
@@ -119,18 +119,19 @@ def _denied_inodes(
     """The inodes of multi-name files the policy denies reading; False if cut short."""
     denied: dict[tuple[int, int], Verdict] = {}
     seen = 0
-    for folder, name, rel in _walk_tree(workspace.open_root(), "", skip=frozenset()):
-        seen += 1
-        if seen > _SCAN_LIMIT:
-            return denied, False
-        try:
-            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
-        except OSError:
-            continue
-        if st.st_nlink > 1:
-            verdict = policy.explain("read", rel)
-            if verdict.denied:
-                denied[(st.st_dev, st.st_ino)] = verdict
+    with contextlib.closing(_walk_tree(workspace.open_root(), "", skip=frozenset())) as tree:
+        for folder, name, rel in tree:
+            seen += 1
+            if seen > _SCAN_LIMIT:
+                return denied, False
+            try:
+                st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_nlink > 1:
+                verdict = policy.explain("read", rel)
+                if verdict.denied:
+                    denied[(st.st_dev, st.st_ino)] = verdict
     return denied, True
 
 
@@ -160,12 +161,19 @@ def file_mode(walked: Walked) -> int | None:
 
 
 def read_walked(
-    walked: Walked, shown: str, *, guard: LinkGuard | None, limit: int = MAX_READ_BYTES
+    walked: Walked,
+    shown: str,
+    *,
+    guard: LinkGuard | None,
+    limit: int = MAX_READ_BYTES,
+    text: bool = True,
 ) -> bytes:
-    """The bytes of the regular text file the walk ended at (see ``read_at``)."""
+    """The bytes of the regular file the walk ended at (see ``read_at``)."""
     if walked.name is None:
         raise IsADirectoryError(errno.EISDIR, "is a folder", shown)
-    return read_at(walked.folder, walked.name, walked.rel, shown, guard=guard, limit=limit)
+    return read_at(
+        walked.folder, walked.name, walked.rel, shown, guard=guard, limit=limit, text=text
+    )
 
 
 def read_at(
@@ -176,11 +184,13 @@ def read_at(
     *,
     guard: LinkGuard | None,
     limit: int = MAX_READ_BYTES,
+    text: bool = True,
 ) -> bytes:
     """The bytes of the regular file ``name`` in ``folder``: never blocks on a FIFO.
 
     Refuses folders, non-regular files, files over ``limit`` bytes, binary files (NUL
-    bytes near the start) and, through ``guard``, other names of denied files.
+    bytes near the start, when ``text``) and, through ``guard``, other names of denied
+    files.
     """
     _refuse_kind(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode, shown)
     try:
@@ -201,7 +211,7 @@ def read_at(
         os.close(fd)
     if len(data) > limit:
         raise _too_large(shown, len(data), limit)
-    if b"\x00" in data[:_BINARY_SNIFF]:
+    if text and b"\x00" in data[:_BINARY_SNIFF]:
         raise SandboxError(f"{shown} looks binary (NUL bytes); not shown", reason="binary")
     return data
 
@@ -314,10 +324,13 @@ def iter_files(walked: Walked) -> Iterator[tuple[int, str, str]]:
     else:
         start = _open_folder(walked.folder, walked.name)
     prefix = "" if walked.rel == "." else walked.rel + "/"
-    yield from _walk_tree(start, prefix, skip=SKIP_DIRS)
+    with contextlib.closing(_walk_tree(start, prefix, skip=SKIP_DIRS)) as tree:
+        yield from tree
 
 
-def _walk_tree(start: int, prefix: str, *, skip: frozenset[str]) -> Iterator[tuple[int, str, str]]:
+def _walk_tree(
+    start: int, prefix: str, *, skip: frozenset[str]
+) -> Generator[tuple[int, str, str], None, None]:
     """Regular files under the folder ``start`` (which it closes), depth first.
 
     One descriptor per level is held (not one per pending folder), so a wide tree

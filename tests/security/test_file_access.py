@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb.loop._verify import run_verification
 from harnessnb.providers._completion import ToolCall
 from harnessnb.tools._builtin import builtin_tools
 from harnessnb.tools._executor import SETTLE_S, ToolExecutor
@@ -419,3 +420,65 @@ async def test_an_async_tool_past_the_budget_is_cancelled(ws: Path) -> None:
     assert (result.status, result.error and result.error["code"]) == ("error", "SANDBOX_TIMEOUT")
     assert result.executions == 1
     assert "may still complete" in result.output
+
+
+# ------------------------------------------------------------------ the walk itself
+
+
+async def invoke(ws: Path, name: str, args: dict[str, Any], **ctx: Any) -> str:
+    tool = next(t for t in builtin_tools() if t.name == name)
+    return (await tool.invoke(args, ToolContext(workspace=Workspace(ws), **ctx))).text
+
+
+async def test_a_write_through_an_inside_symlink_replaces_its_target(ws: Path) -> None:
+    (ws / "src").mkdir()
+    (ws / "src" / "app.py").write_text("old\n")
+    os.symlink("src", ws / "code")
+    os.symlink(ws / "code" / "app.py", ws / "entry.py")
+    assert await invoke(ws, "write_file", {"path": "entry.py", "content": "new\n"}) == (
+        "wrote 4 bytes to entry.py"
+    )
+    assert os.readlink(ws / "entry.py") == str(ws / "code" / "app.py")
+    assert (ws / "src" / "app.py").read_text() == "new\n"
+    with Workspace(ws).walk("entry.py") as walked:
+        assert walked.rel == "src/app.py"
+    assert not [p for p in (ws / "src").iterdir() if p.name.endswith(".harnessnb-tmp")]
+
+
+async def test_a_path_that_changed_after_approval_is_refused(ws: Path) -> None:
+    """The gate asked about a.txt; by the time the tool ran, a.txt led to b.txt."""
+    (ws / "b.txt").write_text("b\n")
+    os.symlink("b.txt", ws / "a.txt")
+    policy = hn.Policy.default()  # write: ask
+    args = {"path": "a.txt", "content": "x"}
+    with pytest.raises(hn.RefusedError, match="the path changed while the call ran"):
+        await invoke(ws, "write_file", args, policy=policy, judged=("write", "a.txt"))
+    assert (ws / "b.txt").read_text() == "b\n"
+    await invoke(ws, "write_file", args, policy=policy, judged=("write", "b.txt"))
+    assert (ws / "b.txt").read_text() == "x"
+
+
+async def test_a_symlink_to_a_secret_is_judged_by_the_secret(ws: Path) -> None:
+    os.symlink(".env", ws / "innocent.txt")
+    with pytest.raises(hn.RefusedError, match="denied by rule"):
+        await invoke(ws, "read_file", {"path": "innocent.txt"}, policy=hn.Policy.default())
+
+
+def test_verification_of_a_fifo_says_it_could_not_run_at_once(ws: Path, tmp_path: Path) -> None:
+    os.mkfifo(ws / "NOTES.md")
+    started = time.monotonic()
+    result, _ = run(
+        ws,
+        tmp_path / "r.duckdb",
+        ["done"],
+        verification=hn.FileContains("NOTES.md", "#"),
+        max_steps=1,
+    )
+    assert time.monotonic() - started < 10
+    assert result.outcome is hn.RunOutcome.STEP_CAP
+    check = run_verification(
+        hn.FileContains("NOTES.md", "#"), Workspace(ws), policy=hn.Policy.default(), approver=None
+    )
+    outcome = asyncio.run(check)
+    assert (outcome.ran, outcome.passed) == (False, False)
+    assert outcome.detail.startswith("could not run: NOTES.md is a FIFO (named pipe)")
