@@ -351,13 +351,14 @@ class FindFiles(Tool):
 class Grep(_PathTool):
     name = "grep"
     description = (
-        "Search text files under a workspace path with a regular expression (RE2 "
-        "syntax: Python's without backreferences or lookaround); prints "
-        "'file:line: text' for each matching line."
+        "Search text files under a workspace path with a Python regular expression; "
+        "prints 'file:line: text' for each matching line."
     )
+    # The spec stays as recorded runs have it (a replay matches requests by their
+    # tools); a pattern RE2 cannot run says so in its error.
     parameters = _params(
         ["pattern"],
-        pattern=_string("A regular expression (RE2 syntax)."),
+        pattern=_string("A Python regular expression."),
         path={**_string("File or folder to search (relative)."), "default": "."},
     )
     effect = Effect.READ
