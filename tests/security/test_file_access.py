@@ -25,7 +25,6 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.loop._verify import run_verification
-from harnessnb.providers._completion import ToolCall
 from harnessnb.tools._builtin import builtin_tools
 from harnessnb.tools._executor import SETTLE_S, ToolExecutor
 from harnessnb.tools._protocol import ToolContext
@@ -313,7 +312,7 @@ async def test_300_racing_direct_reads_of_a_path_swapped_to_dotenv(
             ("write_file", {"path": "d/x.txt", "content": "PWNED"}),
             ("read_file", {"path": "up/f.txt"}),
         ][i % 3]
-        result = await executor.execute(ToolCall(f"c{i}", name, args), idempotency_key=f"k{i}")
+        result = await executor.execute(hn.ToolCall(f"c{i}", name, args), idempotency_key=f"k{i}")
         outputs.append(result.output)
     assert not [o for o in outputs if SECRET in o or OUTSIDE in o]
     assert sorted(p.name for p in outside.iterdir()) == ["in.txt", "target.txt"]
@@ -415,7 +414,7 @@ async def test_an_async_tool_past_the_budget_is_cancelled(ws: Path) -> None:
         tools=[wait_forever],
         remaining=lambda: 0.05,
     )
-    result = await executor.execute(ToolCall("c1", "wait_forever", {}), idempotency_key="k")
+    result = await executor.execute(hn.ToolCall("c1", "wait_forever", {}), idempotency_key="k")
     assert cancelled.is_set()
     assert (result.status, result.error and result.error["code"]) == ("error", "SANDBOX_TIMEOUT")
     assert result.executions == 1
