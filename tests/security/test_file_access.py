@@ -110,9 +110,9 @@ def test_a_fifo_is_refused_at_once_by_read_write_grep_and_edit(ws: Path, tmp_pat
             ),
             "done",
         ],
-        max_seconds=30,
+        max_seconds=120,
     )
-    assert time.monotonic() - started < 10  # a blocking open would hang to the budget
+    assert time.monotonic() - started < 30  # a blocking open would hang to the budget
     assert result.outcome is hn.RunOutcome.FINISHED
     by_tool = [(r["tool"], r["status"], r["error_code"]) for r in rows]
     assert by_tool[:4] == [
@@ -337,7 +337,7 @@ def test_a_pathological_pattern_returns_promptly(ws: Path, tmp_path: Path) -> No
             "done",
         ],
     )
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # backtracking would take far longer
     assert rows[0]["output"] == "long.txt:2: " + "a" * 30 + "\n(1 files skipped by the policy)"
     assert (rows[1]["status"], rows[1]["error_code"]) == ("error", "TOOL_ARGS")
     assert "invalid regular expression '(a)\\\\1'" in rows[1]["output"]
@@ -392,7 +392,7 @@ def test_a_tool_past_the_budget_is_a_timeout_and_the_interpreter_exits(
     assert row["outcome"] == "time_budget"
     assert (row["status"], row["code"]) == ("error", "SANDBOX_TIMEOUT")
     assert "slow_lookup ran past the run's time budget" in row["output"]
-    assert elapsed < 1.0 + SETTLE_S + 8  # nowhere near the tool's 600 s
+    assert elapsed < 1.0 + SETTLE_S + 25  # a loaded machine, but nowhere near 600 s
 
 
 async def test_an_async_tool_past_the_budget_is_cancelled(ws: Path) -> None:
@@ -473,7 +473,7 @@ def test_verification_of_a_fifo_says_it_could_not_run_at_once(ws: Path, tmp_path
         verification=hn.FileContains("NOTES.md", "#"),
         max_steps=1,
     )
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30
     assert result.outcome is hn.RunOutcome.STEP_CAP
     check = run_verification(
         hn.FileContains("NOTES.md", "#"), Workspace(ws), policy=hn.Policy.default(), approver=None
