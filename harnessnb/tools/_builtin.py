@@ -63,11 +63,18 @@ def _os_error(exc: OSError, shown: str) -> ToolError:
     return ToolError(f"cannot access {shown}: {exc.strerror or exc}", code="FILE_IO")
 
 
-def _read_bytes(ctx: ToolContext, shown: str) -> bytes:
-    """The bytes of a regular text file: walked, judged on the path taken, hard links checked."""
+def _read_bytes(ctx: ToolContext, shown: str, *, act: str = "read") -> bytes:
+    """The bytes of a regular text file: walked, judged on the path taken, hard links checked.
+
+    ``act="write"`` is an edit's read: judged as the write the gate passed, and refused
+    where reading is denied outright.
+    """
     try:
         with ctx.workspace.walk(shown) as walked:
-            admit(ctx, "read", walked.rel)
+            admit(ctx, act, walked.rel)
+            policy = ctx.policy
+            if act != "read" and policy is not None and policy.explain("read", walked.rel).denied:
+                admit(ctx, "read", walked.rel)
             return read_walked(walked, shown, guard=LinkGuard(ctx.workspace, ctx.policy))
     except OSError as exc:
         raise _os_error(exc, shown) from exc
@@ -259,7 +266,7 @@ class EditFile(_PathTool):
         if not old:
             message = "`old` must not be empty; use write_file to create a file"
             raise ToolError(message, code="TOOL_ARGS")
-        data = _read_bytes(ctx, shown)
+        data = _read_bytes(ctx, shown, act="write")
         # surrogateescape keeps undecodable bytes elsewhere in the file byte-exact.
         text = data.decode("utf-8", "surrogateescape")
         count = text.count(old)

@@ -481,3 +481,17 @@ def test_verification_of_a_fifo_says_it_could_not_run_at_once(ws: Path, tmp_path
     outcome = asyncio.run(check)
     assert (outcome.ran, outcome.passed) == (False, False)
     assert outcome.detail.startswith("could not run: NOTES.md is a FIFO (named pipe)")
+
+
+async def test_an_edit_is_judged_as_the_write_it_was_approved_as(ws: Path) -> None:
+    """Under read: ask, an approved edit still reads its file; a denied read stays denied."""
+    (ws / "a.txt").write_text("alpha\n")
+    policy = hn.Policy.default().with_default("read", "ask").layer("t").allow_write("**")
+    args = {"path": "a.txt", "old": "alpha", "new": "beta"}
+    await invoke(ws, "edit_file", args, policy=policy, judged=("write", "a.txt"))
+    assert (ws / "a.txt").read_text() == "beta\n"
+    policy = policy.layer("t2").deny_read("a.txt")
+    with pytest.raises(hn.RefusedError, match=r"deny read a\.txt"):
+        await invoke(
+            ws, "edit_file", {**args, "old": "beta"}, policy=policy, judged=("write", "a.txt")
+        )
