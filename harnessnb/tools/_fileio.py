@@ -45,7 +45,7 @@ __all__ = [
 
 MAX_READ_BYTES = 1 << 20  # 1 MiB: larger files are refused with their size (use grep)
 _BINARY_SNIFF = 8192
-_SCAN_LIMIT = 50_000  # entries a hard-link check looks at before it gives up (and refuses)
+_SCAN_LIMIT = 200_000  # files a hard-link check looks at before it gives up (and refuses)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _KINDS = (

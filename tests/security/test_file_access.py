@@ -495,3 +495,16 @@ async def test_an_edit_is_judged_as_the_write_it_was_approved_as(ws: Path) -> No
         await invoke(
             ws, "edit_file", {**args, "old": "beta"}, policy=policy, judged=("write", "a.txt")
         )
+
+
+def test_a_multi_name_file_is_refused_when_the_workspace_is_too_big_to_check(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harnessnb.tools import _fileio
+
+    os.link(ws / "README.md", ws / "also-readme.md")
+    monkeypatch.setattr(_fileio, "_SCAN_LIMIT", 1)
+    guard = _fileio.LinkGuard(Workspace(ws), hn.Policy.default())
+    with pytest.raises(hn.RefusedError, match="too large to check"):
+        guard.check(os.stat(ws / "also-readme.md"), "also-readme.md")
+    guard.check(os.stat(ws / ".env"), ".env")  # one name: nothing to check
