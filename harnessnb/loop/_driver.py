@@ -87,6 +87,7 @@ class Driver(StepTools):
             tools=[*builtin_tools(), *tools],
             run_id=run_id,
             on_event=self._tool_event,
+            remaining=self.remaining,
         )
         self.model_calls = ModelCalls(
             provider,

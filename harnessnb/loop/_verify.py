@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..rules._errors import HarnessError
+from ..tools._fileio import read_walked
 from ..tools._gate import Gate, Stop
 from ._contract import Command, FileContains, Verification
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from ..tools._workspace import Workspace
 
 __all__ = ["VerifyOutcome", "run_verification"]
+
+_READ_LIMIT = 64 << 20  # a file to search for a needle: generous, but not unbounded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +46,18 @@ async def run_verification(
 
 
 def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
+    # Walked and read like the file tools: a FIFO the agent made is refused, not
+    # waited on (this runs on the event loop's thread).
     try:
-        path = workspace.resolve(check.path)
+        with workspace.walk(check.path) as walked:
+            data = read_walked(walked, check.path, guard=None, limit=_READ_LIMIT, text=False)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return VerifyOutcome(True, False, f"{check.path} does not exist")
     except HarnessError as exc:
         return VerifyOutcome(False, False, f"could not run: {exc.message}")
-    if not path.is_file():
-        return VerifyOutcome(True, False, f"{check.path} does not exist")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return VerifyOutcome(False, False, f"could not run: {check.path}: {exc.strerror or exc}")
+    text = data.decode("utf-8", errors="replace")
     if check.needle in text:
         return VerifyOutcome(True, True, check.describe())
     return VerifyOutcome(True, False, f"{check.path} does not contain {check.needle!r}")

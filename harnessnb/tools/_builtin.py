@@ -1,8 +1,10 @@
 """The built-in tools the model sees: read_file, write_file, edit_file, list_dir,
 find_files, grep and run_command (names are part of recorded runs; never rename).
 
-Every path goes through ``Workspace.resolve`` before any I/O; ``run_command`` runs
-through the one subprocess runner (``_process.run_argv``).
+Every path is walked from the workspace root's descriptor (``Workspace.walk``) and
+read or written on what the walk opened (``_fileio``); blocking file work runs on
+daemon threads (``_blocking``). ``run_command`` runs through the one subprocess runner
+(``_process.run_argv``).
 """
 
 from __future__ import annotations
@@ -17,21 +19,35 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..rules._errors import SandboxError, ToolError
+import re2
+
+from ..rules._errors import RefusedError, SandboxError, ToolError
 from ..rules._policy import exec_target
+from ._blocking import run_blocking
+from ._fileio import (
+    MAX_READ_BYTES,
+    LinkGuard,
+    admit,
+    file_mode,
+    iter_files,
+    list_folder,
+    read_at,
+    read_walked,
+    replace_walked,
+)
 from ._process import run_argv
 from ._protocol import Effect, Tool, ToolContext, ToolOutput, bound_output
 from ._sandbox import sandbox_backend, sandbox_label
 from ._schema import object_schema
-from ._workspace import SKIP_DIRS, Workspace, containment_refusal
+from ._workspace import Workspace, containment_refusal
 
 __all__ = ["MAX_READ_BYTES", "builtin_tools", "glob_to_regex", "read_text_file"]
 
-MAX_READ_BYTES = 1 << 20  # 1 MiB: larger files are refused with their size (use grep)
-_BINARY_SNIFF = 8192
 _LIST_LIMIT = 1000
 _GREP_LIMIT = 500
 _GREP_LINE = 300
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the model's error, not a log line
 
 
 # ------------------------------------------------------------------ file helpers
@@ -48,59 +64,47 @@ def _os_error(exc: OSError, shown: str) -> ToolError:
     return ToolError(f"cannot access {shown}: {exc.strerror or exc}", code="FILE_IO")
 
 
-def _read_bytes_checked(path: Path, shown: str) -> bytes:
-    """The bytes of a regular text file, refusing directories, huge and binary files."""
+def _read_bytes(ctx: ToolContext, shown: str, *, act: str = "read") -> bytes:
+    """The bytes of a regular text file: walked, judged on the path taken, hard links checked.
+
+    ``act="write"`` is an edit's read: judged as the write the gate passed, and refused
+    where reading is denied outright.
+    """
     try:
-        st = path.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(shown)
-        if st.st_size > MAX_READ_BYTES:
-            raise SandboxError(
-                f"{shown} is {st.st_size} bytes, over the {MAX_READ_BYTES} byte read limit; "
-                "use grep to find the lines you need",
-                reason="too_large",
-            )
-        data = path.read_bytes()
+        with ctx.workspace.walk(shown) as walked:
+            admit(ctx, act, walked.rel)
+            policy = ctx.policy
+            if act != "read" and policy is not None and policy.explain("read", walked.rel).denied:
+                admit(ctx, "read", walked.rel)
+            return read_walked(walked, shown, guard=LinkGuard(ctx.workspace, ctx.policy))
     except OSError as exc:
         raise _os_error(exc, shown) from exc
-    if b"\x00" in data[:_BINARY_SNIFF]:
-        raise SandboxError(f"{shown} looks binary (NUL bytes); not shown", reason="binary")
-    return data
 
 
-def read_text_file(path: Path, shown: str) -> str:
-    """A text file's content for the model (undecodable bytes replaced)."""
-    return _read_bytes_checked(path, shown).decode("utf-8", errors="replace")
+def read_text_file(workspace: Workspace, shown: str) -> str:
+    """A text file's content (undecodable bytes replaced), with no policy: for previews."""
+    return _read_bytes(ToolContext(workspace=workspace), shown).decode("utf-8", errors="replace")
 
 
-def _holds(path: Path, data: bytes, shown: str) -> bool:
-    """True when the file at ``path`` already has exactly ``data`` (size checked first)."""
-    try:
-        st = path.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(shown)
-        return st.st_size == len(data) and path.read_bytes() == data
-    except FileNotFoundError:
+def _write(ctx: ToolContext, shown: str, data: bytes, *, same: bytes | None = None) -> bool:
+    """Land ``data`` at ``shown`` by an atomic replace; False when the file already holds it.
+
+    ``same``: the content an edit started from (identical bytes are no change).
+    """
+    if same is not None and same == data:
         return False
-    except OSError as exc:
-        raise _os_error(exc, shown) from exc
-
-
-def _write(path: Path, data: bytes, shown: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        with ctx.workspace.walk(shown, act="write", create=True) as walked:
+            admit(ctx, "write", walked.rel)
+            return replace_walked(walked, data, shown)
     except OSError as exc:
         raise _os_error(exc, shown) from exc
 
 
-def _land(
-    path: Path, data: bytes, shown: str, *, same: bool, unchanged: str, done: str
-) -> ToolOutput:
-    """Write ``data`` unless the file already holds it: identical bytes are no change."""
-    if same:
+def _land(changed: bool, *, unchanged: str, done: str) -> ToolOutput:
+    """The tool's answer: identical bytes are no change."""
+    if not changed:
         return ToolOutput(unchanged)
-    _write(path, data, shown)
     return ToolOutput(done, changed_workspace=True)
 
 
@@ -111,8 +115,9 @@ def _diff(old: str, new: str, shown: str) -> str:
     return "".join(lines) or "(no change)"
 
 
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """A glob as a regex over ``/``-paths: ``*`` and ``?`` stay in one component, ``**`` spans."""
+def glob_to_regex(pattern: str) -> Any:
+    """A glob as an RE2 regex over ``/``-paths: ``*`` and ``?`` stay in one component,
+    ``**`` spans. RE2 (linear time), so no glob can make matching run away."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -137,18 +142,29 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return re.compile("".join(out) + r"\Z")
+    return _re2_compile("".join(out) + r"\z", pattern, "glob")
+
+
+def _re2_compile(regex: str, shown: str, what: str) -> Any:
+    """``regex`` compiled by RE2, or a ``TOOL_ARGS`` error naming the pattern."""
+    try:
+        return re2.compile(regex, options=_RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args else str(exc)
+        message = (
+            f"invalid {what} {shown!r}: {reason} (patterns run on RE2: no backreferences "
+            "or lookaround)"
+        )
+        raise ToolError(message, code="TOOL_ARGS") from exc
 
 
 def _walk_files(workspace: Workspace, start: Path) -> list[tuple[Path, str]]:
-    """Regular files under ``start`` (no symlinks followed, ``.git`` skipped), sorted."""
-    found: list[tuple[Path, str]] = []
-    for folder, dirs, files in os.walk(start, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in files:
-            path = Path(folder) / name
-            if not path.is_symlink():
-                found.append((path, workspace.relative(path)))
+    """Regular files under ``start`` (no symlinks followed, ``.git`` skipped), sorted.
+
+    Walked folder by folder from the root's descriptor, never through a symlink.
+    """
+    with workspace.walk(workspace.relative(start)) as walked:
+        found = [(workspace.root / rel, rel) for _, _, rel in iter_files(walked)]
     return sorted(found, key=lambda item: item[1])
 
 
@@ -186,8 +202,8 @@ class ReadFile(_PathTool):
     effect = Effect.READ
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        path = ctx.workspace.resolve(args["path"])
-        return ToolOutput(await asyncio.to_thread(read_text_file, path, args["path"]))
+        data = await run_blocking(_read_bytes, ctx, args["path"])
+        return ToolOutput(data.decode("utf-8", errors="replace"))
 
 
 class WriteFile(_PathTool):
@@ -205,27 +221,20 @@ class WriteFile(_PathTool):
     effect = Effect.WRITE
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
-        path = workspace.resolve(args["path"], for_write=True)
-        if not path.exists():
-            return f"new file {args['path']}:\n{args['content']}"
         try:
-            old = read_text_file(path, args["path"])
+            old = read_text_file(workspace, args["path"])
+        except ToolError as exc:
+            if exc.code != "FILE_NOT_FOUND":
+                raise
+            return f"new file {args['path']}:\n{args['content']}"
         except SandboxError:  # binary or huge: a diff would say nothing useful
             return f"replace {args['path']} with:\n{args['content']}"
         return _diff(old, args["content"], args["path"])
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        return await asyncio.to_thread(self._write, ctx.workspace, args["path"], args["content"])
-
-    @staticmethod
-    def _write(workspace: Workspace, shown: str, content: str) -> ToolOutput:
-        path = workspace.resolve(shown, for_write=True)
-        data = content.encode("utf-8")
+        shown, data = args["path"], args["content"].encode("utf-8")
         return _land(
-            path,
-            data,
-            shown,
-            same=_holds(path, data, shown),
+            await run_blocking(_write, ctx, shown, data),
             unchanged=f"unchanged: {shown} already has these {len(data)} bytes",
             done=f"wrote {len(data)} bytes to {shown}",
         )
@@ -247,22 +256,18 @@ class EditFile(_PathTool):
     effect = Effect.WRITE
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
-        path = workspace.resolve(args["path"], for_write=True)
-        text = read_text_file(path, args["path"])
+        text = read_text_file(workspace, args["path"])
         return _diff(text, text.replace(args["old"], args["new"], 1), args["path"])
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        return await asyncio.to_thread(
-            self._edit, ctx.workspace, args["path"], args["old"], args["new"]
-        )
+        return await run_blocking(self._edit, ctx, args["path"], args["old"], args["new"])
 
     @staticmethod
-    def _edit(workspace: Workspace, shown: str, old: str, new: str) -> ToolOutput:
+    def _edit(ctx: ToolContext, shown: str, old: str, new: str) -> ToolOutput:
         if not old:
             message = "`old` must not be empty; use write_file to create a file"
             raise ToolError(message, code="TOOL_ARGS")
-        path = workspace.resolve(shown, for_write=True)
-        data = _read_bytes_checked(path, shown)
+        data = _read_bytes(ctx, shown, act="write")
         # surrogateescape keeps undecodable bytes elsewhere in the file byte-exact.
         text = data.decode("utf-8", "surrogateescape")
         count = text.count(old)
@@ -279,10 +284,7 @@ class EditFile(_PathTool):
             )
         updated = text.replace(old, new, 1).encode("utf-8", "surrogateescape")
         return _land(
-            path,
-            updated,
-            shown,
-            same=updated == data,
+            _write(ctx, shown, updated, same=data),
             unchanged=f"unchanged: {shown} (old and new are the same)",
             done=f"edited {shown}: replaced 1 occurrence",
         )
@@ -296,15 +298,8 @@ class ListDir(_PathTool):
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         shown = args.get("path", ".")
-        path = ctx.workspace.resolve(shown)
-        try:
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
-        except OSError as exc:
-            if isinstance(exc, NotADirectoryError) and path.exists():
-                message = f"{shown} is a file; use read_file"
-                raise ToolError(message, code="NOT_A_DIRECTORY") from exc
-            raise _os_error(exc, shown) from exc
-        folder = ctx.workspace.relative(path)
+        folder, found = await run_blocking(_list_dir, ctx, shown)
+        entries = sorted(found, key=lambda e: e.name)
         names = [_entry_name(e) for e in entries if not ctx.hides(posixpath.join(folder, e.name))]
         listing = _bounded_lines(names, _LIST_LIMIT, "entries") or "(empty folder)"
         return ToolOutput(listing + _hidden_note(len(entries) - len(names), "entries"))
@@ -313,6 +308,20 @@ class ListDir(_PathTool):
 def _hidden_note(hidden: int, noun: str) -> str:
     """The one line that says how many names the policy kept out of a listing."""
     return f"\n({hidden} {noun} hidden by the policy)" if hidden else ""
+
+
+def _list_dir(ctx: ToolContext, shown: str) -> tuple[str, list[os.DirEntry[str]]]:
+    """The folder's path from the root and its entries, walked to from the root and
+    judged on the path taken."""
+    try:
+        with ctx.workspace.walk(shown) as walked:
+            admit(ctx, "read", walked.rel)
+            mode = file_mode(walked)
+            if mode is not None and not stat.S_ISDIR(mode):
+                raise ToolError(f"{shown} is a file; use read_file", code="NOT_A_DIRECTORY")
+            return walked.rel, list_folder(walked)
+    except OSError as exc:
+        raise _os_error(exc, shown) from exc
 
 
 def _entry_name(entry: os.DirEntry[str]) -> str:
@@ -350,7 +359,7 @@ class FindFiles(Tool):
         pattern = args["pattern"].removeprefix("./")
         regex = glob_to_regex(pattern)
         by_name = "/" not in pattern
-        files = await asyncio.to_thread(_walk_files, ctx.workspace, ctx.workspace.root)
+        files = await run_blocking(_walk_files, ctx.workspace, ctx.workspace.root)
         hits = [rel for _, rel in files if regex.match(posixpath.basename(rel) if by_name else rel)]
         shown = [rel for rel in hits if not ctx.hides(rel)]
         listing = _bounded_lines(shown, _LIST_LIMIT, "files") or f"no match for {pattern!r}"
@@ -363,6 +372,8 @@ class Grep(_PathTool):
         "Search text files under a workspace path with a Python regular expression; "
         "prints 'file:line: text' for each matching line."
     )
+    # The spec stays as recorded runs have it (a replay matches requests by their
+    # tools); a pattern RE2 cannot run says so in its error.
     parameters = _params(
         ["pattern"],
         pattern=_string("A Python regular expression."),
@@ -371,46 +382,58 @@ class Grep(_PathTool):
     effect = Effect.READ
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
-        try:
-            regex = re.compile(args["pattern"])
-        except re.error as exc:
-            message = f"invalid regular expression {args['pattern']!r}: {exc}"
-            raise ToolError(message, code="TOOL_ARGS") from exc
+        # RE2 runs in linear time: no pattern can make a search run away.
+        regex = _re2_compile(args["pattern"], args["pattern"], "regular expression")
         shown = args.get("path", ".")
-        start = ctx.workspace.resolve(shown)
-        return ToolOutput(await asyncio.to_thread(_grep, regex, start, shown, ctx))
+        return ToolOutput(await run_blocking(_grep, regex, shown, ctx))
 
 
-def _grep(regex: re.Pattern[str], start: Path, shown: str, ctx: ToolContext) -> str:
-    if start.is_file():
-        files = [(start, ctx.workspace.relative(start))]
-        texts = {files[0][1]: read_text_file(start, shown)}
-    elif start.is_dir():
-        files = _walk_files(ctx.workspace, start)
-        texts = {}
-    else:
-        raise ToolError(f"no such file or folder: {shown}", code="FILE_NOT_FOUND")
-    hits: list[str] = []
+def _grep(regex: Any, shown: str, ctx: ToolContext) -> str:
+    guard = LinkGuard(ctx.workspace, ctx.policy)
+    found: list[tuple[str, list[str]]] = []
     skipped = 0
-    for path, rel in files:
-        if not ctx.may_read(rel):  # secrets stay unread even in bulk
-            skipped += 1
-            continue
-        text = texts.get(rel) if rel in texts else _text_or_none(path)
-        if text is None:
-            continue
-        for number, line in enumerate(text.splitlines(), 1):
-            if regex.search(line):
-                hits.append(f"{rel}:{number}: {line[:_GREP_LINE]}")
+    try:
+        with ctx.workspace.walk(shown) as walked:
+            admit(ctx, "read", walked.rel)
+            mode = file_mode(walked)
+            if mode is None:
+                raise ToolError(f"no such file or folder: {shown}", code="FILE_NOT_FOUND")
+            if not stat.S_ISDIR(mode):  # one file: its refusals are the answer
+                text = read_walked(walked, shown, guard=guard).decode("utf-8", "replace")
+                found.append((walked.rel, _grep_lines(regex, walked.rel, text)))
+            else:
+                for folder, name, rel in iter_files(walked):
+                    if not ctx.may_read(rel):  # secrets stay unread even in bulk
+                        skipped += 1
+                        continue
+                    try:
+                        searched = _text_or_none(folder, name, rel, guard)
+                    except RefusedError:  # another name of a denied file
+                        skipped += 1
+                        continue
+                    if searched is not None:
+                        found.append((rel, _grep_lines(regex, rel, searched)))
+    except OSError as exc:
+        raise _os_error(exc, shown) from exc
+    hits = [hit for _, lines in sorted(found) for hit in lines]
     out = _bounded_lines(hits, _GREP_LIMIT, "matches") or "no matches"
     return out + (f"\n({skipped} files skipped by the policy)" if skipped else "")
 
 
-def _text_or_none(path: Path) -> str | None:
-    """A searchable file's text; binary, huge and unreadable files are skipped quietly."""
+def _grep_lines(regex: Any, rel: str, text: str) -> list[str]:
+    return [
+        f"{rel}:{number}: {line[:_GREP_LINE]}"
+        for number, line in enumerate(text.splitlines(), 1)
+        if regex.search(line)
+    ]
+
+
+def _text_or_none(folder: int, name: str, rel: str, guard: LinkGuard) -> str | None:
+    """A searchable file's text; binary, huge, unreadable and non-regular files are
+    skipped quietly (``RefusedError`` for another name of a denied file)."""
     try:
-        return read_text_file(path, str(path))
-    except (SandboxError, ToolError):
+        return read_at(folder, name, rel, rel, guard=guard).decode("utf-8", "replace")
+    except (SandboxError, ToolError, OSError):
         return None
 
 

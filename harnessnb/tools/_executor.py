@@ -5,10 +5,17 @@ verdict, approver for ``ask``) -> ``before_run`` (the loop commits the intent) -
 execution with per-effect retry. Every failure comes back as a ``ToolResult``
 carrying the ``HarnessError``'s name and code, never as an exception, so the model
 can act on it.
+
+Every execution is cut at the run's remaining time (plus ``SETTLE_S``, so a tool
+that keeps its own deadline, like ``run_command``, can still report): one that
+overruns is abandoned and recorded as ``SandboxError`` reason ``timeout``. Blocking
+work runs on daemon threads (``_blocking``), so an abandoned call never holds the
+interpreter open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,18 +32,31 @@ from ..rules._errors import (
 )
 from ..rules._policy import Policy
 from ._approval import Approver
-from ._gate import EventSink, Gate
-from ._protocol import PREVIEW_LIMIT, Effect, Tool, ToolContext, ToolResult, bound_output
+from ._gate import EventSink, Gate, StopKind
+from ._process import TERM_GRACE_S
+from ._protocol import (
+    PREVIEW_LIMIT,
+    Effect,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolResult,
+    bound_output,
+)
 from ._schema import check_schema, validate_args
 
 if TYPE_CHECKING:
     from ._workspace import Workspace
 
-__all__ = ["MAX_EXECUTIONS", "ToolExecutor", "retry_decision", "retryable"]
+__all__ = ["MAX_EXECUTIONS", "SETTLE_S", "ToolExecutor", "retry_decision", "retryable"]
 
 log = logging.getLogger("harnessnb.tools")
 
 MAX_EXECUTIONS = 3
+# Past the run's deadline, how long a tool may take to wind down: run_command's own
+# timeout (cut to the same deadline) sends SIGTERM, SIGKILL one grace later, then
+# drains pipes for one more grace.
+SETTLE_S = 2 * TERM_GRACE_S + 0.5
 
 
 # ------------------------------------------------------------------ retry
@@ -89,6 +109,8 @@ class ToolExecutor:
             ``approval_requested`` and ``approval_decided`` events; its failures are
             logged and ignored, because the trace, not the events, is authoritative.
         command_timeout_s: The ``run_command`` timeout.
+        remaining: Seconds the run has left (None: no time budget); every execution
+            is cut there, plus ``SETTLE_S``.
 
     Raises:
         ConfigError: Two tools share a name, or a tool's parameters are not JSON Schema.
@@ -104,6 +126,7 @@ class ToolExecutor:
         run_id: str | None = None,
         on_event: EventSink | None = None,
         command_timeout_s: float = 30.0,
+        remaining: Callable[[], float | None] | None = None,
     ) -> None:
         self.workspace = workspace
         self.policy = policy
@@ -111,6 +134,7 @@ class ToolExecutor:
         # The approver and the event listener belong to the gate (events go through it).
         self.gate = Gate(policy, approver, run_id=run_id, on_event=on_event)
         self.command_timeout_s = command_timeout_s
+        self.remaining = remaining
         self._tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self._tools:
@@ -165,15 +189,6 @@ class ToolExecutor:
             message = f"invalid arguments for {tool_.name}: " + "; ".join(problems)
             return _failure(ToolError(message, code="TOOL_ARGS"))
         args = dict(call.arguments)
-        gate = await self._gate(call, tool_, args)
-        if gate is not None:
-            return gate
-        if before_run is not None:
-            await before_run()
-        return await self._run(tool_, args, call, idempotency_key)
-
-    async def _gate(self, call: ToolCall, tool_: Tool, args: dict[str, Any]) -> ToolResult | None:
-        """Containment, then the gate (policy, approver); a result means the call stops here."""
         try:
             act_target = tool_.resolve_target(args, self.workspace)
         except RefusedError as err:
@@ -181,6 +196,21 @@ class ToolExecutor:
             return _failure(refused.error, status="refused")
         except Exception as exc:  # an unreadable path component, say: not retried
             return _failure(wrap_unknown(exc))
+        gate = await self._gate(call, tool_, args, act_target)
+        if gate is not None:
+            return gate
+        if before_run is not None:
+            await before_run()
+        return await self._run(tool_, args, call, idempotency_key, act_target)
+
+    async def _gate(
+        self,
+        call: ToolCall,
+        tool_: Tool,
+        args: dict[str, Any],
+        act_target: tuple[str, str] | None,
+    ) -> ToolResult | None:
+        """The gate (policy, approver) on the contained target; a result stops the call."""
         if act_target is None:
             return None
         stop = await self.gate.check(
@@ -198,7 +228,12 @@ class ToolExecutor:
         return _failure(stop.error, status="refused")
 
     async def _run(
-        self, tool_: Tool, args: dict[str, Any], call: ToolCall, idempotency_key: str
+        self,
+        tool_: Tool,
+        args: dict[str, Any],
+        call: ToolCall,
+        idempotency_key: str,
+        judged: tuple[str, str] | None,
     ) -> ToolResult:
         """Execute with per-effect retry; the same key on every attempt."""
         executions = 0
@@ -212,11 +247,16 @@ class ToolExecutor:
                 run_id=self.run_id,
                 call_id=call.id,
                 attempt=executions,
+                judged=judged,
             )
             try:
-                output = await tool_.invoke(args, ctx)
+                output = await self._invoke(tool_, args, ctx)
+            except RefusedError as err:  # judged again on what the tool actually opened
+                kind: StopKind = "containment" if err.rule == "containment" else "denied"
+                await self.gate.refuse(kind, err, tool_.name, call.id)
+                return _failure(err, status="refused", executions=executions)
             except Exception as exc:
-                if retry_decision(tool_.effect, executions, exc):
+                if not self._out_of_time() and retry_decision(tool_.effect, executions, exc):
                     log.debug("retrying %s after %r (execution %d)", tool_.name, exc, executions)
                     continue
                 return _failure(wrap_unknown(exc), executions=executions)
@@ -226,6 +266,30 @@ class ToolExecutor:
                 changed_workspace=output.changed_workspace,
                 executions=executions,
             )
+
+    async def _invoke(self, tool_: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """One execution, abandoned past the run's remaining time (plus ``SETTLE_S``)."""
+        left = None if self.remaining is None else self.remaining()
+        if left is None:
+            return await tool_.invoke(args, ctx)
+        scope = asyncio.timeout(max(left, 0.0) + SETTLE_S)
+        try:
+            async with scope:
+                return await tool_.invoke(args, ctx)
+        except TimeoutError as exc:
+            if not scope.expired():
+                raise  # the tool's own TimeoutError
+            message = (
+                f"{tool_.name} ran past the run's time budget ({max(left, 0.0):.3g} s were "
+                "left) and was abandoned"
+            )
+            if tool_.effect is not Effect.READ:
+                message += "; it may still complete, so check before repeating it"
+            raise SandboxError(message, reason="timeout") from exc
+
+    def _out_of_time(self) -> bool:
+        left = None if self.remaining is None else self.remaining()
+        return left is not None and left <= 0
 
     def __repr__(self) -> str:
         return f"ToolExecutor(tools={list(self._tools)}, policy={self.policy!r})"

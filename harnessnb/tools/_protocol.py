@@ -19,7 +19,6 @@ file, it changes nothing); an IDEMPOTENT or WRITE tool is checked as
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
 import functools
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ..rules._policy import Policy
 from ._approval import ApprovalRequest
+from ._blocking import run_blocking
 from ._schema import parse_docstring, schema_from_signature
 
 if TYPE_CHECKING:
@@ -109,7 +109,11 @@ class ToolResult:
 
 @dataclasses.dataclass
 class ToolContext:
-    """What a tool body may use besides its arguments."""
+    """What a tool body may use besides its arguments.
+
+    ``judged`` is the (act, target) the gate passed for this call, so a file tool can
+    tell the path it actually walked from the one a person approved.
+    """
 
     workspace: Workspace
     idempotency_key: str | None = None
@@ -118,6 +122,7 @@ class ToolContext:
     run_id: str | None = None
     call_id: str | None = None
     attempt: int = 1
+    judged: tuple[str, str] | None = None
 
     def may_read(self, relative_path: str) -> bool:
         """True when the policy outright allows reading this path (grep skips the rest)."""
@@ -203,8 +208,9 @@ class FunctionTool(Tool):
         if inspect.iscoroutinefunction(self.fn):
             value = await self.fn(**kwargs)
         else:
-            # A sync body may block (HTTP, disk): keep it off the loop thread.
-            value = await asyncio.to_thread(self.fn, **kwargs)
+            # A sync body may block (HTTP, disk): keep it off the loop thread, on a
+            # daemon thread, so one abandoned at the run's deadline cannot hold exit.
+            value = await run_blocking(self.fn, **kwargs)
         return _to_output(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
