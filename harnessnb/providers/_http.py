@@ -41,6 +41,7 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
+from ..rules._secrets import register, scrub, scrub_exception
 from ._completion import AttemptRecord, Completion, Messages, ToolSpecs, report_attempt
 from ._wire import Parsed, StreamAccumulator, WireError, error_text
 
@@ -63,7 +64,6 @@ DEFAULT_IDLE_TIMEOUT = 60.0
 _CONNECT_TIMEOUT = 10.0
 # Error bodies are read for their message only; a huge HTML error page is cut short.
 _ERROR_BODY_LIMIT = 64 * 1024
-_REDACTED = "[REDACTED]"
 _DRAIN_TIMEOUT = 0.5
 
 
@@ -195,7 +195,11 @@ class HTTPProvider(abc.ABC):
         self._base_url = (base_url or self.DEFAULT_BASE_URL).rstrip("/")
         if urlsplit(self._base_url).scheme not in ("http", "https"):
             raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
-        if not api_key and base_url is None:
+        if api_key:  # a key read from a file ends in a newline, which breaks the header
+            if not (api_key := api_key.strip()):
+                raise ConfigError(f"{self.NAME}: api_key= holds only whitespace",
+                                  code="CONFIG_MISSING_KEY")  # fmt: skip
+        elif base_url is None:
             # The official host needs a key: take it from the environment like the
             # SDKs do, but never send it to a custom base_url nobody handed it to.
             api_key = _env(self.KEY_ENV)
@@ -205,6 +209,7 @@ class HTTPProvider(abc.ABC):
                     code="CONFIG_MISSING_KEY",
                 )
         self._api_key = api_key or None
+        register(self._api_key)
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         try:
@@ -327,9 +332,8 @@ class HTTPProvider(abc.ABC):
     # -- helpers for subclasses and the attempt
 
     def _scrub(self, text: str) -> str:
-        """Remove the key from text that came from elsewhere (a server may echo it)."""
-        key = self._api_key
-        return text.replace(key, _REDACTED) if key and len(key) >= 4 else text
+        """Text that came from elsewhere (a server may echo the key), through the one scrubber."""
+        return scrub(text)  # the key was registered when this provider was built
 
 
 class _Attempt:
@@ -368,13 +372,20 @@ class _Attempt:
                 f"no complete answer within the {self.p._timeout:g} s deadline",
             ) from exc
         except httpx2.HTTPError as exc:
+            scrub_exception(exc)  # it may quote a header, the key in it
             kind, text = _http_error_kind(exc)
             raise self._fail(kind, text) from exc
         except httpx2.InvalidURL as exc:
+            scrub_exception(exc)
             raise self._fail(ProviderErrorKind.REQUEST, f"invalid URL: {exc}") from exc
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
+            scrub_exception(exc.__cause__)
             raise self._fail(exc.kind, exc.message) from exc.__cause__
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            # A stream event of an odd shape; unchained: the parser's text quotes the body.
+            name = type(exc).__name__
+            raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
         if not parsed.text and not parsed.tool_calls:
             raise self._fail(
                 ProviderErrorKind.MALFORMED,

@@ -22,6 +22,7 @@ __all__ = [
     "WireError",
     "error_text",
     "json_object",
+    "token_count",
     "tool_arguments",
 ]
 
@@ -90,6 +91,21 @@ def json_object(text: str, subject: str) -> dict[str, Any]:
         raise WireError.malformed(f"{subject} not JSON") from exc
     if not isinstance(value, dict):
         raise WireError.malformed(f"{subject} not an object")
+    return value
+
+
+def token_count(usage: Mapping[str, Any], field: str) -> int:
+    """``usage[field]`` as a token count (absent or null is 0), or a malformed ``WireError``.
+
+    The message names the field only: the value is server text, which may echo a key.
+    """
+    value = usage.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int or value < 0:
+        raise WireError.malformed(f"usage field {field!r} is not a token count")
     return value
 
 

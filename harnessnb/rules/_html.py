@@ -16,6 +16,8 @@ import enum
 import html
 from collections.abc import Iterable, Sequence
 
+from ._secrets import scrub
+
 __all__ = [
     "BADGE_TEXT",
     "FAINT",
@@ -66,10 +68,14 @@ _TABLE = "color:inherit;font-size:inherit;border-collapse:collapse"
 
 
 def escape(value: object) -> Html:
-    """``value`` as text safe in a page (``Html`` is already safe and passes as is)."""
+    """``value`` as text safe in a page (``Html`` is already safe and passes as is).
+
+    Secrets are scrubbed here too: every piece of text that becomes HTML (cards, the
+    progress widget, the approval panel) passes this one function exactly once.
+    """
     if isinstance(value, Html):
         return value
-    return Html(html.escape(str(value)))
+    return Html(html.escape(scrub(str(value))))
 
 
 def join(parts: Iterable[object], sep: str = "") -> Html:
