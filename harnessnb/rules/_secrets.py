@@ -145,6 +145,7 @@ def _forms(value: str) -> set[str]:
                 json.dumps(v)[1:-1],
                 json.dumps(v, ensure_ascii=False)[1:-1],
                 quote(v, safe=""),
+                quote(v),  # as a path keeps "/"
                 quote_plus(v),
                 repr(v)[1:-1],
             }
