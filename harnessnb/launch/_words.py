@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ..loop._events import RunEvent
+from ..rules._secrets import scrub
 from ..rules._text import shorten
 
 __all__ = ["event_words", "retry_words", "tool_call_words"]
@@ -28,6 +29,13 @@ def event_words(event: RunEvent, *, max_steps: int = 0) -> str | None:
         max_steps: The run's step cap, shown as ``step 3/12``; 0 when there is none
             (a coding-agent CLI), shown as ``step 3``.
     """
+    line = _words(event, max_steps)
+    # A line may quote tool arguments or a stall's detail: through the one scrubber,
+    # for every face (the notebook's text progress prints it as it is).
+    return None if line is None else scrub(line)
+
+
+def _words(event: RunEvent, max_steps: int) -> str | None:
     data = event.data
     kind = event.kind
     if kind == "started":
@@ -84,4 +92,4 @@ def _args(args: Any) -> str:
         text = text.removeprefix("{").removesuffix("}")
     else:
         text = str(args)
-    return shorten(text, _ARGS_SHOWN)
+    return shorten(scrub(text), _ARGS_SHOWN)  # scrubbed first: a cut key is not matched

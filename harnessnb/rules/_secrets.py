@@ -54,8 +54,9 @@ _SHAPES: Final = re.compile(
 
 _lock = threading.Lock()
 _registered: set[str] = set()
-# (registered values, environment snapshot) -> the pattern of every form of every value.
-_cache: tuple[frozenset[str], tuple[object, ...], re.Pattern[str] | None] | None = None
+_version = 0  # bumped by every new registration
+# (registry version, environment snapshot) -> the pattern of every form of every value.
+_cache: tuple[int, tuple[object, ...], re.Pattern[str] | None] = (-1, (), None)
 
 
 def is_secret_name(name: str) -> bool:
@@ -65,14 +66,20 @@ def is_secret_name(name: str) -> bool:
 
 def register(value: str | None) -> None:
     """Treat ``value`` as secret everywhere from now on (a provider key, say)."""
+    global _version
     if value and len(value.strip()) >= MIN_SECRET_CHARS:
         with _lock:
-            _registered.add(value)
+            if value not in _registered:
+                _registered.add(value)
+                _version += 1
 
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:
     """``text`` without secret values (also ``extra``'s) and without token shapes."""
     text = scrub_values(text, extra)
+    lower = text.lower()
+    if "bearer" not in lower and "sk-" not in lower:  # the common case, 20x cheaper
+        return text
     return _SHAPES.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
 
 
@@ -124,14 +131,13 @@ def _env_secrets() -> list[str]:
 
 def _values_pattern() -> re.Pattern[str] | None:
     global _cache
-    snapshot = _env_snapshot()
-    cache = _cache
-    registered = frozenset(_registered)
-    if cache is not None and cache[0] == registered and cache[1] == snapshot:
-        return cache[2]
-    values = [*registered, *_env_secrets()]
+    version, snapshot = _version, _env_snapshot()
+    if _cache[0] == version and _cache[1] == snapshot:
+        return _cache[2]
+    with _lock:
+        values = [*_registered, *_env_secrets()]
     pattern = _compile(values) if values else None
-    _cache = (registered, snapshot, pattern)
+    _cache = (version, snapshot, pattern)
     return pattern
 
 
