@@ -500,7 +500,7 @@ class _Attempt:
         if error is not None:
             detail = error_text(error)
         else:
-            detail = content.decode("utf-8", "replace").strip()[:300] or "(empty body)"
+            detail = scrub(content.decode("utf-8", "replace")).strip()[:300] or "(empty body)"
         if 300 <= status < 400:
             where = self.headers.get("location", "elsewhere")
             detail = f"redirect to {where} not followed ({detail})"

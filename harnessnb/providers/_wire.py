@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..rules._errors import ProviderErrorKind, classify_body_error
+from ..rules._secrets import scrub
 from ._completion import ToolCall, Usage
 
 __all__ = [
@@ -114,8 +115,9 @@ def error_text(error: Any) -> str:
     if isinstance(error, Mapping):
         message = error.get("message")
         label = error.get("type") or error.get("code")
-        text = str(message) if message else json.dumps(error)[:300]
+        # Scrubbed before it is cut: a key cut in two is no longer found.
+        text = str(message) if message else scrub(json.dumps(error))[:300]
         return f"{label}: {text}" if label else text
-    return str(error)[:300]
+    return scrub(str(error))[:300]
 
 

@@ -244,6 +244,16 @@ async def test_a_request_id_echoing_the_key_reaches_no_row_or_card(
     assert_clean(completion.request_id, *result_surfaces(result), *store_surfaces(path))
 
 
+async def test_an_error_body_cut_inside_the_key_shows_no_part_of_it(srv: ChaosServer) -> None:
+    # The error object's JSON is cut at 300 characters, here in the middle of the key.
+    srv.push(Fault.status(500, body={"error": {"code": "odd", "detail": "x" * 262 + CANARY}}))
+    provider = hn.OpenAI("m", api_key=CANARY, base_url=srv.openai_url)
+    with pytest.raises(hn.ProviderError) as caught:
+        await provider.complete([{"role": "user", "content": "hi"}])
+    assert "odd: " in caught.value.message and "[redacted]" in caught.value.message
+    assert_clean(*error_surfaces(caught.value))
+
+
 USAGE = {
     "openai": {"prompt_tokens": f"12 {CANARY}", "completion_tokens": 3},
     "anthropic": {"input_tokens": f"12 {CANARY}", "output_tokens": 3},
