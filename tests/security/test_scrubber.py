@@ -137,13 +137,12 @@ def test_progress_words_and_cards_of_any_text_are_scrubbed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from harnessnb.launch._words import event_words
-    from harnessnb.loop._events import RunEvent
     from harnessnb.rules._html import escape, text_block
 
     monkeypatch.setenv("HN_TEST_SECRET", ENV_CANARY)
     # Long enough that the line is cut inside the secret, had it not been scrubbed first.
     args = {"argv": ["curl", "-H", f"X-Deploy: {ENV_CANARY}", "https://example.invalid/x"]}
-    event = RunEvent("tool_call", "run_1", 1, 0.0, {"tool": "run_command", "args": args,
+    event = hn.RunEvent("tool_call", "run_1", 1, 0.0, {"tool": "run_command", "args": args,
                                                      "status": "ok"})  # fmt: skip
     line = event_words(event)
     assert line is not None and "[redacted]" in line
