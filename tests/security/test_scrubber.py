@@ -320,6 +320,21 @@ async def test_tool_output_holding_a_secret_env_value_reaches_neither_model_nor_
                  secret=ENV_CANARY)  # fmt: skip
 
 
+async def test_model_text_quoting_a_secret_is_scrubbed_in_checkpoint_and_card(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HN_DB_PASSWORD", ENV_CANARY)
+    provider = hn.ScriptedProvider([f"the password is {ENV_CANARY}, and sk-ant-abcdefghijk12"])
+    path = tmp_path / "runs.duckdb"
+    with hn.Store(path) as store:
+        result = await hn.run(contract(ws), provider, store=store)
+        checkpoint = store.sql("SELECT checkpoint FROM steps")["checkpoint"][0]
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    # Known values go; a token shape in model text is kept verbatim for resume.
+    assert "the password is [redacted], and sk-ant-abcdefghijk12" in checkpoint
+    assert_clean(*result_surfaces(result), *store_surfaces(path), secret=ENV_CANARY)
+
+
 # ------------------------------------------------------------------ the command
 
 
