@@ -81,7 +81,7 @@ class AgentResult:
         if self.error is not None:
             lines.append(f"  error {self.error.code}: {shorten(str(self.error).strip(), 300)}")
         if self.text:
-            lines.append(f"  answer: {shorten(scrub(self.text).strip(), 300)}")
+            lines.append(f"  answer: {shorten(self.text.strip(), 300)}")
         return scrub("\n".join(lines))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
@@ -107,7 +107,7 @@ class AgentResult:
             "harnessnb-agent-result",
             [f"{self.agent} run", code(self.run_id), badge(self.outcome.value, tone)],
             kv_table(rows),
-            text_block(shorten(scrub(self.text).strip(), 4000)) if self.text else "",
+            text_block(shorten(self.text.strip(), 4000)) if self.text else "",
             self.error._card_html() if self.error is not None else "",
             tone=tone,
         )

@@ -92,4 +92,4 @@ def _args(args: Any) -> str:
         text = text.removeprefix("{").removesuffix("}")
     else:
         text = str(args)
-    return shorten(scrub(text), _ARGS_SHOWN)  # scrubbed first: a cut key is not matched
+    return shorten(text, _ARGS_SHOWN)

@@ -79,14 +79,14 @@ class RunResult:
         if self.verify_detail:
             lines.append(f"  check: {self.verify_detail}")
         if self.text:
-            lines.append(f"  answer: {shorten(scrub(self.text), 300)}")
+            lines.append(f"  answer: {shorten(self.text, 300)}")
         for row in self.step_rows[:_TEXT_STEPS]:
             lines.append("  " + _step_text(row))
         if len(self.step_rows) > _TEXT_STEPS:
             lines.append(f"  ... {len(self.step_rows) - _TEXT_STEPS} more steps")
         if self.error is not None:
             lines.append("  " + self.error._card_text().replace("\n", "\n  "))
-        return scrub("\n".join(lines))  # a card is scrubbed whole; text cut short, first
+        return scrub("\n".join(lines))  # the lines not cut by shorten, too
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
@@ -101,7 +101,7 @@ class RunResult:
         return card(
             "harnessnb-run",
             [badge(self.outcome.value, tone), code(self.run_id)],
-            text_block(shorten(scrub(self.task), 200), faint=True) if self.task else "",
+            text_block(shorten(self.task, 200), faint=True) if self.task else "",
             facts([
                 ("steps", self.steps),
                 ("tokens", self.tokens),
@@ -114,7 +114,7 @@ class RunResult:
                 ("replans", self.replans),
             ]),
             text_block(f"check: {self.verify_detail}") if self.verify_detail else "",
-            text_block(shorten(scrub(self.text), 2000)) if self.text else "",
+            text_block(shorten(self.text, 2000)) if self.text else "",
             _steps_html(self.step_rows),
             self.error._card_html() if self.error is not None else "",
             tone=tone,
