@@ -40,6 +40,7 @@ Errors print as the error's short text card, never as a Python traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -64,6 +65,7 @@ from .loop._durable import resume_sync
 from .rules._errors import HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
+from .rules._secrets import scrub
 from .rules._text import printable, shorten
 
 if TYPE_CHECKING:
@@ -209,8 +211,30 @@ def _add_demo(sub: Any, common: argparse.ArgumentParser) -> None:
     demo.set_defaults(handler=cmd_demo)
 
 
+class _Scrubbed:
+    """A text stream that writes through the one scrubber: the command's one exit."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(scrub(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``harnessnb`` command; returns the exit code (see the module docstring)."""
+    # Every line the command prints (progress, cards, tables, notes) goes through it.
+    with (
+        contextlib.redirect_stdout(_Scrubbed(sys.stdout)),
+        contextlib.redirect_stderr(_Scrubbed(sys.stderr)),
+    ):
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)  # exits 2 on a usage error
     try:
         code: int = args.handler(args)

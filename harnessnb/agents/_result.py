@@ -8,6 +8,7 @@ from typing import Any
 from ..loop._contract import RunOutcome
 from ..rules._errors import HarnessError
 from ..rules._html import Html, Tone, badge, card, code, kv_table, text_block
+from ..rules._secrets import scrub
 from ..rules._text import shorten
 
 __all__ = ["AgentResult"]
@@ -78,10 +79,10 @@ class AgentResult:
             f"exit code {self.exit_code if self.exit_code is not None else '-'}",
         ]
         if self.error is not None:
-            lines.append(f"  error {self.error.code}: {shorten(self.error.message.strip(), 300)}")
+            lines.append(f"  error {self.error.code}: {shorten(str(self.error).strip(), 300)}")
         if self.text:
             lines.append(f"  answer: {shorten(self.text.strip(), 300)}")
-        return "\n".join(lines)
+        return scrub("\n".join(lines))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self.summary_text(), "text/html": str(self._html())}

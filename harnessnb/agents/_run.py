@@ -27,9 +27,9 @@ from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink, RunEvent
 from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..rules._secrets import scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store
-from ..store._rows import scrub_text
 from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
@@ -398,9 +398,8 @@ class _AgentRun:
         )  # fmt: skip
 
     def _scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "[redacted]")
-        return scrub_text(text)
+        # The child's own variables are secret for this run (not process-wide: TERM...).
+        return scrub(text, self.secrets)
 
     # ---------------------------------------------------------------- finish
 

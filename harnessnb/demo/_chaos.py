@@ -149,13 +149,16 @@ class Reply:
     """What a healthy answer says; the server renders it in the request's protocol.
 
     ``tool_calls`` items are ``{"name": str, "arguments": dict}``. Token counts
-    default to an estimate from the text sizes.
+    default to an estimate from the text sizes. ``usage`` replaces the whole usage
+    object as sent (an unreadable one, say); ``headers`` are added to the response.
     """
 
     text: str = ""
     tool_calls: Sequence[Mapping[str, Any]] = ()
     input_tokens: int | None = None
     output_tokens: int | None = None
+    usage: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -607,6 +610,7 @@ class _Exchange:
             text = f"chaos responder failed: {type(exc).__name__}: {exc}"
             await _send(self.writer, 500, _error_body(self.req.protocol, 500, text), self.ids)
             return True
+        self.ids = {**self.ids, **reply.headers}
         if self.req.stream:
             return await self._stream(self._events(kind, reply))
         return await self._whole(kind, reply)
@@ -751,7 +755,7 @@ def _openai_completion(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str
         "object": "chat.completion",
         "created": int(time.time()),
         "model": req.model,
-        "usage": usage,
+        "usage": usage if reply.usage is None else reply.usage,
     }
     if empty:
         envelope["choices"] = []
@@ -801,7 +805,7 @@ def _openai_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
     options = req.json.get("stream_options") if isinstance(req.json, dict) else None
     if isinstance(options, dict) and options.get("include_usage"):
         usage = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
-        events.append(_sse({**base, "choices": [], "usage": usage}))
+        events.append(_sse({**base, "choices": [], "usage": reply.usage or usage}))
     events.append(b"data: [DONE]\n\n")
     return events
 
@@ -830,14 +834,14 @@ def _anthropic_message(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str
         "content": [] if empty else _anthropic_blocks(req, reply),
         "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": inp, "output_tokens": out},
+        "usage": reply.usage or {"input_tokens": inp, "output_tokens": out},
     }
 
 
 def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
     inp, out = _usage(req, reply, empty)
     message = {**_anthropic_message(req, reply, empty), "content": [], "stop_reason": None}
-    message["usage"] = {"input_tokens": inp, "output_tokens": 1 if out else 0}
+    message["usage"] = reply.usage or {"input_tokens": inp, "output_tokens": 1 if out else 0}
     events = [_sse({"type": "message_start", "message": message}, "message_start")]
     for index, block in enumerate([] if empty else _anthropic_blocks(req, reply)):
         if block["type"] == "text":
@@ -868,7 +872,7 @@ def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[byte
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {"output_tokens": out},
+                "usage": reply.usage or {"output_tokens": out},
             },
             "message_delta",
         )

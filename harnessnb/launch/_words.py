@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ..loop._events import RunEvent
+from ..rules._secrets import scrub
 from ..rules._text import printable, shorten
 
 __all__ = ["event_words", "retry_words", "tool_call_words"]
@@ -31,8 +32,11 @@ def event_words(event: RunEvent, *, max_steps: int = 0) -> str | None:
         max_steps: The run's step cap, shown as ``step 3/12``; 0 when there is none
             (a coding-agent CLI), shown as ``step 3``.
     """
-    words = _words(event, max_steps)
-    return None if words is None else printable(words)
+    line = _words(event, max_steps)
+    # A line may quote tool arguments or a stall's detail: through the one scrubber,
+    # for every face (the notebook's text progress prints it as it is), then shown with
+    # its control characters escaped.
+    return None if line is None else printable(scrub(line))
 
 
 def _words(event: RunEvent, max_steps: int) -> str | None:

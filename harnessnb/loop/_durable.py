@@ -29,6 +29,7 @@ from ..providers._completion import (
 )
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
+from ..rules._secrets import scrub
 from ..store._open import open_store
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
@@ -387,7 +388,7 @@ class Replay:
             err = ProviderError(
                 f"no recording for this request (after {index} answered): the conversation "
                 f"differs from the recorded run at its last message "
-                f"({last.get('role')}: {str(last.get('content'))[:120]!r})",
+                f"({last.get('role')}: {scrub(str(last.get('content')))[:120]!r})",
                 kind=ProviderErrorKind.REQUEST,
                 provider="replay",
                 model=self.model,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..rules._errors import HarnessError
 from ..rules._html import Html, Tone, badge, card, code, details, facts, grid, text_block
+from ..rules._secrets import scrub
 from ..rules._text import shorten
 from ._contract import RunOutcome
 
@@ -85,7 +86,7 @@ class RunResult:
             lines.append(f"  ... {len(self.step_rows) - _TEXT_STEPS} more steps")
         if self.error is not None:
             lines.append("  " + self.error._card_text().replace("\n", "\n  "))
-        return "\n".join(lines)
+        return scrub("\n".join(lines))  # the lines not cut by shorten, too
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}

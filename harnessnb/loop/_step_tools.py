@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
+from ..rules._secrets import scrub_values
 from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
 from ._outcome import settled_call
 
@@ -185,7 +186,8 @@ class StepTools:
         )
         result = await self.executor.execute(call, idempotency_key=key, before_run=before_run)
         done.changed = done.changed or result.changed_workspace
-        content = result.to_message_content()
+        # Secret values never reach the model, the checkpoint or the row (a printenv, say).
+        content = scrub_values(result.to_message_content())
         self.conversation.append(tool_message(call, content))
         error = result.error or {}
         row.update(

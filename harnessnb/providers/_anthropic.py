@@ -15,7 +15,14 @@ from typing import Any
 
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import HTTPProvider
-from ._wire import Parsed, StreamAccumulator, WireError, json_object, tool_arguments
+from ._wire import (
+    Parsed,
+    StreamAccumulator,
+    WireError,
+    json_object,
+    token_count,
+    tool_arguments,
+)
 
 __all__ = ["Anthropic"]
 
@@ -106,10 +113,10 @@ def _usage(raw: Any) -> Usage:
         return Usage()
     # Cached prompt tokens are reported apart from input_tokens; they were still read.
     inp = sum(
-        int(raw.get(k) or 0)
+        token_count(raw, k)
         for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     )
-    return Usage(inp, int(raw.get("output_tokens") or 0))
+    return Usage(inp, token_count(raw, "output_tokens"))
 
 
 def _wire_messages(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -175,7 +182,7 @@ class _MessageStream(StreamAccumulator):
         if etype == "message_start":
             message = obj.get("message") or {}
             self.input_usage = message.get("usage")
-            self.output_tokens = int((message.get("usage") or {}).get("output_tokens") or 0)
+            self.output_tokens = _usage(self.input_usage).output_tokens
         elif etype == "content_block_start":
             block: dict[str, Any] = dict(obj.get("content_block") or {})
             block["partial"] = ""
@@ -197,9 +204,9 @@ class _MessageStream(StreamAccumulator):
             reason = (obj.get("delta") or {}).get("stop_reason")
             if reason:
                 self.stop_reason = _STOP_REASONS.get(reason, reason)
-            out = (obj.get("usage") or {}).get("output_tokens")
-            if out is not None:
-                self.output_tokens = int(out)  # cumulative, not a delta
+            usage = obj.get("usage")
+            if isinstance(usage, Mapping) and usage.get("output_tokens") is not None:
+                self.output_tokens = token_count(usage, "output_tokens")  # cumulative
         elif etype == "message_stop":
             self.done = True
         return False

@@ -45,6 +45,7 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
+from ..rules._secrets import register, scrub, scrub_exception
 from ..rules._text import shorten
 from ._completion import AttemptRecord, Completion, Messages, ToolSpecs, report_attempt
 from ._wire import Parsed, SSEFrames, StreamAccumulator, WireError, error_text
@@ -76,7 +77,6 @@ MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 _CONNECT_TIMEOUT = 10.0
 # Error bodies are read for their message only; a huge HTML error page is cut short.
 _ERROR_BODY_LIMIT = 64 * 1024
-_REDACTED = "[REDACTED]"
 _DRAIN_TIMEOUT = 0.5
 
 
@@ -208,7 +208,11 @@ class HTTPProvider(abc.ABC):
         self._base_url = (base_url or self.DEFAULT_BASE_URL).rstrip("/")
         if urlsplit(self._base_url).scheme not in ("http", "https"):
             raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
-        if not api_key and base_url is None:
+        if api_key:  # a key read from a file ends in a newline, which breaks the header
+            if not (api_key := api_key.strip()):
+                raise ConfigError(f"{self.NAME}: api_key= holds only whitespace",
+                                  code="CONFIG_MISSING_KEY")  # fmt: skip
+        elif base_url is None:
             # The official host needs a key: take it from the environment like the
             # SDKs do, but never send it to a custom base_url nobody handed it to.
             api_key = _env(self.KEY_ENV)
@@ -218,6 +222,7 @@ class HTTPProvider(abc.ABC):
                     code="CONFIG_MISSING_KEY",
                 )
         self._api_key = api_key or None
+        register(self._api_key)
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         try:
@@ -337,13 +342,6 @@ class HTTPProvider(abc.ABC):
             return body.get("error")
         return None
 
-    # -- helpers for subclasses and the attempt
-
-    def _scrub(self, text: str) -> str:
-        """Remove the key from text that came from elsewhere (a server may echo it)."""
-        key = self._api_key
-        return text.replace(key, _REDACTED) if key and len(key) >= 4 else text
-
 
 class _Attempt:
     """One HTTP attempt of one provider: send, read, classify, time and report."""
@@ -381,13 +379,20 @@ class _Attempt:
                 f"no complete answer within the {self.p._timeout:g} s deadline",
             ) from exc
         except httpx2.HTTPError as exc:
+            scrub_exception(exc)  # it may quote a header, the key in it
             kind, text = _http_error_kind(exc)
             raise self._fail(kind, text) from exc
         except httpx2.InvalidURL as exc:
+            scrub_exception(exc)
             raise self._fail(ProviderErrorKind.REQUEST, f"invalid URL: {exc}") from exc
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
+            scrub_exception(exc.__cause__)
             raise self._fail(exc.kind, exc.message) from exc.__cause__
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            # A stream event of an odd shape; unchained: the parser's text quotes the body.
+            name = type(exc).__name__
+            raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
         if not parsed.text and not parsed.tool_calls:
             raise self._fail(
                 ProviderErrorKind.MALFORMED,
@@ -485,7 +490,7 @@ class _Attempt:
         if error is not None:
             detail = error_text(error)
         else:
-            detail = content.decode("utf-8", "replace").strip()[:300] or "(empty body)"
+            detail = scrub(content.decode("utf-8", "replace")).strip()[:300] or "(empty body)"
         if 300 <= status < 400:
             where = self.headers.get("location", "elsewhere")
             detail = f"redirect to {where} not followed ({detail})"
@@ -500,7 +505,9 @@ class _Attempt:
         # Retry-After and x-should-retry mean something only on a response that failed.
         retry_after = parse_retry_after(headers) if headers else None
         # Scrubbed, then cut: a cut must never leave half a key behind.
-        message = shorten(p._scrub(f"{p.NAME} {p._model}: {text}"), MAX_ERROR_TEXT)
+        # shorten scrubs before it cuts: the key, registered when the provider was built,
+        # is removed even where a server echoed it into the text.
+        message = shorten(f"{p.NAME} {p._model}: {text}", MAX_ERROR_TEXT)
         err = ProviderError(
             message,
             kind=kind,

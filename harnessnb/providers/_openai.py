@@ -13,7 +13,14 @@ from typing import Any
 
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT, HTTPProvider
-from ._wire import Parsed, StreamAccumulator, WireError, json_object, tool_arguments
+from ._wire import (
+    Parsed,
+    StreamAccumulator,
+    WireError,
+    json_object,
+    token_count,
+    tool_arguments,
+)
 
 __all__ = ["OpenAI", "OpenRouter"]
 
@@ -163,7 +170,7 @@ def _wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _usage(raw: Any) -> Usage:
     if not isinstance(raw, Mapping):
         return Usage()
-    return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0))
+    return Usage(token_count(raw, "prompt_tokens"), token_count(raw, "completion_tokens"))
 
 
 class _ChatStream(StreamAccumulator):

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..rules._errors import ProviderErrorKind, classify_body_error
+from ..rules._secrets import scrub
 from ._completion import ToolCall, Usage
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "WireError",
     "error_text",
     "json_object",
+    "token_count",
     "tool_arguments",
 ]
 
@@ -137,11 +139,29 @@ def json_object(text: str, subject: str) -> dict[str, Any]:
     return value
 
 
+def token_count(usage: Mapping[str, Any], field: str) -> int:
+    """``usage[field]`` as a token count (absent or null is 0), or a malformed ``WireError``.
+
+    The message names the field only: the value is server text, which may echo a key.
+    """
+    value = usage.get(field)
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if type(value) is not int or value < 0:
+        raise WireError.malformed(f"usage field {field!r} is not a token count")
+    return value
+
+
 def error_text(error: Any) -> str:
     """One line of a provider's error object: ``type: message``, bounded."""
     if isinstance(error, Mapping):
         message = error.get("message")
         label = error.get("type") or error.get("code")
-        text = str(message) if message else json.dumps(error)[:300]
+        # Scrubbed before it is cut: a key cut in two is no longer found.
+        text = str(message) if message else scrub(json.dumps(error))[:300]
         return f"{label}: {text}" if label else text
-    return str(error)[:300]
+    return scrub(str(error))[:300]
+
+

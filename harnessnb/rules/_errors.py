@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
+from ._secrets import scrub, scrub_exception
 from ._text import shorten
 
 __all__ = [
@@ -97,14 +98,18 @@ _RETRYABLE_KINDS = frozenset(
 class HarnessError(Exception):
     """Base of every harnessnb failure.
 
+    Every surface (``str``, ``repr``, ``to_dict``, cards, the short traceback) goes
+    through the one scrubber (``rules._secrets``), the cause chain's messages included.
+
     Args:
-        message: What happened, for a person. Must hold no secret.
+        message: What happened, for a person; secret values are scrubbed from it.
         code: A stable, machine-routable string (defaults to the class's ``CODE``).
     """
 
     CODE = "UNKNOWN"
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
+        message = scrub(message)
         super().__init__(message)
         self.message = message
         self.code = code or self.CODE
@@ -118,18 +123,22 @@ class HarnessError(Exception):
         out: dict[str, Any] = {
             "name": type(self).__name__,
             "code": self.code,
-            "message": self.message,
+            "message": str(self),
         }
-        out.update(self._fields())
-        out["causes"] = [f"{type(c).__name__}: {c}" for c in _cause_chain(self)]
+        out.update(self._shown_fields())
+        out["causes"] = _causes(self)
         return out
 
     def __str__(self) -> str:
-        return self.message
+        return scrub(self.message)
 
     def __repr__(self) -> str:
-        fields = "".join(f", {k}={v!r}" for k, v in self._fields().items() if v is not None)
-        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}{fields})"
+        fields = "".join(f", {k}={v!r}" for k, v in self._shown_fields().items() if v is not None)
+        return f"{type(self).__name__}(code={self.code!r}, message={str(self)!r}{fields})"
+
+    def _shown_fields(self) -> dict[str, Any]:
+        # Context may carry server text (a request id, stderr): scrubbed like the message.
+        return {k: scrub(v) if isinstance(v, str) else v for k, v in self._fields().items()}
 
     # Notebook display: plain strings built with rules._html, so every error has a
     # card without the core importing IPython.
@@ -138,34 +147,34 @@ class HarnessError(Exception):
 
     def _render_traceback_(self) -> list[str]:
         # IPython calls this instead of printing frames: 1-3 short lines.
-        lines = [f"{type(self).__name__} [{self.code}]: {_first_line(self.message)}"]
+        lines = [f"{type(self).__name__} [{self.code}]: {_first_line(str(self))}"]
         hint = self._hint()
         if hint:
             lines.append(hint)
-        causes = _cause_chain(self)
+        causes = _causes(self)
         if causes:
-            lines.append(f"caused by {type(causes[0]).__name__}: {_first_line(str(causes[0]))}")
+            lines.append(f"caused by {_first_line(causes[0])}")
         return lines[:3]
 
     def _hint(self) -> str:
         return ""
 
     def _card_text(self) -> str:
-        lines = [f"{type(self).__name__} [{self.code}]: {self.message}"]
-        for key, value in self._fields().items():
+        lines = [f"{type(self).__name__} [{self.code}]: {self}"]
+        for key, value in self._shown_fields().items():
             if value is not None:
                 lines.append(f"  {key}: {value}")
-        for cause in _cause_chain(self):
-            lines.append(f"  caused by {type(cause).__name__}: {cause}")
+        for cause in _causes(self):
+            lines.append(f"  caused by {cause}")
         return "\n".join(lines)
 
     def _card_html(self) -> Html:
-        causes = [f"{type(c).__name__}: {c}" for c in _cause_chain(self)]
+        causes = _causes(self)
         return card(
             "harnessnb-error",
             [type(self).__name__, code(self.code), self._badge_html()],
-            text_block(self.message),
-            kv_table(self._fields().items()),
+            text_block(str(self)),
+            kv_table(self._shown_fields().items()),
             join(["caused by:", bullets(causes)]) if causes else "",
             tone=Tone.WARN if getattr(self, "retryable", False) is True else Tone.BAD,
         )
@@ -176,6 +185,11 @@ class HarnessError(Exception):
 
 def _first_line(text: str) -> str:
     return shorten(text.strip().splitlines()[0] if text.strip() else "", 200)
+
+
+def _causes(err: BaseException) -> list[str]:
+    """The cause chain as ``Type: message`` lines, scrubbed (a cause may quote a key)."""
+    return [scrub(f"{type(c).__name__}: {c}") for c in _cause_chain(err)]
 
 
 def _cause_chain(err: BaseException) -> list[BaseException]:
@@ -196,6 +210,7 @@ def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError
     """
     if isinstance(exc, HarnessError):
         return exc
+    scrub_exception(exc)
     err = HarnessError(message or f"{type(exc).__name__}: {exc}", code="UNKNOWN")
     err.__cause__ = exc
     return err
@@ -235,7 +250,8 @@ class ProviderError(HarnessError):
         self.status = status
         self.retry_after = retry_after
         self.provider = provider
-        self.request_id = request_id
+        # Servers have been seen echoing the key in their request id.
+        self.request_id = None if request_id is None else scrub(request_id)
         self.should_retry = should_retry
         self.model = model
 
@@ -544,4 +560,6 @@ def parse_should_retry(headers: Mapping[str, str]) -> bool | None:
 def request_id_from(headers: Mapping[str, str]) -> str | None:
     """The request id from ``x-request-id`` or ``request-id``."""
     lower = {k.lower(): v for k, v in headers.items()}
-    return lower.get("x-request-id") or lower.get("request-id") or None
+    found = lower.get("x-request-id") or lower.get("request-id")
+    # Scrubbed: a server may echo the key in it, and it goes to rows and cards.
+    return scrub(found) if found else None

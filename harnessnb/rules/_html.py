@@ -16,6 +16,7 @@ import enum
 import html
 from collections.abc import Iterable, Sequence
 
+from ._secrets import scrub
 from ._text import printable
 
 __all__ = [
@@ -70,12 +71,14 @@ _TABLE = "color:inherit;font-size:inherit;border-collapse:collapse"
 def escape(value: object) -> Html:
     """``value`` as text safe in a page (``Html`` is already safe and passes as is).
 
-    Control characters and bidirectional marks are shown as their escapes
-    (``printable``), so what a person reads is what the text says.
+    Secrets are scrubbed here too: every piece of text that becomes HTML (cards, the
+    progress widget, the approval panel) passes this one function exactly once. Control
+    characters and bidirectional marks are shown as their escapes (``printable``), so
+    what a person reads is what the text says.
     """
     if isinstance(value, Html):
         return value
-    return Html(html.escape(printable(str(value), lines=True)))
+    return Html(html.escape(printable(scrub(str(value)), lines=True)))
 
 
 def join(parts: Iterable[object], sep: str = "") -> Html:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from ._secrets import scrub
+
 __all__ = ["ELLIPSIS", "printable", "shorten"]
 
 ELLIPSIS = "..."
@@ -14,8 +16,10 @@ ELLIPSIS = "..."
 def shorten(text: str, limit: int) -> str:
     """``text`` if it fits in ``limit`` characters, else its start and ``...`` in ``limit``.
 
-    Whitespace is kept as given (strip first where it should not count).
+    Whitespace is kept as given (strip first where it should not count). Secrets are
+    scrubbed first (``rules._secrets``): once cut in two, a key is no longer found.
     """
+    text = scrub(text)
     if len(text) <= limit:
         return text
     if limit <= len(ELLIPSIS):

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ..rules._secrets import scrub, scrub_values
 from ._schema import COLUMNS, quote
 
 if TYPE_CHECKING:
@@ -35,11 +36,6 @@ SECRET_KEYS: Final = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "api-key", "api_key", "apikey"}
 )
 
-# Credentials that leak into free text (error messages quoting a header or a key).
-_SECRET_TEXT: Final = re.compile(
-    r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+|\b(sk-(?:ant-|or-|proj-)?)[A-Za-z0-9_-]{8,}"
-)
-
 # Up to this many rows a multi-row VALUES insert beats registering a DataFrame
 # (measured in bench/store.py: a DataFrame costs ~1 ms to build and scan).
 _VALUES_MAX_ROWS: Final = 64
@@ -48,14 +44,15 @@ _VALUES_MAX_ROWS: Final = 64
 def sanitize(value: Any, *, text: bool = True) -> Any:
     """A copy of ``value`` without credential keys at any depth.
 
-    With ``text`` (errors, recordings) secrets quoted inside strings are masked too;
-    without it (checkpoints, tool arguments) strings are kept verbatim, because resume
-    must hand the model back exactly what it saw.
+    With ``text`` (errors, recordings) strings go through the one scrubber
+    (``rules._secrets.scrub``); without it (checkpoints, tool arguments) only known
+    secret values are removed (``scrub_values``) and the rest is kept verbatim, because
+    resume must hand the model back what it saw.
     """
     # Leaves first, by exact type: most values are, and an ABC isinstance is slow.
     kind = type(value)
     if kind is str:
-        return scrub_text(value) if text else value
+        return scrub_text(value) if text else scrub_values(value)
     if value is None or kind is int or kind is float or kind is bool:
         return value
     if isinstance(value, Mapping):
@@ -72,8 +69,8 @@ def sanitize(value: Any, *, text: bool = True) -> Any:
 
 
 def scrub_text(text: str) -> str:
-    """``text`` with bearer tokens and ``sk-...`` keys replaced by ``[redacted]``."""
-    return _SECRET_TEXT.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", text)
+    """``text`` through the one scrubber: secret values and token shapes ``[redacted]``."""
+    return scrub(text)
 
 
 def dumps(value: Any, *, text: bool = True) -> str | None:

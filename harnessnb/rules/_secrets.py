@@ -1,0 +1,181 @@
+"""The one scrubber: no secret value leaves through any surface harnessnb writes to.
+
+What counts as secret:
+    * every value handed to ``register`` (each provider registers its key when it is
+      built);
+    * the value of every environment variable whose name looks secret (``*_API_KEY``,
+      ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_KEY``), read when text is scrubbed,
+      so a variable set later is covered too;
+    * with ``scrub`` (not ``scrub_values``), bearer tokens and ``sk-...`` style keys
+      found by their shape.
+
+A value is removed as given, stripped of surrounding whitespace (a key read from a
+file ends in a newline), JSON-escaped and URL-encoded. Values shorter than
+``MIN_SECRET_CHARS`` once stripped are ignored: removing every "abc" from a text would
+hide more than it protects.
+
+``scrub`` is for text shown to a person (messages, cards, the CLI, logs);
+``scrub_values`` is for text that must otherwise stay verbatim (a checkpoint handed
+back to the model on resume, tool output the model reads), where a shape match could
+be ordinary code. Pure: standard library only; the environment is the one input read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable
+from typing import Final
+from urllib.parse import quote, quote_plus
+
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "is_secret_name",
+    "register",
+    "scrub",
+    "scrub_exception",
+    "scrub_values",
+]
+
+REDACTED: Final = "[redacted]"
+MIN_SECRET_CHARS: Final = 8
+
+# Environment variable names whose values are credentials.
+_SECRET_NAME: Final = re.compile(r"(?i)(_API_KEY|_TOKEN|_SECRET|_KEY)$|PASSWORD")
+# Credentials found by their shape; the prefix is kept so a reader sees what was there.
+_SHAPES: Final = re.compile(
+    r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+|\b(sk-(?:ant-|or-|proj-)?)[A-Za-z0-9_-]{8,}"
+)
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+_version = 0  # bumped by every new registration
+# (registry version, environment snapshot) -> the pattern of every form of every value.
+_cache: tuple[int, tuple[object, ...], re.Pattern[str] | None] = (-1, (), None)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for an environment variable name whose value is treated as secret."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def register(value: str | None) -> None:
+    """Treat ``value`` as secret everywhere from now on (a provider key, say)."""
+    global _version
+    if value and len(value.strip()) >= MIN_SECRET_CHARS:
+        with _lock:
+            if value not in _registered:
+                _registered.add(value)
+                _version += 1
+
+
+def scrub(text: str, extra: Iterable[str] = ()) -> str:
+    """``text`` without secret values (also ``extra``'s) and without token shapes."""
+    text = scrub_values(text, extra)
+    lower = text.lower()
+    if "bearer" not in lower and "sk-" not in lower:  # the common case, 20x cheaper
+        return text
+    return _SHAPES.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+
+
+def scrub_values(text: str, extra: Iterable[str] = ()) -> str:
+    """``text`` without registered, environment and ``extra`` secret values (no shapes)."""
+    pattern = _values_pattern()
+    if pattern is not None:
+        text = pattern.sub(REDACTED, text)
+    extra = [v for v in extra if v and len(v.strip()) >= MIN_SECRET_CHARS]
+    if extra:
+        text = _compile(extra).sub(REDACTED, text)
+    return text
+
+
+def scrub_exception(exc: BaseException | None) -> None:
+    """Scrub the string arguments of ``exc`` and its whole cause chain, in place.
+
+    Called where a foreign exception is chained under a ``HarnessError``: Python's own
+    traceback printing shows every exception of the chain by ``str``.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen and len(seen) < 20:
+        seen.add(id(exc))
+        # An exception type that forbids setting its args keeps them.
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.args = tuple(scrub(a) if isinstance(a, str) else a for a in exc.args)
+        exc = exc.__cause__ or exc.__context__
+
+
+# ------------------------------------------------------------------ internals
+
+
+def _env_snapshot() -> tuple[object, ...]:
+    # The raw mapping (bytes on POSIX) is compared by identity of its items: cheap
+    # enough to do on every scrub, and any set/unset makes a different snapshot.
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        return tuple(data.items())
+    return tuple(os.environ.items())
+
+
+def _env_secrets() -> list[str]:
+    return [
+        value
+        for name, value in os.environ.items()
+        if is_secret_name(name) and len(value.strip()) >= MIN_SECRET_CHARS
+    ]
+
+
+def _values_pattern() -> re.Pattern[str] | None:
+    global _cache
+    version, snapshot = _version, _env_snapshot()
+    if _cache[0] == version and _cache[1] == snapshot:
+        return _cache[2]
+    with _lock:
+        values = [*_registered, *_env_secrets()]
+    pattern = _compile(values) if values else None
+    _cache = (version, snapshot, pattern)
+    return pattern
+
+
+def _forms(value: str) -> set[str]:
+    """The spellings a secret travels in: as given, stripped, JSON-escaped, URL-encoded."""
+    out: set[str] = set()
+    for v in {value, value.strip()}:
+        out.update(
+            {
+                v,
+                json.dumps(v)[1:-1],
+                json.dumps(v, ensure_ascii=False)[1:-1],
+                quote(v, safe=""),
+                quote(v),  # as a path keeps "/"
+                quote_plus(v),
+                repr(v)[1:-1],
+            }
+        )
+    return {f for f in out if len(f.strip()) >= MIN_SECRET_CHARS}
+
+
+def _compile(values: Iterable[str]) -> re.Pattern[str]:
+    forms = {f for v in values for f in _forms(v)}
+    # Longest first, so a value's whole spelling goes before a shorter one inside it.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+class _ScrubLogs(logging.Filter):
+    """Scrubs a record's message and traceback before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = scrub(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+# Filters do not follow propagation: each logger harnessnb logs through gets one.
+for _name in ("harnessnb", "harnessnb.tools"):
+    logging.getLogger(_name).addFilter(_ScrubLogs())
