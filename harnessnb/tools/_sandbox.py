@@ -31,6 +31,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -229,7 +230,7 @@ def confine(
             return Confined(list(argv), run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy)
         run_env = command_env(env, home="/tmp/home", tmp="/tmp")
-        prefix = _bwrap_argv(root, tmp, policy, net)
+        prefix = _bwrap_argv(root, tmp, policy, net, run_env.get("PATH", ""))
         label = sandbox_label(backend, net=net)
         return Confined([*prefix, "--", *argv], run_env, backend, net, label, scratch)
     except BaseException:
@@ -251,16 +252,32 @@ def _check_program(program: str, root: Path, env: Mapping[str, str] | None) -> N
         raise FileNotFoundError(program)
 
 
-def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool) -> list[str]:
+def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool, path_env: str) -> list[str]:
     bwrap = shutil.which("bwrap") or "bwrap"
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     argv += ["--bind", str(tmp), "/tmp"]
+    for folder in _programs_under_tmp(path_env):
+        argv += ["--ro-bind", folder, folder]
     argv += _masks([*_home_credentials(root), *_host_sockets()])
     argv += ["--bind", str(root), str(root)]
     argv += _masks(secret_paths(root, policy))
     if not net:
         argv.append("--unshare-net")
     return [*argv, *_BWRAP_FLAGS, "--chdir", str(root)]
+
+
+def _programs_under_tmp(path_env: str) -> list[str]:
+    """Folders under the host's /tmp that the command needs to find its programs: the
+    Python environment harnessnb runs in and every PATH entry (a virtual environment made
+    with ``mktemp``, as CI makes one). The private /tmp would hide them; they are bound
+    back read-only. /tmp itself never is."""
+    candidates = [sys.prefix, sys.exec_prefix, sys.base_prefix, *path_env.split(os.pathsep)]
+    found: set[str] = set()
+    for entry in filter(None, candidates):
+        for path in (os.path.abspath(entry), os.path.realpath(entry)):
+            if path.startswith("/tmp/") and os.path.isdir(path):
+                found.add(path)
+    return sorted(found)
 
 
 def _masks(paths: Sequence[Path]) -> list[str]:

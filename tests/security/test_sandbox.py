@@ -414,3 +414,33 @@ def test_the_credential_files_of_the_real_home_are_masked(
         shutil.rmtree(home)
     assert all(FAKE_KEY not in out for out in outputs)
     assert outputs[2].endswith("\nplain\n")  # the rest of the host stays readable
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_programs_that_live_under_the_host_tmp_still_run(
+    ws: Path, store: hn.Store, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtual environment made with mktemp (as CI makes one) sits under /tmp, which
+    the sandbox replaces with a private one: its programs must stay reachable, read-only,
+    while the rest of the host's /tmp stays hidden."""
+    import shutil
+    import sys
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="harnessnb-bin-", dir="/tmp"))
+    try:
+        tool = folder / "bin" / "hello-from-tmp"
+        tool.parent.mkdir()
+        tool.write_text("#!/bin/sh\necho hello from tmp\n")
+        tool.chmod(0o755)
+        (folder / "other.txt").write_text("not on PATH\n")
+        monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+        _, outputs = _run(ws, store, ["hello-from-tmp"], [sys.executable, "-c", "print(42)"],
+                          ["cat", str(folder / "other.txt")],
+                          ["sh", "-c", f"echo x > {tool.parent}/new"])  # fmt: skip
+        assert outputs[0].endswith("\nhello from tmp\n"), outputs[0]
+        assert outputs[1].endswith("\n42\n"), outputs[1]
+        assert "No such file" in outputs[2]  # the rest of the host /tmp stays hidden
+        assert not (tool.parent / "new").exists()  # and what is bound back is read-only
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
