@@ -20,6 +20,7 @@ from ..rules._errors import ConfigError, HarnessError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store, open_store
+from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
@@ -372,6 +373,7 @@ class Driver(StepTools):
             replans=self.checks.detector.replans,
             task=self.contract.task,
             verify_detail=self.checks.verify_detail,
+            commands=containment(),
         )
 
     async def drive(self, pending: PendingStep | None = None) -> RunResult:

@@ -33,6 +33,8 @@ class RunResult:
         text: The model's last text answer.
         providers: Leaf providers that answered, in first-use order.
         attempts: Provider HTTP attempts made. retries/fallbacks/replans: counts.
+        commands: How this run's commands were contained (``sandbox: bubblewrap`` or
+            ``uncontained: no sandbox backend``); None for a run read back from the store.
         step_rows: One mapping per committed step for the card's step table (keys
             ``step``, ``decision``, ``tools``, ``tokens``, ``provider``, ``changed``,
             ``failures``); filled by whoever has read the store (the notebook layer),
@@ -54,6 +56,7 @@ class RunResult:
     replans: int = 0
     task: str = ""
     verify_detail: str | None = None
+    commands: str | None = None
     step_rows: tuple[Mapping[str, Any], ...] = dataclasses.field(default=(), repr=False)
 
     @property
@@ -76,6 +79,8 @@ class RunResult:
             f"  providers {', '.join(self.providers) or '-'}; attempts {self.attempts}, "
             f"retries {self.retries}, fallbacks {self.fallbacks}, replans {self.replans}",
         ]
+        if self.commands:
+            lines.append(f"  commands: {self.commands}")
         if self.verify_detail:
             lines.append(f"  check: {self.verify_detail}")
         if self.text:
@@ -112,6 +117,7 @@ class RunResult:
                 ("retries", self.retries),
                 ("fallbacks", self.fallbacks),
                 ("replans", self.replans),
+                *([("commands", self.commands)] if self.commands else []),
             ]),
             text_block(f"check: {self.verify_detail}") if self.verify_detail else "",
             text_block(shorten(self.text, 2000)) if self.text else "",

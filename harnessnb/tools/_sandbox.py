@@ -136,6 +136,15 @@ def _probe(bwrap: str) -> bool:
     return _probed[bwrap]
 
 
+def containment() -> str:
+    """The containment a run's commands get here, in the words every surface uses; a
+    forced backend that cannot run is said, not raised (a result card must not fail)."""
+    try:
+        return sandbox_label(sandbox_backend())
+    except ConfigError as exc:
+        return f"commands refused: {exc.message}"
+
+
 def sandbox_label(backend: str, *, net: bool | None = None) -> str:
     """How every surface names the containment: ``sandbox: bubblewrap, no network``."""
     if backend == "none":

@@ -444,3 +444,15 @@ def test_programs_that_live_under_the_host_tmp_still_run(
         assert not (tool.parent / "new").exists()  # and what is bound back is read-only
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_the_run_card_names_the_containment(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    result, _ = _run(ws, store, ["true"])
+    expected = "sandbox: bubblewrap" if backend == "bubblewrap" else "uncontained"
+    assert result.commands is not None and expected in result.commands
+    assert f"commands: {result.commands}" in result.summary_text()
+    html = result._repr_mimebundle_()["text/html"]
+    assert "commands" in html and expected in html
