@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harnessnb import Store
 from harnessnb.rules import _retry
+from harnessnb.store._conn import SharedDb
 
 
 @pytest.fixture(autouse=True)
@@ -44,3 +48,28 @@ def _environment_restored() -> Iterator[None]:
     if os.environ != before:
         os.environ.clear()
         os.environ.update(before)
+
+
+# A store on a real file, and the op names of every transaction it runs (the store's
+# test modules use both; a module's own `store` fixture overrides this one).
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "runs.duckdb")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The op names of every transaction the store runs, in order."""
+    seen: list[list[str]] = []
+    original = SharedDb._transact
+
+    def transact(self: SharedDb, ops: list[Any], busy_timeout_s: float) -> list[Any]:
+        seen.append([op.name for op in ops])
+        return original(self, ops, busy_timeout_s)
+
+    monkeypatch.setattr(SharedDb, "_transact", transact)
+    return seen

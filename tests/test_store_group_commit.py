@@ -3,40 +3,16 @@ finish_run(release=True), and queued writes of several runs in one transaction."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harnessnb as hn
 from harnessnb import Store
-from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
 from harnessnb.store._writes import commit_step, finish_run
 from tests.store_helpers import AT, run_row, step_kwargs
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "runs.duckdb")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The op names of every transaction the store runs, in order."""
-    seen: list[list[str]] = []
-    original = SharedDb._transact
-
-    def transact(self: SharedDb, ops: list[Any], busy_timeout_s: float) -> list[Any]:
-        seen.append([op.name for op in ops])
-        return original(self, ops, busy_timeout_s)
-
-    monkeypatch.setattr(SharedDb, "_transact", transact)
-    return seen
 
 
 def test_start_run_writes_the_run_and_its_first_lease_together(store: Store) -> None:

@@ -6,40 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 import harnessnb as hn
 from harnessnb import Store
 from harnessnb.store import _writes
-from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
 from harnessnb.store._store import QueuedWrites
 from tests.store_helpers import AT, run_row, step_kwargs
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "runs.duckdb")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The op names of every transaction the store runs, in order."""
-    seen: list[list[str]] = []
-    original = SharedDb._transact
-
-    def transact(self: SharedDb, ops: list[Any], busy_timeout_s: float) -> list[Any]:
-        seen.append([op.name for op in ops])
-        return original(self, ops, busy_timeout_s)
-
-    monkeypatch.setattr(SharedDb, "_transact", transact)
-    return seen
 
 
 async def _drive(store: Store, run_id: str, steps: int) -> None:
