@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import quote, quote_plus
 
@@ -40,6 +40,7 @@ __all__ = [
     "scrub",
     "scrub_exception",
     "scrub_values",
+    "scrubber",
 ]
 
 REDACTED: Final = "[redacted]"
@@ -76,15 +77,13 @@ def register(value: str | None) -> None:
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:
     """``text`` without secret values (also ``extra``'s) and without token shapes."""
-    text = scrub_values(text, extra)
-    lower = text.lower()
-    if "bearer" not in lower and "sk-" not in lower:  # the common case, 20x cheaper
-        return text
-    return _SHAPES.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+    return _shapes(scrub_values(text, extra))
 
 
 def scrub_values(text: str, extra: Iterable[str] = ()) -> str:
     """``text`` without registered, environment and ``extra`` secret values (no shapes)."""
+    if len(text) < MIN_SECRET_CHARS and not extra:
+        return text  # every spelling of a secret is at least this long
     pattern = _values_pattern()
     if pattern is not None:
         text = pattern.sub(REDACTED, text)
@@ -92,6 +91,27 @@ def scrub_values(text: str, extra: Iterable[str] = ()) -> str:
     if extra:
         text = _compile(extra).sub(REDACTED, text)
     return text
+
+
+def scrubber(*, shapes: bool = True) -> Callable[[str], str]:
+    """``scrub`` (or ``scrub_values`` without ``shapes``) with the set of secrets read
+    once: for the many strings of one value (a checkpoint's every message), where
+    reading the environment for each string would cost more than the scrubbing."""
+    pattern = _values_pattern()
+
+    def clean(text: str) -> str:
+        if pattern is not None and len(text) >= MIN_SECRET_CHARS:
+            text = pattern.sub(REDACTED, text)
+        return _shapes(text) if shapes else text
+
+    return clean
+
+
+def _shapes(text: str) -> str:
+    lower = text.lower()
+    if "bearer" not in lower and "sk-" not in lower:  # the common case, 20x cheaper
+        return text
+    return _SHAPES.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
 
 
 def scrub_exception(exc: BaseException | None) -> None:

@@ -9,10 +9,10 @@ import datetime as dt
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..rules._secrets import scrub, scrub_values
+from ..rules._secrets import scrub, scrubber
 from ._schema import COLUMNS, quote
 
 if TYPE_CHECKING:
@@ -47,24 +47,29 @@ def sanitize(value: Any, *, text: bool = True) -> Any:
     With ``text`` (errors, recordings) strings go through the one scrubber
     (``rules._secrets.scrub``); without it (checkpoints, tool arguments) only known
     secret values are removed (``scrub_values``) and the rest is kept verbatim, because
-    resume must hand the model back what it saw.
+    resume must hand the model back what it saw. The set of secrets is read once for
+    the whole value.
     """
+    return _sanitize(value, scrubber(shapes=text))
+
+
+def _sanitize(value: Any, clean: Callable[[str], str]) -> Any:
     # Leaves first, by exact type: most values are, and an ABC isinstance is slow.
     kind = type(value)
     if kind is str:
-        return scrub_text(value) if text else scrub_values(value)
+        return clean(value)
     if value is None or kind is int or kind is float or kind is bool:
         return value
     if isinstance(value, Mapping):
         return {
-            str(k): sanitize(v, text=text)
+            str(k): _sanitize(v, clean)
             for k, v in value.items()
             if str(k).lower() not in SECRET_KEYS
         }
     if isinstance(value, list | tuple):
-        return [sanitize(v, text=text) for v in value]
-    if text and isinstance(value, str):
-        return scrub_text(value)
+        return [_sanitize(v, clean) for v in value]
+    if isinstance(value, str):
+        return clean(value)
     return value
 
 
