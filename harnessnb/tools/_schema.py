@@ -188,17 +188,24 @@ def _enum_schema(values: list[Any]) -> dict[str, Any]:
 # and a call is rare, so compiling for speed buys nothing here.
 
 
-# Schemas already found valid, as canonical JSON: checking against the metaschema
-# costs about a millisecond per tool, and every run builds an executor.
+# Schemas already found valid: checking against the metaschema costs about a
+# millisecond per tool, and every run builds an executor. A tool keeps its schema
+# object from run to run (the built-in ones are class attributes), so the object
+# itself is the cheap key (kept here, so its id cannot be reused); an equal schema in
+# a new object is found by its canonical JSON.
 _VALID: set[str] = set()
+_VALID_OBJECTS: dict[int, Mapping[str, Any]] = {}
 
 
 def check_schema(schema: Mapping[str, Any], where: str) -> None:
     """Raise ``ConfigError`` unless ``schema`` is a valid JSON Schema (a tool's parameters)."""
     from jsonschema.exceptions import SchemaError
 
+    if _VALID_OBJECTS.get(id(schema)) is schema:
+        return
     key = json.dumps(schema, sort_keys=True, default=repr)
     if key in _VALID:
+        _remember(schema)
         return
     try:
         _validator_class(schema).check_schema(schema)
@@ -206,6 +213,13 @@ def check_schema(schema: Mapping[str, Any], where: str) -> None:
         message = f"{where}: the parameters are not a valid JSON Schema: {exc.message}"
         raise ConfigError(message) from exc
     _VALID.add(key)
+    _remember(schema)
+
+
+def _remember(schema: Mapping[str, Any]) -> None:
+    if len(_VALID_OBJECTS) >= 1024:  # tools built anew for every run: keep memory flat
+        _VALID_OBJECTS.clear()
+    _VALID_OBJECTS[id(schema)] = schema
 
 
 def validate_args(schema: Mapping[str, Any], args: Any) -> list[str]:
