@@ -23,7 +23,7 @@ With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
 
 Exit codes (the run's outcome decides for demo, run and resume)::
 
-    0    success or finished
+    0    success (the check passed) or finished (no check was set)
     1    an error outside a run (the store, a resume that cannot start, a bug)
     2    usage or configuration error (bad option, missing key, no such workspace)
     3    escalated_retryable: a retryable provider failure outlasted the retries
@@ -32,6 +32,7 @@ Exit codes (the run's outcome decides for demo, run and resume)::
     6    a budget ran out: step_cap, time_budget or token_budget
     7    needs_reconciliation: a write may or may not have landed (resolve, then resume)
     8    denied or awaiting_approval: the policy refused, or a person must decide
+    9    unverified: the agent stopped, but the check failed
     130  cancelled (Ctrl-C); the run stays resumable
 
 Errors print as the error's short text card, never as a Python traceback.
@@ -91,6 +92,7 @@ EXIT_CODES: dict[str, int] = {
     "needs_reconciliation": 7,
     "denied": 8,
     "awaiting_approval": 8,
+    "unverified": 9,
     "cancelled": 130,
 }
 EXIT_ERROR = 1
@@ -106,7 +108,8 @@ DEMO_CHAOS: dict[str, float] = {"rate_limited": 0.2, "server": 0.1, "malformed":
 _EPILOG = """\
 exit codes: 0 success/finished, 1 error outside a run, 2 usage or configuration error,
 3 escalated_retryable, 4 escalated_terminal, 5 stalled, 6 step/time/token budget,
-7 needs_reconciliation, 8 denied or awaiting_approval, 130 cancelled (Ctrl-C)."""
+7 needs_reconciliation, 8 denied or awaiting_approval, 9 unverified (the check failed),
+130 cancelled (Ctrl-C)."""
 
 
 # ------------------------------------------------------------------ output

@@ -79,7 +79,7 @@ def test_every_outcome_has_an_exit_code_and_the_groups_are_distinct() -> None:
     groups = [
         {"escalated_retryable"}, {"escalated_terminal"}, {"stalled"},
         {"step_cap", "time_budget", "token_budget"}, {"needs_reconciliation"},
-        {"denied", "awaiting_approval"}, {"cancelled"},
+        {"denied", "awaiting_approval"}, {"unverified"}, {"cancelled"},
     ]
     per_group = [{codes[o] for o in g} for g in groups]
     assert all(len(s) == 1 for s in per_group)
@@ -93,7 +93,7 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         cli.main(["--help"])
     assert info.value.code == 0
     text = capsys.readouterr().out
-    for word in ("130 cancelled", "7 needs_reconciliation", "5 stalled", "2 usage"):
+    for word in ("130 cancelled", "7 needs_reconciliation", "5 stalled", "2 usage", "9 unverified"):
         assert word in text.replace("\n", " ")
 
 

@@ -93,7 +93,8 @@ async def test_failed_check_nudges_once_then_finishes_unverified(ws: Path, store
     provider = hn.ScriptedProvider(["done", "really done"])
     c = contract(ws, verification=hn.FileContains("NOTES.md", "#"))
     result = await hn.run(c, provider, store=store, policy=allow_all())
-    assert (result.outcome, result.verified, result.steps) == (hn.RunOutcome.FINISHED, False, 2)
+    assert (result.outcome, result.verified, result.steps) == (hn.RunOutcome.UNVERIFIED, False, 2)
+    assert not result.ok
     assert "check failed" in provider.calls[1][-1]["content"]
 
 

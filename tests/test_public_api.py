@@ -89,6 +89,7 @@ def test_outcome_values_are_the_stored_strings() -> None:
     assert [o.value for o in hn.RunOutcome] == [
         "success",
         "finished",
+        "unverified",
         "step_cap",
         "time_budget",
         "token_budget",

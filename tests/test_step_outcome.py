@@ -55,9 +55,45 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         StepDecision(None, feedback=True),
     ),
     (
-        "answer, check failed, nudged before: finished (the check stays failed)",
+        "answer, check failed, nudged before: unverified, never finished",
         {"answered": True, "check_passed": False, "feedback_given": True},
+        StepDecision(Out.UNVERIFIED),
+    ),
+    (
+        "answer, check failed, nudged before, a call was refused: denied",
+        {"answered": True, "check_passed": False, "feedback_given": True, "refused": True},
+        StepDecision(Out.DENIED),
+    ),
+    (
+        "answer, check failed, first time, a call was refused: one nudge first",
+        {"answered": True, "check_passed": False, "refused": True},
+        StepDecision(None, feedback=True),
+    ),
+    (
+        "answer, check passed after a refused call: success",
+        {"answered": True, "check_passed": True, "refused": True},
+        StepDecision(Out.SUCCESS),
+    ),
+    (
+        "answer, no verification, a call was refused: finished (no check to tell)",
+        {"answered": True, "refused": True},
         StepDecision(Out.FINISHED),
+    ),
+    (
+        "tool calls refused, check failed, the model goes on: the run goes on",
+        {"answered": False, "check_passed": False, "refused": True},
+        GOES_ON,
+    ),
+    (
+        "answer, check failed, nudged before, last step: unverified, not step_cap",
+        {
+            "answered": True,
+            "check_passed": False,
+            "feedback_given": True,
+            "step": 12,
+            "max_steps": 12,
+        },
+        StepDecision(Out.UNVERIFIED),
     ),
     (
         "a tool call waits for approval: awaiting_approval",

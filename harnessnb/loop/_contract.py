@@ -20,14 +20,15 @@ class RunOutcome(enum.StrEnum):
     """How a run ended; the value is what the store keeps."""
 
     SUCCESS = "success"  # the verification passed
-    FINISHED = "finished"  # the model answered without a tool call (no verification passed)
+    FINISHED = "finished"  # the model answered without a tool call; no verification set
+    UNVERIFIED = "unverified"  # the model stopped, but the verification failed
     STEP_CAP = "step_cap"
     TIME_BUDGET = "time_budget"
     TOKEN_BUDGET = "token_budget"
     STALLED = "stalled"
     ESCALATED_RETRYABLE = "escalated_retryable"  # a retryable failure outlasted the retries
     ESCALATED_TERMINAL = "escalated_terminal"  # a failure no retry can cure
-    DENIED = "denied"  # the policy refused something the run cannot do without
+    DENIED = "denied"  # the policy (or a person) refused something the run could not do without
     CANCELLED = "cancelled"
     NEEDS_RECONCILIATION = "needs_reconciliation"
     AWAITING_APPROVAL = "awaiting_approval"

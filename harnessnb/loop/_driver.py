@@ -224,6 +224,7 @@ class Driver(StepTools):
             changed=tools.changed,
             deferred=tools.deferred,
             tokens=self.tokens,
+            refused=tools.refused,
         )
         for message in checked.messages:
             self.conversation.append(message)

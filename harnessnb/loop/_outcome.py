@@ -11,8 +11,10 @@ Where each ``RunOutcome`` is decided:
   for a provider call the budget cut short;
 - ``escalated_retryable`` / ``escalated_terminal``: :func:`provider_failure_outcome`;
 - ``needs_reconciliation``: :func:`settled_call` (a WRITE intent with no completion);
-- ``success``, ``finished``, ``stalled``, ``awaiting_approval``, ``token_budget``,
-  ``step_cap``: :func:`step_outcome`, after a step's tools, stall check and verification;
+- ``success``, ``finished``, ``unverified``, ``denied`` (the agent stopped with the
+  check failing after a refused tool call), ``stalled``, ``awaiting_approval``,
+  ``token_budget``, ``step_cap``: :func:`step_outcome`, after a step's tools, stall
+  check and verification;
 - ``cancelled`` (the task was cancelled) and ``escalated_terminal`` for a bug in the
   loop are exceptions, caught where they surface: ``Driver.drive`` and ``run``.
 """
@@ -113,6 +115,8 @@ class StepFacts:
         stall_action: The stall detector's action this step (None: no stall).
         check_passed: The verification's result this step; None when it did not run.
         feedback_given: The model was already told once that the check failed.
+        refused: A tool call of this run (this step or an earlier one) was refused
+            (the policy, containment, or a person's denial).
         tokens: Tokens used by the run so far, this step included.
         max_tokens: The contract's token budget (None: none).
         step: This step's number (1-based).
@@ -124,6 +128,7 @@ class StepFacts:
     stall_action: Literal["replan", "stalled"] | None = None
     check_passed: bool | None = None
     feedback_given: bool = False
+    refused: bool = False
     tokens: int = 0
     max_tokens: int | None = None
     step: int = 1
@@ -147,9 +152,13 @@ def step_outcome(facts: StepFacts) -> StepDecision:
     """Decide whether and how the run ends after a committed step.
 
     In order: an approval to wait for pauses the run; a passing check is success
-    (even on a stalled step); a stall ends it; a model that stopped gets one nudge
-    when a check failed, else the run is finished; then the token budget, then the
-    step cap.
+    (even on a stalled step); a stall ends it; a model that stopped is ``finished``
+    when there is no check, and when the check failed it gets one nudge, then ends
+    ``unverified`` (``denied`` when a tool call of the run was refused: it needed
+    something the run may not do); then the token budget, then the step cap.
+
+    A failed check is never ``finished`` or ``success``. With no check there is no
+    telling whether a refusal kept the run from its task, so it stays ``finished``.
     """
     outcome = RunOutcome.STALLED if facts.stall_action == "stalled" else None
     feedback = False
@@ -158,10 +167,12 @@ def step_outcome(facts: StepFacts) -> StepDecision:
     elif facts.check_passed:
         outcome = RunOutcome.SUCCESS
     elif outcome is None and facts.answered:
-        if facts.check_passed is not None and not facts.feedback_given:
+        if facts.check_passed is None:
+            outcome = RunOutcome.FINISHED
+        elif not facts.feedback_given:
             feedback = True
         else:
-            outcome = RunOutcome.FINISHED
+            outcome = RunOutcome.DENIED if facts.refused else RunOutcome.UNVERIFIED
     if outcome is None and facts.max_tokens is not None and facts.tokens >= facts.max_tokens:
         outcome = RunOutcome.TOKEN_BUDGET
     if outcome is None and facts.step >= facts.max_steps:

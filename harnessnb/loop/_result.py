@@ -61,7 +61,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """True for ``success`` and ``finished``."""
+        """True for ``success`` and ``finished`` (no check set); never for a failed check."""
         return self.outcome in _GOOD
 
     def __repr__(self) -> str:

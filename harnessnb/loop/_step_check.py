@@ -53,6 +53,8 @@ class StepChecks:
     feedback_given: bool = dataclasses.field(default=False, init=False)
     """The model was told once that the check fails."""
     verified: bool | None = dataclasses.field(default=None, init=False)
+    refused: bool = dataclasses.field(default=False, init=False)
+    """A tool call of the run was refused (a failed check then ends it ``denied``)."""
     verify_detail: str | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -64,6 +66,7 @@ class StepChecks:
             "stall": self.detector.state(),
             "verify_feedback_given": self.feedback_given,
             "verified": self.verified,
+            "refused": self.refused,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -71,6 +74,7 @@ class StepChecks:
         self.detector = StallDetector.from_state(self.contract.stall, state.get("stall", {}))
         self.feedback_given = bool(state.get("verify_feedback_given"))
         self.verified = state.get("verified")
+        self.refused = bool(state.get("refused"))
 
     async def verify(self) -> VerifyOutcome | None:
         """Run the contract's verification (None when it has none)."""
@@ -87,9 +91,17 @@ class StepChecks:
         return outcome
 
     async def after_tools(
-        self, step: int, completion: Completion, *, changed: bool, deferred: bool, tokens: int
+        self,
+        step: int,
+        completion: Completion,
+        *,
+        changed: bool,
+        deferred: bool,
+        tokens: int,
+        refused: bool = False,
     ) -> StepChecked:
         """Observe the step for stalls, verify when the rule says so, and decide."""
+        self.refused = self.refused or refused
         signal = self.detector.observe(
             step, [call_signature(c.name, c.arguments) for c in completion.tool_calls], changed
         )
@@ -119,6 +131,7 @@ class StepChecks:
                 stall_action=signal.action if signal is not None else None,
                 check_passed=check.passed if check is not None else None,
                 feedback_given=self.feedback_given,
+                refused=self.refused,
                 tokens=tokens,
                 max_tokens=self.contract.max_tokens,
                 step=step,

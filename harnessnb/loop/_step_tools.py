@@ -71,10 +71,12 @@ class ToolsDone:
         changed: A call changed the workspace.
         deferred: A call waits for a person's approval (later calls were not run).
         unreconciled: A WRITE left by a previous process may or may not have run.
+        refused: A call was refused (the policy, containment, a person's denial).
     """
 
     changed: bool = False
     deferred: bool = False
+    refused: bool = False
     unreconciled: HarnessError | None = None
 
 
@@ -121,6 +123,7 @@ class StepTools:
                 if action == "reuse":
                     self._reuse_settled(call, earlier, tool_rows)
                     done.changed = done.changed or bool(earlier.get("changed_workspace"))
+                    done.refused = done.refused or earlier.get("status") == "refused"
                     continue
                 if action == "reconcile":
                     done.unreconciled = await self._needs_reconciliation(earlier)
@@ -210,6 +213,7 @@ class StepTools:
             )
         if result.status == "deferred":
             done.deferred = True
+        done.refused = done.refused or result.status == "refused"
         return row
 
     def _reuse_settled(
