@@ -210,7 +210,12 @@ def _add_demo(sub: Any, common: argparse.ArgumentParser) -> None:
         help="inject failures: " + ", ".join(f"{k} {v:.0%}%" for k, v in DEMO_CHAOS.items()),
     )
     demo.add_argument("--stall", action="store_true", help="make the model loop on one read")
-    demo.add_argument("--workspace", metavar="DIR", help="where to build the demo project")
+    demo.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="where to build the demo project: a new or empty folder, or one an earlier demo "
+        "made (default: a temporary folder); any other folder is refused, unchanged",
+    )
     demo.set_defaults(handler=cmd_demo)
 
 

@@ -11,6 +11,7 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosRequest
 from harnessnb.demo import (
     DEMO_LABEL,
+    DEMO_MARKER,
     DEMO_MODEL,
     DemoModel,
     demo_provider,
@@ -200,10 +201,38 @@ def test_demo_provider_shares_one_server_per_settings() -> None:
     assert c.base_url != a.base_url  # type: ignore[attr-defined]
 
 
-def test_make_demo_workspace_keeps_other_files(tmp_path: Path) -> None:
-    (tmp_path / "mine.txt").write_text("keep me")
-    root = make_demo_workspace(tmp_path)
+def test_make_demo_workspace_reuses_its_own_folder_and_keeps_other_files(tmp_path: Path) -> None:
+    root = make_demo_workspace(tmp_path / "project")  # a new folder: made, with the marker
+    (root / "mine.txt").write_text("keep me")
+    (root / "README.md").write_text("changed by a run")
+    assert make_demo_workspace(root) == root  # the marker: its own folder, refreshed
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == [
-        "README.md", "mine.txt", "src/cli.py", "src/greet.py",
+        DEMO_MARKER, "README.md", "mine.txt", "src/cli.py", "src/greet.py",
     ]
-    assert (tmp_path / "mine.txt").read_text() == "keep me"
+    assert (root / "mine.txt").read_text() == "keep me"
+    assert (root / "README.md").read_text().startswith("# ")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (make_demo_workspace(empty) / DEMO_MARKER).is_file()
+
+
+def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    def one(p: Path) -> tuple[bytes, int]:
+        return (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns)
+
+    return {p.relative_to(root).as_posix(): one(p) for p in [root, *root.rglob("*")]}
+
+
+@pytest.mark.parametrize("mine", [{"README.md": "# Mine\n", "src/x.py": "x = 1\n"}, {"a": ""}])
+def test_make_demo_workspace_refuses_a_folder_it_did_not_make(
+    tmp_path: Path, mine: dict[str, str]
+) -> None:
+    for name, text in mine.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    before = _snapshot(tmp_path)
+    with pytest.raises(hn.ConfigError, match="not made by the harnessnb demo"):
+        make_demo_workspace(tmp_path)
+    assert _snapshot(tmp_path) == before
+    with pytest.raises(hn.ConfigError, match="not a folder"):
+        make_demo_workspace(tmp_path / next(iter(mine)))

@@ -119,3 +119,48 @@ def test_the_command_still_exits_0_for_a_run_with_no_check(tmp_path: Path, ws: P
     out = _command(tmp_path, ws, "--allow-write", "NOTES.md")
     assert out.returncode == 0, out.stdout + out.stderr
     assert _stored_outcomes(tmp_path) == ["finished"]
+
+
+# ------------------------------------------------------------------ the demo's workspace
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every path under ``root`` (itself included): bytes and mtime."""
+    return {
+        p.relative_to(root).as_posix(): (
+            p.read_bytes() if p.is_file() else b"",
+            p.stat().st_mtime_ns,
+        )
+        for p in [root, *root.rglob("*")]
+    }
+
+
+def _demo(tmp_path: Path, ws: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "harnessnb", "demo", "--no-chaos", "--workspace", str(ws),
+            "--store", str(tmp_path / "demo.duckdb")]  # fmt: skip
+    return subprocess.run(
+        argv, cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def test_demo_refuses_a_folder_of_someones_files_and_changes_nothing(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / "src").mkdir(parents=True)
+    (mine / "README.md").write_text("# My project\n\nPlease keep me.\n")
+    (mine / "src" / "x.py").write_text("print('mine')\n")
+    before = _tree(mine)
+    out = _demo(tmp_path, mine)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "is not empty and was not made by the harnessnb demo" in out.stderr
+    assert "nothing in it was changed" in out.stderr and "--workspace NEW_DIR" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert _tree(mine) == before
+
+
+def test_demo_builds_in_a_new_folder_and_reuses_it(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    first = _demo(tmp_path, fresh)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (fresh / ".harnessnb-demo").is_file() and (fresh / "NOTES.md").is_file()
+    again = _demo(tmp_path, fresh)  # the marker: its own folder, used again
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._model import (
     DEMO_LABEL,
+    DEMO_MARKER,
     DEMO_MODEL,
     DEMO_TIMEOUT_S,
     DemoModel,
@@ -29,6 +30,7 @@ from ._model import (
 
 __all__ = [
     "DEMO_LABEL",
+    "DEMO_MARKER",
     "DEMO_MODEL",
     "DEMO_TIMEOUT_S",
     "DemoModel",

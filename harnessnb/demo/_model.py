@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEMO_LABEL",
+    "DEMO_MARKER",
     "DEMO_MODEL",
     "DEMO_TIMEOUT_S",
     "DemoModel",
@@ -495,15 +496,50 @@ if __name__ == "__main__":
 '''
 
 
+DEMO_MARKER = ".harnessnb-demo"
+"""The file ``make_demo_workspace`` leaves in a folder it made: only such a folder (or an
+empty or new one) is ever written to."""
+
+_MARKER_TEXT = (
+    "This folder was made by harnessnb's demo (make_demo_workspace / harnessnb demo).\n"
+    "harnessnb may rewrite README.md and src/ here; delete this file to stop it.\n"
+)
+
+
 def make_demo_workspace(path: str | os.PathLike[str]) -> Path:
     """Create (or refresh) the small demo project at ``path`` and return its path.
 
-    Writes README.md (with headings), src/greet.py and src/cli.py; other files in
-    the folder, a NOTES.md from an earlier run included, are left alone.
+    Writes README.md (with headings), src/greet.py, src/cli.py and the marker
+    ``.harnessnb-demo``, in a folder that is new, empty, or one it made before (the
+    marker says so); other files there, a NOTES.md from an earlier run included, are
+    left alone. Any other folder is refused before anything in it is touched.
+
+    Raises:
+        ConfigError: ``path`` is a file, or a non-empty folder without the marker.
     """
     root = Path(path)
+    _check_demo_folder(root)
     (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / DEMO_MARKER).write_text(_MARKER_TEXT, encoding="utf-8")
     (root / "README.md").write_text(_README, encoding="utf-8")
     (root / "src" / "greet.py").write_text(_GREET, encoding="utf-8")
     (root / "src" / "cli.py").write_text(_CLI, encoding="utf-8")
     return root
+
+
+def _check_demo_folder(root: Path) -> None:
+    """Refuse a folder the demo did not make, with what to do instead."""
+    from ..rules._errors import ConfigError
+
+    if not root.exists() and not root.is_symlink():
+        return
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a folder; give a new or empty folder for the demo")
+    if (root / DEMO_MARKER).is_file() or not any(root.iterdir()):
+        return
+    raise ConfigError(
+        f"{root} is not empty and was not made by the harnessnb demo (it has no "
+        f"{DEMO_MARKER}); the demo would overwrite README.md and src/ there, so nothing in "
+        "it was changed. Give a new or empty folder (--workspace NEW_DIR), or leave "
+        "--workspace out for a temporary one."
+    )
