@@ -173,6 +173,29 @@ def test_resuming_a_finished_run_is_a_no_op_reporting_its_outcome(tmp_path: Path
     store.close()
 
 
+def test_attempt_numbers_continue_across_a_resume(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha")
+    store = Store(tmp_path / "s.duckdb")
+
+    def down() -> hn.ProviderError:
+        return hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+
+    contract = hn.TaskContract("t", ws, max_retries=1, retry=hn.RetryPolicy(base=0.01, cap=0.01))
+    read = {"tool": "read_file", "args": {"path": "a.txt"}}
+    provider = hn.ScriptedProvider([read, down(), down()])
+    first = hn.run_sync(contract, provider, store=store)
+    # The two failed attempts of step 2 came after the last checkpoint (step 1).
+    assert (first.outcome, first.attempts) == (hn.RunOutcome.ESCALATED_RETRYABLE, 3)
+    again = resume_sync(first.run_id, hn.ScriptedProvider(["done"]), store=store)
+    assert again.outcome is hn.RunOutcome.FINISHED
+    rows = store.attempts(first.run_id)
+    assert sorted(rows["attempt"]) == [1, 2, 3, 4]  # no number used twice
+    assert again.attempts == len(rows)
+    store.close()
+
+
 # ------------------------------------------------------------------ ResumeError reasons
 
 

@@ -189,6 +189,7 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)
         driver.restore(row, checkpoints)
         begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
+        await _continue_attempt_numbers(driver, store, begun)
         if begun is None:
             return None
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
@@ -204,6 +205,18 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
             f"run {driver.run_id!r}: its checkpoint cannot be read ({type(exc).__name__}: {exc})",
             reason="unreadable_checkpoint",
         ) from exc
+
+
+async def _continue_attempt_numbers(
+    driver: Driver, store: Store, begun: dict[str, Any] | None
+) -> None:
+    """Number the resumed run's attempts after every one already made: the failed calls
+    that ended the run came after its last checkpoint, so its counter does not hold them."""
+    stored = await asyncio.to_thread(store.attempts, driver.run_id)
+    numbers = [int(n) for n in stored["attempt"].dropna()] if len(stored) else []
+    pending = (begun or {}).get("attempts") or []
+    numbers += [int(a["attempt"]) for a in pending if a.get("attempt") is not None]
+    driver.model_calls.attempts = max([driver.model_calls.attempts, *numbers])
 
 
 def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:
