@@ -405,6 +405,23 @@ def test_show_displays_the_card_and_the_tables(
     ]
 
 
+def test_show_counts_what_the_store_holds(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.push(Fault.status(503))
+    srv.push(Fault.status(503))
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
+    run_id = shell.user_ns["R"].run_id
+    with capture_output() as cap:
+        shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
+    card = cap.outputs[0].data["text/plain"]
+    attempts = _magics._store(str(tmp_path / "runs.duckdb")).attempts(run_id)
+    assert len(attempts) == 3  # two 503s, then the answer
+    assert "attempts 3, retries 2" in card and "providers openai;" in card
+    assert "answer: hi" in card
+
+
 def test_replay_runs_a_recorded_run_again_without_the_network(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:

@@ -407,15 +407,36 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     row = store.get_run(args.run_id)
     if row is None:
         raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
-    result = dataclasses.replace(_stored_result(row), step_rows=step_rows(store, args.run_id))
-    display(result)
+    attempts = store.attempts(args.run_id)
+    display(_shown_result(_stored_result(row), store, attempts))
     for title, frame in (
         ("steps", store.steps(args.run_id)),
-        ("attempts", store.attempts(args.run_id)),
+        ("attempts", attempts),
         ("tool calls", store.tool_calls(args.run_id)),
     ):
         display(html_object(str(bold(title))))
         display(frame)
+
+
+def _shown_result(result: RunResult, store: Any, attempts: Any) -> RunResult:
+    """A stored run's card with what the store holds: its attempts counted from the
+    attempts table, the leaf providers that answered, the last checkpoint's counters."""
+    last = store.last_checkpoint(result.run_id)
+    state = last["state"] if last else {}
+    counts = state.get("counts") or {}
+    answered = attempts[attempts["kind"].isna()] if len(attempts) else attempts
+    providers = tuple(dict.fromkeys(str(p) for p in answered.get("provider", [])))
+    return dataclasses.replace(
+        result,
+        attempts=len(attempts),
+        providers=providers or tuple(state.get("providers") or ()),
+        retries=int(counts.get("retries", 0)),
+        fallbacks=int(counts.get("fallbacks", 0)),
+        replans=int((state.get("stall") or {}).get("replans", 0)),
+        verified=state.get("verified"),
+        text=str(state.get("text") or ""),
+        step_rows=step_rows(store, result.run_id),
+    )
 
 
 def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
