@@ -441,6 +441,21 @@ def test_replay_runs_a_recorded_run_again_without_the_network(
     assert len(srv.requests) == 1
 
 
+def test_replay_of_a_run_never_recorded_says_so_and_how_to_record(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
+    run_id = shell.user_ns["R"].run_id
+    with capture_output() as cap, pytest.raises(hn.ProviderError) as info:
+        shell.run_line_magic("harness", f"replay {run_id} --store {tmp_path / 'runs.duckdb'}")
+    assert "the run was not recorded" in info.value.message
+    assert "hn.Record(provider, store)" in info.value.message
+    assert "the conversation differs" not in info.value.message
+    assert any("was not recorded" in o.data.get("text/plain", "") for o in cap.outputs)
+    assert len(srv.requests) == 1  # the original run's only request: the replay sent none
+
+
 def test_only_run_takes_a_cell_body(shell: InteractiveShell) -> None:
     with pytest.raises(UsageError, match="only `run` takes a cell body"):
         shell.run_cell_magic("harness", "runs", "body")

@@ -397,11 +397,8 @@ class Replay:
         recorded = await asyncio.to_thread(self.store.get_recordings, key)
         index = self._served.get(key, 0)
         if index >= len(recorded):
-            last = messages[-1] if messages else {}
             err = ProviderError(
-                f"no recording for this request (after {index} answered): the conversation "
-                f"differs from the recorded run at its last message "
-                f"({last.get('role')}: {scrub(str(last.get('content')))[:120]!r})",
+                _no_recording(messages, index, first=not self._served),
                 kind=ProviderErrorKind.REQUEST,
                 provider="replay",
                 model=self.model,
@@ -420,6 +417,24 @@ class Replay:
             )
         )
         return completion
+
+
+def _no_recording(messages: Messages, index: int, *, first: bool) -> str:
+    """Why a replay has no answer: a run never recorded (its very first request has no
+    recording), or a conversation that went another way than the recorded one."""
+    last = messages[-1] if messages else {}
+    quoted = f"({last.get('role')}: {scrub(str(last.get('content')))[:120]!r})"
+    if first:
+        return (
+            f"no recording of the run's first request {quoted}: the run was not recorded "
+            "(or was recorded with other tools or another task). To record a run, give "
+            "hn.run the provider wrapped as hn.Record(provider, store); replay it from "
+            "that store."
+        )
+    return (
+        f"no recording for this request (after {index} answered): the conversation "
+        f"differs from the recorded run at its last message {quoted}"
+    )
 
 
 async def replay(
