@@ -33,7 +33,7 @@ def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Interacti
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "harnessnb")
     yield sh
-    for name in ("R", "frame", "x", "who"):
+    for name in ("R", "frame", "x", "who", "place", "db", "rid"):
         sh.user_ns.pop(name, None)
 
 
@@ -107,6 +107,43 @@ def test_missing_name_in_body_is_a_one_line_usage_error(
         shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "greet {nowhere}")
     assert "\n" not in str(err.value)
     assert srv.requests == []
+
+
+def test_the_magic_line_expands_names_like_the_body(
+    shell: InteractiveShell, srv: ChaosServer, tmp_path: Path
+) -> None:
+    spaced = tmp_path / "my work"  # a value with a space stays one argument
+    spaced.mkdir()
+    shell.user_ns.update(who="world", place=spaced, db=str(tmp_path / "runs.duckdb"))
+    line = (f"run --provider openai --base-url {srv.openai_url} --workspace {{place}} "
+            "--store $db --out R greet {who} $who {{x}} $$who $nobody")  # fmt: skip
+    with capture_output():
+        shell.run_line_magic("harness", line)
+    result = shell.user_ns["R"]
+    assert result.text == "greet world world {x} $who $nobody"
+    runs = _magics._store(str(tmp_path / "runs.duckdb")).runs()
+    assert runs["workspace"].tolist() == [str(spaced)]
+    shell.user_ns["rid"] = result.run_id
+    for form in ("{rid}", "$rid", "{rid!s}"):
+        with capture_output() as cap:
+            shell.run_line_magic("harness", f"tb {form} --store {{db}}")
+        assert cap.stdout == f"run {result.run_id} ended finished with no error\n"
+    with pytest.raises(UsageError, match="'nowhere' is not defined") as err:
+        shell.run_line_magic("harness", "tb {nowhere}")
+    assert "\n" not in str(err.value)
+
+
+def test_the_awaiting_path_expands_the_line_too(shell: InteractiveShell, tmp_path: Path) -> None:
+    shell.user_ns["rid"] = "run_nope"
+    shell.input_transformers_post.append(_magics.await_harness_cells)
+    try:
+        with capture_output():
+            result = shell.run_cell(f"%harness tb {{rid}} --store {tmp_path / 'r.duckdb'}\n")
+    finally:
+        shell.input_transformers_post.remove(_magics.await_harness_cells)
+        shell.user_ns.pop("rid", None)
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "no run 'run_nope'" in str(result.error_in_exec)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ would otherwise call ``sys.exit``, which IPython reports as a SystemExit traceba
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import string
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from IPython.core.error import UsageError
 
 from ..launch._options import OUTPUT_OPTIONS, RESUME_OPTIONS, RUN_OPTIONS, STORE, add_options
 
-__all__ = ["SUBCOMMANDS", "HelpShown", "help_text", "interpolate", "parse", "words"]
+__all__ = ["SUBCOMMANDS", "HelpShown", "expand_word", "help_text", "interpolate", "parse", "words"]
 
 
 class HelpShown(Exception):
@@ -95,14 +96,16 @@ def help_text() -> str:
     """The whole help: every subcommand with every option."""
     head = (
         "%harness SUBCOMMAND [options]   (%%harness run [options] takes the task as the cell)\n"
-        "In a cell body, {name} is replaced by the value of `name` in the notebook; "
-        "write {{ and }} for braces.\n"
+        "In a cell body and on the magic line, {name} is replaced by the value of `name` in "
+        "the notebook (write {{ and }} for braces); on the line, $name too ($$ for a $).\n"
     )
     return head + "\n".join(p.format_help() for p in PARSERS.values())
 
 
-def parse(line: str) -> tuple[str, argparse.Namespace]:
+def parse(line: str, user_ns: Mapping[str, Any] | None = None) -> tuple[str, argparse.Namespace]:
     """Split and parse a magic line into (subcommand, namespace).
+
+    With ``user_ns``, each word of the line is expanded first (:func:`expand_word`).
 
     Raises:
         UsageError: unknown subcommand, bad option or value, unbalanced quotes.
@@ -112,6 +115,8 @@ def parse(line: str) -> tuple[str, argparse.Namespace]:
         argv = shlex.split(line)
     except ValueError as exc:
         raise UsageError(f"%harness: cannot split the line: {exc}") from None
+    if user_ns is not None:
+        argv = [expand_word(word, user_ns) for word in argv]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(help_text())
         raise HelpShown()
@@ -132,8 +137,8 @@ def parse(line: str) -> tuple[str, argparse.Namespace]:
 class _Strict(dict[str, Any]):
     def __missing__(self, key: str) -> Any:
         raise UsageError(
-            f"%%harness: the cell refers to {{{key}}}, but {key!r} is not defined in the "
-            "notebook (define it, or write {{ and }} for literal braces)"
+            f"%harness: {{{key}}}: {key!r} is not defined in the notebook (define it, or "
+            "write {{ and }} for literal braces)"
         )
 
 
@@ -148,6 +153,55 @@ def interpolate(body: str, namespace: Mapping[str, Any]) -> str:
             f"%%harness: cannot fill in the cell's {{...}} fields ({exc}); write {{{{ and }}}} "
             "for literal braces"
         ) from None
+
+
+_DOLLAR = re.compile(r"\$(\$|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+_FORMAT = string.Formatter()
+
+
+def expand_word(word: str, namespace: Mapping[str, Any]) -> str:
+    """One word of the magic line with the notebook's values filled in.
+
+    ``{name}`` (``{name.attr}``, ``{name[0]}``) as in a cell body, strictly: an unknown
+    name is a ``UsageError``; ``{{``/``}}`` are braces. ``$name`` (``$name.attr``) as in
+    IPython's own magics: an unknown one stays as written; ``$$`` is a ``$``. Words are
+    expanded after the line is split, so a value with spaces stays one argument.
+    """
+    if not any(c in word for c in "{}$"):
+        return word
+    out = []
+    try:
+        for literal, field, spec, conversion in _FORMAT.parse(word):
+            out.append(_DOLLAR.sub(lambda m: _dollar(m.group(1), namespace), literal))
+            if field is None:
+                continue
+            if not field or field[0].isdigit():
+                raise ValueError(f"{{{field}}} names no variable")
+            value, _ = _FORMAT.get_field(field, (), _Strict(namespace))
+            value = _FORMAT.convert_field(value, conversion)
+            out.append(_FORMAT.format_field(value, spec or ""))
+    except UsageError:
+        raise
+    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
+        raise UsageError(
+            f"%harness: cannot fill in {word!r} on the line ({exc}); write {{{{ and }}}} for "
+            "literal braces"
+        ) from None
+    return "".join(out)
+
+
+def _dollar(name: str, namespace: Mapping[str, Any]) -> str:
+    if name == "$":
+        return "$"
+    head, *attrs = name.split(".")
+    if head not in namespace:
+        return f"${name}"  # not a notebook variable: left as written, as IPython does
+    value = namespace[head]
+    for attr in attrs:
+        if not hasattr(value, attr):
+            return f"${name}"
+        value = getattr(value, attr)
+    return str(value)
 
 
 def words(values: Sequence[str]) -> str:

@@ -248,7 +248,7 @@ class _Note:
 def plan(shell: Any, line: str, cell: str | None) -> Any:
     """Parse ``line`` and do the subcommand; a run comes back as a ``_RunJob`` to wait on."""
     try:
-        sub, args = parse(line)
+        sub, args = parse(line, shell.user_ns)
     except HelpShown:
         return None
     handler = _HANDLERS[sub]
