@@ -2,6 +2,7 @@
 
 Commands::
 
+    harnessnb --version
     harnessnb demo [--seed N] [--chaos | --no-chaos] [--stall] [--workspace DIR]
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
                   [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"harnessnb {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_demo(sub, common)
 
@@ -187,6 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     failures.set_defaults(handler=cmd_failures)
     return parser
+
+
+def _version() -> str:
+    """The installed package's version (the command may not import ``harnessnb`` itself:
+    that would pull the notebook layer in)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("harnessnb")
+    except PackageNotFoundError:
+        return "(version unknown: the package is not installed)"
 
 
 def _add_demo(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@ store commands, resume, and the provider choice it shares with the magics."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -97,19 +98,43 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
         assert word in text.replace("\n", " ")
 
 
-@pytest.mark.parametrize("command", ["demo", "run", "resume", "runs", "failures"])
-def test_every_command_help_exits_0(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        cli.main([command, "--help"])
-    assert info.value.code == 0
-    assert f"harnessnb {command}" in capsys.readouterr().out
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path of the parser tree: the command itself, then each subcommand."""
+    found = [path]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _commands(child, (*path, name))
+    return found
 
 
-def test_every_command_of_the_parser_is_in_the_help_test() -> None:
-    import argparse
+def test_every_help_of_the_command_tree_works_in_a_real_process(tmp_path: Path) -> None:
+    paths = _commands(cli.build_parser())
+    assert sorted(p[0] for p in paths if p) == ["demo", "failures", "resume", "run", "runs"]
+    for path in paths:
+        out = subprocess.run(
+            [sys.executable, "-m", "harnessnb", *path, "--help"],
+            cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (out.returncode, out.stderr) == (0, ""), (path, out.stderr)
+        assert out.stdout.startswith(f"usage: {' '.join(('harnessnb', *path))}"), path
+        if path in [(), ("demo",), ("run",), ("resume",)]:  # the commands that run something
+            assert "9 unverified" in " ".join(out.stdout.split()), path
+    assert not list(tmp_path.iterdir())  # --help made no store, no folder
 
-    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(sub.choices) == sorted(["demo", "run", "resume", "runs", "failures"])
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    import tomllib
+    from importlib.metadata import version
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    expected = pyproject["project"]["version"]
+    assert hn.__version__ == expected == version("harnessnb")
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "--version"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"harnessnb {expected}\n", "")
 
 
 def test_demo_help_shows_the_chaos_rates(capsys: pytest.CaptureFixture[str]) -> None:
