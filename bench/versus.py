@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -156,7 +157,8 @@ def main() -> None:
     if args.child:
         child(args.child, args.sequential, args.concurrent, args.steps)
         return
-    old = Path(tempfile.mkdtemp(prefix="harnessnb-versus-")) / "old"
+    holder = Path(tempfile.mkdtemp(prefix="harnessnb-versus-"))
+    old = holder / "old"
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), args.base],
                    cwd=ROOT, check=True)
     proc, url = _start_server()
@@ -171,6 +173,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=5)
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+        shutil.rmtree(holder, ignore_errors=True)
 
 
 def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
 from harnessnb.notebook import WidgetApprover, plot_failures
 from harnessnb.notebook._env import widget_frontend
 from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
+from tests.store_helpers import attempt, run_row
 
 
 def ev(event: Any, step: int = 0, /, **data: Any) -> hn.RunEvent:
@@ -233,7 +234,7 @@ def test_run_card_has_an_escaped_collapsible_step_table() -> None:
 # ------------------------------------------------------------------ plot
 
 
-def test_plot_failures_draws_bars_by_provider_and_kind() -> None:
+def test_plot_failures_draws_bars_by_provider_and_kind_with_intervals() -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,12 +245,34 @@ def test_plot_failures_draws_bars_by_provider_and_kind() -> None:
         "attempts": [10, 10, 4], "failures": [2, 1, 0], "failure_rate": [0.2, 0.1, 0.0],
     })
     axes = plot_failures(frame)
-    assert [t.get_text() for t in axes.get_xticklabels()] == ["a"]
+    # a provider with no failure is shown, at zero, not dropped
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["a", "b"]
     assert sorted(t.get_text() for t in axes.get_legend().get_texts()) == [
         "rate_limited", "server"
     ]
-    store = hn.Store(":memory:")
-    assert plot_failures(store) is not None  # an empty store still plots (nothing failed)
+    heights = sorted(round(p.get_height(), 3) for p in axes.patches)
+    assert heights == [0.0, 0.0, 0.1, 0.2]
+    assert axes.get_ylim()[0] == 0.0  # never a negative axis
+    # one error bar per bar, from the 95% interval: 2 of 10 is 0.057 to 0.510
+    tops = sorted(round(max(seg[:, 1]), 3) for c in axes.containers
+                  if hasattr(c, "lines") and c.lines[2] for seg in c.lines[2][0].get_segments())
+    assert 0.51 in tops and len(tops) == 4
+
+
+def test_plot_failures_says_when_there_is_nothing_to_draw(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    empty = plot_failures(hn.Store(tmp_path / "empty.duckdb"))
+    assert "no attempts recorded yet" in empty.get_title()
+    assert empty.get_ylim() == (0.0, 1.0)
+    store = hn.Store(tmp_path / "calm.duckdb")
+    store.create_run(run_row("r1"))
+    store.add_attempts("r1", [attempt(1, 0), attempt(1, 1, provider="anthropic")])
+    calm = plot_failures(store)
+    assert "no failures in 2 attempts" in calm.get_title()
+    assert [t.get_text() for t in calm.get_xticklabels()] == ["anthropic", "openai"]
+    assert calm.get_ylim()[0] == 0.0
 
 
 def test_plot_failures_without_matplotlib_says_how_to_get_it(

@@ -25,7 +25,7 @@ from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
 
 
 def ts(seconds: float) -> pd.Timestamp:
-    return pd.Timestamp(dt.datetime.fromtimestamp(seconds, dt.UTC).replace(tzinfo=None))
+    return pd.Timestamp(dt.datetime.fromtimestamp(seconds, dt.UTC))  # the readers are tz-aware UTC
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -449,9 +449,10 @@ def test_failure_rates_by_provider_and_kind(store: Store) -> None:
     ])  # fmt: skip
     rates = store.failure_rates()
     assert list(rates.columns) == [
-        "provider", "kind", "attempts", "failures", "failure_rate",
-        "retry_after_s_mean", "retry_after_s_p50", "retry_after_s_max"]  # fmt: skip
-    assert records(rates) == [
+        "provider", "kind", "attempts", "failures", "failure_rate", "failure_rate_low",
+        "failure_rate_high", "retry_after_s_mean", "retry_after_s_p50",
+        "retry_after_s_max"]  # fmt: skip
+    assert records(rates.drop(columns=["failure_rate_low", "failure_rate_high"])) == [
         {"provider": "anthropic", "kind": None, "attempts": 2, "failures": 0,
          "failure_rate": 0.0, "retry_after_s_mean": None, "retry_after_s_p50": None,
          "retry_after_s_max": None},
@@ -462,6 +463,12 @@ def test_failure_rates_by_provider_and_kind(store: Store) -> None:
          "failure_rate": 0.2, "retry_after_s_mean": 10.0, "retry_after_s_p50": 10.0,
          "retry_after_s_max": 10.0},
     ]  # fmt: skip
+    # The 95% Wilson interval, against published values: 2 of 5 is 0.118-0.769,
+    # 1 of 5 is 0.036-0.624, 0 of 2 is 0-0.658.
+    bounds = [(round(lo, 3), round(hi, 3))
+              for lo, hi in zip(rates["failure_rate_low"], rates["failure_rate_high"], strict=True)]
+    assert bounds == [(0.0, 0.658), (0.118, 0.769), (0.036, 0.624)]  # fmt: skip
+    assert list(rates["kind"].cat.categories[:8]) == [k.value for k in hn.ProviderErrorKind]
     assert str(rates["attempts"].dtype) == "Int64"
     by_provider = store.failure_rates("provider")
     assert records(by_provider[["provider", "attempts", "failures", "failure_rate"]]) == [
@@ -486,12 +493,12 @@ def test_readers_have_sensible_dtypes_even_without_nulls(store: Store) -> None:
     assert {c: str(attempts[c].dtype) for c in
             ("step", "status", "input_tokens", "fell_back", "retry_after_s", "started_at")} == {
         "step": "Int64", "status": "Int64", "input_tokens": "Int64", "fell_back": "boolean",
-        "retry_after_s": "float64", "started_at": "datetime64[us]"}  # fmt: skip
+        "retry_after_s": "Float64", "started_at": "datetime64[us, UTC]"}  # fmt: skip
     steps = store.steps()
     assert str(steps["changed_workspace"].dtype) == "boolean"
     assert "checkpoint" not in steps.columns
     runs = store.runs()
-    assert str(runs["started_at"].dtype) == "datetime64[us]"
+    assert str(runs["started_at"].dtype) == "datetime64[us, UTC]"
     assert str(runs["steps"].dtype) == "Int64"
     empty = store.stalls()
     assert empty.empty and "signal" in empty.columns

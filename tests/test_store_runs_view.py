@@ -24,7 +24,7 @@ from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
 
 def _ts(seconds: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).replace(tzinfo=None)
+    return dt.datetime.fromtimestamp(seconds, dt.UTC)  # the readers are tz-aware UTC
 
 
 def _counts(store: Store) -> dict[str, tuple[Any, ...]]:

@@ -42,15 +42,26 @@ def failure_groups(by: tuple[str, ...] | str, path: str) -> tuple[str, ...]:
     return groups
 
 
-def failure_sql(groups: tuple[str, ...]) -> str:
-    """The aggregation behind ``failure_rates`` (``groups`` already validated)."""
+def failure_sql(groups: tuple[str, ...], every_us: int | None = None) -> str:
+    """The aggregation behind ``failure_rates`` (``groups`` already validated).
+
+    ``every_us`` (an int from ``bucket_us``) adds a first group, ``period``: the start
+    of the time bucket of that many microseconds each attempt started in.
+    """
+    source = "attempts"
+    if every_us is not None:
+        source = (
+            "(SELECT *, time_bucket(to_microseconds("
+            f"{int(every_us)}), started_at) AS period FROM attempts) AS a"
+        )
+        groups = ("period", *groups)
     quoted = [quote(g) for g in groups]
     if "kind" not in groups:
         cols = ", ".join(quoted)
         head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
         return (
             f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate, {_STATS} FROM attempts{tail}"
+            f"count(kind) / count(*) AS failure_rate, {_STATS} FROM {source}{tail}"
         )
     # Totals per outer group, and failures per (outer group, kind) from the failed rows
     # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
@@ -62,8 +73,8 @@ def failure_sql(groups: tuple[str, ...]) -> str:
     select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
     order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
     return (
-        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM attempts{t_group}), "
-        f"f AS (SELECT {t_select}kind, count(*) AS failures, {_STATS} FROM attempts "
+        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM {source}{t_group}), "
+        f"f AS (SELECT {t_select}kind, count(*) AS failures, {_STATS} FROM {source} "
         f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
         f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
         "coalesce(f.failures, 0) / t.attempts AS failure_rate, "

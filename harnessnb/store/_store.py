@@ -29,6 +29,7 @@ from . import _writes
 from ._batch import WriteOp
 from ._conn import SharedDb, acquire_shared, parallel, release_shared
 from ._failures import failure_groups, failure_sql
+from ._frames import bucket_us, frame, with_intervals
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
 
@@ -48,9 +49,6 @@ _ORDER: Final = {
     "stalls": 'run_id, step, "at"',
     "markers": 'run_id, "at"',
 }
-_INT_TYPES: Final = frozenset(
-    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
-)
 
 
 def _blocking(build: Callable[P, WriteOp[T]]) -> Callable[Concatenate[Store, P], T]:
@@ -320,7 +318,7 @@ class Store:
     def agent_sessions(self) -> pd.DataFrame:
         """Every named agent session and the CLI session it continues."""
         with self._connection() as con, parallel(con):
-            return _frame(con.execute("SELECT * FROM agent_sessions ORDER BY workspace, name"))
+            return frame(con.execute("SELECT * FROM agent_sessions ORDER BY workspace, name"))
 
     # --------------------------------------------------------------- readers
 
@@ -355,10 +353,13 @@ class Store:
         tokens are counted from ``steps``), so it is read here, never written.
         """
         with self._connection() as con, parallel(con):
-            return _frame(con.execute(query, params or []))
+            return frame(con.execute(query, params or []))
 
-    def failure_rates(self, by: tuple[str, ...] | str = ("provider", "kind")) -> pd.DataFrame:
-        """How often attempts fail, per group, with Retry-After statistics.
+    def failure_rates(
+        self, by: tuple[str, ...] | str = ("provider", "kind"), *, every: Any = None
+    ) -> pd.DataFrame:
+        """How often attempts fail, per group, with a 95% interval and Retry-After
+        statistics.
 
         Without ``kind`` in ``by``: one row per group with ``attempts``, ``failures``
         (attempts with a kind), ``failure_rate`` = failures / attempts, and
@@ -369,15 +370,24 @@ class Store:
         total (successes included), ``failures`` the attempts that failed with this
         kind, and ``failure_rate`` their share of all the group's attempts, so the
         rates of a provider add up to its overall failure rate. A group with no
-        failure has one row with ``kind`` <NA> and 0 failures. Rows are sorted by the
-        group, then most failures first.
+        failure has one row with ``kind`` missing and 0 failures. Rows are sorted by
+        the group, then most failures first.
+
+        ``failure_rate_low``/``failure_rate_high`` bound ``failure_rate`` with the 95%
+        Wilson score interval (honest at small counts: 0 of 3 is 0 to 0.56).
+        ``every`` (``"1h"``, ``"30min"``, ``"1D"``, a ``timedelta``) adds a first
+        column ``period``: the UTC start of the time bucket each attempt started in,
+        so failures over time is one call.
 
         Raises:
-            StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``.
+            StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``
+                or ``every`` is not a positive duration.
         """
-        query = failure_sql(failure_groups(by, self.path))
+        groups = failure_groups(by, self.path)
+        every_us = None if every is None else bucket_us(every, self.path)
+        query = failure_sql(groups, every_us)
         with self._connection() as con, parallel(con):
-            return _frame(con.execute(query))
+            return with_intervals(frame(con.execute(query)))
 
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
@@ -385,7 +395,7 @@ class Store:
         columns = "* EXCLUDE (checkpoint)" if table == "steps" else "*"
         query = f"SELECT {columns} FROM {table}{where} ORDER BY {_ORDER[table]}"
         with self._connection() as con, parallel(con):
-            return _frame(con.execute(query, [] if run_id is None else [run_id]))
+            return frame(con.execute(query, [] if run_id is None else [run_id]))
 
 
 class QueuedWrites:
@@ -418,15 +428,3 @@ class QueuedWrites:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
-
-
-def _frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """The result as a DataFrame with nullable integers and booleans, whatever NULLs."""
-    types = [str(d[1]) for d in result.description or []]
-    frame = result.df()
-    for i, kind in enumerate(types):
-        if kind in _INT_TYPES:
-            frame.isetitem(i, frame.iloc[:, i].astype("Int64").array)
-        elif kind == "BOOLEAN":
-            frame.isetitem(i, frame.iloc[:, i].astype("boolean").array)
-    return frame

@@ -1,0 +1,114 @@
+"""Query results as DataFrames ready for analysis, and the statistics of failure rates.
+
+Every reader of the store (``runs()``, ``attempts()``, ``failure_rates()``, ``sql()``)
+returns its result through :func:`frame`, so one convention holds whichever reader
+produced a frame:
+
+- integers are ``Int64``, booleans ``boolean``, floats ``Float64``, text ``string``:
+  a missing value is ``pd.NA`` in each;
+- timestamps are tz-aware UTC (``datetime64[us, UTC]``; missing is ``NaT``);
+- ``kind`` and ``outcome`` are categoricals in a fixed order (the provider error kinds
+  in ``ProviderErrorKind`` order; outcomes in ``RunOutcome`` order), so "no failure"
+  is a missing category (``NaN``), never the text ``"None"``. A value outside the known
+  order (an agent CLI's own kind, a store written by a newer version) is kept, after
+  the known ones.
+
+``isna()`` is the one test for missing values in every column.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import duckdb
+import pandas as pd
+
+from ..rules._errors import ProviderErrorKind, StoreError
+from ..rules._outcomes import RunOutcome
+
+__all__ = ["CATEGORY_ORDER", "bucket_us", "frame", "with_intervals"]
+
+# The fixed order of the categorical columns, whatever table they come from.
+CATEGORY_ORDER: Final[dict[str, tuple[str, ...]]] = {
+    "kind": tuple(k.value for k in ProviderErrorKind),
+    "outcome": tuple(o.value for o in RunOutcome),
+}
+_INT_TYPES: Final = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+)
+_FLOAT_TYPES: Final = frozenset({"DOUBLE", "FLOAT", "REAL"})
+_DTYPES: Final[dict[str, Any]] = {
+    "BOOLEAN": "boolean",
+    "VARCHAR": pd.StringDtype(),
+    **{t: "Int64" for t in _INT_TYPES},
+    **{t: "Float64" for t in _FLOAT_TYPES},
+}
+# z for a two-sided 95% interval.
+_Z95: Final = 1.959963984540054
+
+
+def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The result as a DataFrame in the store's one convention (module docstring)."""
+    types = [str(d[1]) for d in result.description or []]
+    data = result.df()
+    for i, kind in enumerate(types):
+        name = str(data.columns[i])
+        column = data.iloc[:, i]
+        if name in CATEGORY_ORDER and kind == "VARCHAR":
+            data.isetitem(i, _categorical(column, CATEGORY_ORDER[name]))
+        elif kind in _DTYPES:
+            data.isetitem(i, column.astype(_DTYPES[kind]).array)
+        elif kind == "TIMESTAMP":
+            data.isetitem(i, pd.to_datetime(column).dt.tz_localize("UTC").array)
+        elif kind.startswith("TIMESTAMP WITH TIME ZONE"):
+            data.isetitem(i, pd.to_datetime(column, utc=True).array)
+    return data
+
+
+def _categorical(column: pd.Series, order: tuple[str, ...]) -> pd.Categorical:
+    values = column.astype(object).where(column.notna(), None)
+    extra = sorted({v for v in values if v is not None and v not in order})
+    return pd.Categorical(values, categories=[*order, *extra], ordered=False)
+
+
+def with_intervals(rates: pd.DataFrame) -> pd.DataFrame:
+    """``rates`` with ``failure_rate_low``/``_high``: the 95% Wilson score interval of
+    ``failures`` out of ``attempts`` (sound at 0 and at small counts, unlike the
+    normal approximation)."""
+    n = rates["attempts"].astype("Float64")
+    p = rates["failures"].astype("Float64") / n
+    z2 = _Z95 * _Z95
+    denominator = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denominator
+    half = _Z95 * ((p * (1 - p) / n + z2 / (4 * n * n)) ** 0.5) / denominator
+    at = list(rates.columns).index("failure_rate") + 1
+    out = rates.copy()
+    out.insert(at, "failure_rate_low", (centre - half).clip(lower=0.0))
+    out.insert(at + 1, "failure_rate_high", (centre + half).clip(upper=1.0))
+    return out
+
+
+def bucket_us(every: Any, path: str) -> int:
+    """``every`` (``"1h"``, ``"30min"``, ``"1D"``, a ``timedelta``) in microseconds.
+
+    Raises:
+        StoreError: ``query`` when it is not a positive duration.
+    """
+    try:
+        span = pd.Timedelta(every)
+        micros = span / pd.Timedelta(microseconds=1)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StoreError(
+            f"failure_rates(every={every!r}): expected a duration such as '1h', '30min', "
+            "'1D' or a datetime.timedelta",
+            kind="query",
+            path=path,
+        ) from exc
+    if math.isnan(micros) or micros < 1:
+        raise StoreError(
+            f"failure_rates(every={every!r}): the bucket must be a positive duration",
+            kind="query",
+            path=path,
+        )
+    return round(micros)
