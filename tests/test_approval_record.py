@@ -69,6 +69,13 @@ def test_settling_a_panel_keeps_its_record_and_says_so_in_the_status() -> None:
     assert panel.approve_button.disabled and panel.deny_button.disabled
 
 
+def test_buttons_use_the_theme_pair_not_the_low_contrast_success_style() -> None:
+    # ipywidgets' "success" is white on --jp-success-color1 (#388e3c) in Lab light: 4.12:1.
+    panel = ApprovalPanel(request(), lambda d: None)
+    assert (panel.approve_button.button_style, panel.deny_button.button_style) == ("", "")
+    assert (panel.approve_button.icon, panel.deny_button.icon) == ("check", "times")
+
+
 # ------------------------------------------------------------------ in a real kernel
 
 _ASK = """
