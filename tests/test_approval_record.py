@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -11,6 +12,7 @@ import pytest
 from nbclient import NotebookClient
 
 import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
 from harnessnb.notebook._approver import ApprovalPanel, ApprovalRecord
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -92,6 +94,7 @@ decision = await approver(hn.ApprovalRequest(
 """
 _WAITING = """
 import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
 from harnessnb.notebook._approver import ApprovalPanel
 panel = ApprovalPanel(hn.ApprovalRequest(
     "write", "NOTES.md", "# Notes", "write:*", "app", "write_file"), lambda d: None)
@@ -144,3 +147,54 @@ def test_a_panel_saved_while_waiting_falls_back_to_what_was_asked(executed: Any)
     assert "waiting for Approve / Deny" in output.data["text/plain"]
     assert "VBox(" not in output.data["text/plain"]
     assert "harnessnb-approval" in output.data["text/html"]  # what a page without the model shows
+
+
+# ------------------------------------------------------------------ a %%harness run
+
+
+_SETUP = """
+import threading, time
+import harnessnb as hn
+from harnessnb.loop._driver import set_default_approver_factory
+from harnessnb.notebook._approver import WidgetApprover
+hn.set_testing(True)
+%load_ext harnessnb
+made = []
+def factory():
+    made.append(WidgetApprover())
+    return made[-1]
+set_default_approver_factory(factory)
+def click():
+    while not (made and made[-1].panels):
+        time.sleep(0.01)
+    made[-1].panels[-1].approve_button.click()
+threading.Thread(target=click, daemon=True).start()
+"""
+
+
+def _writer(req: ChaosRequest) -> Reply:
+    if any(m.get("role") == "tool" for m in req.messages):
+        return Reply(text="done")
+    return Reply(tool_calls=[{"name": "write_file",
+                              "arguments": {"path": "NOTES.md", "content": "# N\n"}}])  # fmt: skip
+
+
+def test_a_harness_cell_keeps_the_record_of_its_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The magic's path: the panel is shown and settled on harnessnb's loop thread."""
+    nb = nbformat.v4.new_notebook()
+    run = "%%harness run --provider openai\nwrite the notes"
+    nb.cells = [nbformat.v4.new_code_cell(_SETUP), nbformat.v4.new_code_cell(run)]
+    with ChaosServer(responder=_writer) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+        monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
+        NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    assert (tmp_path / "NOTES.md").read_text() == "# N\n"
+    html = [o.data["text/html"] for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
+    records = [h for h in html if "harnessnb-approval-record" in h]
+    assert len(records) == 1 and ">approved</span>" in records[0]
+    assert not [o for o in nb.cells[1].outputs if WIDGET in o.get("data", {})]
