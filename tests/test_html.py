@@ -7,8 +7,20 @@ from pathlib import Path
 
 import pytest
 
+import harnessnb as hn
 from harnessnb.rules import _html
-from harnessnb.rules._html import Html, Tone, badge, card, code, escape, join, kv_table
+from harnessnb.rules._html import (
+    OUTCOME_TONES,
+    Html,
+    Tone,
+    badge,
+    card,
+    code,
+    escape,
+    join,
+    kv_table,
+    outcome_tone,
+)
 from harnessnb.rules._text import shorten
 
 PACKAGE = Path(_html.__file__).resolve().parents[1]
@@ -42,6 +54,26 @@ def test_card_carries_its_class_and_tone_but_no_text_colour() -> None:
     assert f"border:1px solid {Tone.WARN}" in html
     # Text keeps the page's colour, so a dark notebook theme still reads it.
     assert ";color:" not in html and "'color:" not in html
+
+
+def test_outcome_tones_are_green_for_passed_amber_for_waiting_red_for_the_rest() -> None:
+    assert outcome_tone("success") is Tone.GOOD and outcome_tone("finished") is Tone.GOOD
+    assert outcome_tone("unverified") is Tone.WARN  # stopped, but the check did not pass
+    assert outcome_tone("cancelled") is Tone.WARN
+    assert outcome_tone("step_cap") is Tone.BAD
+    assert outcome_tone("an outcome added later") is Tone.BAD
+    assert set(OUTCOME_TONES.values()) == {Tone.GOOD, Tone.WARN}
+
+
+@pytest.mark.parametrize("outcome", list(hn.RunOutcome), ids=str)
+def test_run_card_badge_takes_its_tone_from_the_outcome_map(outcome: hn.RunOutcome) -> None:
+    html = hn.RunResult("r1", outcome, 1, 10)._repr_mimebundle_()["text/html"]
+    assert f"border:1px solid {outcome_tone(outcome)}" in html
+
+
+def test_every_colour_is_a_theme_variable_with_a_fallback() -> None:
+    for tone in Tone:
+        assert re.fullmatch(r"var\(--jp-[a-z0-9-]+, #[0-9a-f]{6}\)", tone.value), tone
 
 
 # Colours and escaping live in rules/_html.py alone (STYLE: one place for each rule).

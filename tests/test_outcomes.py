@@ -49,7 +49,7 @@ async def test_a_written_file_with_a_failing_command_check_is_unverified(ws: Pat
     assert result.verify_detail is not None and "exited 3, expected 0" in result.verify_detail
     assert store.get_run(result.run_id)["outcome"] == "unverified"  # type: ignore[index]
     card = result._repr_mimebundle_()["text/html"]
-    assert Tone.BAD.value in card and Tone.GOOD.value not in card
+    assert Tone.WARN.value in card and Tone.GOOD.value not in card  # amber: not a success
     assert result.summary_text().startswith(f"run {result.run_id}: unverified")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..rules._errors import HarnessError
-from ..rules._html import Html, Tone, badge, card, code, details, facts, grid, text_block
+from ..rules._html import Html, badge, card, code, details, facts, grid, outcome_tone, text_block
 from ..rules._secrets import scrub
 from ..rules._text import shorten
 from ._contract import RunOutcome
@@ -15,7 +15,7 @@ from ._contract import RunOutcome
 __all__ = ["RunResult"]
 
 _GOOD = {RunOutcome.SUCCESS, RunOutcome.FINISHED}
-_WAITING = {RunOutcome.AWAITING_APPROVAL, RunOutcome.NEEDS_RECONCILIATION, RunOutcome.CANCELLED}
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,12 +97,7 @@ class RunResult:
         return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
 
     def _card_html(self) -> Html:
-        if self.outcome in _GOOD:
-            tone = Tone.GOOD
-        elif self.outcome in _WAITING:
-            tone = Tone.WARN
-        else:
-            tone = Tone.BAD
+        tone = outcome_tone(self.outcome.value)
         return card(
             "harnessnb-run",
             [badge(self.outcome.value, tone), code(self.run_id)],

@@ -11,23 +11,30 @@ awaits: ``await hn.run(...)``, or a ``%%harness`` cell in ipykernel, which the
 extension runs as an awaiting cell (see ``_magics.await_harness_cells``). With
 ``timeout`` set, an unanswered request defers: the run stops ``awaiting_approval``
 and can be resumed.
+
+What the page keeps: the panel is shown through a display handle, and once decided
+(or timed out, or cancelled) the handle replaces it by an ``ApprovalRecord``, static
+HTML and text saying what was asked and what was decided, so a saved notebook shows the
+decision without the widget's model (which a reload no longer has).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ..rules._html import Html, Tone, bold, card, code, join, preview, text_block
+from ..rules._html import Html, Tone, badge, bold, card, code, details, join, preview, text_block
 from ..rules._retry import seconds
+from ..rules._secrets import scrub
 from ..rules._text import printable
 from ..tools._approval import ApprovalRequest, Decision
 from ._env import ipython_shell, widget_frontend
 
-__all__ = ["ApprovalPanel", "WidgetApprover", "refusal_hint"]
+__all__ = ["ApprovalPanel", "ApprovalRecord", "WidgetApprover", "refusal_hint"]
 
 _PREVIEW_CHARS = 4000
 
@@ -60,13 +67,21 @@ class ApprovalPanel:
         self.decision: Decision | None = None
         self.summary = ipywidgets.HTML(value=str(_request_html(request)))
         self.reason = ipywidgets.Text(placeholder="reason (optional, shown to the model)")
-        self.approve_button = ipywidgets.Button(description="Approve", button_style="success")
-        self.deny_button = ipywidgets.Button(description="Deny", button_style="danger")
+        # ipywidgets' default buttons, marked by icons: its "success" style is white on
+        # --jp-success-color1 in Lab's light theme, 4.1:1, under the 4.5 the cards keep.
+        self.approve_button = ipywidgets.Button(description="Approve", icon="check")
+        self.deny_button = ipywidgets.Button(description="Deny", icon="times")
         self.approve_button.on_click(lambda _b: self._decide(Decision.approve()))
         self.deny_button.on_click(lambda _b: self._decide(self._denial()))
         self.buttons = ipywidgets.HBox([self.approve_button, self.deny_button, self.reason])
         self.status = ipywidgets.HTML(value="")
         self.widget = ipywidgets.VBox([self.summary, self.buttons, self.status])
+        self.record: ApprovalRecord | None = None  # set by ``settle``
+        self._handle: Any = None  # the display handle, once shown
+
+    def show(self) -> None:
+        """Display the panel in the current cell, through a handle ``settle`` updates."""
+        self._handle = _show(_LivePanel(self))
 
     def _denial(self) -> Decision:
         reason = str(self.reason.value).strip()
@@ -79,30 +94,112 @@ class ApprovalPanel:
             self.decision = decision
         self._on_decision(decision)
 
-    def settle(self, decision: Decision, note: str = "") -> None:
-        """Replace the buttons by a line saying what was decided."""
+    def settle(self, decision: Decision, note: str = "", at: datetime | None = None) -> None:
+        """Replace the buttons by a line saying what was decided, and the shown panel by
+        its static ``ApprovalRecord`` (what a saved notebook keeps)."""
         self.approve_button.disabled = True
         self.deny_button.disabled = True
         self.reason.disabled = True
-        word = {"approve": "approved", "deny": "denied", "defer": "deferred"}[decision.kind]
-        why = f": {decision.reason}" if decision.reason and decision.kind != "approve" else ""
-        self.status.value = str(join([bold(word + why), note], " "))
+        self.record = ApprovalRecord(self.request, decision, note, at or datetime.now(UTC))
+        self.status.value = str(join([bold(self.record.verdict()), note], " "))
+        if self._handle is not None:
+            self._handle.update(self.record)
 
     def close(self) -> None:
         for w in (self.approve_button, self.deny_button, self.reason, self.buttons):
             w.close()
 
 
-def _request_html(request: ApprovalRequest) -> Html:
+class _LivePanel:
+    """What is displayed while a request waits: the widget, and for a page without the
+    widget's model (a notebook saved mid-wait, nbviewer) text and HTML of what is asked."""
+
+    def __init__(self, panel: ApprovalPanel) -> None:
+        self.panel = panel
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        request = self.panel.request
+        bundle: dict[str, Any] = dict(self.panel.widget._repr_mimebundle_() or {})
+        bundle["text/plain"] = f"{_asked_text(request)}\n  {_WAITING}"
+        bundle["text/html"] = str(join([_request_html(request), text_block(_WAITING)]))
+        return bundle
+
+
+_WAITING = "waiting for Approve / Deny (the buttons need the live kernel)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ApprovalRecord:
+    """A decided request as static output: what was asked, what was decided, and when."""
+
+    request: ApprovalRequest
+    decision: Decision
+    note: str = ""
+    at: datetime = dataclasses.field(default_factory=lambda: datetime.now(UTC))
+
+    def verdict(self) -> str:
+        """``approved`` / ``denied: reason`` / ``deferred: reason``."""
+        word = {"approve": "approved", "deny": "denied", "defer": "deferred"}[self.decision.kind]
+        reason = self.decision.reason
+        return f"{word}: {reason}" if reason and self.decision.kind != "approve" else word
+
+    def when(self) -> str:
+        """``in the notebook at 08:12 UTC`` (a clicked answer) or ``at 08:12 UTC``."""
+        clock = f"at {self.at.astimezone(UTC):%H:%M} UTC"
+        return f"in the notebook {clock}" if self.decision.kind != "defer" else clock
+
+    def summary_text(self) -> str:
+        lines = [_asked_text(self.request), f"  {self.verdict()} {self.when()}"]
+        if self.note:
+            lines.append(f"  {self.note}")
+        return scrub("\n".join(printable(line) for line in lines))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.summary_text(), "text/html": str(self._html())}
+
+    def _html(self) -> Html:
+        request = self.request
+        tone = {"approve": Tone.GOOD, "deny": Tone.BAD, "defer": Tone.WARN}[self.decision.kind]
+        word = {"approve": "approved", "deny": "denied", "defer": "not answered"}
+        shown = _shown_preview(request)
+        return card(
+            "harnessnb-approval harnessnb-approval-record",
+            [badge(word[self.decision.kind], tone), f"asked to {request.act}",
+             code(request.target), "via", code(request.tool)],
+            text_block(join([bold(self.verdict()), self.when(), self.note], " ")),
+            text_block(_rule_words(request), faint=True),
+            details(f"what was shown ({len(request.preview)} characters)", preview(shown)),
+            tone=tone,
+        )  # fmt: skip
+
+
+def _asked_text(request: ApprovalRequest) -> str:
+    return scrub(
+        printable(
+            f"harnessnb asked to {request.act} {request.target} via {request.tool} "
+            f"({_rule_words(request)})"
+        )
+    )
+
+
+def _rule_words(request: ApprovalRequest) -> str:
+    rule = request.rule or "the default for this act"
+    return f"asked by rule {rule} in layer {request.layer or '-'}"
+
+
+def _shown_preview(request: ApprovalRequest) -> str:
     shown = request.preview
     if len(shown) > _PREVIEW_CHARS:
         shown = shown[:_PREVIEW_CHARS] + f"\n... ({len(request.preview)} characters)"
-    rule = request.rule or "the default for this act"
+    return shown
+
+
+def _request_html(request: ApprovalRequest) -> Html:
     return card(
         "harnessnb-approval",
         [f"approve {request.act}", code(request.target), "via", code(request.tool)],
-        text_block(f"asked by rule {rule} in layer {request.layer or '-'}", faint=True),
-        preview(shown),
+        text_block(_rule_words(request), faint=True),
+        preview(_shown_preview(request)),
         tone=Tone.WARN,
     )
 
@@ -153,7 +250,7 @@ class WidgetApprover:
 
         panel = ApprovalPanel(request, on_decision)
         self.panels.append(panel)
-        _show(panel.widget)
+        panel.show()
         try:
             decision = await asyncio.wait_for(answer, self.timeout)
         except TimeoutError:
@@ -186,10 +283,10 @@ def _prompt(request: ApprovalRequest) -> Decision:
     return Decision.deny(reply if reply and reply.lower() not in ("n", "no") else "denied")
 
 
-def _show(widget: Any) -> None:
-    """Display ``widget`` in the current cell (a no-op outside IPython)."""
+def _show(shown: Any) -> Any:
+    """Display ``shown`` in the current cell; its display handle (None outside IPython)."""
     if ipython_shell() is None:
-        return
+        return None
     from ._ipython import display
 
-    display(widget)
+    return display(shown, display_id=True)

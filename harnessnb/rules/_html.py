@@ -5,24 +5,30 @@ notes) is built from these helpers. Text handed to a helper is escaped here, onc
 what a helper returns is ``Html``, which is never escaped again, so helpers nest
 without double escaping and a caller never calls ``html.escape`` itself.
 
-Colours read on a light and on a dark notebook page alike: text keeps the page's
-own colour (secondary text is only fainter, never a fixed grey), and colour is
-carried by borders and by filled badges (white on a saturated tone).
+Colours come from JupyterLab's theme variables (``--jp-*``), each with a fallback
+for pages that define none (classic Notebook, nbviewer, GitHub, VS Code), so a card
+reads in Lab's light and dark themes and elsewhere: plain text keeps the page's own
+colour; an element that sets a background sets its text colour from the same theme;
+a tone (success, warn, error) colours borders and tints, never text on its own (Lab's
+orange on white is 2.9:1), and tinted text mixes the tone into the theme's strongest
+text colour. ``tests/test_theme_contrast.py`` measures every text at 4.5:1 or more.
 """
 
 from __future__ import annotations
 
 import enum
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from ._secrets import scrub
 from ._text import printable
 
 __all__ = [
-    "BADGE_TEXT",
     "FAINT",
+    "OUTCOME_TONES",
     "SHADE",
+    "STRONG",
     "Html",
     "Tone",
     "badge",
@@ -36,6 +42,7 @@ __all__ = [
     "grid",
     "join",
     "kv_table",
+    "outcome_tone",
     "panel",
     "preview",
     "retry_badge",
@@ -51,21 +58,52 @@ class Html(str):
 
 
 class Tone(enum.StrEnum):
-    """The palette; a tone's value is its colour (borders, badges, tinted text)."""
+    """The palette; a tone's value is a CSS colour for borders and tints (never text)."""
 
-    GOOD = "#2e7d32"  # success, finished
-    WARN = "#b45309"  # may pass: retryable, waiting, retrying
-    BAD = "#c62828"  # will not pass by itself
-    NEUTRAL = "#6b7280"  # a frame that judges nothing
+    GOOD = "var(--jp-success-color1, #2e7d32)"  # success, finished
+    WARN = "var(--jp-warn-color1, #b45309)"  # may pass: retryable, waiting, unverified
+    BAD = "var(--jp-error-color1, #c62828)"  # will not pass by itself
+    NEUTRAL = "var(--jp-border-color1, #6b7280)"  # a frame that judges nothing
 
 
-BADGE_TEXT = "#ffffff"  # on every tone above at a contrast of 4.5:1 or more
-SHADE = "rgba(127,127,127,0.12)"  # behind previews: a shade off any page, light or dark
-FAINT = "0.75"  # the opacity of secondary text (it keeps the page's colour)
-_FONT = "font-family:sans-serif;font-size:13px;line-height:1.4"
+# A run outcome's badge tone (``RunOutcome`` values; rules/ cannot import loop/).
+# Anything not named here is BAD: a new outcome is red until someone says otherwise.
+OUTCOME_TONES: Mapping[str, Tone] = MappingProxyType({
+    "success": Tone.GOOD,
+    "finished": Tone.GOOD,
+    "unverified": Tone.WARN,  # the agent stopped but its check did not pass
+    "awaiting_approval": Tone.WARN,
+    "needs_reconciliation": Tone.WARN,
+    "cancelled": Tone.WARN,
+})  # fmt: skip
+
+# The theme's strongest text colour (badges); the page's own colour where none is set.
+STRONG = "var(--jp-content-font-color0, inherit)"
+# Secondary text: the page's text colour at 75%. Not --jp-content-font-color2: that is
+# 4.54:1 on Lab's white and under 4.5 on any tint.
+FAINT = "color-mix(in srgb, var(--jp-content-font-color1, currentColor) 75%, transparent)"
+# Behind previews: Lab's second layout colour with its text colour; elsewhere a shade
+# off any page, light or dark, with the page's text colour.
+SHADE = "var(--jp-layout-color2, rgba(127,127,127,0.12))"
+_SHADE_TEXT = "var(--jp-content-font-color1, inherit)"
+_MONO = "font-family:var(--jp-code-font-family, monospace)"
+_FONT = (
+    "font-family:var(--jp-content-font-family, system-ui, sans-serif);font-size:13px;"
+    "line-height:1.4"
+)
 # A page without a doctype (quirks mode) gives tables the default black text and
 # font: on a dark page that is black on black unless the table inherits.
 _TABLE = "color:inherit;font-size:inherit;border-collapse:collapse"
+
+
+def outcome_tone(outcome: str) -> Tone:
+    """The badge tone of a run outcome (its value): green, amber or red."""
+    return OUTCOME_TONES.get(str(outcome), Tone.BAD)
+
+
+def _tint(tone: Tone, percent: int) -> str:
+    """``tone`` at ``percent``% over whatever is behind it (a badge's fill)."""
+    return f"color-mix(in srgb, {tone} {percent}%, transparent)"
 
 
 def escape(value: object) -> Html:
@@ -87,7 +125,11 @@ def join(parts: Iterable[object], sep: str = "") -> Html:
 
 
 def code(text: object) -> Html:
-    return Html(f"<code>{escape(text)}</code>")
+    # Colour and background set together: a host style (Lab's, classic's) may set either.
+    return Html(
+        f"<code style='color:inherit;background:transparent;padding:0;{_MONO}'>"
+        f"{escape(text)}</code>"
+    )
 
 
 def bold(text: object) -> Html:
@@ -95,15 +137,19 @@ def bold(text: object) -> Html:
 
 
 def tinted(text: object, tone: Tone) -> Html:
-    """Bold text in a tone (a retry countdown); every tone reads on light and dark."""
-    return Html(f"<span style='color:{tone};font-weight:bold'>{escape(text)}</span>")
+    """Bold text in a tone (a retry countdown): the tone mixed into the theme's strongest
+    text colour (or the page's), so it reads on light and dark alike."""
+    colour = f"color-mix(in srgb, {tone} 55%, var(--jp-content-font-color0, currentColor))"
+    return Html(f"<span style='color:{colour};font-weight:bold'>{escape(text)}</span>")
 
 
 def badge(text: object, tone: Tone) -> Html:
-    """A filled label: a kind, an outcome, a status."""
+    """A label in a tone (a kind, an outcome, a status): a border and a light tint of the
+    tone, the text in the theme's strongest colour."""
     return Html(
-        f"<span class='harnessnb-badge' style='background:{tone};color:{BADGE_TEXT};"
-        f"border-radius:4px;padding:1px 6px;white-space:nowrap'>{escape(text)}</span>"
+        f"<span class='harnessnb-badge' style='background:{_tint(tone, 22)};color:{STRONG};"
+        f"border:1px solid {tone};border-radius:4px;padding:0 5px;white-space:nowrap'>"
+        f"{escape(text)}</span>"
     )
 
 
@@ -114,15 +160,16 @@ def retry_badge(text: object, *, retryable: bool) -> Html:
 
 def text_block(text: object, *, faint: bool = False) -> Html:
     """A block of text whose line breaks show (a message, an answer)."""
-    dim = f";opacity:{FAINT}" if faint else ""
+    dim = f";color:{FAINT}" if faint else ""
     return Html(f"<div style='white-space:pre-wrap;margin:4px 0{dim}'>{escape(text)}</div>")
 
 
 def preview(text: object) -> Html:
     """Verbatim text in a scrolling shaded box (a file about to be written)."""
     return Html(
-        f"<pre style='max-height:16em;overflow:auto;background:{SHADE};padding:4px 6px;"
-        f"border-radius:4px;white-space:pre-wrap'>{escape(text)}</pre>"
+        f"<pre style='max-height:16em;overflow:auto;background:{SHADE};color:{_SHADE_TEXT};"
+        f"padding:4px 6px;margin:4px 0;border-radius:4px;white-space:pre-wrap;{_MONO}'>"
+        f"{escape(text)}</pre>"
     )
 
 
@@ -185,5 +232,5 @@ def card(css_class: str, head: Iterable[object], *body: object, tone: Tone) -> H
 
 def panel(css_class: str, *body: object, faint: bool = False) -> Html:
     """A frameless block in the cards' font (progress, a one-line note)."""
-    dim = f";opacity:{FAINT}" if faint else ""
+    dim = f";color:{FAINT}" if faint else ""
     return Html(f"<div class='{escape(css_class)}' style='{_FONT}{dim}'>{join(body)}</div>")
