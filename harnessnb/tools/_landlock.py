@@ -7,15 +7,20 @@ itself before exec.
 Landlock rules are an allow-list of file hierarchies: a right granted on a folder holds
 for everything beneath it, and nothing beneath can be carved out. So a folder holding a
 path the command must not read gets folder rights only (list it; in the workspace also
-create, write, remove), and its other entries get the read rights one by one, recursing
-towards each denied path (``carve``). Consequences, told in README's security model:
+create, write), and its other entries get the read rights one by one, recursing
+towards each denied path (``carve``). Such a folder also loses the rights to remove,
+rename or link out what it holds: otherwise ``mv .env notes`` would give the secret an
+innocent name that the next command (or ``read_file``) may read. Consequences, told in
+README's security model:
 
 * an entry created later in such a folder (a new file beside ``.env``) is not readable
   by a command started before or after (it has no rule until the next plan, and the
   next plan grants it: each command gets a fresh ruleset);
 * names stay listable everywhere (listing is a folder right), contents do not;
-* in the workspace a secret file can be overwritten or removed (writing is granted on
-  its folder), never read.
+* in the workspace a secret file can be overwritten (writing is granted on its
+  folder), never read, moved or removed; nor can anything else directly in a folder
+  on the way to a denied path (``rm`` or ``mv`` of a top-level file beside ``.env``
+  fails; inside its subfolders everything works).
 
 What a command gets: read and execute on the whole filesystem except the host's
 ``/tmp``, ``/dev``, the real home's credential files and the workspace; the workspace
@@ -42,6 +47,8 @@ from ._landlock_exec import (
     FS_READ_DIR,
     FS_READ_FILE,
     FS_REFER,
+    FS_REMOVE_DIR,
+    FS_REMOVE_FILE,
     FS_TRUNCATE,
     FS_WRITE_FILE,
     NET_BIND_TCP,
@@ -53,8 +60,9 @@ from ._landlock_exec import (
 __all__ = ["DEVICES", "READ", "Ruleset", "build", "carve", "handled", "label", "list_children"]
 
 READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-# What a folder holding a denied path keeps of a grant: everything but the contents.
-_CONTENTS = FS_READ_FILE | FS_EXECUTE
+# What a folder holding a denied path loses of a grant: the contents, and moving or
+# removing entries (a secret renamed would lose the name that denies it).
+_HOLDER_LOSES = FS_READ_FILE | FS_EXECUTE | FS_REMOVE_FILE | FS_REMOVE_DIR | FS_REFER
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 _DEVICE_RIGHTS = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE
 
@@ -164,8 +172,9 @@ def carve(
 ) -> list[tuple[str, int]]:
     """Rules granting ``access`` on ``root`` except beneath each ``exclude`` path.
 
-    A folder with an excluded path beneath it keeps ``access`` without the right to
-    read or execute contents; each of its children is granted (or carved) on its own.
+    A folder with an excluded path beneath it keeps ``access`` without the rights to
+    read or execute contents and to remove, rename or link out entries; each of its
+    children is granted (or carved) on its own.
     Nothing when ``root`` is itself at or beneath an excluded path.
     """
     if any(_beneath(root, path) for path in exclude):
@@ -184,7 +193,7 @@ def carve(
         if path not in above:
             rules.append((path, access if is_folder else access & FILE_RIGHTS))
             continue
-        rules.append((path, access & ~_CONTENTS))
+        rules.append((path, access & ~_HOLDER_LOSES))
         todo += [(child, kind) for child, kind in lister(path) if kind is not None]
     return rules
 

@@ -37,9 +37,16 @@ from typing import Any
 __all__ = [
     "FILE_RIGHTS",
     "FS_ABI1",
+    "FS_EXECUTE",
     "FS_IOCTL_DEV",
+    "FS_MAKE_REG",
+    "FS_READ_DIR",
+    "FS_READ_FILE",
     "FS_REFER",
+    "FS_REMOVE_DIR",
+    "FS_REMOVE_FILE",
     "FS_TRUNCATE",
+    "FS_WRITE_FILE",
     "NET_BIND_TCP",
     "NET_CONNECT_TCP",
     "SCOPE_ABSTRACT_UNIX_SOCKET",
@@ -54,6 +61,9 @@ FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
 FS_READ_FILE = 1 << 2
 FS_READ_DIR = 1 << 3
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_REG = 1 << 8
 FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM: read, write, remove, make every kind
 FS_REFER = 1 << 13  # ABI 2 (5.19): link or rename into another folder
 FS_TRUNCATE = 1 << 14  # ABI 3 (6.2)
