@@ -35,7 +35,6 @@ sockets (when network is denied) and signals to the command's own domain.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Collection, Iterable
 
@@ -55,6 +54,8 @@ from ._landlock_exec import (
     NET_CONNECT_TCP,
     SCOPE_ABSTRACT_UNIX_SOCKET,
     SCOPE_SIGNAL,
+    Plan,
+    encode_plan,
 )
 
 __all__ = ["DEVICES", "READ", "Ruleset", "build", "carve", "handled", "label", "list_children"]
@@ -114,8 +115,11 @@ class Ruleset:
     rules: tuple[tuple[str, int], ...]
     denied: tuple[tuple[int, int], ...] = ()
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+    def encode(self) -> bytes:
+        """The plan as ``tools/_landlock_exec`` reads it."""
+        rules = [(os.fsencode(path), rights) for path, rights in self.rules]
+        plan = Plan(self.abi, self.fs, self.net, self.scoped, rules, set(self.denied))
+        return encode_plan(plan)
 
     def access(self, path: str) -> int:
         """The rights ``path`` gets: the union of the rules on it and its ancestors

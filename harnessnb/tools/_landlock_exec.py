@@ -4,7 +4,7 @@
 kernel: the ABI probe (``abi_version``), the access-right bits by ABI, and ``main``,
 which ``tools/_sandbox`` runs as::
 
-    python -I -S .../_landlock_exec.py PLAN.json -- PROGRAM ARG...
+    python -I -S .../_landlock_exec.py PLAN -- PROGRAM ARG...
 
 It reads the ruleset, drops every capability (the bounding, ambient and own sets, so
 a root caller's command holds none after exec), sets ``no_new_privs``, creates the
@@ -17,7 +17,9 @@ threaded parent (harnessnb runs an event-loop thread) can deadlock on a lock ano
 thread held at the fork. ``-I -S``: the interpreter reads no ``PYTHON*`` variable, no
 ``.pth`` file and not the current folder, so nothing from the command's environment or
 the workspace runs before the ruleset is in force. Stdlib only: harnessnb is not
-importable there, and its import time would be paid by every command.
+importable there, and its import time would be paid by every command; for the same
+reason the plan is NUL-separated fields (``encode_plan``), not JSON (``json`` and
+``typing`` were a third of the launcher's start-up).
 
 Why our own module: the one PyPI binding (``landlock`` 1.0.0.dev5, a single-author
 alpha) handles filesystem rights only (no TCP rules, no scopes, nothing past ABI 5) and
@@ -27,12 +29,11 @@ opens rule paths following symlinks. The interface is three syscalls and two str
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import platform
 import stat
 import sys
-from typing import Any
+
+# No typing or collections import: the launcher's start-up is paid by every command.
 
 __all__ = [
     "FILE_RIGHTS",
@@ -51,7 +52,10 @@ __all__ = [
     "NET_CONNECT_TCP",
     "SCOPE_ABSTRACT_UNIX_SOCKET",
     "SCOPE_SIGNAL",
+    "Plan",
     "abi_version",
+    "decode_plan",
+    "encode_plan",
     "main",
     "restrict",
 ]
@@ -76,6 +80,7 @@ SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6 (6.12)
 SCOPE_SIGNAL = 1 << 1
 # ABI 7 (6.15) adds audit-log flags only: no right to handle.
 
+_PLAN_MAGIC = b"harnessnb-landlock-1"
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 # landlock_create_ruleset, landlock_add_rule, landlock_restrict_self: 444-446 in the
@@ -121,7 +126,7 @@ def _libc() -> ctypes.CDLL:
     return _libc_handle
 
 
-def _syscall(number: int, *args: Any) -> int:
+def _syscall(number: int, *args: object) -> int:
     result = int(_libc().syscall(ctypes.c_long(number), *args))
     if result < 0:
         err = ctypes.get_errno()
@@ -131,7 +136,7 @@ def _syscall(number: int, *args: Any) -> int:
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version; 0 where Landlock is missing or disabled."""
-    if sys.platform != "linux" or platform.machine() not in _UNIFIED:
+    if sys.platform != "linux" or os.uname().machine not in _UNIFIED:
         return 0
     try:
         return _syscall(_NR_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
@@ -139,9 +144,50 @@ def abi_version() -> int:
         return 0
 
 
-def restrict(plan: dict[str, Any]) -> None:
-    """Confine this process (and what it execs) to ``plan``, a ``tools/_landlock``
-    ruleset as JSON data. Irreversible.
+class Plan:
+    """A ruleset as the launcher applies it (``tools/_landlock.Ruleset``, decoded)."""
+
+    def __init__(
+        self,
+        abi: int,
+        fs: int,
+        net: int,
+        scoped: int,
+        rules: list[tuple[bytes, int]],
+        denied: set[tuple[int, int]],
+    ) -> None:
+        self.abi, self.fs, self.net, self.scoped = abi, fs, net, scoped
+        self.rules, self.denied = rules, denied
+
+
+def encode_plan(plan: Plan) -> bytes:
+    """``plan`` as NUL-separated fields (no path holds a NUL): the header, the number
+    of denied inodes, each (device, inode), then (rights, path) for every rule."""
+    fields = [_PLAN_MAGIC, *(b"%d" % n for n in (plan.abi, plan.fs, plan.net, plan.scoped))]
+    fields.append(b"%d" % len(plan.denied))
+    for dev, ino in sorted(plan.denied):
+        fields += [b"%d" % dev, b"%d" % ino]
+    for path, rights in plan.rules:
+        fields += [b"%d" % rights, path]
+    return b"\0".join(fields)
+
+
+def decode_plan(data: bytes) -> Plan:
+    """The plan ``encode_plan`` wrote. Raises ValueError when it is not one."""
+    fields = data.split(b"\0")
+    if fields[0] != _PLAN_MAGIC or len(fields) < 6:
+        raise ValueError("not a harnessnb Landlock plan")
+    abi, fs, net, scoped, count = (int(f) for f in fields[1:6])
+    inodes = [int(f) for f in fields[6 : 6 + 2 * count]]
+    rest = fields[6 + 2 * count :]
+    if len(inodes) != 2 * count or len(rest) % 2:
+        raise ValueError("a truncated Landlock plan")
+    rules = [(rest[i + 1], int(rest[i])) for i in range(0, len(rest), 2)]
+    return Plan(abi, fs, net, scoped, rules, set(zip(inodes[::2], inodes[1::2], strict=True)))
+
+
+def restrict(plan: Plan) -> None:
+    """Confine this process (and what it execs) to ``plan``. Irreversible.
 
     A rule path opened as a symlink (swapped in since the plan was made), gone, or
     holding a denied inode gets no rule: a change since planning can only take access
@@ -150,14 +196,12 @@ def restrict(plan: dict[str, Any]) -> None:
     Raises:
         OSError: the kernel refused the ruleset (the caller must not exec).
     """
-    abi = int(plan["abi"])
-    attr = _RulesetAttr(plan["fs"], plan["net"], plan["scoped"])
-    size = 8 if abi < 4 else 16 if abi < 6 else 24  # the struct as that ABI knows it
+    attr = _RulesetAttr(plan.fs, plan.net, plan.scoped)
+    size = 8 if plan.abi < 4 else 16 if plan.abi < 6 else 24  # the struct that ABI knows
     ruleset = _syscall(_NR_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
-        denied = {(int(dev), int(ino)) for dev, ino in plan["denied"]}
-        for path, access in plan["rules"]:
-            _add_rule(ruleset, path, int(access) & int(plan["fs"]), denied)
+        for path, access in plan.rules:
+            _add_rule(ruleset, path, access & plan.fs, plan.denied)
         _drop_capabilities()
         if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
             err = ctypes.get_errno()
@@ -167,7 +211,7 @@ def restrict(plan: dict[str, Any]) -> None:
         os.close(ruleset)
 
 
-def _add_rule(ruleset: int, path: str, access: int, denied: set[tuple[int, int]]) -> None:
+def _add_rule(ruleset: int, path: bytes, access: int, denied: set[tuple[int, int]]) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -222,14 +266,14 @@ def _drop_capabilities() -> None:
 def main(argv: list[str]) -> int:
     """``_landlock_exec.py PLAN -- PROGRAM ARG...``: confine, then exec (no return)."""
     if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: _landlock_exec.py PLAN.json -- PROGRAM [ARG...]\n")
+        sys.stderr.write("usage: _landlock_exec.py PLAN -- PROGRAM [ARG...]\n")
         return _EXIT_SANDBOX
     command = argv[3:]
     try:
-        with open(argv[1], encoding="utf-8") as f:
-            plan = json.load(f)
+        with open(argv[1], "rb") as f:
+            plan = decode_plan(f.read())
         restrict(plan)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         sys.stderr.write(f"harnessnb: the Landlock sandbox could not be applied ({exc}); ")
         sys.stderr.write("the command did not run\n")
         return _EXIT_SANDBOX

@@ -270,8 +270,8 @@ def confine(
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
             plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"])
-            (scratch / "landlock.json").write_text(plan.to_json(), encoding="utf-8")
-            launch = [sys.executable, "-I", "-S", _LAUNCHER, str(scratch / "landlock.json")]
+            (scratch / "landlock.plan").write_bytes(plan.encode())
+            launch = [sys.executable, "-I", "-S", _LAUNCHER, str(scratch / "landlock.plan")]
             label = sandbox_label("landlock", net=net)
             net = net or not plan.net  # below ABI 4 the network is not blocked
             return Confined([*launch, "--", *argv], run_env, backend, net, label, scratch)

@@ -9,7 +9,6 @@ Landlock does, or cannot do. The real-run tests skip where the kernel has no Lan
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -38,6 +37,7 @@ from harnessnb.tools._landlock_exec import (
     NET_CONNECT_TCP,
     SCOPE_ABSTRACT_UNIX_SOCKET,
     SCOPE_SIGNAL,
+    decode_plan,
 )
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
 from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
@@ -315,11 +315,24 @@ def test_abstract_sockets_and_signals_outside_the_sandbox_are_refused(
 def test_the_command_never_runs_when_the_ruleset_is_refused(tmp_path: Path) -> None:
     if ABI < 1:
         pytest.skip("this kernel has no Landlock")
-    plan = tmp_path / "plan.json"
-    bad = {"abi": ABI, "fs": 1 << 62, "net": 0, "scoped": 0, "rules": [], "denied": []}
-    plan.write_text(json.dumps(bad))  # a right no kernel knows: EINVAL
+    plan = tmp_path / "landlock.plan"
+    bad = _landlock.Ruleset(ABI, 1 << 62, 0, 0, (("/", 1 << 62),))
+    plan.write_bytes(bad.encode())  # a right no kernel knows: EINVAL
     marker = tmp_path / "ran"
     argv = [sys.executable, "-I", "-S", _LAUNCHER, str(plan), "--", "touch", str(marker)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 125 and not marker.exists()
     assert "could not be applied" in done.stderr
+
+
+def test_a_plan_reaches_the_launcher_whole_whatever_its_paths_hold() -> None:
+    odd = "/w/ws/a\nb\tc d\udcff"  # a newline, a tab, a byte that is not UTF-8
+    plan = _landlock.Ruleset(7, 3, 1, 2, (("/", 8), (odd, 5)), ((2049, 7), (2049, 9)))
+    back = decode_plan(plan.encode())
+    assert (back.abi, back.fs, back.net, back.scoped) == (7, 3, 1, 2)
+    assert back.rules == [(b"/", 8), (os.fsencode(odd), 5)]
+    assert back.denied == {(2049, 7), (2049, 9)}
+    with pytest.raises(ValueError, match="not a harnessnb Landlock plan"):
+        decode_plan(b'{"abi": 7}')
+    with pytest.raises(ValueError, match="truncated"):
+        decode_plan(plan.encode()[:-4].rsplit(b"\0", 1)[0])
