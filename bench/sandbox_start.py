@@ -6,7 +6,8 @@ calls in a workspace of ``--files`` files beside a ``.env`` (so Landlock grants 
 entry by entry), the backends interleaved run by run so drift hits them alike. Prints
 the median and p90 per call and the ratio to ``none``, then the same for the bare
 start alone (the argv ``confine`` built, run with ``subprocess.run``: no workspace
-walk, no asyncio), which isolates the launcher's cost.
+walk, no asyncio), which isolates the launcher's cost, beside the bare interpreter
+the launcher runs on (``python -I -S -c pass``): its floor.
 """
 
 from __future__ import annotations
@@ -62,14 +63,20 @@ def one_start(ws: Path, backend: str) -> float:
         child.close()
 
 
+def interpreter() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
+    return time.perf_counter() - started
+
+
 def report(title: str, times: dict[str, list[float]]) -> None:
     base = statistics.median(times["none"])
     print(f"\n{title}")
-    print(f"{'backend':<12}{'median ms':>11}{'p90 ms':>9}{'vs none':>9}")
+    print(f"{'backend':<14}{'median ms':>11}{'p90 ms':>9}{'vs none':>9}")
     for name, samples in times.items():
         med = statistics.median(samples)
         p90 = sorted(samples)[int(len(samples) * 0.9) - 1]
-        print(f"{name:<12}{med * 1000:>11.1f}{p90 * 1000:>9.1f}{med / base:>8.2f}x")
+        print(f"{name:<14}{med * 1000:>11.1f}{p90 * 1000:>9.1f}{med / base:>8.2f}x")
 
 
 def main() -> None:
@@ -86,10 +93,12 @@ def main() -> None:
             (ws / f"f{i}.txt").write_text("x\n")
         calls: dict[str, list[float]] = {name: [] for name in backends}
         starts: dict[str, list[float]] = {name: [] for name in backends}
+        starts["python -I -S"] = []
         for _ in range(args.runs):
             for name in backends:
                 calls[name].append(asyncio.run(one_call(ws, name)))
                 starts[name].append(one_start(ws, name))
+            starts["python -I -S"].append(interpreter())
     print(f"{args.runs} runs of `true`, workspace of {args.files} files beside a .env")
     report("run_argv(['true']) per call (confine + start + wait):", calls)
     report("the start alone (subprocess.run of the confined argv):", starts)
