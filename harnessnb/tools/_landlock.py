@@ -27,9 +27,11 @@ What a command gets: read and execute on the whole filesystem except the host's
 read, written and executed except its secret paths (read denied); its private scratch
 ``TMPDIR`` (holding ``HOME``) entirely; the programs on PATH that live under ``/tmp``
 read-only; ``/dev/null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``.
-Without network (ABI >= 4): no TCP connect or bind; UDP, ICMP and Unix sockets named
-in the filesystem are not covered by Landlock. ABI >= 6 also scopes abstract Unix
-sockets (when network is denied) and signals to the command's own domain.
+Without network (ABI >= 4): no TCP connect or bind. UDP and other IP sockets are not
+Landlock's to refuse: the launcher's seccomp filter refuses every IPv4/IPv6 socket
+where it is built (``no_ip``; x86_64 and aarch64), and the label says which holds.
+Unix sockets named in the filesystem stay reachable. ABI >= 6 also scopes abstract
+Unix sockets (when network is denied) and signals to the command's own domain.
 """
 
 from __future__ import annotations
@@ -91,10 +93,13 @@ def handled(abi: int, *, net: bool) -> tuple[int, int, int]:
     return fs, tcp, scoped
 
 
-def label(abi: int, *, net: bool) -> str:
-    """How every surface names a Landlock command's containment, truthfully by ABI."""
+def label(abi: int, *, net: bool, no_ip: bool) -> str:
+    """How every surface names a Landlock command's containment, truthfully: by
+    whether IP sockets are refused (seccomp) and what the ABI refuses."""
     if net:
         return "sandbox: landlock, network allowed"
+    if no_ip:
+        return "sandbox: landlock, no network"
     if abi >= 4:
         return "sandbox: landlock, no TCP (UDP not blocked)"
     return f"sandbox: landlock, network not blocked (kernel Landlock ABI {abi} < 4)"
@@ -114,11 +119,13 @@ class Ruleset:
     scoped: int
     rules: tuple[tuple[str, int], ...]
     denied: tuple[tuple[int, int], ...] = ()
+    no_ip: bool = False  # IPv4/IPv6 sockets refused by the launcher's seccomp filter
 
     def encode(self) -> bytes:
         """The plan as ``tools/_landlock_exec`` reads it."""
         rules = [(os.fsencode(path), rights) for path, rights in self.rules]
-        plan = Plan(self.abi, self.fs, self.net, self.scoped, rules, set(self.denied))
+        denied = set(self.denied)
+        plan = Plan(self.abi, self.fs, self.net, self.scoped, rules, denied, self.no_ip)
         return encode_plan(plan)
 
     def access(self, path: str) -> int:
@@ -141,6 +148,7 @@ def build(
     host_tmp: str = "/tmp",
     readable: Collection[str] = (),
     net: bool,
+    ip_filter: bool = False,
     denied: Collection[tuple[int, int]] = (),
     lister: Lister | None = None,
 ) -> Ruleset:
@@ -156,6 +164,7 @@ def build(
             devices above are granted there).
         readable: Folders under ``host_tmp`` to read and execute (programs on PATH).
         net: The command may use the network (no TCP rights handled).
+        ip_filter: The launcher can refuse IP sockets here (``no_ip`` when not ``net``).
     """
     lister = list_children if lister is None else lister
     fs, tcp, scoped = handled(abi, net=net)
@@ -168,7 +177,8 @@ def build(
     rules.append((tmp, everything))
     rules += [(device, _DEVICE_RIGHTS) for device in DEVICES]
     masked = tuple((path, rights & fs) for path, rights in rules if rights & fs)
-    return Ruleset(abi, fs, tcp, scoped, masked, tuple(sorted(denied)))
+    no_ip = ip_filter and not net
+    return Ruleset(abi, fs, tcp, scoped, masked, tuple(sorted(denied)), no_ip)
 
 
 def carve(

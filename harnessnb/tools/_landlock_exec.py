@@ -9,8 +9,11 @@ which ``tools/_sandbox`` runs as::
 It reads the ruleset, drops every capability (the bounding, ambient and own sets, so
 a root caller's command holds none after exec), sets ``no_new_privs``, creates the
 ruleset, adds one rule per path, restricts itself, then execs the command, which
-inherits the Landlock domain, as does everything it starts. When the ruleset cannot be
-applied the command does not run (exit 125): it never falls back to running unconfined.
+inherits the Landlock domain, as does everything it starts. Without network it also
+installs a seccomp filter refusing (EACCES) every IPv4 and IPv6 socket, UDP included,
+which Landlock does not cover (``ip_filter_supported``: x86_64 and aarch64). When
+the ruleset cannot be applied the command does not run (exit 125): it never falls back
+to running unconfined.
 
 Why a launcher and not ``preexec_fn``: Python code between fork and exec in a
 threaded parent (harnessnb runs an event-loop thread) can deadlock on a lock another
@@ -56,6 +59,7 @@ __all__ = [
     "abi_version",
     "decode_plan",
     "encode_plan",
+    "ip_filter_supported",
     "main",
     "restrict",
 ]
@@ -80,7 +84,7 @@ SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6 (6.12)
 SCOPE_SIGNAL = 1 << 1
 # ABI 7 (6.15) adds audit-log flags only: no right to handle.
 
-_PLAN_MAGIC = b"harnessnb-landlock-1"
+_PLAN_MAGIC = b"harnessnb-landlock-2"
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 # landlock_create_ruleset, landlock_add_rule, landlock_restrict_self: 444-446 in the
@@ -91,6 +95,11 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+# (AUDIT_ARCH_*, socket's number) where the IP socket filter is built.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
+_NR_IO_URING_SETUP = 425  # io_uring can make sockets without the socket syscall
+_X32_BIT = 0x40000000
 _EXIT_SANDBOX, _EXIT_NOT_EXECUTABLE, _EXIT_NOT_FOUND = 125, 126, 127
 
 
@@ -105,6 +114,19 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1  # __attribute__((packed)) in the kernel header: 12 bytes
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
 class _CapHeader(ctypes.Structure):
@@ -155,15 +177,17 @@ class Plan:
         scoped: int,
         rules: list[tuple[bytes, int]],
         denied: set[tuple[int, int]],
+        no_ip: bool,
     ) -> None:
         self.abi, self.fs, self.net, self.scoped = abi, fs, net, scoped
-        self.rules, self.denied = rules, denied
+        self.rules, self.denied, self.no_ip = rules, denied, no_ip
 
 
 def encode_plan(plan: Plan) -> bytes:
     """``plan`` as NUL-separated fields (no path holds a NUL): the header, the number
     of denied inodes, each (device, inode), then (rights, path) for every rule."""
-    fields = [_PLAN_MAGIC, *(b"%d" % n for n in (plan.abi, plan.fs, plan.net, plan.scoped))]
+    head = (plan.abi, plan.fs, plan.net, plan.scoped, int(plan.no_ip))
+    fields = [_PLAN_MAGIC, *(b"%d" % n for n in head)]
     fields.append(b"%d" % len(plan.denied))
     for dev, ino in sorted(plan.denied):
         fields += [b"%d" % dev, b"%d" % ino]
@@ -175,15 +199,54 @@ def encode_plan(plan: Plan) -> bytes:
 def decode_plan(data: bytes) -> Plan:
     """The plan ``encode_plan`` wrote. Raises ValueError when it is not one."""
     fields = data.split(b"\0")
-    if fields[0] != _PLAN_MAGIC or len(fields) < 6:
+    if fields[0] != _PLAN_MAGIC or len(fields) < 7:
         raise ValueError("not a harnessnb Landlock plan")
-    abi, fs, net, scoped, count = (int(f) for f in fields[1:6])
-    inodes = [int(f) for f in fields[6 : 6 + 2 * count]]
-    rest = fields[6 + 2 * count :]
+    abi, fs, net, scoped, no_ip, count = (int(f) for f in fields[1:7])
+    inodes = [int(f) for f in fields[7 : 7 + 2 * count]]
+    rest = fields[7 + 2 * count :]
     if len(inodes) != 2 * count or len(rest) % 2:
         raise ValueError("a truncated Landlock plan")
     rules = [(rest[i + 1], int(rest[i])) for i in range(0, len(rest), 2)]
-    return Plan(abi, fs, net, scoped, rules, set(zip(inodes[::2], inodes[1::2], strict=True)))
+    denied = set(zip(inodes[::2], inodes[1::2], strict=True))
+    return Plan(abi, fs, net, scoped, rules, denied, bool(no_ip))
+
+
+def ip_filter_supported() -> bool:
+    """True where the launcher can refuse IP sockets with seccomp (x86_64, aarch64)."""
+    return sys.platform == "linux" and os.uname().machine in _SECCOMP_ARCH
+
+
+def ip_socket_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program refusing IPv4 and IPv6 sockets with EACCES:
+    (code, jump if true, jump if false, k) per instruction. Also refused: a syscall
+    of another ABI (x32, or 32-bit ``int 0x80``, whose socket numbers differ) and
+    ``io_uring_setup`` (io_uring's socket operation bypasses the socket syscall)."""
+    arch, nr_socket = _SECCOMP_ARCH[machine]
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, RET_ERRNO | EACCES
+    return [
+        (load, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 0, 8, arch),  # 1: another ABI: deny
+        (load, 0, 0, 0),  # 2: seccomp_data.nr
+        (jge, 6, 0, _X32_BIT),  # 3: x32: deny
+        (jeq, 5, 0, _NR_IO_URING_SETUP),  # 4: deny
+        (jeq, 0, 3, nr_socket),  # 5: not socket: allow
+        (load, 0, 0, 16),  # 6: args[0], the domain (low half, little-endian)
+        (jeq, 2, 0, 2),  # 7: AF_INET: deny
+        (jeq, 1, 0, 10),  # 8: AF_INET6: deny
+        (ret, 0, 0, allow),  # 9
+        (ret, 0, 0, deny),  # 10
+    ]
+
+
+def _deny_ip_sockets() -> None:
+    program = ip_socket_filter(os.uname().machine)
+    filters = (_SockFilter * len(program))(*(_SockFilter(*i) for i in program))
+    prog = _SockFprog(len(program), filters)
+    args = (_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0)
+    if _libc().prctl(*(ctypes.c_ulong(a) for a in args)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
 
 
 def restrict(plan: Plan) -> None:
@@ -206,6 +269,8 @@ def restrict(plan: Plan) -> None:
         if _prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"no_new_privs: {os.strerror(err)}")
+        if plan.no_ip:
+            _deny_ip_sockets()
         _syscall(_NR_RESTRICT, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)

@@ -22,10 +22,11 @@ Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
   host's ``/tmp`` and ``/dev`` (the usual devices excepted), the real home's
   credential files and the workspace's secret paths (hard links included); write only
   in the workspace and a private scratch ``TMPDIR`` holding ``HOME``; no capabilities;
-  ``no_new_privs``; a new session. Without network: no TCP connect or bind (ABI >= 4)
-  and no abstract Unix sockets (ABI >= 6); UDP and Unix sockets named in the
-  filesystem stay open, and below ABI 4 nothing network is blocked: the label says so
-  (``sandbox: landlock, no TCP (UDP not blocked)``). Landlock cannot hide names, so a
+  ``no_new_privs``; a new session. Without network: no IPv4/IPv6 socket at all (a
+  seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
+  abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
+  Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
+  blocked`` below ABI 4). Landlock cannot hide names, so a
   denied folder is listable (its contents are not), and a file created later beside
   a secret file is not readable until the next command.
 * ``none``: the command runs uncontained (only the minimal environment and a private
@@ -135,7 +136,7 @@ def sandbox_backend() -> str:
             return "bubblewrap"
         if forced:
             raise ConfigError(f"{FORCE_VAR}=bubblewrap but bwrap is missing or cannot run here")
-    if landlock_abi() >= 1:
+    if landlock_abi() >= 1 and sys.executable:  # the launcher runs on this Python
         return "landlock"
     if forced:
         raise ConfigError(f"{FORCE_VAR}=landlock but this kernel has no Landlock")
@@ -179,7 +180,7 @@ def sandbox_label(backend: str, *, net: bool | None = None) -> str:
     if net is None:
         return f"sandbox: {backend}"
     if backend == "landlock":
-        return _landlock.label(landlock_abi(), net=net)
+        return _landlock.label(landlock_abi(), net=net, no_ip=_landlock_exec.ip_filter_supported())
     return f"sandbox: {backend}, {'network allowed' if net else 'no network'}"
 
 
@@ -272,8 +273,8 @@ def confine(
             plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"])
             (scratch / "landlock.plan").write_bytes(plan.encode())
             launch = [sys.executable, "-I", "-S", _LAUNCHER, str(scratch / "landlock.plan")]
-            label = sandbox_label("landlock", net=net)
-            net = net or not plan.net  # below ABI 4 the network is not blocked
+            label = _landlock.label(plan.abi, net=net, no_ip=plan.no_ip)
+            net = net or not (plan.net or plan.no_ip)  # nothing blocks the network
             return Confined([*launch, "--", *argv], run_env, backend, net, label, scratch)
         run_env = command_env(env, home="/tmp/home", tmp="/tmp")
         prefix = _bwrap_argv(root, tmp, policy, net, run_env.get("PATH", ""))
@@ -334,6 +335,7 @@ def _landlock_plan(
         host_tmp=os.path.realpath("/tmp"),
         readable=_programs_under_tmp(path_env),
         net=net,
+        ip_filter=_landlock_exec.ip_filter_supported(),
         denied=denied,
     )
 

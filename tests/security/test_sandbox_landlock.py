@@ -38,13 +38,19 @@ from harnessnb.tools._landlock_exec import (
     SCOPE_ABSTRACT_UNIX_SOCKET,
     SCOPE_SIGNAL,
     decode_plan,
+    ip_filter_supported,
 )
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
 from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
 
 ABI = landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
-TCP = "sandbox: landlock, no TCP (UDP not blocked)"
+IP_FILTER = ip_filter_supported()
+# What a command without network is told here: no IP socket at all where the
+# launcher's seccomp filter is built (x86_64, aarch64), else no TCP (ABI >= 4).
+TCP = (
+    "sandbox: landlock, no network" if IP_FILTER else "sandbox: landlock, no TCP (UDP not blocked)"
+)
 
 # ---------------------------------------------------------------- the rules, pure
 
@@ -74,17 +80,19 @@ def test_the_rights_handled_follow_the_abi(
 
 
 @pytest.mark.parametrize(
-    ("abi", "net", "said"),
+    ("abi", "net", "no_ip", "said"),
     [
-        (7, False, TCP),
-        (4, False, TCP),
-        (3, False, "sandbox: landlock, network not blocked (kernel Landlock ABI 3 < 4)"),
-        (1, True, "sandbox: landlock, network allowed"),
-        (7, True, "sandbox: landlock, network allowed"),
+        (7, False, True, "sandbox: landlock, no network"),
+        (1, False, True, "sandbox: landlock, no network"),
+        (7, False, False, "sandbox: landlock, no TCP (UDP not blocked)"),
+        (4, False, False, "sandbox: landlock, no TCP (UDP not blocked)"),
+        (3, False, False, "sandbox: landlock, network not blocked (kernel Landlock ABI 3 < 4)"),
+        (1, True, False, "sandbox: landlock, network allowed"),
+        (7, True, False, "sandbox: landlock, network allowed"),
     ],
 )
-def test_the_label_says_what_is_in_force(abi: int, net: bool, said: str) -> None:
-    assert _landlock.label(abi, net=net) == said
+def test_the_label_says_what_is_in_force(abi: int, net: bool, no_ip: bool, said: str) -> None:
+    assert _landlock.label(abi, net=net, no_ip=no_ip) == said
 
 
 TREE = {  # folder -> children (True: a folder, False: a file, None: a symlink)
@@ -279,6 +287,32 @@ def test_tcp_is_refused_without_net_and_open_with_allow_net_star(
         _, allowed = _run(ws, store, _dial(server.getsockname()[1]), policy=open_net)
         assert _accepted(server)
     assert refused[0].startswith(f"exit code 1 ({TCP})") and "PermissionError" in refused[0]
+    assert allowed[0] == "exit code 0 (sandbox: landlock, network allowed)\n"
+
+
+@pytest.mark.skipif(not IP_FILTER, reason="the IP socket filter is built for x86_64 and aarch64")
+def test_udp_and_ipv6_are_refused_without_net_and_open_with_allow_net_star(
+    ws: Path, store: hn.Store, landlock: str
+) -> None:
+    """What Landlock leaves open (UDP: DNS tunnels), the launcher's seccomp filter shuts."""
+    open_net = hn.Policy.permissive().layer("app").allow_net("*")
+    six = "import socket; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)"
+    unix = "import socket; a, b = socket.socketpair(); a.send(b'u'); print(b.recv(1))"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        udp = "socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+        send = f"import socket; {udp}.sendto(b'k', ('127.0.0.1', {port}))"
+        _, refused = _run(
+            ws, store, ["python3", "-c", send], ["python3", "-c", six], ["python3", "-c", unix]
+        )
+        with pytest.raises(TimeoutError):
+            server.recvfrom(16)
+        _, allowed = _run(ws, store, ["python3", "-c", send], policy=open_net)
+        assert server.recvfrom(16)[0] == b"k"
+    assert "PermissionError" in refused[0] and "PermissionError" in refused[1]
+    assert refused[2] == f"exit code 0 ({TCP})\nb'u'\n"  # local IPC still works
     assert allowed[0] == "exit code 0 (sandbox: landlock, network allowed)\n"
 
 
