@@ -370,3 +370,40 @@ def test_a_plan_reaches_the_launcher_whole_whatever_its_paths_hold() -> None:
         decode_plan(b'{"abi": 7}')
     with pytest.raises(ValueError, match="truncated"):
         decode_plan(plan.encode()[:-4].rsplit(b"\0", 1)[0])
+
+
+# A kernel without Landlock, made real for one interpreter: a seccomp filter answers
+# landlock_create_ruleset (444) with ENOSYS, as a kernel built without it does.
+NO_LANDLOCK = """
+import ctypes, os, sys
+ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
+class F(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+class P(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
+code = [(0x20, 0, 0, 4), (0x15, 0, 3, ARCH), (0x20, 0, 0, 0), (0x15, 0, 1, 444),
+        (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000)]
+prog = P(len(code), (F * len(code))(*(F(*c) for c in code)))
+libc = ctypes.CDLL(None, use_errno=True)
+u = ctypes.c_ulong
+assert libc.prctl(u(38), u(1), u(0), u(0), u(0)) == 0
+assert libc.prctl(u(22), u(2), u(ctypes.addressof(prog)), u(0), u(0)) == 0
+import harnessnb as hn
+print(hn.sandbox_backend())
+"""
+
+
+@pytest.mark.skipif(not IP_FILTER, reason="the test's seccomp filter is for x86_64 and aarch64")
+def test_without_landlock_forcing_it_is_a_config_error_and_none_is_chosen(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PATH": _path_without_bwrap(tmp_path / "bin")}
+    env.pop("HARNESSNB_SANDBOX", None)
+    argv = [sys.executable, "-c", NO_LANDLOCK]
+    chosen = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert chosen.stdout == "none\n", chosen.stderr
+    env["HARNESSNB_SANDBOX"] = "landlock"
+    forced = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert forced.returncode == 1
+    assert "HARNESSNB_SANDBOX=landlock but this kernel has no Landlock" in forced.stderr
