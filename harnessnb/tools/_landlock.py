@@ -1,8 +1,8 @@
 """Which paths a Landlock-confined command may touch and how: the ruleset, by ABI.
 
 Pure apart from listing folders (``lister``, injectable): ``tools/_sandbox`` builds a
-``Ruleset`` here and hands it as JSON to ``tools/_landlock_exec``, which applies it to
-itself before exec.
+``Ruleset`` here and hands it (``Ruleset.encode``) to ``tools/_landlock_exec``, which
+applies it to itself before exec.
 
 Landlock rules are an allow-list of file hierarchies: a right granted on a folder holds
 for everything beneath it, and nothing beneath can be carved out. So a folder holding a
@@ -13,9 +13,9 @@ rename or link out what it holds: otherwise ``mv .env notes`` would give the sec
 innocent name that the next command (or ``read_file``) may read. Consequences, told in
 README's security model:
 
-* an entry created later in such a folder (a new file beside ``.env``) is not readable
-  by a command started before or after (it has no rule until the next plan, and the
-  next plan grants it: each command gets a fresh ruleset);
+* an entry created in such a folder after the plan was made (a new file beside
+  ``.env``) is not readable by the command that made it: it has no rule of its own
+  until the next command's plan grants it (each command gets a fresh ruleset);
 * names stay listable everywhere (listing is a folder right), contents do not;
 * in the workspace a secret file can be overwritten (writing is granted on its
   folder), never read, moved or removed; nor can anything else directly in a folder
@@ -26,7 +26,8 @@ What a command gets: read and execute on the whole filesystem except the host's
 ``/tmp``, ``/dev``, the real home's credential files and the workspace; the workspace
 read, written and executed except its secret paths (read denied); its private scratch
 ``TMPDIR`` (holding ``HOME``) entirely; the programs on PATH that live under ``/tmp``
-read-only; ``/dev/null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``.
+read-only; ``/dev/null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty``; no
+ioctl on a device (ABI >= 5).
 Without network (ABI >= 4): no TCP connect or bind. UDP and other IP sockets are not
 Landlock's to refuse: the launcher's seccomp filter refuses every IPv4/IPv6 socket
 where it is built (``no_ip``; x86_64 and aarch64), and the label says which holds.

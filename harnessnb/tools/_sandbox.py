@@ -1,10 +1,11 @@
-"""Commands in an OS sandbox: which backend, the minimal environment, the bwrap argv.
+"""Commands in an OS sandbox: which backend, the minimal environment, how to start it.
 
 ``run_command`` and ``hn.Command`` go through ``tools/_process.run_argv``, which asks
 this module how to start the child (``confine``); the runner keeps the time limit,
 the process-group kill and the bounded capture.
 
-Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
+Backends (``sandbox_backend``; bwrap's probe is kept per ``bwrap`` location, the
+Landlock ABI once per process):
 
 * ``bubblewrap``: ``bwrap`` on PATH and a probe run with the full flag set succeeds.
   Root filesystem read-only; the workspace bound writable; a private scratch folder
@@ -26,9 +27,10 @@ Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
   seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
   abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
   Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
-  blocked`` below ABI 4). Landlock cannot hide names, so a
-  denied folder is listable (its contents are not), and a file created later beside
-  a secret file is not readable until the next command.
+  blocked`` below ABI 4). Landlock grants by allow-list and cannot hide names: a
+  denied folder is listable (its contents are not); a file made beside a secret file
+  is readable from the next command on; entries beside a secret cannot be removed or
+  renamed (a renamed secret would lose the name that denies it).
 * ``none``: the command runs uncontained (only the minimal environment and a private
   ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
 
