@@ -318,7 +318,7 @@ async def run_argv(
                 stdout=capture,
                 timeout_s=timeout_s,
                 env=child.env,
-                wrapped=child.backend != "none",
+                wrapped=child.backend == "bubblewrap",
             )
         finally:
             child.close()

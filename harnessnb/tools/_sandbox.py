@@ -1,10 +1,11 @@
-"""Commands in an OS sandbox: which backend, the minimal environment, the bwrap argv.
+"""Commands in an OS sandbox: which backend, the minimal environment, how to start it.
 
 ``run_command`` and ``hn.Command`` go through ``tools/_process.run_argv``, which asks
 this module how to start the child (``confine``); the runner keeps the time limit,
 the process-group kill and the bounded capture.
 
-Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
+Backends (``sandbox_backend``; bwrap's probe is kept per ``bwrap`` location, the
+Landlock ABI once per process):
 
 * ``bubblewrap``: ``bwrap`` on PATH and a probe run with the full flag set succeeds.
   Root filesystem read-only; the workspace bound writable; a private scratch folder
@@ -15,10 +16,25 @@ Backends, chosen once per ``bwrap`` location (``sandbox_backend``):
   denied folder by an empty read-only tmpfs; the usual credential files of the real
   home (``~/.ssh``, ``~/.aws``, ...) and the Unix sockets under ``/run`` (docker,
   D-Bus) masked the same way; no capabilities, even when the caller is root.
+* ``landlock``: the kernel reports a Landlock ABI (Linux >= 5.13; no user namespace
+  needed, so it works where bwrap cannot, e.g. a Binder container). The command
+  starts through ``tools/_landlock_exec``, which confines itself and execs it; the
+  rules come from ``tools/_landlock``. Read and execute on the filesystem except the
+  host's ``/tmp`` and ``/dev`` (the usual devices excepted), the real home's
+  credential files and the workspace's secret paths (hard links included); write only
+  in the workspace and a private scratch ``TMPDIR`` holding ``HOME``; no capabilities;
+  ``no_new_privs``; a new session. Without network: no IPv4/IPv6 socket at all (a
+  seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
+  abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
+  Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
+  blocked`` below ABI 4). Landlock grants by allow-list and cannot hide names: a
+  denied folder is listable (its contents are not); a file made beside a secret file
+  is readable from the next command on; entries beside a secret cannot be removed or
+  renamed (a renamed secret would lose the name that denies it).
 * ``none``: the command runs uncontained (only the minimal environment and a private
   ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
 
-Landlock is not built yet. ``HARNESSNB_SANDBOX=none|bubblewrap`` (read at each call)
+Tried in that order. ``HARNESSNB_SANDBOX=none|bubblewrap|landlock`` (read at each call)
 forces a backend, for tests and for people who know their machine.
 """
 
@@ -38,6 +54,7 @@ from pathlib import Path
 
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
+from . import _landlock, _landlock_exec
 
 __all__ = [
     "BACKENDS",
@@ -45,6 +62,7 @@ __all__ = [
     "command_env",
     "command_net_allowed",
     "confine",
+    "landlock_abi",
     "sandbox_backend",
     "sandbox_label",
     "secret_env_name",
@@ -74,6 +92,11 @@ _HOME_CREDENTIALS = (
     ".cargo/credentials.toml",
     ".password-store",
     ".local/share/keyrings",
+    # the coding-agent CLIs' own logins
+    ".claude/.credentials.json",
+    ".codex/auth.json",
+    ".copilot",
+    ".config/github-copilot",
 )
 # Walking a workspace for secret files stops here: past it the command is refused
 # (a secret left unmasked would be the silent failure).
@@ -94,15 +117,17 @@ _BWRAP_FLAGS = (
 _SOCKET_FOLDERS = ("/run", "/var/run")
 _MAX_SOCKET_SCAN = 20_000
 _probed: dict[str, bool] = {}  # bwrap path -> did the probe run succeed
+_LAUNCHER = str(Path(_landlock_exec.__file__).resolve())
+_abi: list[int] = []  # the kernel's Landlock ABI, once asked
 
 
 def sandbox_backend() -> str:
-    """The sandbox commands run in: ``"bubblewrap"`` or ``"none"`` (uncontained).
+    """The sandbox commands run in: ``"bubblewrap"``, ``"landlock"`` or ``"none"``.
 
-    ``HARNESSNB_SANDBOX`` (``none`` or ``bubblewrap``), read at each call, forces
-    one; otherwise ``bubblewrap`` when ``bwrap`` is on PATH and a probe run with the
-    full flag set succeeds (the result is kept per ``bwrap`` location). Landlock is
-    not built yet: forcing it is a ``ConfigError``.
+    ``HARNESSNB_SANDBOX`` (``none``, ``bubblewrap`` or ``landlock``), read at each
+    call, forces one; otherwise ``bubblewrap`` when ``bwrap`` is on PATH and a probe
+    run with the full flag set succeeds (kept per ``bwrap`` location), then
+    ``landlock`` when the kernel has it, then ``none`` (uncontained).
 
     Raises:
         ConfigError: the forced backend is unknown or unavailable here.
@@ -110,16 +135,26 @@ def sandbox_backend() -> str:
     forced = os.environ.get(FORCE_VAR, "").strip().lower()
     if forced == "none":
         return "none"
-    if forced == "landlock":
-        raise ConfigError(f"{FORCE_VAR}=landlock: the Landlock backend is not built yet")
-    if forced not in ("", "bubblewrap"):
-        raise ConfigError(f"{FORCE_VAR}={forced!r}: expected none or bubblewrap")
-    bwrap = shutil.which("bwrap")
-    if bwrap is not None and _probe(bwrap):
-        return "bubblewrap"
+    if forced not in ("", "bubblewrap", "landlock"):
+        raise ConfigError(f"{FORCE_VAR}={forced!r}: expected none, bubblewrap or landlock")
+    if forced != "landlock":
+        bwrap = shutil.which("bwrap")
+        if bwrap is not None and _probe(bwrap):
+            return "bubblewrap"
+        if forced:
+            raise ConfigError(f"{FORCE_VAR}=bubblewrap but bwrap is missing or cannot run here")
+    if landlock_abi() >= 1 and sys.executable:  # the launcher runs on this Python
+        return "landlock"
     if forced:
-        raise ConfigError(f"{FORCE_VAR}=bubblewrap but bwrap is missing or cannot run here")
+        raise ConfigError(f"{FORCE_VAR}=landlock but this kernel has no Landlock")
     return "none"
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none), asked once per process."""
+    if not _abi:
+        _abi.append(_landlock_exec.abi_version())
+    return _abi[0]
 
 
 def _probe(bwrap: str) -> bool:
@@ -151,6 +186,8 @@ def sandbox_label(backend: str, *, net: bool | None = None) -> str:
         return "uncontained: no sandbox backend"
     if net is None:
         return f"sandbox: {backend}"
+    if backend == "landlock":
+        return _landlock.label(landlock_abi(), net=net, no_ip=_landlock_exec.ip_filter_supported())
     return f"sandbox: {backend}, {'network allowed' if net else 'no network'}"
 
 
@@ -238,6 +275,14 @@ def confine(
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
             return Confined(list(argv), run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy)
+        if backend == "landlock":
+            run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
+            plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"])
+            (scratch / "landlock.plan").write_bytes(plan.encode())
+            launch = [sys.executable, "-I", "-S", _LAUNCHER, str(scratch / "landlock.plan")]
+            label = _landlock.label(plan.abi, net=net, no_ip=plan.no_ip)
+            net = net or not (plan.net or plan.no_ip)  # nothing blocks the network
+            return Confined([*launch, "--", *argv], run_env, backend, net, label, scratch)
         run_env = command_env(env, home="/tmp/home", tmp="/tmp")
         prefix = _bwrap_argv(root, tmp, policy, net, run_env.get("PATH", ""))
         label = sandbox_label(backend, net=net)
@@ -273,6 +318,33 @@ def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool, path_env: str)
     if not net:
         argv.append("--unshare-net")
     return [*argv, *_BWRAP_FLAGS, "--chdir", str(root)]
+
+
+def _landlock_plan(
+    root: Path, tmp: Path, policy: Policy, net: bool, path_env: str
+) -> _landlock.Ruleset:
+    secrets = [str(p) for p in secret_paths(root, policy)]
+    denied = set()
+    for path in secrets:
+        with contextlib.suppress(OSError):
+            st = os.stat(path, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                denied.add((st.st_dev, st.st_ino))
+    home = Path.home()
+    # Resolved: a credential folder that is a symlink hides its target.
+    hidden = {os.path.realpath(home / name) for name in _HOME_CREDENTIALS}
+    return _landlock.build(
+        landlock_abi(),
+        workspace=str(root),
+        tmp=str(tmp.resolve()),
+        secrets=secrets,
+        hidden=[p for p in hidden if os.path.lexists(p)],
+        host_tmp=os.path.realpath("/tmp"),
+        readable=_programs_under_tmp(path_env),
+        net=net,
+        ip_filter=_landlock_exec.ip_filter_supported(),
+        denied=denied,
+    )
 
 
 def _programs_under_tmp(path_env: str) -> list[str]:
