@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import Completion, Provider
-from ..rules._errors import ConfigError, HarnessError, wrap_unknown
+from ..rules._errors import ConfigError, HarnessError, RefusedError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store, open_store
@@ -110,6 +110,7 @@ class Driver(StepTools):
         self.text = ""
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
+        self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -122,7 +123,27 @@ class Driver(StepTools):
         await self.events.emit(RunEvent(kind, self.run_id, self.step, self.clock.time(), data))
 
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "approval_requested":
+            self.asking = data
+        elif kind == "approval_decided":
+            self.asking = None
         await self.emit(kind, **data)
+
+    def _unanswered(self) -> dict[str, Any] | None:
+        """The approval a cancelled run was waiting for, as its error: not answered."""
+        ask, self.asking = self.asking, None
+        if ask is None:
+            return None
+        act, target = str(ask.get("act")), str(ask.get("target"))
+        return RefusedError(
+            f"cancelled while awaiting approval: {act} {target} via {ask.get('tool')} was "
+            "not answered (a resume asks again)",
+            act=act,
+            target=target,
+            rule=ask.get("rule"),
+            layer=ask.get("layer"),
+            code="APPROVAL_UNANSWERED",
+        ).to_dict()
 
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
@@ -392,11 +413,13 @@ class Driver(StepTools):
                 ended = await self.take_step()
             return ended
         except asyncio.CancelledError:
-            # Record the cancellation synchronously: the task is being torn down.
+            # Record the cancellation synchronously: the task is being torn down. A
+            # pending approval is recorded as not answered (the run's error).
             self.store.finish_run(
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
+                error=self._unanswered(),
                 lease=self.lease,
                 release=True,
             )
