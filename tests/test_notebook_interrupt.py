@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager
 
+from harnessnb import Store
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
-from harnessnb.store._store import Store
 
 CELL_TIMEOUT_S = 30.0
 

@@ -237,13 +237,14 @@ class _RunJob:
                 finished.set()
 
         future = asyncio.run_coroutine_threadsafe(tracked(), loop_thread())
+        interrupted = False
         try:
             await wait_awake(future)
         except asyncio.CancelledError:
             # ipykernel turns the interrupt button into a cancellation of the cell.
-            future.cancel()
-            await asyncio.to_thread(finished.wait, _WIND_DOWN_S)
-            raise self._interrupted(progress, handle) from None
+            interrupted = True
+            if future.cancel():
+                await asyncio.to_thread(finished.wait, _WIND_DOWN_S)
         try:
             result = future.result()
         except concurrent.futures.CancelledError:
@@ -252,6 +253,8 @@ class _RunJob:
             self._errored(progress, handle, err)
             raise
         self._close(progress, handle, result)
+        if interrupted:  # the run had ended as the interrupt came: its card, then the line
+            raise RunInterrupted(self._stopped_line())
 
 
 class _Note:
