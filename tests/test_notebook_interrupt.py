@@ -271,3 +271,19 @@ def test_approval_timeout_stops_the_run_awaiting_approval(kernel: Kernel, setup:
     assert check.outputs("execute_result")[0]["data"]["text/plain"] == str(
         ("awaiting_approval", run_id)
     )
+
+
+def test_interrupt_reaches_an_awaited_run_at_once(kernel: Kernel, setup: Setup) -> None:
+    # ``await hn.run(...)`` runs on the kernel's own loop; the interrupt used to wait
+    # for whatever woke that loop next (a lease renewal, seconds later).
+    setup.srv.push(Fault.slow(20))
+    code = (
+        f"contract = hn.TaskContract('hi', {str(setup.ws)!r})\n"
+        f"provider = hn.OpenAI('m', base_url={setup.srv.openai_url!r})\n"
+        f"await hn.run(contract, provider, store={str(setup.store)!r})"
+    )
+    cell = kernel.run(code, interrupt_when=lambda _: len(setup.srv.requests) >= 1)
+
+    assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
+    assert cell.reply["status"] == "error" and cell.reply["ename"] == "CancelledError"
+    assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,26 @@ if TYPE_CHECKING:
 __all__ = ["Driver", "default_store", "run", "run_sync"]
 
 
+AWAKE_S = 0.1
+"""How often a run driven on the main thread wakes its loop (see ``keep_awake``)."""
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+async def keep_awake() -> None:
+    """Wake the running loop every ``AWAKE_S`` seconds, for as long as it is awaited.
+
+    Quirk (a late interrupt): Python runs signal handlers on the main thread only, when
+    it next runs bytecode. A SIGINT taken by another thread (the store's writer,
+    harnessnb's loop thread) leaves a main-thread loop asleep in ``epoll`` when no
+    wakeup fd is set (ipykernel's handler for an awaiting cell sets none): the
+    interrupt button reached ``await hn.run(...)`` only when something else woke the
+    loop, up to a lease renewal later.
+    """
+    while True:
+        await asyncio.sleep(AWAKE_S)
 
 
 class Driver(StepTools):
@@ -401,6 +420,9 @@ class Driver(StepTools):
         """Start the run (unless a resume holds its lease already) and take steps until
         an outcome; a cancellation is recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
+        awake = None
+        if threading.current_thread() is threading.main_thread():
+            awake = asyncio.create_task(keep_awake())
         try:
             ended = await self.start() if self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
@@ -426,8 +448,9 @@ class Driver(StepTools):
             self.lease = None
             raise
         finally:
-            if renewer is not None:
-                renewer.cancel()
+            for task in (renewer, awake):
+                if task is not None:
+                    task.cancel()
 
 
 async def run(
