@@ -7,10 +7,11 @@ Commands::
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
                   [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
                   [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
+                  [--approval-timeout S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...]
+                  [--fallback NAME ...] [--approval-timeout S]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
@@ -380,11 +381,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     provider = _provider(args)
     store = _store(args)
     progress = LineProgress()
+    approver = _approver(args)
     result = _drive(
-        lambda: run_sync(contract, provider, store=store, policy=policy, on_event=progress),
+        lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
+                         on_event=progress),
         progress,
-    )
+    )  # fmt: skip
     return _finish(result)
+
+
+def _approver(args: argparse.Namespace) -> Any:
+    """``--approval-timeout S``: ask on the terminal, S seconds at most; else None (an act
+    that needs approval is refused, with a hint saying how to allow it)."""
+    if args.approval_timeout is None:
+        return None
+    from .tools._approval import PromptApprover
+
+    return PromptApprover(args.approval_timeout)
 
 
 def _run_agent(args: argparse.Namespace) -> int:
@@ -417,9 +430,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
+    approver = _approver(args)
     result = _drive(
-        lambda: resume_sync(args.run_id, provider, store=store, on_event=progress), progress
-    )
+        lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
+                            on_event=progress),
+        progress,
+    )  # fmt: skip
     return _finish(result)
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import threading
+import time
 from typing import Any
 
 import pytest
 
 import harnessnb as hn
 from harnessnb import ApprovalRequest, ApproveAll, Decision, DenyAll
-from harnessnb.tools._approval import decide
+from harnessnb.tools._approval import PromptApprover, decide
 
 REQUEST = ApprovalRequest(
     act="write",
@@ -97,3 +102,58 @@ def test_public_names() -> None:
         Decision,
         DenyAll,
     )
+
+
+# ------------------------------------------------------------------ the terminal
+
+
+@pytest.fixture
+def terminal() -> Any:
+    """A real pipe as the terminal's input: (what the approver reads, the typing end)."""
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, "r")
+    writer = os.fdopen(write_fd, "w")
+    yield reader, writer
+    for stream in (reader, writer):
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [("y\n", Decision.approve()), ("Yes\n", Decision.approve()), ("n\n", Decision.deny("denied")),
+     ("not that file\n", Decision.deny("not that file"))],
+)  # fmt: skip
+async def test_prompt_approver_reads_the_answer_from_the_terminal(
+    terminal: Any, typed: str, expected: Decision, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reader, writer = terminal
+    writer.write(typed)
+    writer.flush()
+    assert await PromptApprover(5, stdin=reader)(REQUEST) == expected
+    assert "harnessnb asks: write NOTES.md via write_file" in capsys.readouterr().out
+
+
+async def test_prompt_approver_with_no_answer_defers_after_its_timeout(terminal: Any) -> None:
+    reader, _ = terminal  # nobody types
+    started = time.monotonic()
+    decision = await PromptApprover(0.3, stdin=reader)(REQUEST)
+    assert decision == Decision.defer("no answer within 0.3 s")
+    assert 0.3 <= time.monotonic() - started < 2
+    # The question is given up: no thread is left reading the terminal.
+    deadline = time.monotonic() + 2
+    while _readers() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert _readers() == []
+
+
+async def test_prompt_approver_at_end_of_input_denies(terminal: Any) -> None:
+    reader, writer = terminal
+    writer.close()
+    assert await PromptApprover(5, stdin=reader)(REQUEST) == Decision.deny(
+        "no answer on standard input"
+    )
+
+
+def _readers() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.endswith("_read_line")]

@@ -239,6 +239,65 @@ def test_runs_and_failures_read_the_store(
     assert "StoreError" in capsys.readouterr().err
 
 
+def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
+    """The command in a real process whose input stays open after ``typed`` (as a
+    terminal nobody else types into): its output is read once it has exited."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "harnessnb", *args], cwd=cwd, env=keyless_env(), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as proc:  # fmt: skip
+        assert proc.stdin and proc.stdout and proc.stderr
+        proc.stdin.write(typed)
+        proc.stdin.flush()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+        return subprocess.CompletedProcess(
+            proc.args, proc.returncode, proc.stdout.read(), proc.stderr.read()
+        )
+
+
+def test_approval_timeout_asks_on_the_terminal_then_stops_awaiting_approval(
+    tmp_path: Path,
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    run = ["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+           "--provider", "demo", "--store", "s.duckdb", "--approval-timeout", "1"]  # fmt: skip
+    started = time.monotonic()
+    waited = _harnessnb(run, tmp_path, typed="")  # nobody answers
+    assert waited.returncode == 8, waited.stdout + waited.stderr
+    assert 1 <= time.monotonic() - started < 20
+    assert "harnessnb asks: write NOTES.md via write_file" in waited.stdout
+    assert re.search(r"^run run_\w+: awaiting_approval$", waited.stdout, re.M)
+    assert not (ws / "NOTES.md").exists()
+    with hn.Store(tmp_path / "s.duckdb") as store:
+        assert store.runs()["outcome"].tolist() == ["awaiting_approval"]
+
+
+def test_approval_timeout_takes_the_answer_typed_in_time(tmp_path: Path) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    run = ["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+           "--provider", "demo", "--store", "s.duckdb", "--approval-timeout", "30"]  # fmt: skip
+    answered = _harnessnb(run, tmp_path, typed="y\n")
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    assert "approval: approve" in answered.stdout
+    assert (ws / "NOTES.md").read_text().startswith("# Notes")
+
+
+def test_without_approval_timeout_the_command_asks_nobody(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+                     "--provider", "demo", "--max-steps", "3",
+                     "--store", str(tmp_path / "s.duckdb")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 6  # the refusal went to the model, which ran out of steps
+    assert "refused: write NOTES.md" in out and "harnessnb asks" not in out
+    assert not (ws / "NOTES.md").exists()
+
+
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(args: Any) -> int:
         raise KeyboardInterrupt

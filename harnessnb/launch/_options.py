@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT_NAMES",
+    "APPROVAL_TIMEOUT",
     "FACE_MARK",
     "OUTPUT_OPTIONS",
     "PERMISSIONS",
@@ -128,6 +129,14 @@ PROVIDER_OPTIONS = (
             "choices": PROVIDER_NAMES}, scope="loop"),
 )  # fmt: skip
 
+APPROVAL_TIMEOUT = Option(
+    "--approval-timeout",
+    "wait at most S seconds for a person to answer an approval (the notebook's "
+    "Approve/Deny panel; the command asks on the terminal, which it does only with this "
+    "option), then stop the run awaiting_approval, resumable (default: the notebook "
+    "waits until answered or interrupted; the command refuses what needs approval)",
+    {"metavar": "S", "type": positive_float}, scope="loop")  # fmt: skip
+
 OUTPUT_OPTIONS = (
     Option("--out", "assign the result to VAR in the notebook", {"metavar": "VAR"},
            only="notebook"),
@@ -169,12 +178,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("--allow-write", "workspace paths the agent may write without asking",
            {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
            scope="loop"),
+    APPROVAL_TIMEOUT,
     *_AGENT_OPTIONS,
     *OUTPUT_OPTIONS,
 )  # fmt: skip
 """The options of ``harnessnb run`` and ``%harness run`` (TASK is each face's own)."""
 
-RESUME_OPTIONS: tuple[Option, ...] = (*PROVIDER_OPTIONS, STORE, *OUTPUT_OPTIONS)
+RESUME_OPTIONS: tuple[Option, ...] = (*PROVIDER_OPTIONS, STORE, APPROVAL_TIMEOUT, *OUTPUT_OPTIONS)
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
 
 _AGENT_GROUP = ("coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's "

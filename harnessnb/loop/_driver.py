@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import Completion, Provider
-from ..rules._errors import ConfigError, HarnessError, wrap_unknown
+from ..rules._errors import ConfigError, HarnessError, RefusedError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store, open_store
@@ -41,8 +42,26 @@ if TYPE_CHECKING:
 __all__ = ["Driver", "default_store", "run", "run_sync"]
 
 
+AWAKE_S = 0.1
+"""How often a run driven on the main thread wakes its loop (see ``keep_awake``)."""
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+async def keep_awake() -> None:
+    """Wake the running loop every ``AWAKE_S`` seconds, for as long as it is awaited.
+
+    Quirk (a late interrupt): Python runs signal handlers on the main thread only, when
+    it next runs bytecode. A SIGINT taken by another thread (the store's writer,
+    harnessnb's loop thread) leaves a main-thread loop asleep in ``epoll`` when no
+    wakeup fd is set (ipykernel's handler for an awaiting cell sets none): the
+    interrupt button reached ``await hn.run(...)`` only when something else woke the
+    loop, up to a lease renewal later.
+    """
+    while True:
+        await asyncio.sleep(AWAKE_S)
 
 
 class Driver(StepTools):
@@ -110,6 +129,7 @@ class Driver(StepTools):
         self.text = ""
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
+        self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -122,7 +142,27 @@ class Driver(StepTools):
         await self.events.emit(RunEvent(kind, self.run_id, self.step, self.clock.time(), data))
 
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "approval_requested":
+            self.asking = data
+        elif kind == "approval_decided":
+            self.asking = None
         await self.emit(kind, **data)
+
+    def _unanswered(self) -> dict[str, Any] | None:
+        """The approval a cancelled run was waiting for, as its error: not answered."""
+        ask, self.asking = self.asking, None
+        if ask is None:
+            return None
+        act, target = str(ask.get("act")), str(ask.get("target"))
+        return RefusedError(
+            f"cancelled while awaiting approval: {act} {target} via {ask.get('tool')} was "
+            "not answered (a resume asks again)",
+            act=act,
+            target=target,
+            rule=ask.get("rule"),
+            layer=ask.get("layer"),
+            code="APPROVAL_UNANSWERED",
+        ).to_dict()
 
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
@@ -381,6 +421,9 @@ class Driver(StepTools):
         """Start the run (unless a resume holds its lease already) and take steps until
         an outcome; a cancellation is recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
+        awake = None
+        if threading.current_thread() is threading.main_thread():
+            awake = asyncio.create_task(keep_awake())
         try:
             ended = await self.start() if self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
@@ -393,19 +436,22 @@ class Driver(StepTools):
                 ended = await self.take_step()
             return ended
         except asyncio.CancelledError:
-            # Record the cancellation synchronously: the task is being torn down.
+            # Record the cancellation synchronously: the task is being torn down. A
+            # pending approval is recorded as not answered (the run's error).
             self.store.finish_run(
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
+                error=self._unanswered(),
                 lease=self.lease,
                 release=True,
             )
             self.lease = None
             raise
         finally:
-            if renewer is not None:
-                renewer.cancel()
+            for task in (renewer, awake):
+                if task is not None:
+                    task.cancel()
 
 
 async def run(

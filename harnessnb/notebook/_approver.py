@@ -31,12 +31,10 @@ from ..rules._html import Html, Tone, badge, bold, card, code, details, join, pr
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
 from ..rules._text import printable
-from ..tools._approval import ApprovalRequest, Decision
+from ..tools._approval import PREVIEW_CHARS, ApprovalRequest, Decision, PromptApprover
 from ._env import ipython_shell, widget_frontend
 
 __all__ = ["ApprovalPanel", "ApprovalRecord", "WidgetApprover", "refusal_hint"]
-
-_PREVIEW_CHARS = 4000
 
 Fallback = Literal["deny", "prompt"]
 
@@ -94,14 +92,23 @@ class ApprovalPanel:
             self.decision = decision
         self._on_decision(decision)
 
-    def settle(self, decision: Decision, note: str = "", at: datetime | None = None) -> None:
-        """Replace the buttons by a line saying what was decided, and the shown panel by
-        its static ``ApprovalRecord`` (what a saved notebook keeps)."""
+    def settle(
+        self,
+        decision: Decision,
+        note: str = "",
+        at: datetime | None = None,
+        *,
+        word: str | None = None,
+    ) -> None:
+        """Replace the buttons by a line saying what was decided (``word``: in other
+        words), and the shown panel by its static ``ApprovalRecord`` (what a saved
+        notebook keeps)."""
         self.approve_button.disabled = True
         self.deny_button.disabled = True
         self.reason.disabled = True
         self.record = ApprovalRecord(self.request, decision, note, at or datetime.now(UTC))
-        self.status.value = str(join([bold(self.record.verdict()), note], " "))
+        verdict = self.record.verdict() if word is None else word
+        self.status.value = str(join([bold(verdict), note], " "))
         if self._handle is not None:
             self._handle.update(self.record)
 
@@ -189,8 +196,8 @@ def _rule_words(request: ApprovalRequest) -> str:
 
 def _shown_preview(request: ApprovalRequest) -> str:
     shown = request.preview
-    if len(shown) > _PREVIEW_CHARS:
-        shown = shown[:_PREVIEW_CHARS] + f"\n... ({len(request.preview)} characters)"
+    if len(shown) > PREVIEW_CHARS:
+        shown = shown[:PREVIEW_CHARS] + f"\n... ({len(request.preview)} characters)"
     return shown
 
 
@@ -210,10 +217,11 @@ class WidgetApprover:
     Args:
         fallback: With no widget frontend (terminal, plain python, headless):
             ``"deny"`` refuses with a message saying how to allow the act, ``"prompt"``
-            asks on standard input (``input()``).
-        timeout: Seconds (or ``timedelta``) to wait for a click; then the request is
-            deferred and the run stops ``awaiting_approval`` (resumable). None waits
-            until the run is cancelled.
+            asks on standard input (``PromptApprover``, with the same ``timeout``).
+        timeout: Seconds (or ``timedelta``) to wait for a click (or a typed answer);
+            then the request is deferred and the run stops ``awaiting_approval``
+            (resumable). None waits until the run is cancelled (an interrupt leaves
+            the request not answered).
         widgets: Force the widget path (True) or the fallback (False); None detects.
     """
 
@@ -257,8 +265,9 @@ class WidgetApprover:
             decision = Decision.defer(f"no answer within {self.timeout:g} s")
             panel.settle(decision, "- the run stopped awaiting approval; resume it to ask again")
             return decision
-        except asyncio.CancelledError:
-            panel.settle(Decision.defer("the run was cancelled"))
+        except asyncio.CancelledError:  # an interrupt: the ask stays unanswered
+            cancelled = Decision.defer("the run was cancelled")
+            panel.settle(cancelled, "- resume the run to be asked again", word="not answered")
             raise
         panel.settle(decision)
         return decision
@@ -266,21 +275,7 @@ class WidgetApprover:
     async def _without_frontend(self, request: ApprovalRequest) -> Decision:
         if self.fallback == "deny":
             return Decision.deny(refusal_hint(request))
-        return await asyncio.to_thread(_prompt, request)
-
-
-def _prompt(request: ApprovalRequest) -> Decision:
-    """Ask on standard input: y/yes approves; anything else denies, with it as reason."""
-    # Escaped: a model-chosen argv must not rewrite what the person approves.
-    print(printable(f"harnessnb asks: {request.act} {request.target} via {request.tool}"))
-    print(printable(request.preview[:_PREVIEW_CHARS], lines=True))
-    try:
-        reply = input("approve? [y/N, or a reason to deny] ").strip()
-    except EOFError:
-        return Decision.deny("no answer on standard input")
-    if reply.lower() in ("y", "yes"):
-        return Decision.approve()
-    return Decision.deny(reply if reply and reply.lower() not in ("n", "no") else "denied")
+        return await PromptApprover(self.timeout)(request)
 
 
 def _show(shown: Any) -> Any:

@@ -3,12 +3,19 @@
 Each subcommand is planned on the kernel thread (parse, build provider and store);
 a run is then driven on harnessnb's loop thread while the cell waits, with live
 progress, and its card replaces the progress through a display handle.
+
+An interrupt (the kernel's interrupt button, Ctrl-C in a terminal) cancels the run
+on the loop thread, waits for it to be recorded ``cancelled``, and ends the cell
+with ``RunInterrupted``: IPython shows its one line (``cancelled at step 2 —
+%harness resume run_...``) in place of frames, and the cell still ends as an
+error, so "Run All" stops there as it does for any interrupt.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import threading
@@ -38,6 +45,7 @@ from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
+from ._wait import RunInterrupted, wait_awake
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
 
@@ -50,6 +58,7 @@ _ERRORS: dict[str, BaseException] = {}
 _ERRORS_KEPT = 50
 _STORES: dict[str, Any] = {}
 _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
+_WIND_DOWN_S = 30.0  # at most this long for a cancelled run to record itself
 
 
 def _store(path: str | None) -> Any:
@@ -135,6 +144,7 @@ class _RunJob:
     out: str | None = None
     quiet: bool = False
     note: str | None = None
+    resumable: bool = True  # ``%harness resume`` continues it (not a coding-agent CLI run)
 
     # -- presentation
 
@@ -170,16 +180,29 @@ class _RunJob:
             _remember_error(result.run_id, result.error)
             raise result.error
 
-    def _interrupted(self, progress: Progress | None, handle: Any) -> None:
+    def _interrupted(self, progress: Progress | None, handle: Any) -> RunInterrupted:
+        """The cancelled run's one line, as the error that ends the cell."""
         if progress is not None:
             progress.close()
-        where = f"run {self.run_id}" if self.run_id else "the run"
-        how = f"; continue it with %harness resume {self.run_id}" if self.run_id else ""
-        note = _Note(f"interrupted: {where} was recorded as cancelled{how}")
-        if handle is not None:
-            handle.update(note)
-        else:
-            display(note)
+        if handle is not None:  # the live panel goes: the line is the cell's output
+            handle.update({"text/plain": ""}, raw=True)
+        return RunInterrupted(self._stopped_line())
+
+    def _stopped_line(self) -> str:
+        """``cancelled at step N — %harness resume RUN_ID``, read from the store."""
+        if self.run_id is None:
+            return "cancelled"
+        try:
+            row = self.store.get_run(self.run_id)
+        except HarnessError:
+            row = None
+        if row is None:
+            return f"cancelled — run {self.run_id}"
+        if row.get("outcome") not in (RunOutcome.CANCELLED.value, None):
+            return f"interrupted after run {self.run_id} had ended {row.get('outcome')}"
+        step = int(row.get("steps") or 0) + 1  # the step it was in
+        how = f"%harness resume {self.run_id}" if self.resumable else f"run {self.run_id}"
+        return f"cancelled at step {step} — {how}"
 
     def _errored(self, progress: Progress | None, handle: Any, err: HarnessError) -> None:
         if progress is not None:
@@ -194,10 +217,9 @@ class _RunJob:
         """Block the cell on the run (terminal IPython, plain shells, autoawait off)."""
         progress, handle = self._open()
         try:
-            result = run_blocking(self.start(progress))
+            result = run_blocking(self.start(progress))  # Ctrl-C: cancelled and recorded
         except KeyboardInterrupt:
-            self._interrupted(progress, handle)
-            raise
+            raise self._interrupted(progress, handle) from None
         except HarnessError as err:
             self._errored(progress, handle, err)
             raise
@@ -215,18 +237,24 @@ class _RunJob:
                 finished.set()
 
         future = asyncio.run_coroutine_threadsafe(tracked(), loop_thread())
+        interrupted = False
         try:
-            result = await asyncio.wrap_future(future)
+            await wait_awake(future)
         except asyncio.CancelledError:
             # ipykernel turns the interrupt button into a cancellation of the cell.
-            future.cancel()
-            await asyncio.to_thread(finished.wait, 30)
-            self._interrupted(progress, handle)
-            raise KeyboardInterrupt from None
+            interrupted = True
+            if future.cancel():
+                await asyncio.to_thread(finished.wait, _WIND_DOWN_S)
+        try:
+            result = future.result()
+        except concurrent.futures.CancelledError:
+            raise self._interrupted(progress, handle) from None
         except HarnessError as err:
             self._errored(progress, handle, err)
             raise
         self._close(progress, handle, result)
+        if interrupted:  # the run had ended as the interrupt came: its card, then the line
+            raise RunInterrupted(self._stopped_line())
 
 
 class _Note:
@@ -285,10 +313,11 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         raise
     policy = policy_from(args, "magic")
     run_id = new_id("run")
+    approver = _approver(args)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return run_loop(contract, provider, store=store, policy=policy,
-                        on_event=on_event, run_id=run_id)
+        return run_loop(contract, provider, store=store, policy=policy, approver=approver,
+                        on_event=on_event, run_id=run_id)  # fmt: skip
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
 
@@ -312,7 +341,17 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
         return run_agent(agent, task, args.workspace, session=args.session, store=store,
                          on_event=on_event, run_id=run_id)  # fmt: skip
 
-    return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet)
+    return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, resumable=False)
+
+
+def _approver(args: argparse.Namespace) -> Any:
+    """``--approval-timeout S``: the widget approver waiting S seconds; else None (the
+    approver ``load`` registered, which waits until answered or interrupted)."""
+    if args.approval_timeout is None:
+        return None
+    from ._approver import WidgetApprover
+
+    return WidgetApprover(timeout=args.approval_timeout)
 
 
 def _task(shell: Any, args: argparse.Namespace, cell: str | None) -> str:
@@ -350,8 +389,10 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         _fail(err)
         raise
 
+    approver = _approver(args)
+
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return resume(args.run_id, provider, store=store, on_event=on_event)
+        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event)
 
     return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
 

@@ -2,8 +2,9 @@
 
 An approver is any callable, sync or async, that takes an ``ApprovalRequest`` and
 returns a ``Decision`` (or ``True`` / ``False`` / ``None`` for approve / deny /
-defer). ``ApproveAll`` and ``DenyAll`` are the two built-ins; the notebook widget
-approver lives in the notebook layer.
+defer). ``ApproveAll`` and ``DenyAll`` are the two built-ins, ``PromptApprover`` asks
+on the terminal (the command's ``--approval-timeout``, the widget approver's
+``fallback="prompt"``); the notebook widget approver lives in the notebook layer.
 
 An act the policy denies never reaches an approver. An approver that raises is taken
 as a deny whose reason is the error: a broken approver must not wave things through,
@@ -12,10 +13,19 @@ and the model (and the trace) should see why nothing happened.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
+import select
+import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeAlias
+from datetime import timedelta
+from typing import Any, Literal, TextIO, TypeAlias
+
+from ..rules._retry import seconds
+from ..rules._text import printable
+from ._blocking import run_blocking
 
 __all__ = [
     "ApprovalRequest",
@@ -23,8 +33,12 @@ __all__ = [
     "Approver",
     "Decision",
     "DenyAll",
+    "PromptApprover",
     "decide",
 ]
+
+PREVIEW_CHARS = 4000  # of a request's preview shown to the person asked
+_READ_POLL_S = 0.1
 
 DecisionKind = Literal["approve", "deny", "defer"]
 
@@ -110,6 +124,74 @@ class DenyAll:
 
     def __repr__(self) -> str:
         return f"DenyAll(reason={self.reason!r})"
+
+
+class PromptApprover:
+    """Asks on the terminal: ``y``/``yes`` approves; anything else denies, with it as
+    the reason; end of input denies.
+
+    Args:
+        timeout: Seconds (or ``timedelta``) to wait for an answer; then the request
+            is deferred and the run stops ``awaiting_approval`` (resumable), as the
+            notebook's panel does. None waits until the run is cancelled.
+        stdin: Where answers are read (default ``sys.stdin``); questions go to
+            ``sys.stdout``.
+    """
+
+    def __init__(
+        self, timeout: float | timedelta | None = None, *, stdin: TextIO | None = None
+    ) -> None:
+        self.timeout = seconds(timeout)
+        self.stdin = stdin
+
+    def __repr__(self) -> str:
+        return f"PromptApprover(timeout={self.timeout!r})"
+
+    async def __call__(self, request: ApprovalRequest) -> Decision:
+        # Escaped: a model-chosen argv must not rewrite what the person approves.
+        print(printable(f"harnessnb asks: {request.act} {request.target} via {request.tool}"))
+        print(printable(request.preview[:PREVIEW_CHARS], lines=True))
+        print("approve? [y/N, or a reason to deny] ", end="", flush=True)
+        stop = threading.Event()  # ends the reading thread when nobody answered in time
+        try:
+            reply = await asyncio.wait_for(
+                run_blocking(_read_line, self.stdin or sys.stdin, stop), self.timeout
+            )
+        except TimeoutError:
+            print()
+            return Decision.defer(f"no answer within {self.timeout:g} s")
+        finally:
+            stop.set()
+        if reply is None:
+            return Decision.deny("no answer on standard input")
+        reply = reply.strip()
+        if reply.lower() in ("y", "yes"):
+            return Decision.approve()
+        return Decision.deny(reply if reply and reply.lower() not in ("n", "no") else "denied")
+
+
+def _read_line(stream: TextIO, stop: threading.Event) -> str | None:
+    """One line from ``stream`` (None at end of input), given up once ``stop`` is set.
+
+    A stream with a file descriptor is polled, so a question nobody answered leaves
+    no thread blocked on the terminal; one without (a notebook kernel's stdin, which
+    asks the frontend) is read with ``input()``.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd is None:
+        try:
+            return input()
+        except EOFError:
+            return None
+    while not stop.is_set():
+        ready, _, _ = select.select([fd], [], [], _READ_POLL_S)
+        if ready:
+            line = stream.readline()
+            return line or None  # "" is the end of input
+    return None
 
 
 async def decide(approver: Approver, request: ApprovalRequest) -> Decision:
