@@ -107,7 +107,9 @@ class ApprovalPanel:
         self.deny_button.disabled = True
         self.reason.disabled = True
         self.record = ApprovalRecord(self.request, decision, note, at or datetime.now(UTC))
-        verdict = self.record.verdict() if word is None else word
+        verdict = self.record.verdict()
+        if word is not None:  # the same reason, in other words
+            verdict = word + verdict[verdict.find(":") :] if ":" in verdict else word
         self.status.value = str(join([bold(verdict), note], " "))
         if self._handle is not None:
             self._handle.update(self.record)
