@@ -254,17 +254,20 @@ class ToolExecutor:
             except RefusedError as err:  # judged again on what the tool actually opened
                 kind: StopKind = "containment" if err.rule == "containment" else "denied"
                 await self.gate.refuse(kind, err, tool_.name, call.id)
-                return _failure(err, status="refused", executions=executions)
+                failed = _failure(err, status="refused", executions=executions)
+                return dataclasses.replace(failed, sandbox=ctx.sandbox)
             except Exception as exc:
                 if not self._out_of_time() and retry_decision(tool_.effect, executions, exc):
                     log.debug("retrying %s after %r (execution %d)", tool_.name, exc, executions)
                     continue
-                return _failure(wrap_unknown(exc), executions=executions)
+                failed = _failure(wrap_unknown(exc), executions=executions)
+                return dataclasses.replace(failed, sandbox=ctx.sandbox)
             return ToolResult(
                 ok=True,
                 output=bound_output(output.text),
                 changed_workspace=output.changed_workspace,
                 executions=executions,
+                sandbox=ctx.sandbox,
             )
 
     async def _invoke(self, tool_: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:

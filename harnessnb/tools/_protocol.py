@@ -88,7 +88,9 @@ class ToolResult:
     ``status`` is ``ok``, ``error``, ``refused`` or ``deferred``; ``error`` is the
     ``HarnessError.to_dict()`` of a failure (``name``, ``code``, ``message``...);
     ``executions`` counts how often the tool body actually ran; ``approval`` is the
-    pending request of a deferred call.
+    pending request of a deferred call; ``sandbox`` is the backend a command ran in
+    (``bubblewrap``, ``none``...; None for a tool that runs no command), for the tool
+    row only: the model's text never names it, so a recording replays on any backend.
     """
 
     ok: bool
@@ -98,6 +100,7 @@ class ToolResult:
     status: str = "ok"
     executions: int = 0
     approval: ApprovalRequest | None = None
+    sandbox: str | None = None
 
     def to_message_content(self) -> str:
         """The tool message text: the output, or ``ERROR [code] message`` on failure."""
@@ -112,7 +115,8 @@ class ToolContext:
     """What a tool body may use besides its arguments.
 
     ``judged`` is the (act, target) the gate passed for this call, so a file tool can
-    tell the path it actually walked from the one a person approved.
+    tell the path it actually walked from the one a person approved. ``sandbox`` is
+    set by a tool body that ran a command: the backend it ran in, for the tool row.
     """
 
     workspace: Workspace
@@ -123,6 +127,7 @@ class ToolContext:
     call_id: str | None = None
     attempt: int = 1
     judged: tuple[str, str] | None = None
+    sandbox: str | None = None
 
     def may_read(self, relative_path: str) -> bool:
         """True when the policy outright allows reading this path (grep skips the rest)."""
