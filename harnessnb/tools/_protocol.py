@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from ..rules._policy import Policy
+from ..rules._text import clip
 from ._approval import ApprovalRequest
 from ._blocking import run_blocking
 from ._schema import parse_docstring, schema_from_signature
@@ -64,13 +65,9 @@ class Effect(enum.Enum):
 
 
 def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
-    """``text`` cut to ``limit`` characters, head and tail kept, the elision marked."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    tail = limit - head
-    elided = len(text) - head - tail
-    return f"{text[:head]}\n... [{elided} chars elided] ...\n{text[-tail:]}"
+    """``text`` cut to ``limit`` characters, head and tail kept, the elision marked
+    (``rules._text.clip``: the marker is part of recorded requests)."""
+    return clip(text, limit)
 
 
 @dataclasses.dataclass(frozen=True)
