@@ -47,6 +47,10 @@ A net pattern matches ``host:port`` or the bare host, case-insensitively.
 The secrets layer (``Policy.SECRET_PATTERNS``, in ``default()`` and ``permissive()``)
 denies read and write of dotenv files, cloud and cluster credentials, SSH private keys,
 key and certificate stores and tools' login files, at any depth and in any case.
+One carve-out (``Policy.SECRET_EXCEPTIONS``): its ``.env.*`` rule leaves out the dotenv
+templates ``.env.example``, ``.env.sample``, ``.env.template`` and ``.env.dist``, by
+exact name only (no case tricks, not through a hard link or symlink to a secret); the
+table and the carve-out's terms are in ``rules/_secret_files.py``.
 
 Evaluation (``explain``): a matching deny in any layer wins, then a matching ask, then
 a matching allow; the first match in layer order names the rule and layer. With no
@@ -67,6 +71,7 @@ from typing import Any, ClassVar, Literal
 
 from ._errors import ConfigError
 from ._exec import Program, programs
+from ._secret_files import SECRET_EXCEPTIONS, SECRET_PATTERNS, SECRETS_LAYER, dotenv_template
 
 __all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
 
@@ -78,27 +83,6 @@ ACTS: tuple[Act, ...] = ("read", "write", "exec", "net")
 EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
 
 _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
-# The secrets layer: denied for read and write at any depth, in any case, with all
-# beneath a matching folder. README's "Security model" shows this table.
-# fmt: off
-_SECRETS: tuple[str, ...] = (
-    # dotenv files: .env, .env.local, .env.production, prod.env; direnv's .envrc
-    ".env", ".env.*", "*.env", ".envrc",
-    # cloud and cluster credentials
-    ".aws/credentials", ".aws/config", "credentials.json", "service-account*.json",
-    ".docker/config.json", ".kube/config",
-    # SSH: all under .ssh/ but public keys. Globs have no "not", so "does not end in
-    # .pub" is spelled by its last characters (then the names shorter than that).
-    ".ssh/*[!b]", ".ssh/*[!u]b", ".ssh/*[!p]ub", ".ssh/*[!.]pub", ".ssh/b", ".ssh/ub",
-    ".ssh/pub",
-    # SSH private keys by their default names, wherever they lie
-    "id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk",
-    # private keys, certificates with keys, key stores
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
-    # tools' login files: curl/ftp, git, npm, PyPI
-    ".netrc", ".git-credentials", ".npmrc", ".pypirc",
-)
-# fmt: on
 # Verdicts that no layer's rule gave, but how an exec target is read.
 _BUILT_IN = "built-in"
 _GLOB_CHARS = frozenset("*?[")
@@ -240,7 +224,9 @@ class Policy:
     __slots__ = ("_current", "_defaults", "_layers")
 
     #: The secrets layer's patterns, denied for read and write (see the module docstring).
-    SECRET_PATTERNS: ClassVar[tuple[str, ...]] = _SECRETS
+    SECRET_PATTERNS: ClassVar[tuple[str, ...]] = SECRET_PATTERNS
+    #: File names the secrets layer's ``.env.*`` leaves out (dotenv templates).
+    SECRET_EXCEPTIONS: ClassVar[frozenset[str]] = SECRET_EXCEPTIONS
 
     def __init__(
         self,
@@ -301,7 +287,11 @@ class Policy:
         rules = [(name, rule) for name, rule in self.rules() if rule.act == act]
         for effect in ("deny", "ask", "allow"):
             for layer_name, rule in rules:
-                if rule.effect == effect and rule.matches(target):
+                if (
+                    rule.effect == effect
+                    and rule.matches(target)
+                    and not dotenv_template(layer_name, rule.pattern, _normalise_path(target))
+                ):
                     return Verdict(rule.effect, act, target, str(rule), layer_name)
         return Verdict(self._defaults[act], act, target)
 
@@ -582,12 +572,12 @@ def _built_in_ask(line: str, why: str) -> Verdict:
 
 
 def _current_secrets(layer: Layer) -> Layer:
-    if layer.name != "secrets":
+    if layer.name != SECRETS_LAYER:
         return layer
     missing = [rule for rule in _secrets_layer().rules if rule not in layer.rules]
     return Layer(layer.name, (*layer.rules, *missing))
 
 
 def _secrets_layer() -> Layer:
-    rules = [Rule(act, "deny", pattern) for act in ("read", "write") for pattern in _SECRETS]
-    return Layer("secrets", tuple(rules))
+    rules = [Rule(act, "deny", p) for act in ("read", "write") for p in SECRET_PATTERNS]
+    return Layer(SECRETS_LAYER, tuple(rules))
