@@ -5,6 +5,10 @@ returns a ``Decision`` (or ``True`` / ``False`` / ``None`` for approve / deny /
 defer). ``ApproveAll`` and ``DenyAll`` are the two built-ins; the notebook widget
 approver lives in the notebook layer.
 
+Every approver sees the request's ``preview`` and ``target`` through the one scrubber
+(``rules._secrets``): a key the model put in a file or a command line shows as
+``[redacted]`` in the terminal prompt, the widget and a stored pending approval alike.
+
 An act the policy denies never reaches an approver. An approver that raises is taken
 as a deny whose reason is the error: a broken approver must not wave things through,
 and the model (and the trace) should see why nothing happened.
@@ -16,6 +20,8 @@ import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeAlias
+
+from ..rules._secrets import scrub
 
 __all__ = [
     "ApprovalRequest",
@@ -42,6 +48,10 @@ class ApprovalRequest:
         tool: The tool the model called.
         args: The call's arguments.
         call_id: The model's tool call id, when known.
+
+    ``preview`` and ``target`` are scrubbed when the request is made (secret values and
+    token shapes become ``[redacted]``): they are for people to read. ``args`` stay as
+    the model sent them.
     """
 
     act: str
@@ -52,6 +62,10 @@ class ApprovalRequest:
     tool: str
     args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preview", scrub(self.preview))
+        object.__setattr__(self, "target", scrub(self.target))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (for a pending approval stored with a deferred run)."""

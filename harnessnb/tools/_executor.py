@@ -31,6 +31,7 @@ from ..rules._errors import (
     wrap_unknown,
 )
 from ..rules._policy import Policy
+from ..rules._secrets import scrub
 from ._approval import Approver
 from ._gate import EventSink, Gate, StopKind
 from ._process import TERM_GRACE_S
@@ -310,6 +311,7 @@ def _failure(err: HarnessError, *, status: str = "error", executions: int = 0) -
 
 def _safe_preview(tool_: Tool, args: Mapping[str, Any], workspace: Workspace) -> str:
     try:
-        return bound_output(tool_.preview(args, workspace), PREVIEW_LIMIT)
+        # Scrubbed before it is cut: a key cut in two is no longer found.
+        return bound_output(scrub(tool_.preview(args, workspace)), PREVIEW_LIMIT)
     except Exception as exc:  # a preview is a courtesy; never let it block the decision
         return f"(no preview: {type(exc).__name__}: {exc})"
