@@ -66,12 +66,18 @@ import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, ClassVar, Literal
 
 from ._errors import ConfigError
 from ._exec import Program, programs
-from ._secret_files import SECRET_EXCEPTIONS, SECRET_PATTERNS, SECRETS_LAYER, dotenv_template
+from ._secret_files import (
+    SECRET_EXCEPTIONS,
+    SECRET_PATTERNS,
+    SECRETS_LAYER,
+    SECRETS_VERSION,
+    dotenv_template,
+)
 
 __all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
 
@@ -87,7 +93,7 @@ _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "as
 _BUILT_IN = "built-in"
 _GLOB_CHARS = frozenset("*?[")
 _USER_LAYER = "user"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: the built-in secrets layer by name and version
 
 
 def _rank(effect: str) -> int:
@@ -486,21 +492,17 @@ class Policy:
     # ------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form, stored with a run so resume sees the same boundary."""
+        """A JSON-ready form, stored with a run so resume sees the same boundary.
+
+        The built-in secrets layer, unchanged, is stored by name and table version
+        (``{"name": "secrets", "builtin": 1}``, not its 66 rules: 4 KB a run);
+        ``from_dict`` expands it. A secrets layer with rules added or removed is stored
+        rule by rule like any other.
+        """
         return {
             "version": _FORMAT_VERSION,
             "defaults": dict(self._defaults),
-            "layers": [
-                {
-                    "name": layer.name,
-                    # Not dataclasses.asdict: its deep copy made this 2% of a one-step run.
-                    "rules": [
-                        {"act": r.act, "effect": r.effect, "pattern": r.pattern}
-                        for r in layer.rules
-                    ],
-                }
-                for layer in self._layers
-            ],
+            "layers": [_layer_dict(layer) for layer in self._layers],
         }
 
     @classmethod
@@ -508,23 +510,11 @@ class Policy:
         """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``.
 
         A stored ``secrets`` layer gains the patterns the table has added since, so a
-        run resumed after an upgrade is never guarded by an older, shorter table.
+        run resumed after an upgrade is never guarded by an older, shorter table; one
+        stored by reference is the current table.
         """
         try:
-            layers = [
-                Layer(
-                    str(item["name"]),
-                    tuple(
-                        Rule(
-                            _check_act(r["act"]),
-                            _check_effect(r["effect"]),
-                            _check_pattern(r["act"], r["pattern"]),
-                        )
-                        for r in item["rules"]
-                    ),
-                )
-                for item in data["layers"]
-            ]
+            layers = [_layer_from(item) for item in data["layers"]]
             return cls([_current_secrets(layer) for layer in layers], data["defaults"])
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a stored policy: {exc!r}") from exc
@@ -571,13 +561,37 @@ def _built_in_ask(line: str, why: str) -> Verdict:
     return Verdict("ask", "exec", line, f"ask exec {why}", _BUILT_IN)
 
 
+def _layer_dict(layer: Layer) -> dict[str, Any]:
+    if layer == _secrets_layer():  # the built-in table, unchanged: by reference
+        return {"name": layer.name, "builtin": SECRETS_VERSION}
+    # Not dataclasses.asdict: its deep copy made this 2% of a one-step run.
+    rules = [{"act": r.act, "effect": r.effect, "pattern": r.pattern} for r in layer.rules]
+    return {"name": layer.name, "rules": rules}
+
+
+def _layer_from(item: Mapping[str, Any]) -> Layer:
+    name = str(item["name"])
+    if "builtin" in item:
+        version = item["builtin"]
+        if name != SECRETS_LAYER or type(version) is not int or version < 1:
+            raise ConfigError(f"not a stored policy: unknown built-in layer {item!r}")
+        if version > SECRETS_VERSION:
+            raise ConfigError(f"the stored secrets table is version {version}, newer than "
+                              f"{SECRETS_VERSION}: upgrade harnessnb to read it")  # fmt: skip
+        return _secrets_layer()
+    checked = ((_check_act(r["act"]), _check_effect(r["effect"]), r) for r in item["rules"])
+    return Layer(name, tuple(Rule(a, e, _check_pattern(a, r["pattern"])) for a, e, r in checked))
+
+
 def _current_secrets(layer: Layer) -> Layer:
-    if layer.name != SECRETS_LAYER:
+    if layer.name != SECRETS_LAYER or layer is _secrets_layer():
         return layer
     missing = [rule for rule in _secrets_layer().rules if rule not in layer.rules]
     return Layer(layer.name, (*layer.rules, *missing))
 
 
+@cache
 def _secrets_layer() -> Layer:
+    # One shared (immutable) object: telling it unchanged in ``to_dict`` is cheap.
     rules = [Rule(act, "deny", p) for act in ("read", "write") for p in SECRET_PATTERNS]
     return Layer(SECRETS_LAYER, tuple(rules))

@@ -19,9 +19,19 @@ from __future__ import annotations
 import posixpath
 from typing import Final
 
-__all__ = ["SECRETS_LAYER", "SECRET_EXCEPTIONS", "SECRET_PATTERNS", "dotenv_template"]
+__all__ = [
+    "SECRETS_LAYER",
+    "SECRETS_VERSION",
+    "SECRET_EXCEPTIONS",
+    "SECRET_PATTERNS",
+    "dotenv_template",
+]
 
 SECRETS_LAYER: Final = "secrets"
+# The table's version, stored in place of its rules when a policy holds the layer
+# unchanged (``Policy.to_dict``). Raise it when the table changes; a stored reference
+# expands to the current table, which only ever gains patterns.
+SECRETS_VERSION: Final = 1
 
 # fmt: off
 SECRET_PATTERNS: Final[tuple[str, ...]] = (
