@@ -454,3 +454,46 @@ async def test_record_and_replay_take_a_store_path(tmp_path: Path) -> None:
     replay = Replay(path)
     assert (await replay.complete(msgs)).text == "recorded answer"
     replay.store.close()
+
+
+def _bubblewrap_here() -> bool:
+    try:
+        return hn.sandbox_backend() == "bubblewrap"
+    except hn.ConfigError:
+        return False
+
+
+@pytest.mark.skipif(not _bubblewrap_here(), reason="bubblewrap cannot run here")
+def test_a_run_recorded_in_bubblewrap_replays_where_there_is_no_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's text never names the backend (a Binder container may have none);
+    the tool row does."""
+    for name in ("ws", "ws2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "README.md").write_text("hello\n")
+    script = [
+        {"tool": "run_command", "args": {"argv": ["cat", "README.md"]}},
+        {"tool": "run_command", "args": {"argv": ["cat", "nothing"]}},
+        "done",
+    ]
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "bubblewrap")
+    with Store(tmp_path / "rec.duckdb") as store:
+        recorder = Record(hn.ScriptedProvider(script), store)
+        contract = hn.TaskContract("read it", tmp_path / "ws", max_steps=4)
+        original = hn.run_sync(
+            contract, recorder, store=store, policy=hn.Policy.permissive(), run_id="run_bwrap"
+        )
+        rows = store.tool_calls("run_bwrap").sort_values("step")
+    assert original.outcome is hn.RunOutcome.FINISHED, original.error
+    assert rows["sandbox"].tolist() == ["bubblewrap", "bubblewrap"]
+    assert rows["output"].tolist()[0] == "exit code 0\nhello\n"
+    monkeypatch.setenv("HARNESSNB_SANDBOX", "none")
+    with Store(":memory:") as target:
+        again = hn.replay_sync(
+            "run_bwrap", tmp_path / "rec.duckdb", store=target, workspace=tmp_path / "ws2"
+        )
+        replayed = target.tool_calls("run_bwrap").sort_values("step")
+    assert again.outcome is hn.RunOutcome.FINISHED, again.error
+    assert replayed["sandbox"].tolist() == ["none", "none"]
+    assert replayed["output"].tolist() == rows["output"].tolist()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -415,17 +417,52 @@ def test_to_dict_round_trips() -> None:
 
 def test_a_stored_secrets_layer_gains_the_patterns_added_since() -> None:
     stored = Policy.default().to_dict()
-    stored["layers"][0]["rules"] = [
+    stored["layers"][0] = {"name": "secrets", "rules": [
         {"act": act, "effect": "deny", "pattern": pattern}
         for act in ("read", "write")
         for pattern in (".env", "*.pem", "*.key", "id_rsa", "id_ed25519")  # the old table
-    ]
+    ]}  # fmt: skip
     loaded = Policy.from_dict(stored)
     assert set(loaded.rules()) == set(Policy.default().rules())
     assert loaded.explain("read", ".aws/credentials").denied
 
 
-@pytest.mark.parametrize("data", [{}, {"layers": [{"name": "x"}], "defaults": {}}])
+@pytest.mark.parametrize(
+    ("policy", "by_name"),
+    [(Policy.default(), True),
+     (Policy.permissive(), True),
+     (Policy.default().layer("app").allow_write("NOTES.md").deny_read("private"), True),
+     (Policy.default().layer("secrets").allow_read("docs/*"), False),
+     (Policy.default().layer("secrets").deny_read("vault"), False),
+     (Policy.permissive(secrets=False), False)],
+    ids=["default", "permissive", "app-layer", "secrets-allow", "secrets-deny", "no-secrets"],
+)  # fmt: skip
+def test_a_run_stores_the_built_in_secrets_layer_by_name_and_reads_the_policy_back(
+    tmp_path: Path, policy: Policy, by_name: bool
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with hn.Store(tmp_path / "runs.duckdb") as store:
+        done = hn.run_sync(hn.TaskContract("t", ws), hn.ScriptedProvider(["done"]),
+                           store=store, policy=policy)  # fmt: skip
+        text = store.sql("select policy from run_rows")["policy"].iloc[0]
+        row = store.get_run(done.run_id)
+    assert row is not None and Policy.from_dict(row["policy"]) == policy
+    layers = {layer["name"]: layer for layer in json.loads(text)["layers"]}
+    if by_name:
+        assert layers["secrets"] == {"name": "secrets", "builtin": 1}
+        assert len(text) < 600  # was 4.1 KB
+    elif "secrets" in layers:  # a changed secrets layer is stored whole
+        assert len(layers["secrets"]["rules"]) == 2 * len(Policy.SECRET_PATTERNS) + 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"layers": [{"name": "x"}], "defaults": {}},
+     {"layers": [{"name": "app", "builtin": 1}], "defaults": {}},
+     {"layers": [{"name": "secrets", "builtin": "1"}], "defaults": {}},
+     {"layers": [{"name": "secrets", "builtin": 99}], "defaults": {}}],
+)  # fmt: skip
 def test_from_dict_rejects_garbage(data: dict[str, object]) -> None:
     with pytest.raises(hn.ConfigError):
         Policy.from_dict(data)

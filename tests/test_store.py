@@ -53,7 +53,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 4
+    assert Store.schema_version == SCHEMA_VERSION == 5
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
                       "leases", "recordings", "pending_steps", "markers",
                       "agent_sessions"}  # fmt: skip
     assert views == {"runs"}
-    assert versions == [(1,), (2,), (3,), (4,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,)]
 
 
 def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
@@ -92,8 +92,33 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         _commit(s, "old", 2)
         assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3, 4]
+        assert versions == [1, 2, 3, 4, 5]
         assert (s.get_run("old")["steps"], s.get_run("old")["tokens"]) == (2, 170)  # type: ignore[index]
+
+
+def test_v4_store_gains_the_sandbox_column_its_old_tool_rows_null(tmp_path: Path) -> None:
+    path = tmp_path / "v4.duckdb"
+    con = duckdb.connect(str(path))
+    for version in (1, 2, 3, 4):
+        for statement in MIGRATIONS[version]:
+            con.execute(statement)
+        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con.execute("INSERT INTO run_rows (run_id, task) VALUES ('old', 'before v5')")
+    con.execute("INSERT INTO tool_calls (run_id, step, seq, tool, effect, status, output) "
+                "VALUES ('old', 1, 1, 'run_command', 'write', 'ok', 'exit code 0')")  # fmt: skip
+    con.close()
+
+    with Store(path) as s:
+        row, kwargs = step_kwargs(2)
+        kwargs["tool_calls"] = [tool(2, 1, tool="run_command", effect="write",
+                                     sandbox="bubblewrap"), tool(2, 2)]  # fmt: skip
+        s.commit_step("old", row, **kwargs)
+        calls = s.tool_calls("old").sort_values(["step", "seq"])
+        versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
+    assert versions == [1, 2, 3, 4, 5]
+    assert [v if isinstance(v, str) else None for v in calls["sandbox"]] == [
+        None, "bubblewrap", None]  # fmt: skip
+    assert calls["output"].tolist()[0] == "exit code 0"  # the old row kept
 
 
 def _commit_args(step: int) -> tuple[dict[str, Any], dict[str, Any]]:

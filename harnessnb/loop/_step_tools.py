@@ -44,6 +44,7 @@ _TOOL_ROW_KEYS = (
     "error_name",
     "error_code",
     "output_bytes",
+    "sandbox",
 )
 
 
@@ -176,6 +177,7 @@ class StepTools:
             "error_name": None,
             "error_code": None,
             "output_bytes": None,
+            "sandbox": None,
             "at": self.clock.time(),
         }
 
@@ -199,6 +201,7 @@ class StepTools:
             error_code=error.get("code"),
             output_bytes=len(result.output.encode("utf-8", "replace")),
             output=content,
+            sandbox=result.sandbox,
             at=self.clock.time(),
         )
         if effect != "read" and result.executions > 0:
@@ -210,6 +213,7 @@ class StepTools:
                 seq,
                 status=result.status,
                 output=content,
+                sandbox=result.sandbox,
             )
         if result.status == "deferred":
             done.deferred = True

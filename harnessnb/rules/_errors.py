@@ -35,9 +35,10 @@ from typing import Any
 
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
 from ._secrets import scrub, scrub_exception
-from ._text import shorten
+from ._text import clip, shorten
 
 __all__ = [
+    "MAX_MESSAGE",
     "ConfigError",
     "ConflictError",
     "HarnessError",
@@ -94,12 +95,18 @@ _RETRYABLE_KINDS = frozenset(
 
 # --------------------------------------------------------------------------- errors
 
+# Characters of an error's message (and of each cause and context field) kept, head and
+# tail, the cut marked: what rows, cards, events and the model see of a huge error.
+MAX_MESSAGE = 4000
+
 
 class HarnessError(Exception):
     """Base of every harnessnb failure.
 
     Every surface (``str``, ``repr``, ``to_dict``, cards, the short traceback) goes
-    through the one scrubber (``rules._secrets``), the cause chain's messages included.
+    through the one scrubber (``rules._secrets``), the cause chain's messages included;
+    the message, each cause and each context string are then kept to ``MAX_MESSAGE``
+    characters, head and tail, the cut counted (``rules._text.clip``).
 
     Args:
         message: What happened, for a person; secret values are scrubbed from it.
@@ -109,7 +116,9 @@ class HarnessError(Exception):
     CODE = "UNKNOWN"
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
-        message = scrub(message)
+        # Scrubbed, then kept to a few KB (head and tail, the cut marked): a tool that
+        # raises with 5 MB, or a CLI's stderr, must not flood a row, a card or an event.
+        message = clip(scrub(message), MAX_MESSAGE)
         super().__init__(message)
         self.message = message
         self.code = code or self.CODE
@@ -138,7 +147,10 @@ class HarnessError(Exception):
 
     def _shown_fields(self) -> dict[str, Any]:
         # Context may carry server text (a request id, stderr): scrubbed like the message.
-        return {k: scrub(v) if isinstance(v, str) else v for k, v in self._fields().items()}
+        return {
+            k: clip(scrub(v), MAX_MESSAGE) if isinstance(v, str) else v
+            for k, v in self._fields().items()
+        }
 
     # Notebook display: plain strings built with rules._html, so every error has a
     # card without the core importing IPython.
@@ -189,7 +201,7 @@ def _first_line(text: str) -> str:
 
 def _causes(err: BaseException) -> list[str]:
     """The cause chain as ``Type: message`` lines, scrubbed (a cause may quote a key)."""
-    return [scrub(f"{type(c).__name__}: {c}") for c in _cause_chain(err)]
+    return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in _cause_chain(err)]
 
 
 def _cause_chain(err: BaseException) -> list[BaseException]:

@@ -47,6 +47,10 @@ A net pattern matches ``host:port`` or the bare host, case-insensitively.
 The secrets layer (``Policy.SECRET_PATTERNS``, in ``default()`` and ``permissive()``)
 denies read and write of dotenv files, cloud and cluster credentials, SSH private keys,
 key and certificate stores and tools' login files, at any depth and in any case.
+One carve-out (``Policy.SECRET_EXCEPTIONS``): its ``.env.*`` rule leaves out the dotenv
+templates ``.env.example``, ``.env.sample``, ``.env.template`` and ``.env.dist``, by
+exact name only (no case tricks, not through a hard link or symlink to a secret); the
+table and the carve-out's terms are in ``rules/_secret_files.py``.
 
 Evaluation (``explain``): a matching deny in any layer wins, then a matching ask, then
 a matching allow; the first match in layer order names the rule and layer. With no
@@ -62,11 +66,18 @@ import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, ClassVar, Literal
 
 from ._errors import ConfigError
 from ._exec import Program, programs
+from ._secret_files import (
+    SECRET_EXCEPTIONS,
+    SECRET_PATTERNS,
+    SECRETS_LAYER,
+    SECRETS_VERSION,
+    dotenv_template,
+)
 
 __all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
 
@@ -78,32 +89,11 @@ ACTS: tuple[Act, ...] = ("read", "write", "exec", "net")
 EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
 
 _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
-# The secrets layer: denied for read and write at any depth, in any case, with all
-# beneath a matching folder. README's "Security model" shows this table.
-# fmt: off
-_SECRETS: tuple[str, ...] = (
-    # dotenv files: .env, .env.local, .env.production, prod.env; direnv's .envrc
-    ".env", ".env.*", "*.env", ".envrc",
-    # cloud and cluster credentials
-    ".aws/credentials", ".aws/config", "credentials.json", "service-account*.json",
-    ".docker/config.json", ".kube/config",
-    # SSH: all under .ssh/ but public keys. Globs have no "not", so "does not end in
-    # .pub" is spelled by its last characters (then the names shorter than that).
-    ".ssh/*[!b]", ".ssh/*[!u]b", ".ssh/*[!p]ub", ".ssh/*[!.]pub", ".ssh/b", ".ssh/ub",
-    ".ssh/pub",
-    # SSH private keys by their default names, wherever they lie
-    "id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk",
-    # private keys, certificates with keys, key stores
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
-    # tools' login files: curl/ftp, git, npm, PyPI
-    ".netrc", ".git-credentials", ".npmrc", ".pypirc",
-)
-# fmt: on
 # Verdicts that no layer's rule gave, but how an exec target is read.
 _BUILT_IN = "built-in"
 _GLOB_CHARS = frozenset("*?[")
 _USER_LAYER = "user"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: the built-in secrets layer by name and version
 
 
 def _rank(effect: str) -> int:
@@ -240,7 +230,9 @@ class Policy:
     __slots__ = ("_current", "_defaults", "_layers")
 
     #: The secrets layer's patterns, denied for read and write (see the module docstring).
-    SECRET_PATTERNS: ClassVar[tuple[str, ...]] = _SECRETS
+    SECRET_PATTERNS: ClassVar[tuple[str, ...]] = SECRET_PATTERNS
+    #: File names the secrets layer's ``.env.*`` leaves out (dotenv templates).
+    SECRET_EXCEPTIONS: ClassVar[frozenset[str]] = SECRET_EXCEPTIONS
 
     def __init__(
         self,
@@ -301,7 +293,11 @@ class Policy:
         rules = [(name, rule) for name, rule in self.rules() if rule.act == act]
         for effect in ("deny", "ask", "allow"):
             for layer_name, rule in rules:
-                if rule.effect == effect and rule.matches(target):
+                if (
+                    rule.effect == effect
+                    and rule.matches(target)
+                    and not dotenv_template(layer_name, rule.pattern, _normalise_path(target))
+                ):
                     return Verdict(rule.effect, act, target, str(rule), layer_name)
         return Verdict(self._defaults[act], act, target)
 
@@ -496,21 +492,17 @@ class Policy:
     # ------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form, stored with a run so resume sees the same boundary."""
+        """A JSON-ready form, stored with a run so resume sees the same boundary.
+
+        The built-in secrets layer, unchanged, is stored by name and table version
+        (``{"name": "secrets", "builtin": 1}``, not its 66 rules: 4 KB a run);
+        ``from_dict`` expands it. A secrets layer with rules added or removed is stored
+        rule by rule like any other.
+        """
         return {
             "version": _FORMAT_VERSION,
             "defaults": dict(self._defaults),
-            "layers": [
-                {
-                    "name": layer.name,
-                    # Not dataclasses.asdict: its deep copy made this 2% of a one-step run.
-                    "rules": [
-                        {"act": r.act, "effect": r.effect, "pattern": r.pattern}
-                        for r in layer.rules
-                    ],
-                }
-                for layer in self._layers
-            ],
+            "layers": [_layer_dict(layer) for layer in self._layers],
         }
 
     @classmethod
@@ -518,23 +510,11 @@ class Policy:
         """Rebuild a policy from ``to_dict()`` output; bad input is a ``ConfigError``.
 
         A stored ``secrets`` layer gains the patterns the table has added since, so a
-        run resumed after an upgrade is never guarded by an older, shorter table.
+        run resumed after an upgrade is never guarded by an older, shorter table; one
+        stored by reference is the current table.
         """
         try:
-            layers = [
-                Layer(
-                    str(item["name"]),
-                    tuple(
-                        Rule(
-                            _check_act(r["act"]),
-                            _check_effect(r["effect"]),
-                            _check_pattern(r["act"], r["pattern"]),
-                        )
-                        for r in item["rules"]
-                    ),
-                )
-                for item in data["layers"]
-            ]
+            layers = [_layer_from(item) for item in data["layers"]]
             return cls([_current_secrets(layer) for layer in layers], data["defaults"])
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"not a stored policy: {exc!r}") from exc
@@ -581,13 +561,37 @@ def _built_in_ask(line: str, why: str) -> Verdict:
     return Verdict("ask", "exec", line, f"ask exec {why}", _BUILT_IN)
 
 
+def _layer_dict(layer: Layer) -> dict[str, Any]:
+    if layer == _secrets_layer():  # the built-in table, unchanged: by reference
+        return {"name": layer.name, "builtin": SECRETS_VERSION}
+    # Not dataclasses.asdict: its deep copy made this 2% of a one-step run.
+    rules = [{"act": r.act, "effect": r.effect, "pattern": r.pattern} for r in layer.rules]
+    return {"name": layer.name, "rules": rules}
+
+
+def _layer_from(item: Mapping[str, Any]) -> Layer:
+    name = str(item["name"])
+    if "builtin" in item:
+        version = item["builtin"]
+        if name != SECRETS_LAYER or type(version) is not int or version < 1:
+            raise ConfigError(f"not a stored policy: unknown built-in layer {item!r}")
+        if version > SECRETS_VERSION:
+            raise ConfigError(f"the stored secrets table is version {version}, newer than "
+                              f"{SECRETS_VERSION}: upgrade harnessnb to read it")  # fmt: skip
+        return _secrets_layer()
+    checked = ((_check_act(r["act"]), _check_effect(r["effect"]), r) for r in item["rules"])
+    return Layer(name, tuple(Rule(a, e, _check_pattern(a, r["pattern"])) for a, e, r in checked))
+
+
 def _current_secrets(layer: Layer) -> Layer:
-    if layer.name != "secrets":
+    if layer.name != SECRETS_LAYER or layer is _secrets_layer():
         return layer
     missing = [rule for rule in _secrets_layer().rules if rule not in layer.rules]
     return Layer(layer.name, (*layer.rules, *missing))
 
 
+@cache
 def _secrets_layer() -> Layer:
-    rules = [Rule(act, "deny", pattern) for act in ("read", "write") for pattern in _SECRETS]
-    return Layer("secrets", tuple(rules))
+    # One shared (immutable) object: telling it unchanged in ``to_dict`` is cheap.
+    rules = [Rule(act, "deny", p) for act in ("read", "write") for p in SECRET_PATTERNS]
+    return Layer(SECRETS_LAYER, tuple(rules))

@@ -1,5 +1,6 @@
-"""Text for people: ``shorten`` (the one rule for cutting text to a line) and
-``printable`` (the one rule for showing untrusted text without letting it act)."""
+"""Text for people: ``shorten`` (the one rule for cutting text to a line), ``clip`` (the
+one rule for keeping long text to a size, head and tail) and ``printable`` (the one rule
+for showing untrusted text without letting it act)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Final
 
 from ._secrets import scrub
 
-__all__ = ["ELLIPSIS", "printable", "shorten"]
+__all__ = ["ELLIPSIS", "clip", "printable", "shorten"]
 
 ELLIPSIS = "..."
 
@@ -25,6 +26,21 @@ def shorten(text: str, limit: int) -> str:
     if limit <= len(ELLIPSIS):
         return text[:limit]
     return text[: limit - len(ELLIPSIS)] + ELLIPSIS
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` kept to about ``limit`` characters: its head and tail, and between them a
+    line saying how many characters were cut (``... [4996000 chars elided] ...``).
+
+    For long text whose end matters too (tool output, an error message, stderr). It does
+    not scrub: callers scrub first, since a key cut in two is no longer found.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    elided = len(text) - head - tail
+    return f"{text[:head]}\n... [{elided} chars elided] ...\n{text[-tail:]}"
 
 
 # What could make a terminal (or a page) show something other than the text: C0 and

@@ -12,7 +12,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ..rules._errors import MAX_MESSAGE
 from ..rules._secrets import scrub, scrubber
+from ..rules._text import clip
 from ._schema import COLUMNS, quote
 
 if TYPE_CHECKING:
@@ -148,7 +150,9 @@ def _convert(column: str, value: Any) -> Any:
     if column in _TS_COLUMNS:
         return to_ts(value)
     if column == "error":
-        return safe_value(column, scrub_text(value) if isinstance(value, str) else dumps(value))
+        if isinstance(value, str):  # an attempt's message: kept to a few KB like any error
+            return safe_value(column, clip(scrub_text(value), MAX_MESSAGE))
+        return safe_value(column, dumps(value))
     if column in _JSON_COLUMNS:
         return safe_value(column, value) if isinstance(value, str) else dumps(value, text=False)
     if not isinstance(value, str | int | float | bool):

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -116,8 +116,13 @@ _V4: Final = [
         FROM steps GROUP BY run_id) s ON s.run_id = r.run_id""",
 ]
 
+# Version 5: the sandbox backend a command ran in (``bubblewrap``, ``none``...), kept in
+# its tool row rather than in the text the model sees (which a replay matches on).
+# NULL for tools that run no command and for rows written before version 5.
+_V5: Final = ["ALTER TABLE tool_calls ADD COLUMN sandbox VARCHAR"]
+
 # version -> statements that take a store from version-1 to version. Append only.
-MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
 # writers fill them.
@@ -139,7 +144,7 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "tool_calls": (
         "run_id", "step", "seq", "tool", "effect", "args", "idempotency_key", "status",
-        "error_name", "error_code", "output_bytes", "at", "output",
+        "error_name", "error_code", "output_bytes", "at", "output", "sandbox",
     ),
     "stalls": ("run_id", "step", "signal", "action", "detail", "at"),
     "markers": ("run_id", "kind", "detail", "at"),

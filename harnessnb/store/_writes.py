@@ -251,9 +251,16 @@ def record_intent(
 
 
 def settle_tool_call(
-    run_id: str, step: int, seq: int, *, status: str, output: str | None = None
+    run_id: str,
+    step: int,
+    seq: int,
+    *,
+    status: str,
+    output: str | None = None,
+    sandbox: str | None = None,
 ) -> WriteOp[None]:
-    """Set the status (and output) of a tool row, e.g. an intent resolved by a person.
+    """Set the status (and output, and the sandbox backend a command ran in) of a tool
+    row, e.g. an intent resolved by a person.
 
     Raises:
         StoreError: ``missing`` when there is no such tool row.
@@ -264,9 +271,9 @@ def settle_tool_call(
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
         updated = con.execute(
             "UPDATE tool_calls SET status = ?, output = coalesce(?, output), "
-            "output_bytes = coalesce(?, output_bytes) "
+            "output_bytes = coalesce(?, output_bytes), sandbox = coalesce(?, sandbox) "
             "WHERE run_id = ? AND step = ? AND seq = ?",
-            [status, output, size, run_id, step, seq],
+            [status, output, size, sandbox, run_id, step, seq],
         ).fetchone()
         if not updated or updated[0] == 0:
             raise StoreError(

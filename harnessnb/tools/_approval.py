@@ -6,6 +6,10 @@ defer). ``ApproveAll`` and ``DenyAll`` are the two built-ins, ``PromptApprover``
 on the terminal (the command's ``--approval-timeout``, the widget approver's
 ``fallback="prompt"``); the notebook widget approver lives in the notebook layer.
 
+Every approver sees the request's ``preview`` and ``target`` through the one scrubber
+(``rules._secrets``): a key the model put in a file or a command line shows as
+``[redacted]`` in the terminal prompt, the widget and a stored pending approval alike.
+
 An act the policy denies never reaches an approver. An approver that raises is taken
 as a deny whose reason is the error: a broken approver must not wave things through,
 and the model (and the trace) should see why nothing happened.
@@ -26,6 +30,8 @@ from typing import Any, Literal, TextIO, TypeAlias
 from ..rules._retry import seconds
 from ..rules._text import printable
 from ._blocking import run_blocking
+
+from ..rules._secrets import scrub
 
 __all__ = [
     "ApprovalRequest",
@@ -56,6 +62,10 @@ class ApprovalRequest:
         tool: The tool the model called.
         args: The call's arguments.
         call_id: The model's tool call id, when known.
+
+    ``preview`` and ``target`` are scrubbed when the request is made (secret values and
+    token shapes become ``[redacted]``): they are for people to read. ``args`` stay as
+    the model sent them.
     """
 
     act: str
@@ -66,6 +76,10 @@ class ApprovalRequest:
     tool: str
     args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preview", scrub(self.preview))
+        object.__setattr__(self, "target", scrub(self.target))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (for a pending approval stored with a deferred run)."""

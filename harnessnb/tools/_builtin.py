@@ -454,8 +454,9 @@ class RunCommand(Tool):
             "description": "Program and arguments; no shell syntax (pipes, globs) applies.",
         },
     )
-    # The description is part of every recorded request (replay matches on it): the
-    # sandbox is told to the model in the output header instead.
+    # The description and the output are part of every recorded request (replay
+    # matches on them): neither names the sandbox, so a run recorded under bubblewrap
+    # replays where there is none. The backend goes to the tool row (``ctx.sandbox``).
     # A command can do anything, so it is never repeated on a guess.
     effect = Effect.WRITE
 
@@ -474,15 +475,16 @@ class RunCommand(Tool):
             timeout_s=ctx.command_timeout_s,
             policy=ctx.policy,
         )
+        ctx.sandbox = result.backend
         if result.timed_out:
             raise SandboxError(
-                f"command timed out after {ctx.command_timeout_s:g} s ({result.sandbox}); its "
-                f"process group was killed. Partial output:\n{bound_output(result.output)}",
+                f"command timed out after {ctx.command_timeout_s:g} s; its process group "
+                f"was killed. Partial output:\n{bound_output(result.output)}",
                 reason="timeout",
             )
         after = await asyncio.to_thread(ctx.workspace.fingerprint)
         changed = before is None or after is None or before != after
-        text = f"exit code {result.exit_code} ({result.sandbox})\n{result.output}"
+        text = f"exit code {result.exit_code}\n{result.output}"
         return ToolOutput(text, changed_workspace=changed)
 
 

@@ -31,6 +31,7 @@ from ..rules._errors import (
     wrap_unknown,
 )
 from ..rules._policy import Policy
+from ..rules._secrets import scrub
 from ._approval import Approver
 from ._gate import EventSink, Gate, StopKind
 from ._process import TERM_GRACE_S
@@ -254,17 +255,20 @@ class ToolExecutor:
             except RefusedError as err:  # judged again on what the tool actually opened
                 kind: StopKind = "containment" if err.rule == "containment" else "denied"
                 await self.gate.refuse(kind, err, tool_.name, call.id)
-                return _failure(err, status="refused", executions=executions)
+                failed = _failure(err, status="refused", executions=executions)
+                return dataclasses.replace(failed, sandbox=ctx.sandbox)
             except Exception as exc:
                 if not self._out_of_time() and retry_decision(tool_.effect, executions, exc):
                     log.debug("retrying %s after %r (execution %d)", tool_.name, exc, executions)
                     continue
-                return _failure(wrap_unknown(exc), executions=executions)
+                failed = _failure(wrap_unknown(exc), executions=executions)
+                return dataclasses.replace(failed, sandbox=ctx.sandbox)
             return ToolResult(
                 ok=True,
                 output=bound_output(output.text),
                 changed_workspace=output.changed_workspace,
                 executions=executions,
+                sandbox=ctx.sandbox,
             )
 
     async def _invoke(self, tool_: Tool, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -307,6 +311,7 @@ def _failure(err: HarnessError, *, status: str = "error", executions: int = 0) -
 
 def _safe_preview(tool_: Tool, args: Mapping[str, Any], workspace: Workspace) -> str:
     try:
-        return bound_output(tool_.preview(args, workspace), PREVIEW_LIMIT)
+        # Scrubbed before it is cut: a key cut in two is no longer found.
+        return bound_output(scrub(tool_.preview(args, workspace)), PREVIEW_LIMIT)
     except Exception as exc:  # a preview is a courtesy; never let it block the decision
         return f"(no preview: {type(exc).__name__}: {exc})"

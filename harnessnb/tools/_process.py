@@ -289,6 +289,7 @@ class CommandResult:
     elapsed_s: float
     output_bytes: int
     sandbox: str  # how it was contained, in words: "sandbox: bubblewrap, no network"
+    backend: str = "none"  # the backend by name, as the tool row records it
 
 
 async def run_argv(
@@ -335,4 +336,5 @@ async def run_argv(
         elapsed_s=end.elapsed_s,
         output_bytes=capture.total,
         sandbox=child.label,
+        backend=child.backend,
     )

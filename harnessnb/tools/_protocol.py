@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from ..rules._policy import Policy
+from ..rules._text import clip
 from ._approval import ApprovalRequest
 from ._blocking import run_blocking
 from ._schema import parse_docstring, schema_from_signature
@@ -64,13 +65,9 @@ class Effect(enum.Enum):
 
 
 def bound_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
-    """``text`` cut to ``limit`` characters, head and tail kept, the elision marked."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    tail = limit - head
-    elided = len(text) - head - tail
-    return f"{text[:head]}\n... [{elided} chars elided] ...\n{text[-tail:]}"
+    """``text`` cut to ``limit`` characters, head and tail kept, the elision marked
+    (``rules._text.clip``: the marker is part of recorded requests)."""
+    return clip(text, limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +85,9 @@ class ToolResult:
     ``status`` is ``ok``, ``error``, ``refused`` or ``deferred``; ``error`` is the
     ``HarnessError.to_dict()`` of a failure (``name``, ``code``, ``message``...);
     ``executions`` counts how often the tool body actually ran; ``approval`` is the
-    pending request of a deferred call.
+    pending request of a deferred call; ``sandbox`` is the backend a command ran in
+    (``bubblewrap``, ``none``...; None for a tool that runs no command), for the tool
+    row only: the model's text never names it, so a recording replays on any backend.
     """
 
     ok: bool
@@ -98,6 +97,7 @@ class ToolResult:
     status: str = "ok"
     executions: int = 0
     approval: ApprovalRequest | None = None
+    sandbox: str | None = None
 
     def to_message_content(self) -> str:
         """The tool message text: the output, or ``ERROR [code] message`` on failure."""
@@ -112,7 +112,8 @@ class ToolContext:
     """What a tool body may use besides its arguments.
 
     ``judged`` is the (act, target) the gate passed for this call, so a file tool can
-    tell the path it actually walked from the one a person approved.
+    tell the path it actually walked from the one a person approved. ``sandbox`` is
+    set by a tool body that ran a command: the backend it ran in, for the tool row.
     """
 
     workspace: Workspace
@@ -123,6 +124,7 @@ class ToolContext:
     call_id: str | None = None
     attempt: int = 1
     judged: tuple[str, str] | None = None
+    sandbox: str | None = None
 
     def may_read(self, relative_path: str) -> bool:
         """True when the policy outright allows reading this path (grep skips the rest)."""

@@ -199,6 +199,12 @@ def main() -> int:
     elif mode == "crash":
         sys.stderr.write("loading config\nstarting session\nTypeError: cannot read properties of undefined\n    at main (cli.js:1:1)\nprogress 100%\n")
         code = 3
+    elif mode == "flood":  # 5 MB on stderr, most of it one line, then a crash
+        sys.stderr.write("starting\nError: " + "F" * 5_000_000 + " END\n")
+        code = 3
+    elif mode == "flood_in_stream":  # a failed turn whose detail is 400 KB (a line parsed)
+        turn_failed(sid, "API Error: " + "D" * 400_000 + " END")
+        code = 1
     elif mode == "garbage":  # exit 0 with output that is not the structured stream
         sys.stdout.write("Here is your answer in plain text.\nNo JSON at all.\n")
     elif mode == "no_result":  # valid JSON, but the stream stops before the end of the turn

@@ -680,3 +680,21 @@ def test_the_result_card_escapes_the_answer(clis: CLIs) -> None:
     bundle = result._repr_mimebundle_()
     assert "<script>" not in bundle["text/html"] and "&lt;script&gt;" in bundle["text/html"]
     assert "claude-code run" in bundle["text/plain"]
+
+
+@pytest.mark.parametrize("mode", ["flood", "flood_in_stream"])
+def test_failure_text_of_megabytes_is_kept_to_a_few_kilobytes(
+    clis: CLIs, mode: str
+) -> None:
+    clis.scenario(mode=mode)
+    result = run(clis, "claude")
+    err = result.error
+    assert isinstance(err, ag.CLIError)
+    assert len(err.message) < 4200 and "chars elided]" in err.message
+    if mode == "flood_in_stream":  # one whole detail: its head and tail kept, the cut marked
+        assert err.message.endswith(" END")
+    assert len(str(err.to_dict())) < 16384 and len(repr(err)) < 16384
+    assert all(len(v) < 32768 for v in err._repr_mimebundle_().values())
+    assert all(len(v) < 32768 for v in result._repr_mimebundle_().values())
+    (stored,) = clis.store.runs(result.run_id)["error"].tolist()
+    assert len(stored) < 16384 and "chars elided]" in stored

@@ -181,3 +181,57 @@ async def test_a_five_megabyte_error_is_kept_to_a_few_kilobytes(
     assert len(errors) == 2 and all(len(e) <= _http.MAX_ERROR_TEXT for e in errors)
     (stored,) = store.runs(result.run_id)["error"].tolist()
     assert len(stored) < 8192
+
+
+# ------------------------------------------------------------ a tool's huge error
+
+
+FIVE_MB_ERROR = "start " + "E" * 5_000_000 + " end"
+
+
+@hn.tool
+def explode(what: str) -> str:
+    """Fail with a five-megabyte message."""
+    raise ValueError(FIVE_MB_ERROR)
+
+
+@hn.tool(effect=hn.Effect.WRITE)
+def explode_typed(what: str) -> str:
+    """Fail with a five-megabyte ToolError."""
+    raise hn.ToolError(FIVE_MB_ERROR, code="BOOM")
+
+
+def test_a_tool_failing_with_five_megabytes_is_stored_and_shown_capped(ws: Path) -> None:
+    seen: list[str] = []
+
+    def model(messages: list[dict[str, Any]]) -> Any:
+        tools_said = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        if len(tools_said) < 2:
+            name = "explode" if not tools_said else "explode_typed"
+            return {"tool": name, "args": {"what": "x"}}
+        seen.extend(tools_said)
+        return "done"
+
+    events: list[hn.RunEvent] = []
+    store = hn.Store(":memory:")
+    result = hn.run_sync(
+        hn.TaskContract("fail hugely", ws, max_steps=3), hn.ScriptedProvider(model),
+        store=store, tools=[explode, explode_typed], policy=hn.Policy.permissive(),
+        on_event=events.append,
+    )  # fmt: skip
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert len(seen) == 2
+    for said in seen:  # the model's view: a few KB, head and tail, the cut counted
+        assert len(said) < 4200 and said.endswith(" end")
+        assert "chars elided]" in said
+    rows = store.tool_calls(result.run_id)
+    assert rows["status"].tolist() == ["error", "error"]
+    assert all(len(o) < 4200 and "chars elided]" in o for o in rows["output"])
+    for table in ("steps", "runs", "tool_calls", "attempts"):
+        frame = store.sql(f"select * from {table}")
+        assert all(len(str(v)) < 16384 for col in frame for v in frame[col]), table
+    failed = [e for e in events if e.kind == "tool_call"]
+    assert len(failed) == 2 and all(len(str(e.data)) < 16384 for e in failed)
+    error = failed[0].data["error"]
+    assert error["causes"][0].startswith("ValueError: start") and len(error["causes"][0]) < 4200
+    assert all(len(v) < 32768 for v in result._repr_mimebundle_().values())

@@ -8,6 +8,7 @@ model, the tool rows or the store file, under the default and the permissive pol
 
 from __future__ import annotations
 
+import os
 import posixpath
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,98 @@ async def test_no_secret_is_read_listed_or_stored(
         assert secret.encode() not in data, secret
     for rel in SECRET_FILES:  # nor a secret's content under any other spelling of it
         assert secret_of(rel).encode("utf-16-le") not in data
+
+
+# ------------------------------------------------------------ the dotenv templates
+
+TEMPLATES = [".env.example", ".env.sample", ".env.template", "app/.env.dist"]
+
+
+def _run_calls(
+    root: Path, policy: hn.Policy, wanted: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[str], list[str], hn.Store]:
+    """One real run whose model makes ``wanted`` calls in one step: (statuses, outputs)."""
+    script = [{"name": name, "arguments": args} for name, args in wanted]
+    provider = hn.ScriptedProvider([{"text": "", "tool_calls": script}, "done"])
+    store = hn.Store(":memory:")
+    contract = hn.TaskContract("read the templates", root, max_steps=3)
+    result = hn.run_sync(contract, provider, store=store, policy=policy, approver=hn.ApproveAll())
+    assert result.outcome == hn.RunOutcome.FINISHED, result.error
+    statuses = list(store.tool_calls(result.run_id).sort_values("seq")["status"])
+    return statuses, [output for _, output in tool_outputs(provider)], store
+
+
+@pytest.mark.parametrize(
+    "policy", [hn.Policy.default(), hn.Policy.permissive()], ids=["default", "permissive"]
+)
+def test_dotenv_templates_are_readable_writable_and_listed(
+    tmp_path: Path, policy: hn.Policy
+) -> None:
+    root = tmp_path / "ws"
+    (root / "app").mkdir(parents=True)
+    (root / ".env").write_text(f"KEY={secret_of('.env')}\n")
+    for rel in TEMPLATES:
+        (root / rel).write_text(f"KEY=placeholder-{rel}\n")
+    wanted: list[tuple[str, dict[str, Any]]] = [
+        *(("read_file", {"path": rel}) for rel in TEMPLATES),
+        ("write_file", {"path": ".env.example", "content": "KEY=changeme\n"}),
+        ("list_dir", {"path": "."}),
+        ("find_files", {"pattern": ".env*"}),
+        ("grep", {"pattern": "KEY", "path": "."}),
+        ("run_command", {"argv": ["cat", ".env.sample"]}),  # not masked in a sandbox
+        ("read_file", {"path": ".env"}),
+    ]
+    statuses, outputs, _ = _run_calls(root, policy, wanted)
+    assert statuses == ["ok"] * 9 + ["refused"]
+    assert outputs[8] == "exit code 0\nKEY=placeholder-.env.sample\n"
+    for rel, output in zip(TEMPLATES, outputs, strict=False):
+        assert output == f"KEY=placeholder-{rel}\n"
+    assert (root / ".env.example").read_text() == "KEY=changeme\n"
+    listing, found, grepped = outputs[5:8]
+    assert ".env.example" in listing.splitlines() and ".env\n" not in listing + "\n"
+    assert found.splitlines()[:4] == [".env.example", ".env.sample", ".env.template",
+                                      "app/.env.dist"]  # fmt: skip
+    assert ".env.example:1: KEY=changeme" in grepped
+    assert all(secret_of(".env") not in output for output in outputs)
+    assert (root / ".env").read_text() == f"KEY={secret_of('.env')}\n"
+
+
+def test_a_template_name_on_a_secret_is_still_refused(tmp_path: Path) -> None:
+    """Another name of ``.env`` (hard link, symlink), a case trick, a longer name, a
+    template under a denied folder: the carve-out is for the exact name only."""
+    root = tmp_path / "ws"
+    (root / ".ssh").mkdir(parents=True)
+    secret = f"KEY={secret_of('.env')}\n"
+    (root / ".env").write_text(secret)
+    os.link(root / ".env", root / ".env.example")
+    (root / ".env.sample").symlink_to(".env")
+    for rel in (".ENV.EXAMPLE", ".env.template.local", ".ssh/.env.dist"):
+        (root / rel).write_text(secret)
+    wanted: list[tuple[str, dict[str, Any]]] = [
+        ("read_file", {"path": ".env.example"}),
+        ("read_file", {"path": ".env.sample"}),
+        ("read_file", {"path": ".ENV.EXAMPLE"}),
+        ("read_file", {"path": ".env.template.local"}),
+        ("read_file", {"path": ".ssh/.env.dist"}),
+        ("grep", {"pattern": "KEY", "path": "."}),
+        ("edit_file", {"path": ".env.example", "old": "KEY", "new": "LEAK"}),
+    ]
+    statuses, outputs, store = _run_calls(root, hn.Policy.permissive(), wanted)
+    assert statuses == ["refused"] * 5 + ["ok", "refused"]
+    assert "another name (a hard link)" in outputs[0] and "another name" in outputs[6]
+    assert "read .env is denied" in outputs[1]  # the symlink judged where it leads
+    assert all(secret_of(".env") not in output for output in outputs)
+    assert outputs[5].startswith("no matches")
+    assert (root / ".env").read_text() == secret  # the edit did not land through the link
+    assert secret_of(".env") not in str(store.sql("select * from tool_calls").to_dict())
+
+
+def test_the_carve_out_is_the_secrets_layers_alone() -> None:
+    templates = {".env.example", ".env.sample", ".env.template", ".env.dist"}
+    assert templates == hn.Policy.SECRET_EXCEPTIONS
+    assert hn.Policy.default().explain("read", "a/.env.example").allowed
+    own = hn.Policy.permissive().layer("app").deny_read(".env.*")
+    verdict = own.explain("read", ".env.example")
+    assert verdict.denied and verdict.layer == "app"
+    for name in (".Env.Example", ".env.example.bak", ".env.example/key"):
+        assert hn.Policy.default().explain("read", name).denied, name

@@ -92,6 +92,34 @@ def test_the_stdin_approver_shows_a_model_chosen_argv_escaped(
     assert store.tool_calls(result.run_id)["status"].tolist() == ["refused"]
 
 
+def test_the_stdin_approver_shows_a_registered_key_redacted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-approver-preview-0123456789abcdef"
+    hn.OpenAI("m", api_key=key, base_url="http://127.0.0.1:9")  # registers the key
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    answers = iter(["y", "n"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(answers))
+    provider = hn.ScriptedProvider([
+        {"tool": "write_file", "args": {"path": "notes.txt", "content": f"KEY={key}\n"}},
+        {"tool": "run_command", "args": {"argv": ["curl", "-H", f"x-api-key: {key}", "x"]}},
+        "done",
+    ])  # fmt: skip
+    approver = hn.WidgetApprover(fallback="prompt", widgets=False)
+    store = hn.Store(":memory:")
+    result = hn.run_sync(
+        hn.TaskContract("t", ws, max_steps=4), provider, store=store, approver=approver
+    )
+    shown = capsys.readouterr().out
+    assert "new file notes.txt:\nKEY=[redacted]" in shown  # the preview
+    assert "harnessnb asks: exec curl -H 'x-api-key: [redacted]' x" in shown  # the target
+    assert key not in shown and key[:12] not in shown
+    # What was approved is what happened: the file holds what the model wrote.
+    assert (ws / "notes.txt").read_text() == f"KEY={key}\n"
+    assert store.tool_calls(result.run_id)["status"].tolist() == ["ok", "refused"]
+
+
 def test_event_lines_show_file_names_and_details_escaped() -> None:
     event = hn.RunEvent(
         "tool_call", run_id="r", step=1, at=0.0,
