@@ -28,10 +28,9 @@ from datetime import timedelta
 from typing import Any, Literal, TextIO, TypeAlias
 
 from ..rules._retry import seconds
+from ..rules._secrets import scrub
 from ..rules._text import printable
 from ._blocking import run_blocking
-
-from ..rules._secrets import scrub
 
 __all__ = [
     "ApprovalRequest",
