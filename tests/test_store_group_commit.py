@@ -123,7 +123,7 @@ def test_last_steps_of_many_runs_end_them_in_one_group(
     ]  # fmt: skip
     assert max(len(b) for b in batches) > 1
     runs = store.runs().set_index("run_id")
-    assert runs["outcome"].fillna("-").to_dict() == {
+    assert runs["outcome"].astype(object).fillna("-").to_dict() == {
         "r0": "finished", "r1": "finished", "r2": "finished", "r3": "finished", "r4": "-",
         "r5": "finished",
     }  # fmt: skip
