@@ -1,10 +1,12 @@
 """The example notebooks run top to bottom with no key and no network (nbclient, with a
-kernel on this interpreter), and are kept in git without outputs."""
+kernel on this interpreter), and are kept in git with the outputs of such a run
+(``scripts/build_notebooks.py``), so GitHub and nbviewer show the results."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,11 +78,25 @@ def test_there_are_four_notebooks() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebooks_are_stored_without_outputs(path: Path) -> None:
+def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, path.name
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    # every code cell ran, once, top to bottom, and none failed
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1)), path.name
+    kinds = [out.get("output_type") for cell in code for out in cell.outputs]
+    assert "error" not in kinds and kinds, path.name
+    text = outputs(nb)
+    assert "Traceback" not in text
+    assert "/tmp/" not in text  # the build's temporary folders are shown as <work>
+    if path.stem.startswith("01"):
+        # a live retry, an error card and the approval (its record) are in the saved page
+        assert "rate_limited" in text and re.search(r"retries [1-9]", text)
+        assert "PROVIDER_AUTH" in text
+        assert "harnessnb-error" in text and "no answer within" in text
+        assert "sk-demo-not-a-key" not in text  # the key in the source never reaches output
+    if path.stem.startswith("02"):
+        assert "failure_rate_low" in text and "period" in text
+        assert any("image/png" in out.get("data", {}) for cell in code for out in cell.outputs)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -92,6 +108,7 @@ def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path,
     assert "Traceback" not in text
     if path.stem.startswith("01"):
         assert "success" in text and "harnessnb-run" in text  # the card, as HTML
+        assert "awaiting_approval" in text and "PROVIDER_AUTH" in text
         assert (tmp_path / "runs.duckdb").exists()  # the default store, in the cwd
     assert time.monotonic() - started < 90
 
