@@ -23,6 +23,7 @@ import re2
 
 from ..rules._errors import RefusedError, SandboxError, ToolError
 from ..rules._policy import exec_target
+from ..rules._secrets import scrub_values
 from ._blocking import run_blocking
 from ._fileio import (
     MAX_READ_BYTES,
@@ -479,7 +480,7 @@ class RunCommand(Tool):
         if result.timed_out:
             raise SandboxError(
                 f"command timed out after {ctx.command_timeout_s:g} s; its process group "
-                f"was killed. Partial output:\n{bound_output(result.output)}",
+                f"was killed. Partial output:\n{bound_output(scrub_values(result.output))}",
                 reason="timeout",
             )
         after = await asyncio.to_thread(ctx.workspace.fingerprint)

@@ -31,7 +31,7 @@ from ..rules._errors import (
     wrap_unknown,
 )
 from ..rules._policy import Policy
-from ..rules._secrets import scrub
+from ..rules._secrets import scrub, scrub_values
 from ._approval import Approver
 from ._gate import EventSink, Gate, StopKind
 from ._process import TERM_GRACE_S
@@ -265,7 +265,7 @@ class ToolExecutor:
                 return dataclasses.replace(failed, sandbox=ctx.sandbox)
             return ToolResult(
                 ok=True,
-                output=bound_output(output.text),
+                output=bound_output(scrub_values(output.text)),  # scrubbed before the cut
                 changed_workspace=output.changed_workspace,
                 executions=executions,
                 sandbox=ctx.sandbox,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..rules._errors import ToolError
+from ..rules._secrets import scrub_values
 from ._sandbox import confine
 
 if TYPE_CHECKING:
@@ -60,7 +61,14 @@ class Sink(Protocol):
 
 
 class BoundedCapture:
-    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest."""
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts the rest.
+
+    A secret lying across a cut would survive as a fragment the scrubber cannot
+    recognise, so each side keeps ``MARGIN`` bytes more than it shows: ``text``
+    scrubs head and tail with their margins, then cuts the margins off.
+    """
+
+    MARGIN = 1024  # longer than any key's spelling (JSON-escaped, URL-encoded)
 
     def __init__(self, limit: int) -> None:
         self.half = limit // 2
@@ -70,22 +78,27 @@ class BoundedCapture:
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        room = self.half - len(self.head)
+        keep = self.half + self.MARGIN
+        room = keep - len(self.head)
         if room > 0:
             self.head += chunk[:room]
             chunk = chunk[room:]
         if chunk:
             self.tail += chunk
-            if len(self.tail) > self.half:
-                del self.tail[: len(self.tail) - self.half]
+            if len(self.tail) > keep:
+                del self.tail[: len(self.tail) - keep]
 
     def text(self) -> str:
-        elided = self.total - len(self.head) - len(self.tail)
-        head = self.head.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
-        if elided <= 0:
-            return head + tail
-        return f"{head}\n... [{elided} bytes elided] ...\n{tail}"
+        if self.total <= 2 * self.half:  # nothing cut: the caller scrubs the whole
+            return bytes(self.head + self.tail).decode("utf-8", "replace")
+        if self.total <= len(self.head) + len(self.tail):  # nothing dropped yet
+            whole = scrub_values(bytes(self.head + self.tail).decode("utf-8", "replace"))
+            shown_head, shown_tail = whole[: self.half], whole[-self.half :]
+        else:
+            shown_head = scrub_values(self.head.decode("utf-8", "replace"))[: self.half]
+            shown_tail = scrub_values(self.tail.decode("utf-8", "replace"))[-self.half :]
+        elided = self.total - 2 * self.half
+        return f"{shown_head}\n... [{elided} bytes elided] ...\n{shown_tail}"
 
     def close(self) -> None:
         """Nothing is held back: ``text`` is complete once the stream ends."""

@@ -355,3 +355,55 @@ def test_the_command_prints_no_key_of_a_failing_run(srv: ChaosServer, tmp_path: 
     assert "PROVIDER_AUTH" in out.stdout + out.stderr
     assert "[redacted]" in out.stdout + out.stderr
     assert_clean(out.stdout, out.stderr, *store_surfaces(tmp_path / "runs.duckdb"))
+
+
+@pytest.mark.parametrize("where", ["head", "tail"])
+async def test_a_secret_at_the_cut_of_a_long_tool_output_leaves_no_part_behind(
+    where: str, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tool output is kept to its head and tail (8,000 characters each): a secret lying
+    # across either cut must be removed before the cut, or half of it stays readable.
+    monkeypatch.setenv("HN_SERVICE_TOKEN", ENV_CANARY)
+    half = len(ENV_CANARY) // 2
+    filler = "x" * 30_000
+    text = (
+        "a" * (8_000 - half) + ENV_CANARY + filler
+        if where == "head"
+        else filler + ENV_CANARY + "z" * (8_000 - half)
+    )
+    (ws / "big.log").write_text(text)
+    provider = hn.ScriptedProvider([{"tool": "read_file", "args": {"path": "big.log"}}, "done"])
+    path = tmp_path / "runs.duckdb"
+    with hn.Store(path) as store:
+        result = await hn.run(contract(ws), provider, store=store)
+        outputs = store.tool_calls()["output"].tolist()
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert "chars elided" in outputs[0]
+    seen_by_model = json.dumps(provider.calls)
+    for part in (ENV_CANARY[:half], ENV_CANARY[half:]):
+        assert part not in seen_by_model and part not in outputs[0]
+    assert_clean(seen_by_model, *outputs, *store_surfaces(path), secret=ENV_CANARY)
+
+
+@pytest.mark.parametrize(("before", "after"), [(8_000, 60_000), (60_000, 8_000), (8_000, 9_000)])
+async def test_a_secret_at_the_cut_of_a_commands_output_leaves_no_part_behind(
+    before: int, after: int, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command's output is captured head and tail as it streams (8,000 bytes each),
+    # before any scrubbing: the capture keeps a margin past each cut for the scrubber.
+    monkeypatch.setenv("HN_SERVICE_TOKEN", ENV_CANARY)
+    half = len(ENV_CANARY) // 2
+    (ws / "big.log").write_text("a" * (before - half) + ENV_CANARY + "b" * (after - half))
+    provider = hn.ScriptedProvider(
+        [{"tool": "run_command", "args": {"argv": ["cat", "big.log"]}}, "done"]
+    )
+    policy = hn.Policy.default().layer("test").allow_exec("cat")
+    path = tmp_path / "runs.duckdb"
+    with hn.Store(path) as store:
+        result = await hn.run(contract(ws), provider, store=store, policy=policy)
+        outputs = store.tool_calls()["output"].tolist()
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert "elided" in outputs[0]
+    seen_by_model = json.dumps(provider.calls)
+    for part in (ENV_CANARY[:half], ENV_CANARY[half:]):
+        assert part not in seen_by_model and part not in outputs[0]
