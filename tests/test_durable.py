@@ -497,3 +497,23 @@ def test_a_run_recorded_in_bubblewrap_replays_where_there_is_no_sandbox(
     assert again.outcome is hn.RunOutcome.FINISHED, again.error
     assert replayed["sandbox"].tolist() == ["none", "none"]
     assert replayed["output"].tolist() == rows["output"].tolist()
+
+
+def test_the_interpreter_exiting_mid_run_cancels_the_run_and_exits_cleanly(
+    tmp_path: Path,
+) -> None:
+    # A daemon thread inside DuckDB when the interpreter finalizes aborts the process
+    # ("terminate called ... exception not rethrown", exit 134); the harness winds its
+    # loop down at exit instead, and the run is recorded as cancelled.
+    script = Path(ref.__file__).parent / "exit_mid_run.py"
+    for attempt in range(3):
+        path = tmp_path / f"s{attempt}.duckdb"
+        out = subprocess.run(
+            [sys.executable, str(script), str(path), str(tmp_path / f"ws{attempt}"), "1.0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "terminate called" not in out.stderr
+        runs = Store(path).runs()
+        assert runs["outcome"].astype(object).tolist() == ["cancelled"]
+        assert int(runs["steps"].iloc[0]) > 0  # it was mid-run, writing, when the exit came

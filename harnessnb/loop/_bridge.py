@@ -6,17 +6,28 @@ there). Rather than patch asyncio globally (nest_asyncio), every blocking call
 submits its coroutine to this one long-lived loop thread and waits. The HTTP
 client, cached per loop, lives on this loop too, so connections are reused across
 calls.
+
+At interpreter exit, what still runs on that loop is cancelled and wound down
+(``_wind_down``), so no harnessnb thread is inside DuckDB when the interpreter
+finalizes: a daemon thread caught in native code there aborts the whole process
+("terminate called ... exception not rethrown", exit 134). A run cut short by the
+exit is recorded ``cancelled``, resumable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["loop_thread", "run_blocking"]
+
+# How long the exit waits for cancelled runs to record themselves, and the loop to stop.
+EXIT_GRACE_S = 5.0
 
 T = TypeVar("T")
 
@@ -83,3 +94,26 @@ def run_blocking(coro: Coroutine[Any, Any, T], *, poll_s: float = 0.1) -> T:
         # cleanup (recording the cancelled run) before handing control back.
         finished.wait(timeout=30)
         raise
+
+
+def _wind_down(grace_s: float = EXIT_GRACE_S) -> None:
+    """Cancel every task on the harness loop, let them finish, stop the loop, join it."""
+    with _lock:
+        loop, thread = _loop, _thread
+    if loop is None or thread is None or not thread.is_alive() or loop.is_closed():
+        return
+
+    async def cancel_all() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+
+    with contextlib.suppress(Exception):  # the exit goes on, whatever a run did
+        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(grace_s + 1.0)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(grace_s)
+
+
+atexit.register(_wind_down)
