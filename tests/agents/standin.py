@@ -134,7 +134,7 @@ def turn_failed(sid: str, message: str, kind: str = "unknown", status: int | Non
     else:
         emit({"type": "session.tools_updated", "data": {"model": "gpt-test"}})
         emit({"type": "model.call_failure", "data": {"statusCode": status, "retryAttempt": 1,
-              "failureKind": "api"}})
+              "failureKind": "api", "errorMessage": json.dumps({"message": message})}})
         emit({"type": "session.error", "data": {"errorType": kind, "message": message,
               "statusCode": status}})
         emit({"type": "result", "sessionId": sid, "exitCode": 1, "usage": {"premiumRequests": 0}})
