@@ -12,7 +12,9 @@ window). Pure functions over the CLI's words; no I/O.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
+import os
 import re
 from typing import Any
 
@@ -23,10 +25,12 @@ __all__ = [
     "Cause",
     "cause_of",
     "claude_retry_after",
+    "copilot_log_waits",
     "error_message",
     "overflow",
     "quota_exhausted",
     "retry_cause",
+    "with_retry_after",
 ]
 
 K = ProviderErrorKind
@@ -207,3 +211,45 @@ def error_message(raw: Any) -> str:
         message = inner.get("message")
         return message if isinstance(message, str) and message else text
     return body if isinstance(body, str) else text
+
+
+# Copilot's log line for a failed model request: '... Model provider request failed {json}'.
+_COPILOT_FAILED = re.compile(r"Model provider request failed (\{.*\})\s*$")
+
+
+def copilot_log_waits(folder: str, limit: int = 1 << 20) -> list[tuple[int | None, float | None]]:
+    """(status, retry-after seconds) of each failed request in Copilot's log files."""
+    waits: list[tuple[int | None, float | None]] = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.log"))):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(limit)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            match = _COPILOT_FAILED.search(line)
+            try:
+                record = json.loads(match.group(1)) if match else None
+            except ValueError:
+                record = None
+            if isinstance(record, dict):
+                status, wait = record.get("http_status"), record.get("retry_after_ms")
+                waits.append((status if isinstance(status, int) else None,
+                              wait / 1000 if isinstance(wait, int | float) else None))  # fmt: skip
+    return waits
+
+
+def with_retry_after(
+    reports: list[tuple[Cause, float]], waits: list[tuple[int | None, float | None]]
+) -> list[tuple[Cause, float]]:
+    """``reports`` with each one's retry-after taken from ``waits`` (the same failures,
+    in the same order, matched by status), where the report has none."""
+    out, pending = [], list(waits)
+    for cause, at in reports:
+        index = next((i for i, (status, _) in enumerate(pending) if status == cause.status), None)
+        if index is not None:
+            _, wait = pending.pop(index)
+            if cause.retry_after is None and wait is not None:
+                cause = dataclasses.replace(cause, retry_after=wait)
+        out.append((cause, at))
+    return out

@@ -23,7 +23,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
 from ..rules._errors import ConfigError
-from ._cause import claude_retry_after, error_message, retry_cause
+from ._cause import (
+    claude_retry_after,
+    copilot_log_waits,
+    error_message,
+    retry_cause,
+    with_retry_after,
+)
 from ._classify import status_code
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
@@ -176,6 +182,9 @@ class AgentCLI:
     def read_usage_file(self, text: str, turn: Turn) -> None:
         """Fold what the CLI wrote to ``usage_file`` into ``turn`` (most CLIs write none)."""
 
+    def read_scratch(self, folder: str, turn: Turn) -> None:
+        """Fold what the CLI wrote beside ``usage_file`` (its logs) into ``turn``."""
+
     def configured_model(self, env: Mapping[str, str]) -> str | None:
         """The model the CLI will use: ``model``, else what its own configuration names."""
         return self.model
@@ -239,7 +248,11 @@ class ClaudeCode(AgentCLI):
                 word, status = _str(obj.get("error")), _status(obj.get("error_status"), "")
                 delay = obj.get("retry_delay_ms")
                 detail = f"{word or 'error'}" + (f" (HTTP {status})" if status else "")
-                turn.retry(retry_cause(detail, status, word, claude_retry_after(status, delay)),
+                wait = claude_retry_after(status, delay)
+                if wait is None and status == 429:  # its backoff outgrew the retry-after:
+                    known = [c.retry_after for c, _ in turn.reports if c.status == 429]
+                    wait = next((w for w in reversed(known) if w is not None), None)  # the last
+                turn.retry(retry_cause(detail, status, word, wait),
                            attempt=obj.get("attempt"), of=obj.get("max_retries"),
                            delay_s=to_int(delay) / 1000)  # fmt: skip
         elif kind == "assistant":
@@ -452,8 +465,9 @@ class Copilot(AgentCLI):
                 *self._MODES[self.permission], "--session-id", session_id]  # fmt: skip
         if self.model:
             argv += ["--model", self.model]
-        if usage_file:
-            argv += ["--usage-output-file", usage_file]
+        if usage_file:  # its log beside it: the only place it writes a retry-after
+            log_dir = os.path.join(os.path.dirname(usage_file), "copilot-logs")
+            argv += ["--usage-output-file", usage_file, "--log-dir", log_dir]
         argv += list(self.extra_args)
         if prompt is not None:  # otherwise piped on stdin, which needs no -p
             argv += [f"--prompt={prompt}"]
@@ -500,6 +514,13 @@ class Copilot(AgentCLI):
             code = to_int(obj.get("exitCode"))
             if code and turn.failure is None:
                 turn.failure = (f"copilot reported exit code {code}", None)
+
+    def read_scratch(self, folder: str, turn: Turn) -> None:
+        """The retry-after of each failed request, from Copilot's log (not its stream)."""
+        waits = copilot_log_waits(os.path.join(folder, "copilot-logs"))
+        turn.reports = with_retry_after(turn.reports, waits)
+        if turn.stop is not None and turn.reports:
+            turn.stop = turn.reports[-1][0]
 
     def read_usage_file(self, text: str, turn: Turn) -> None:
         try:

@@ -221,6 +221,7 @@ class _AgentRun:
         with tempfile.TemporaryDirectory(prefix="harnessnb-agent-") as scratch:
             usage_file = os.path.join(scratch, "usage.json")
             await self._invoke_with(resume, usage_file)
+            self.agent.read_scratch(scratch, self.turn)
             if os.path.exists(usage_file):
                 with open(usage_file, encoding="utf-8", errors="replace") as f:
                     self.agent.read_usage_file(f.read(1 << 20), self.turn)

@@ -6,7 +6,8 @@ Anthropic messages (``/v1/messages``, Claude Code), OpenAI Responses
 Copilot with ``COPILOT_PROVIDER_TYPE=openai``). Each model request gets the answer
 ``mode`` names:
 
-- ``ok``: a streamed answer "answer N" (N counts model requests), with usage;
+- ``ok``: a streamed answer "answer N", N-1 being the answers the conversation sent
+  already holds (a resumed session's second answer is "answer 2"), with usage;
 - ``429``: rate limited, ``retry-after: 7``;
 - ``529`` / ``503``: overloaded / unavailable;
 - ``401``: the key is refused;
@@ -32,7 +33,6 @@ class FakeModel:
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
         self.requests: list[dict[str, Any]] = []
-        self.answers = 0
         self.lock = threading.Lock()
         self.closing = threading.Event()
         model = self
@@ -62,6 +62,14 @@ class FakeModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _turns(body: Any) -> int:
+    """How many assistant messages the request's conversation holds."""
+    if not isinstance(body, dict):
+        return 0
+    items = body.get("messages") or body.get("input") or []
+    return sum(1 for m in items if isinstance(m, dict) and m.get("role") == "assistant")
 
 
 def _dialect(path: str) -> str | None:
@@ -98,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
-        self._record(raw)
+        body = self._record(raw)
         dialect = _dialect(self.path)
         if dialect is None:
             self._plain(404, b"not found")
@@ -111,14 +119,11 @@ class _Handler(BaseHTTPRequestHandler):
         if mode in ("429", "529", "503", "401", "overflow"):
             self._error(dialect, mode)
             return
-        with self.fake.lock:
-            self.fake.answers += 1
-            n = self.fake.answers
-        _STREAMS[dialect](self, f"answer {n}", cut=mode == "cut")
+        _STREAMS[dialect](self, f"answer {_turns(body) + 1}", cut=mode == "cut")
 
     # ----------------------------------------------------------------- helpers
 
-    def _record(self, raw: bytes) -> None:
+    def _record(self, raw: bytes) -> Any:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -126,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         with self.fake.lock:
             self.fake.requests.append({"method": self.command, "path": self.path, "body": body,
                                        "headers": dict(self.headers)})  # fmt: skip
+        return body
 
     def _plain(self, status: int, body: bytes, *, head: bool = False) -> None:
         self.send_response(status)
