@@ -15,9 +15,9 @@ from agent_helpers import CLIs
 
 import harnessnb as hn
 from harnessnb.agents._cause import cause_of, error_message, retry_cause, with_retry_after
-from harnessnb.rules._errors import ProviderErrorKind as K
 
 ag = hn.agents
+K = hn.ProviderErrorKind
 LONG = " ".join(["while contacting the upstream service the request failed"] * 12)
 
 
