@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..rules._errors import ProviderErrorKind, classify_status
@@ -187,15 +188,22 @@ def _by_wording(detail: str) -> ProviderErrorKind | None:
     return None
 
 
-def claude_retry_after(status: int | None, delay_ms: Any) -> float | None:
+def claude_retry_after(
+    status: int | None, delay_ms: Any, earlier: Sequence[Cause] = ()
+) -> float | None:
     """Claude's wait before retrying a 429, when it is the server's retry-after.
 
     Claude waits max(retry-after, its backoff); its backoff carries jitter (fractional
     milliseconds), a retry-after is whole seconds: a whole-second wait is the header's.
+    Once its backoff outgrows the retry-after, the last one it honoured (in ``earlier``
+    reports) is kept.
     """
     if status != 429 or not isinstance(delay_ms, int | float) or delay_ms <= 0:
         return None
-    return float(delay_ms) / 1000 if float(delay_ms) % 1000 == 0 else None
+    if float(delay_ms) % 1000 == 0:
+        return float(delay_ms) / 1000
+    known = [c.retry_after for c in earlier if c.status == 429 and c.retry_after is not None]
+    return known[-1] if known else None
 
 
 def error_message(raw: Any) -> str:

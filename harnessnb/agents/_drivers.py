@@ -194,9 +194,10 @@ class AgentCLI:
 class ClaudeCode(AgentCLI):
     """Claude Code: ``claude -p --output-format stream-json --verbose``.
 
-    A new session gets an id chosen here (``--session-id``), so its name is bound before
-    the CLI starts; ``--resume`` continues it (from the same folder only: Claude keeps
-    sessions per working directory, which is why names are bound per workspace).
+    A new session gets an id chosen here (``--session-id``); its name is bound once the
+    stream names it. ``--resume`` continues it (from the same folder only: Claude keeps
+    sessions per working directory, which is why names are bound per workspace). Each
+    ``api_retry`` line is a failed request it will retry.
     """
 
     name: ClassVar[str] = "claude-code"
@@ -248,10 +249,7 @@ class ClaudeCode(AgentCLI):
                 word, status = _str(obj.get("error")), _status(obj.get("error_status"), "")
                 delay = obj.get("retry_delay_ms")
                 detail = f"{word or 'error'}" + (f" (HTTP {status})" if status else "")
-                wait = claude_retry_after(status, delay)
-                if wait is None and status == 429:  # its backoff outgrew the retry-after:
-                    known = [c.retry_after for c, _ in turn.reports if c.status == 429]
-                    wait = next((w for w in reversed(known) if w is not None), None)  # the last
+                wait = claude_retry_after(status, delay, [c for c, _ in turn.reports])
                 turn.retry(retry_cause(detail, status, word, wait),
                            attempt=obj.get("attempt"), of=obj.get("max_retries"),
                            delay_s=to_int(delay) / 1000)  # fmt: skip

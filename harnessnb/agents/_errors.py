@@ -325,6 +325,8 @@ class NotAuthenticated(_WithCause):
         self.hint = hint
 
     def _hint(self) -> str:
+        if self.hint.startswith("set "):  # a key to provide, not a login
+            return self.hint
         return f"log in with: {self.hint}"
 
 

@@ -1,11 +1,14 @@
 """Run a coding-agent CLI on a task: spawn it, read its stream, classify, record.
 
 One CLI invocation is one run in the store: a ``runs`` row (provider = the CLI's
-name), one ``steps`` row, one ``attempts`` row (its ``kind`` says how it failed, in
-the taxonomy every provider shares) and a ``tool_calls`` row per tool call the CLI
-reported. A named session is bound in ``agent_sessions``; while a run drives it, the
-session is held by a lease in the same store, so a second run on it, from this
-kernel or another, gets ``SessionBusy``. Nothing is retried here.
+name), one ``steps`` row, an ``attempts`` row for each failed request the CLI reported
+while retrying and one for how the invocation ended (its ``kind`` says how it failed,
+in the taxonomy every provider shares), and a ``tool_calls`` row per tool call the CLI
+reported. A reported cause that waiting cannot fix stops the CLI at once (the line
+reader raises; the runner kills the process group). A named session is bound in
+``agent_sessions`` once the CLI's stream names it; while a run drives it, the session
+is held by a lease in the same store, so a second run on it, from this kernel or
+another, gets ``SessionBusy``. Nothing is retried here.
 """
 
 from __future__ import annotations

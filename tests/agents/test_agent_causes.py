@@ -14,7 +14,13 @@ import pytest
 from agent_helpers import CLIs
 
 import harnessnb as hn
-from harnessnb.agents._cause import cause_of, error_message, retry_cause, with_retry_after
+from harnessnb.agents._cause import (
+    cause_of,
+    claude_retry_after,
+    error_message,
+    retry_cause,
+    with_retry_after,
+)
 
 ag = hn.agents
 K = hn.ProviderErrorKind
@@ -91,6 +97,14 @@ def test_a_retry_after_from_the_log_goes_to_the_failure_of_the_same_status() -> 
     reports = [(retry_cause("a", 503), 1.0), (retry_cause("b", 429), 2.0)]
     out = with_retry_after(reports, [(503, None), (429, 7.0)])
     assert [c.retry_after for c, _ in out] == [None, 7.0]
+
+
+def test_claudes_wait_is_the_retry_after_only_when_it_is_whole_seconds() -> None:
+    assert claude_retry_after(429, 7000) == 7.0  # the header's 7 s
+    assert claude_retry_after(429, 532.72) is None  # its own jittered backoff
+    assert claude_retry_after(503, 7000) is None  # only a 429 carries one here
+    earlier = [retry_cause("rate_limit", 429, retry_after=7.0)]
+    assert claude_retry_after(429, 17057.6, earlier) == 7.0  # backoff outgrew it
 
 
 # ------------------------------------------------------------------ errors
