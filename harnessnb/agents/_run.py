@@ -29,16 +29,26 @@ from typing import TYPE_CHECKING, Any
 from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink, RunEvent
-from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..rules._errors import (
+    ConfigError,
+    ConflictError,
+    HarnessError,
+    ProviderErrorKind,
+    wrap_unknown,
+)
 from ..rules._secrets import scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store
+from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
+    AgentError,
     Cancelled,
     CLIError,
     CommandLineTooLarge,
+    NotAuthenticated,
     NotInstalled,
+    RateLimited,
     SessionBusy,
     SessionConflict,
     Spawn,
@@ -444,7 +454,7 @@ class _AgentRun:
             {"step": 1, "attempt": i, "provider": self.agent.name, "model": model,
              "kind": cause.kind.value, "status": cause.status,
              "retry_after_s": cause.retry_after, "request_id": self.turn.session_id,
-             "fell_back": False, "error": "AGENT_RETRIED", "started_at": at}
+             "fell_back": False, "error": _code(cause), "started_at": at}
             for i, (cause, at) in enumerate(reports, start=1)
         ]  # fmt: skip
 
@@ -462,6 +472,13 @@ class _AgentRun:
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
 # Variables whose values are credentials (the rest, a base URL or a model, are shown).
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+
+
+def _code(cause: Cause) -> str:
+    """The error code a failed request of this cause is stored with."""
+    codes = {ProviderErrorKind.AUTH: NotAuthenticated.CODE,
+             ProviderErrorKind.RATE_LIMITED: RateLimited.CODE}  # fmt: skip
+    return codes.get(cause.kind, AgentError.CODE)
 
 
 class _Stopped(Exception):
