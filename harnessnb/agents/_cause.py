@@ -46,14 +46,18 @@ _OVERFLOW = re.compile(
     r"rejected the prompt as too long|context limit",
     re.IGNORECASE,
 )
-# A quota that waiting a few seconds does not restore (a 429 saying so, or 402).
+# A quota that waiting does not restore: money or credits, not a per-minute rate or a
+# subscription window ("usage limit reached, try again at 5pm" is a rate limit).
 _QUOTA = re.compile(
-    r"insufficient_quota|quota exceeded|exceeded (your )?(current )?quota|usage limit|"
-    r"billing|credit balance|out of credits|hit your ([\w-]+ )?limit|resource_exhausted|"
-    r"limit reached",
+    r"insufficient_quota|quota exceeded|exceeded (your )?(current )?quota|billing|"
+    r"credit balance|out of credits|payment required",
     re.IGNORECASE,
 )
-_RATE = re.compile(r"rate[ _-]?limit|too many requests", re.IGNORECASE)
+_RATE = re.compile(
+    r"rate[ _-]?limit|too many requests|usage limit|hit your ([\w-]+ )?limit|limit reached|"
+    r"resource_exhausted",
+    re.IGNORECASE,
+)
 # The connection or the stream failed, not the server's answer.
 _TRANSPORT = re.compile(
     r"stream disconnected|stream closed|connection (reset|refused|closed|error)|"
@@ -154,12 +158,12 @@ def cause_of(
         kind = _WORDS[word]
     else:
         kind = _by_wording(detail)
+    quota = status == 402 or word in _QUOTA_WORDS or quota_exhausted(detail)
+    if quota and kind in (None, K.REQUEST, K.RATE_LIMITED):
+        kind = K.RATE_LIMITED  # e.g. Anthropic's 400 "credit balance is too low"
     if kind is None:
         return None
-    quota = kind is K.RATE_LIMITED and (
-        status == 402 or word in _QUOTA_WORDS or quota_exhausted(detail)
-    )
-    return Cause(kind, status, retry_after, detail, quota)
+    return Cause(kind, status, retry_after, detail, quota and kind is K.RATE_LIMITED)
 
 
 def retry_cause(

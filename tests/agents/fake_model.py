@@ -11,6 +11,8 @@ Copilot with ``COPILOT_PROVIDER_TYPE=openai``). Each model request gets the answ
 - ``429``: rate limited, ``retry-after: 7``;
 - ``529`` / ``503``: overloaded / unavailable;
 - ``401``: the key is refused;
+- ``quota``: the quota is used up (OpenAI: 429 ``insufficient_quota``; Anthropic: 400,
+  the credit balance is too low);
 - ``overflow``: 400, the prompt is too long for the context window;
 - ``cut``: the stream starts, then the connection is dropped mid-way;
 - ``hang``: the request is read and never answered.
@@ -27,6 +29,8 @@ from typing import Any
 
 RETRY_AFTER = 7
 OVERFLOW = "prompt is too long: 250000 tokens > 200000 maximum"
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+CREDIT = "Your credit balance is too low to access the Anthropic API."
 
 
 class FakeModel:
@@ -116,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.closing.wait()
             self.close_connection = True
             return
-        if mode in ("429", "529", "503", "401", "overflow"):
+        if mode in ("429", "529", "503", "401", "overflow", "quota"):
             self._error(dialect, mode)
             return
         _STREAMS[dialect](self, f"answer {_turns(body) + 1}", cut=mode == "cut")
@@ -158,13 +162,16 @@ class _Handler(BaseHTTPRequestHandler):
             "503": (503, "server_error", "The service is temporarily unavailable"),
             "401": (401, "authentication_error", "invalid x-api-key"),
             "overflow": (400, "invalid_request_error", OVERFLOW),
+            "quota": (429, "insufficient_quota", QUOTA),
         }[mode]
+        if mode == "quota" and dialect == "anthropic":
+            status, etype, message = 400, "invalid_request_error", CREDIT
         headers = {"retry-after": str(RETRY_AFTER)} if mode == "429" else {}
         if dialect == "anthropic":
             body: dict[str, Any] = {"type": "error", "error": {"type": etype, "message": message}}
         else:
             code = {"overflow": "context_length_exceeded", "429": "rate_limit_exceeded",
-                    "401": "invalid_api_key"}.get(mode)  # fmt: skip
+                    "401": "invalid_api_key", "quota": "insufficient_quota"}.get(mode)  # fmt: skip
             body = {"error": {"message": message, "type": etype, "code": code}}
         self._json(status, body, headers)
 

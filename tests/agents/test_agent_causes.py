@@ -58,6 +58,10 @@ LONG = " ".join(["while contacting the upstream service the request failed"] * 1
         ("You exceeded your current quota, please check your plan", 429, None,
          K.RATE_LIMITED, True),
         ("Payment required", 402, None, K.RATE_LIMITED, True),
+        ("Credit balance is too low", 400, None, K.RATE_LIMITED, True),
+        ("Quota exceeded. Check your plan and billing details.", None, None,
+         K.RATE_LIMITED, True),
+        ("Claude AI usage limit reached|1900000000", None, None, K.RATE_LIMITED, False),
         ("the request timed out", None, None, K.TIMEOUT, False),
         ("Bad request: unknown parameter", 400, None, K.REQUEST, True),
         # the length of a message does not hide what it says

@@ -33,7 +33,8 @@ BIN = Path(os.environ.get("HARNESSNB_REAL_CLIS", "/opt/harnessnb-clis/node_modul
 KEY = "sk-test-0123456789abcdef"  # what the fake endpoint accepts is anything but a 401
 CLIS = ("claude", "codex", "copilot")
 OVERLOAD = {"claude": "529", "codex": "503", "copilot": "529"}
-KIND = {"429": "rate_limited", "529": "server", "503": "server", "401": "auth",
+KIND = {"429": "rate_limited", "quota": "rate_limited", "529": "server", "503": "server",
+        "401": "auth",
         "overflow": "context_overflow", "cut": "transport", "hang": "timeout"}  # fmt: skip
 
 
@@ -162,6 +163,9 @@ def check(o: Outcome, *, timeout: float) -> None:
         if o.cli != "codex":  # codex's stream and logs never say the retry-after
             assert err.retry_after == RETRY_AFTER and final["retry_after_s"] == RETRY_AFTER
             assert err.resets_at is not None and err.resets_at > time.time() - timeout
+    elif o.mode == "quota":  # used up: stopped (or given up) at once, not retryable
+        assert isinstance(err, ag.RateLimited) and err.quota and not err.retryable, where
+        assert o.seconds < 30, where
     elif o.mode == "401":
         assert isinstance(err, ag.NotAuthenticated) and not err.retryable, where
         assert o.seconds < 30, where  # stopped at once, not after minutes of retries
@@ -247,7 +251,8 @@ def test_every_real_cli_and_scenario_with_default_knobs_and_a_45_s_timeout(
 ) -> None:
     for cli in CLIS:
         need(cli)
-    modes = {cli: ("ok", "429", OVERLOAD[cli], "401", "overflow", "cut", "hang") for cli in CLIS}
+    modes = {cli: ("ok", "429", OVERLOAD[cli], "401", "overflow", "cut", "hang", "quota")
+             for cli in CLIS}  # fmt: skip
     with hn.Store(tmp_path / "runs.duckdb") as store:
         outcomes = asyncio.run(gather(
             *(scenario(rigs[cli], store, mode, timeout=45, tag="-default")
