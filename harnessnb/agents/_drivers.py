@@ -13,11 +13,9 @@ the check wherever the CLIs are installed.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import re
-import tomllib
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
@@ -31,6 +29,7 @@ from ._cause import (
     with_retry_after,
 )
 from ._classify import status_code
+from ._codex_config import codex_auth_hint, codex_model
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
 from ._turn import Turn, clip, to_int
@@ -371,21 +370,11 @@ class Codex(AgentCLI):
 
     def configured_model(self, env: Mapping[str, str]) -> str | None:
         """``model``, else ``-m``/``-c model=`` in ``extra_args``, else ``config.toml``'s."""
-        if self.model:
-            return self.model
-        args = list(self.extra_args)
-        for flag, value in itertools.pairwise(args):
-            if flag in ("-m", "--model"):
-                return value
-            if flag == "-c" and value.startswith("model="):
-                return value.split("=", 1)[1].strip().strip("\"'")
-        home = env.get("CODEX_HOME") or os.path.join(env.get("HOME", ""), ".codex")
-        try:
-            with open(os.path.join(home, "config.toml"), "rb") as f:
-                model = tomllib.load(f).get("model")
-        except (OSError, ValueError):
-            return None
-        return model if isinstance(model, str) else None
+        return self.model or codex_model(self.extra_args, env)
+
+    def auth_hint(self, env: Mapping[str, str]) -> str:
+        """With a custom model provider the fix is its ``env_key``, not a login."""
+        return codex_auth_hint(self.extra_args, env, self.login_hint)
 
     def _item(self, item: Mapping[str, Any], turn: Turn, *, done: bool) -> None:
         item_type = item.get("type")

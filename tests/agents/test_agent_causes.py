@@ -8,6 +8,7 @@ test_real_endpoint.py; here the pure reading of the CLIs' words, and the stand-i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,6 +176,20 @@ def test_copilots_auth_hint_names_the_provider_key_with_its_own_endpoint() -> No
     byok = ag.Copilot().auth_hint({"COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1"})
     assert "COPILOT_PROVIDER_API_KEY" in byok and "copilot login" not in byok
     assert "copilot login" in ag.Copilot().auth_hint({})
+
+
+def test_codex_names_its_model_and_the_key_of_its_custom_provider(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(
+        'model = "m-config"\nmodel_provider = "local"\n[model_providers.local]\n'
+        'base_url = "http://127.0.0.1:9/v1"\nenv_key = "LOCAL_KEY"\n'
+    )
+    env = {"CODEX_HOME": str(tmp_path)}
+    assert ag.Codex().configured_model(env) == "m-config"
+    assert ag.Codex(model="m-arg").configured_model(env) == "m-arg"
+    assert ag.Codex(extra_args=["-c", 'model="m-c"']).configured_model(env) == "m-c"
+    hint = ag.Codex().auth_hint(env)
+    assert "LOCAL_KEY" in hint and "http://127.0.0.1:9/v1" in hint
+    assert ag.Codex().auth_hint({"CODEX_HOME": str(tmp_path / "none")}).startswith("codex login")
 
 
 def test_redaction_hides_keys_not_base_urls(clis: CLIs, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,8 +169,9 @@ def check(o: Outcome, *, timeout: float) -> None:
     elif o.mode == "401":
         assert isinstance(err, ag.NotAuthenticated) and not err.retryable, where
         assert o.seconds < 30, where  # stopped at once, not after minutes of retries
-        if o.cli == "copilot":
-            assert "COPILOT_PROVIDER_API_KEY" in err.hint, err.hint
+        want_hint = {"claude": "ANTHROPIC_API_KEY", "codex": "FAKE_MODEL_KEY",
+                     "copilot": "COPILOT_PROVIDER_API_KEY"}[o.cli]  # fmt: skip
+        assert want_hint in err.hint, err.hint
     elif o.mode == "overflow":
         assert isinstance(err, ag.AgentError) and not err.retryable, where
     else:  # 529/503, cut
