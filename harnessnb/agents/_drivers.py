@@ -262,8 +262,8 @@ class ClaudeCode(AgentCLI):
                 elif block.get("type") == "tool_use":
                     turn.tool_started(_str(block.get("id")), _str(block.get("name")),
                                       block.get("input"))  # fmt: skip
-            if texts:
-                turn.say("".join(texts))
+            if texts:  # a made-up message saying why it failed is no progress
+                turn.say("".join(texts), progress=not isinstance(obj.get("error"), str))
             turn.step(self.name)
         elif kind == "user":
             for block in _blocks(obj.get("message") or {}):

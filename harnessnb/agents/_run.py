@@ -414,12 +414,13 @@ class _AgentRun:
                 "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
                 "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
         attempts = self._retry_rows(error)
+        ran_s = end.elapsed_s if end is not None else self.stopped_after
         attempt = {
             "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
             "model": turn.model or agent.model, "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
             "retry_after_s": getattr(error, "retry_after", None),
-            "latency_ms": None if end is None else end.elapsed_s * 1000,
+            "latency_ms": None if ran_s is None else ran_s * 1000,
             "input_tokens": turn.usage["input_tokens"],
             "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
             "fell_back": False, "error": None if error is None else error.code,
@@ -441,12 +442,15 @@ class _AgentRun:
 
         The request the run ended on is the final row: a report of it (the one the run
         was stopped on, the one still being retried at the deadline, or Copilot's report
-        of its last failure) is not counted twice.
+        of its last failure), when nothing came after it, is not counted twice.
         """
         reports = list(self.turn.reports)
         end = self.end
-        last_is_final = (self.turn.stop is not None or (end is not None and end.timed_out)
-                         or self.agent.reports_every_failure)  # fmt: skip
+        last_is_final = self.turn.retrying and (
+            self.turn.stop is not None
+            or (end is not None and end.timed_out)
+            or self.agent.reports_every_failure
+        )
         if reports and error is not None and last_is_final:
             reports.pop()
         model = self.turn.model or self.agent.model

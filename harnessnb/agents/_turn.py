@@ -53,6 +53,7 @@ class Turn:
     reports: list[tuple[Cause, float]] = dataclasses.field(default_factory=list)
     """Each failed request the CLI reported, with when (its retries, in order)."""
     stop: Cause | None = None  # a reported cause waiting cannot fix: stop the CLI now
+    retrying: bool = False  # the last report is unanswered: no progress since
     unparsed: int = 0
     first_unparsed: str = ""
     partial: list[str] = dataclasses.field(default_factory=list)
@@ -71,6 +72,7 @@ class Turn:
         """The CLI reported a failed request (it may retry it): a ``retry`` event, a
         report kept for the attempt rows, and ``stop`` set when waiting cannot help."""
         self.reports.append((cause, time.time()))
+        self.retrying = True
         self.emit("retry", kind=cause.kind.value, status=cause.status,
                   attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
                   delay=delay_s or 0.0, retry_after=cause.retry_after, provider=None,
@@ -80,15 +82,19 @@ class Turn:
 
     @property
     def cause(self) -> Cause | None:
-        """The last failed request the CLI reported, or None."""
-        return self.reports[-1][0] if self.reports else None
+        """The last failed request the CLI reported and had not got past, or None."""
+        return self.reports[-1][0] if self.reports and self.retrying else None
 
     def step(self, provider: str) -> None:
         """An assistant turn ended: a ``step`` event, as the loop emits after each step."""
         self.emit("step", tool_calls=self.tool_calls_seen, tokens=self.tokens, provider=provider)
 
-    def say(self, text: str) -> None:
-        """An assistant message: it becomes the answer so far, and partial output."""
+    def say(self, text: str, *, progress: bool = True) -> None:
+        """An assistant message: it becomes the answer so far, and partial output.
+
+        ``progress`` False for a message the CLI made up to say a request failed.
+        """
+        self.retrying = self.retrying and not progress
         text = clip(text, self.limits.capture_bytes)
         self.text = text
         self.messages += 1
@@ -99,6 +105,7 @@ class Turn:
             self._partial_bytes += len(kept)
 
     def tool_started(self, call_id: str | None, tool: str, args: Any) -> None:
+        self.retrying = False
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
         call = {"id": call_id, "tool": clip(tool, 200),

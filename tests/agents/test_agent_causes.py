@@ -112,6 +112,26 @@ def test_claudes_wait_is_the_retry_after_only_when_it_is_whole_seconds() -> None
     assert claude_retry_after(429, 17057.6, earlier) == 7.0  # backoff outgrew it
 
 
+@pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
+def test_at_the_deadline_the_error_is_the_cause_still_being_retried(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="retry_hang")
+    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    err = result.error
+    assert isinstance(err, ag.AgentError) and err.kind is K.SERVER and err.retryable, err
+    assert err.status == 503 and "still retrying" in err.message
+    rows = clis.store.attempts(result.run_id)[["attempt", "kind", "status"]].values.tolist()
+    assert rows == [[1, "server", 503]]  # the request being retried is the final row
+
+
+@pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
+def test_a_retry_the_cli_got_past_is_no_cause_at_the_deadline(clis: CLIs, name: str) -> None:
+    clis.scenario(mode="retry_hang", recovered=True)
+    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    assert isinstance(result.error, ag.Timeout), result.error
+    rows = clis.store.attempts(result.run_id)[["attempt", "kind"]].values.tolist()
+    assert rows == [[1, "server"], [2, "timeout"]]
+
+
 # ------------------------------------------------------------------ errors
 
 
