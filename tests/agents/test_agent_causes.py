@@ -132,6 +132,15 @@ def test_a_retry_the_cli_got_past_is_no_cause_at_the_deadline(clis: CLIs, name: 
     assert rows == [[1, "server"], [2, "timeout"]]
 
 
+def test_codexs_final_error_is_no_retry(clis: CLIs) -> None:
+    clis.scenario(mode="agent_error")  # an "error" line, then turn.failed: nothing retried
+    seen: list[hn.RunEvent] = []
+    result = ag.run_sync(ag.Codex(), "hi", clis.ws, store=clis.store, on_event=seen.append)
+    assert isinstance(result.error, ag.AgentError) and result.error.status == 404
+    assert [e for e in seen if e.kind == "retry"] == []
+    assert len(clis.store.attempts(result.run_id)) == 1
+
+
 # ------------------------------------------------------------------ errors
 
 
