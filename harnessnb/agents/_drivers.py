@@ -93,6 +93,7 @@ class AgentCLI:
     # Host variables that change how the CLI behaves (how long it retries, whether it
     # trusts the folder...): never taken from the host, only from ``env=``.
     behaviour_env: ClassVar[tuple[str, ...]] = ()
+    model_env: ClassVar[str] = ""  # the variable that names the CLI's model, if any
     # The CLI reports every failed request, the last one too (not only its retries).
     reports_every_failure: ClassVar[bool] = False
     prompt_on_stdin: ClassVar[bool] = True
@@ -185,8 +186,8 @@ class AgentCLI:
         """Fold what the CLI wrote beside ``usage_file`` (its logs) into ``turn``."""
 
     def configured_model(self, env: Mapping[str, str]) -> str | None:
-        """The model the CLI will use: ``model``, else what its own configuration names."""
-        return self.model
+        """The model the CLI will use: ``model``, else its own variable's (``model_env``)."""
+        return self.model or (env.get(self.model_env) if self.model_env else None) or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +212,7 @@ class ClaudeCode(AgentCLI):
     # IS_SANDBOX (root may bypass; 529 retried 10 times, not 3) and the retry count come
     # only from env=, e.g. ClaudeCode(permission="bypass", env={"IS_SANDBOX": "1"}).
     behaviour_env: ClassVar[tuple[str, ...]] = ("IS_SANDBOX", "CLAUDE_CODE_MAX_RETRIES")
+    model_env: ClassVar[str] = "ANTHROPIC_MODEL"
     _MODES: ClassVar[dict[str, list[str]]] = {
         # dontAsk refuses whatever is not pre-approved (reads in the folder are); the
         # tools that change things are refused by name as well.
@@ -422,6 +424,7 @@ class Copilot(AgentCLI):
     )  # fmt: skip
     # COPILOT_ALLOW_ALL=true trusts the folder (its hooks run shell commands).
     behaviour_env: ClassVar[tuple[str, ...]] = ("COPILOT_ALLOW_ALL",)
+    model_env: ClassVar[str] = "COPILOT_MODEL"
     reports_every_failure: ClassVar[bool] = True
     cumulative_usage: ClassVar[bool] = True
     provider_hint: ClassVar[str] = (

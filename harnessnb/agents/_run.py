@@ -139,6 +139,7 @@ class _AgentRun:
     prior_usage: dict[str, Any] | None = dataclasses.field(default=None, init=False)
     """The session's usage totals when this run began (CLIs that report totals)."""
     usage_total: dict[str, Any] | None = dataclasses.field(default=None, init=False)
+    model: str | None = dataclasses.field(default=None, init=False)
     confirmed: bool = dataclasses.field(default=False, init=False)
     """The CLI's stream named the session: the name may be bound to it."""
     hint: str = dataclasses.field(default="", init=False)
@@ -148,6 +149,8 @@ class _AgentRun:
 
     def __post_init__(self) -> None:
         self.turn = Turn(self.agent.limits)
+        # The model asked for, or the one the CLI's own configuration names.
+        self.model = self.agent.configured_model(self.agent.environment())
 
     # ------------------------------------------------------------------ drive
 
@@ -187,7 +190,7 @@ class _AgentRun:
     async def _start(self) -> None:
         run = {
             "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
-            "provider": self.agent.name, "model": self.agent.model, "started_at": self.started,
+            "provider": self.agent.name, "model": self.model, "started_at": self.started,
             "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
             "permission": self.agent.permission,
         }  # fmt: skip
@@ -195,7 +198,7 @@ class _AgentRun:
             run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
-        await self._emit("started", provider=self.agent.name, model=self.agent.model,
+        await self._emit("started", provider=self.agent.name, model=self.model,
                          max_steps=self.agent.max_turns or 0, session=self.session)  # fmt: skip
 
     async def _take_session(self) -> str | None:
@@ -395,7 +398,7 @@ class _AgentRun:
             session_id=turn.session_id or self.bound, session=self.session,
             exit_code=None if end is None else end.exit_code, error=error,
             elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
-            changed_workspace=changed, model=turn.model or agent.model,
+            changed_workspace=changed, model=turn.model or self.model,
         )  # fmt: skip
         await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),
                          tokens=turn.tokens, verified=None,
@@ -417,7 +420,7 @@ class _AgentRun:
         ran_s = end.elapsed_s if end is not None else self.stopped_after
         attempt = {
             "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
-            "model": turn.model or agent.model, "kind": None if kind is None else kind.value,
+            "model": turn.model or self.model, "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
             "retry_after_s": getattr(error, "retry_after", None),
             "latency_ms": None if ran_s is None else ran_s * 1000,
@@ -453,7 +456,7 @@ class _AgentRun:
         )
         if reports and error is not None and last_is_final:
             reports.pop()
-        model = self.turn.model or self.agent.model
+        model = self.turn.model or self.model
         return [
             {"step": 1, "attempt": i, "provider": self.agent.name, "model": model,
              "kind": cause.kind.value, "status": cause.status,

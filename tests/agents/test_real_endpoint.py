@@ -202,6 +202,8 @@ def test_a_real_cli_answers_and_its_named_session_resumes(
         assert first.ok and first.text == "answer 1", first.error
         assert first.session_id and first.usage["input_tokens"] > 0
         assert first.model == "fake-model"
+        runs = store.runs(first.run_id).to_dict("records")
+        assert [r["model"] for r in runs] == ["fake-model"]
         second = ag.run_sync(agent, "which word?", ws, store=store, session="s")
         assert second.ok and second.text == "answer 2", second.error
         assert second.session_id == first.session_id
