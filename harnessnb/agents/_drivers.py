@@ -15,12 +15,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
 from ..rules._errors import ConfigError
+from ._cause import (
+    claude_retry_after,
+    copilot_log_waits,
+    error_message,
+    retry_cause,
+    with_retry_after,
+)
 from ._classify import status_code
+from ._codex_config import codex_auth_hint, codex_model
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
 from ._turn import Turn, clip, to_int
@@ -81,6 +90,12 @@ class AgentCLI:
     # Host variables this CLI authenticates or configures itself with: exact names, and
     # prefixes (a name ending in "_" passes every variable that starts with it).
     auth_env: ClassVar[tuple[str, ...]] = ()
+    # Host variables that change how the CLI behaves (how long it retries, whether it
+    # trusts the folder...): never taken from the host, only from ``env=``.
+    behaviour_env: ClassVar[tuple[str, ...]] = ()
+    model_env: ClassVar[str] = ""  # the variable that names the CLI's model, if any
+    # The CLI reports every failed request, the last one too (not only its retries).
+    reports_every_failure: ClassVar[bool] = False
     prompt_on_stdin: ClassVar[bool] = True
     # The CLI reports the usage of the whole session, not of this invocation.
     cumulative_usage: ClassVar[bool] = False
@@ -100,13 +115,26 @@ class AgentCLI:
     # ------------------------------------------------------------ invocation
 
     def environment(self, host: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The child's environment: PATH, HOME and this CLI's own variables only."""
+        """The child's environment: PATH, HOME and this CLI's own variables only.
+
+        Of the host's variables, those that change the CLI's behaviour rather than say
+        who it is and where its model is (``behaviour_env``: ``IS_SANDBOX``, a retry
+        count...) are left out; pass them with ``env=`` to use them.
+        """
         host = os.environ if host is None else host
         names = (*_BASE_ENV, *self.auth_env)
         prefixes = tuple(n for n in names if n.endswith("_"))
-        env = {k: v for k, v in host.items() if k in names or k.startswith(prefixes)}
+        env = {
+            k: v
+            for k, v in host.items()
+            if (k in names or k.startswith(prefixes)) and k not in self.behaviour_env
+        }
         env.update(self.env)
         return env
+
+    def auth_hint(self, env: Mapping[str, str]) -> str:
+        """How to fix a failed login, for the environment the CLI is given."""
+        return self.login_hint
 
     def invocation(
         self, prompt: str, *, resume: str | None = None, usage_file: str | None = None
@@ -154,14 +182,22 @@ class AgentCLI:
     def read_usage_file(self, text: str, turn: Turn) -> None:
         """Fold what the CLI wrote to ``usage_file`` into ``turn`` (most CLIs write none)."""
 
+    def read_scratch(self, folder: str, turn: Turn) -> None:
+        """Fold what the CLI wrote beside ``usage_file`` (its logs) into ``turn``."""
+
+    def configured_model(self, env: Mapping[str, str]) -> str | None:
+        """The model the CLI will use: ``model``, else its own variable's (``model_env``)."""
+        return self.model or (env.get(self.model_env) if self.model_env else None) or None
+
 
 @dataclasses.dataclass(frozen=True)
 class ClaudeCode(AgentCLI):
     """Claude Code: ``claude -p --output-format stream-json --verbose``.
 
-    A new session gets an id chosen here (``--session-id``), so its name is bound before
-    the CLI starts; ``--resume`` continues it (from the same folder only: Claude keeps
-    sessions per working directory, which is why names are bound per workspace).
+    A new session gets an id chosen here (``--session-id``); its name is bound once the
+    stream names it. ``--resume`` continues it (from the same folder only: Claude keeps
+    sessions per working directory, which is why names are bound per workspace). Each
+    ``api_retry`` line is a failed request it will retry.
     """
 
     name: ClassVar[str] = "claude-code"
@@ -170,10 +206,13 @@ class ClaudeCode(AgentCLI):
     login_hint: ClassVar[str] = "claude  (then /login), or set ANTHROPIC_API_KEY"
     auth_env: ClassVar[tuple[str, ...]] = (
         "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_CONFIG_DIR",
-        # Bedrock / Vertex credentials, and IS_SANDBOX, without which root may not bypass.
+        # Bedrock / Vertex credentials.
         "AWS_REGION", "AWS_PROFILE", "CLOUD_ML_REGION", "GOOGLE_APPLICATION_CREDENTIALS",
-        "IS_SANDBOX",
     )  # fmt: skip
+    # IS_SANDBOX (root may bypass; 529 retried 10 times, not 3) and the retry count come
+    # only from env=, e.g. ClaudeCode(permission="bypass", env={"IS_SANDBOX": "1"}).
+    behaviour_env: ClassVar[tuple[str, ...]] = ("IS_SANDBOX", "CLAUDE_CODE_MAX_RETRIES")
+    model_env: ClassVar[str] = "ANTHROPIC_MODEL"
     _MODES: ClassVar[dict[str, list[str]]] = {
         # dontAsk refuses whatever is not pre-approved (reads in the folder are); the
         # tools that change things are refused by name as well.
@@ -207,11 +246,14 @@ class ClaudeCode(AgentCLI):
             subtype = obj.get("subtype")
             if subtype == "init":
                 turn.model = _str(obj.get("model")) or turn.model
-                turn.emit("started", session_id=turn.session_id, model=turn.model)
             elif subtype == "api_retry":
-                turn.retry(kind=_str(obj.get("error")), status=obj.get("error_status"),
+                word, status = _str(obj.get("error")), _status(obj.get("error_status"), "")
+                delay = obj.get("retry_delay_ms")
+                detail = f"{word or 'error'}" + (f" (HTTP {status})" if status else "")
+                wait = claude_retry_after(status, delay, [c for c, _ in turn.reports])
+                turn.retry(retry_cause(detail, status, word, wait),
                            attempt=obj.get("attempt"), of=obj.get("max_retries"),
-                           delay_s=to_int(obj.get("retry_delay_ms")) / 1000)  # fmt: skip
+                           delay_s=to_int(delay) / 1000)  # fmt: skip
         elif kind == "assistant":
             if isinstance(obj.get("error"), str):  # a synthetic message saying why it failed
                 turn.error_kind = obj["error"]
@@ -222,8 +264,8 @@ class ClaudeCode(AgentCLI):
                 elif block.get("type") == "tool_use":
                     turn.tool_started(_str(block.get("id")), _str(block.get("name")),
                                       block.get("input"))  # fmt: skip
-            if texts:
-                turn.say("".join(texts))
+            if texts:  # a made-up message saying why it failed is no progress
+                turn.say("".join(texts), progress=not isinstance(obj.get("error"), str))
             turn.step(self.name)
         elif kind == "user":
             for block in _blocks(obj.get("message") or {}):
@@ -301,7 +343,7 @@ class Codex(AgentCLI):
         kind = obj.get("type")
         if kind == "thread.started":
             turn.session_id = _str(obj.get("thread_id")) or turn.session_id
-            turn.emit("started", session_id=turn.session_id, model=self.model)
+            turn.model = turn.model or self.model
         elif kind in ("item.started", "item.completed"):
             item = obj.get("item") or {}
             if isinstance(item, dict):
@@ -317,11 +359,24 @@ class Codex(AgentCLI):
             detail = _str(error.get("message")) if isinstance(error, dict) else _str(error)
             turn.failure = (detail, _status(None, detail))
         elif kind == "error":
-            # Codex also reports its retries ("Reconnecting... 2/5") this way: only
-            # turn.failed, or the exit code, ends the turn.
+            # Its retries ("Reconnecting... 2/5 (cause)") come this way, then the last,
+            # not retried, error: only turn.failed, or the exit code, ends the turn.
             detail = _str(obj.get("message"))
-            turn.failure = (detail, _status(None, detail))
-            turn.retry(kind="transport", status=_status(None, detail), detail=detail)
+            retry = _RECONNECTING.match(detail)
+            if retry:
+                inner = retry.group(3)
+                turn.retry(retry_cause(inner, _status(None, inner)),
+                           attempt=retry.group(1), of=retry.group(2))  # fmt: skip
+            else:
+                turn.failure = (detail, _status(None, detail))
+
+    def configured_model(self, env: Mapping[str, str]) -> str | None:
+        """``model``, else ``-m``/``-c model=`` in ``extra_args``, else ``config.toml``'s."""
+        return self.model or codex_model(self.extra_args, env)
+
+    def auth_hint(self, env: Mapping[str, str]) -> str:
+        """With a custom model provider the fix is its ``env_key``, not a login."""
+        return codex_auth_hint(self.extra_args, env, self.login_hint)
 
     def _item(self, item: Mapping[str, Any], turn: Turn, *, done: bool) -> None:
         item_type = item.get("type")
@@ -367,7 +422,21 @@ class Copilot(AgentCLI):
     auth_env: ClassVar[tuple[str, ...]] = (
         "COPILOT_", "GH_TOKEN", "GITHUB_TOKEN", "GH_HOST", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
     )  # fmt: skip
+    # COPILOT_ALLOW_ALL=true trusts the folder (its hooks run shell commands).
+    behaviour_env: ClassVar[tuple[str, ...]] = ("COPILOT_ALLOW_ALL",)
+    model_env: ClassVar[str] = "COPILOT_MODEL"
+    reports_every_failure: ClassVar[bool] = True
     cumulative_usage: ClassVar[bool] = True
+    provider_hint: ClassVar[str] = (
+        "set COPILOT_PROVIDER_API_KEY (or COPILOT_PROVIDER_BEARER_TOKEN, or "
+        "COPILOT_PROVIDER_API_KEY_COMMAND) to a key the provider at COPILOT_PROVIDER_BASE_URL "
+        "accepts"
+    )
+
+    def auth_hint(self, env: Mapping[str, str]) -> str:
+        """With its own provider endpoint (BYOK) the fix is the provider's key, not a login."""
+        return self.provider_hint if env.get("COPILOT_PROVIDER_BASE_URL") else self.login_hint
+
     _MODES: ClassVar[dict[str, list[str]]] = {
         # Denials win over --allow-all-tools, which prompt mode needs.
         "read_only": ["--deny-tool=shell", "--deny-tool=write"],
@@ -386,8 +455,9 @@ class Copilot(AgentCLI):
                 *self._MODES[self.permission], "--session-id", session_id]  # fmt: skip
         if self.model:
             argv += ["--model", self.model]
-        if usage_file:
-            argv += ["--usage-output-file", usage_file]
+        if usage_file:  # its log beside it: the only place it writes a retry-after
+            log_dir = os.path.join(os.path.dirname(usage_file), "copilot-logs")
+            argv += ["--usage-output-file", usage_file, "--log-dir", log_dir]
         argv += list(self.extra_args)
         if prompt is not None:  # otherwise piped on stdin, which needs no -p
             argv += [f"--prompt={prompt}"]
@@ -397,9 +467,8 @@ class Copilot(AgentCLI):
         kind = _str(obj.get("type"))
         raw = obj.get("data")
         data: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-        if kind == "session.tools_updated" and not turn.model:
+        if kind in ("session.tools_updated", "model.call_start") and not turn.model:
             turn.model = _str(data.get("model")) or None
-            turn.emit("started", session_id=turn.session_id, model=turn.model)
         elif kind == "assistant.message":
             turn.model = _str(data.get("model")) or turn.model
             if _str(data.get("content")):
@@ -418,8 +487,13 @@ class Copilot(AgentCLI):
             turn.tool_ended(_str(data.get("toolCallId")), ok=bool(data.get("success")),
                             output=output)  # fmt: skip
         elif kind == "model.call_failure":
-            turn.retry(kind=_str(data.get("failureKind")), status=data.get("statusCode"),
-                       attempt=data.get("retryAttempt"))  # fmt: skip
+            word = _str(data.get("errorType")) or _str(data.get("failureKind"))
+            status = _status(data.get("statusCode"), "")
+            detail = error_message(data.get("errorMessage")) or (
+                f"{word or 'request'} failure" + (f" (HTTP {status})" if status else "")
+            )
+            turn.retry(retry_cause(detail, status or _status(None, detail), word),
+                       attempt=to_int(data.get("retryAttempt")) + 1)  # fmt: skip
         elif kind == "session.error":
             detail = _str(data.get("message"))
             turn.error_kind = _str(data.get("errorType")) or turn.error_kind
@@ -430,6 +504,13 @@ class Copilot(AgentCLI):
             code = to_int(obj.get("exitCode"))
             if code and turn.failure is None:
                 turn.failure = (f"copilot reported exit code {code}", None)
+
+    def read_scratch(self, folder: str, turn: Turn) -> None:
+        """The retry-after of each failed request, from Copilot's log (not its stream)."""
+        waits = copilot_log_waits(os.path.join(folder, "copilot-logs"))
+        turn.reports = with_retry_after(turn.reports, waits)
+        if turn.stop is not None and turn.reports:
+            turn.stop = turn.reports[-1][0]
 
     def read_usage_file(self, text: str, turn: Turn) -> None:
         try:
@@ -492,6 +573,10 @@ def _errors_text(obj: Mapping[str, Any]) -> str:
 def _status(value: Any, detail: str) -> int | None:
     status = to_int(value)
     return status if 100 <= status < 600 else status_code(detail)
+
+
+# Codex's report of a retry: "Reconnecting... 2/5 (the cause)".
+_RECONNECTING = re.compile(r"Reconnecting\.*\s*(\d+)/(\d+)\s*\((.*)\)\s*$", re.DOTALL)
 
 
 def _rate_limit(info: Mapping[str, Any], turn: Turn) -> None:

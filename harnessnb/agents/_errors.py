@@ -11,9 +11,9 @@ Class tree (all are ``hn.HarnessError``, so they render as the same cards)::
     ├── Timeout                  killed (whole process group) at .timeout_s; .partial kept
     ├── Cancelled                the caller cancelled; the process group is gone
     ├── Failed                   non-zero exit: .exit_code (-N = signal N) .stderr
-    ├── RateLimited              the CLI's quota/rate-limit wording, unedited: .detail .resets_at
-    ├── NotAuthenticated         not logged in / bad key: .detail .hint (the login command)
-    ├── AgentError               exit 0 but the turn failed: .status .detail
+    ├── RateLimited              rate limited: .detail .status .retry_after .resets_at .quota
+    ├── NotAuthenticated         not logged in / bad key: .detail .status .hint (the fix)
+    ├── AgentError               the turn failed: .kind (from the cause) .status .retry_after
     ├── Parse                    structured output that could not be read: .detail
     ├── SessionConflict          a session name bound to another CLI: .name .bound .requested
     └── SessionBusy              another live run drives the named session: .name .holder
@@ -29,6 +29,7 @@ loop's).
 from __future__ import annotations
 
 import datetime
+import time
 import warnings
 from typing import Any, ClassVar
 
@@ -235,56 +236,141 @@ class Failed(CLIError):
                 "stderr": shorten(self.stderr.strip(), CARD_CHARS) or None}  # fmt: skip
 
 
-class RateLimited(_WithDetail):
+class _WithCause(_WithDetail):
+    """A failure the model endpoint reported through the CLI: ``.status`` (the HTTP
+    status, when the CLI said it) and ``.retry_after`` (seconds the server asked to
+    wait, when the CLI said it)."""
+
+    CONTEXT: ClassVar[tuple[str, ...]] = ("status", "retry_after", "detail")
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        agent: str,
+        bin: str,
+        detail: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, agent=agent, bin=bin, detail=detail)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class RateLimited(_WithCause):
+    """Rate limited (retryable), or a quota used up (``.quota``: not retryable).
+
+    ``resets_at`` is when the limit lifts (epoch seconds): the CLI's own record of it,
+    or the moment of the failure plus a known ``retry_after``.
+    """
+
     CODE = "AGENT_RATE_LIMITED"
     KIND = ProviderErrorKind.RATE_LIMITED
     RETRYABLE = True
+    CONTEXT = ("status", "retry_after", "quota", "detail")
 
     def __init__(
-        self, message: str, *, agent: str, bin: str, detail: str, resets_at: float | None = None
+        self,
+        message: str,
+        *,
+        agent: str,
+        bin: str,
+        detail: str,
+        resets_at: float | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        quota: bool = False,
     ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail)
+        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status,
+                         retry_after=retry_after)  # fmt: skip
+        self.quota = quota
+        if resets_at is None and retry_after is not None:
+            resets_at = time.time() + retry_after
         self.resets_at = resets_at
+
+    @property
+    def retryable(self) -> bool:
+        return not self.quota
 
     def _fields(self) -> dict[str, Any]:
         resets = None
         if self.resets_at is not None:
             when = datetime.datetime.fromtimestamp(self.resets_at, datetime.UTC)
-            resets = when.strftime("%Y-%m-%d %H:%M UTC")
+            resets = when.strftime("%Y-%m-%d %H:%M:%S UTC")
         return {**super()._fields(), "resets_at": self.resets_at, "resets": resets}
 
     def _hint(self) -> str:
+        if self.quota:
+            return "the quota is used up: waiting will not help; raise it or switch account"
         return "not retried automatically: back off, or switch account, then run again"
 
 
-class NotAuthenticated(_WithDetail):
+class NotAuthenticated(_WithCause):
     CODE = "AGENT_NOT_AUTHENTICATED"
     KIND = ProviderErrorKind.AUTH
-    CONTEXT = ("detail", "hint")
+    CONTEXT = ("status", "detail", "hint")
 
-    def __init__(self, message: str, *, agent: str, bin: str, detail: str, hint: str) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail)
+    def __init__(
+        self,
+        message: str,
+        *,
+        agent: str,
+        bin: str,
+        detail: str,
+        hint: str,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status)
         self.hint = hint
 
     def _hint(self) -> str:
+        if self.hint.startswith("set "):  # a key to provide, not a login
+            return self.hint
         return f"log in with: {self.hint}"
 
 
-class AgentError(_WithDetail):
+class AgentError(_WithCause):
+    """The turn failed for the reason ``.kind`` names; retryable when that kind is
+    (a server failure, a dropped stream, the CLI's own request timeout)."""
+
     CODE = "AGENT_TURN_FAILED"
-    CONTEXT = ("status", "detail")
 
     def __init__(
-        self, message: str, *, agent: str, bin: str, detail: str, status: int | None = None
+        self,
+        message: str,
+        *,
+        agent: str,
+        bin: str,
+        detail: str,
+        status: int | None = None,
+        kind: ProviderErrorKind | None = None,
+        retry_after: float | None = None,
     ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail)
-        self.status = status
+        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status,
+                         retry_after=retry_after)  # fmt: skip
+        self._kind = kind
 
     @property
     def kind(self) -> ProviderErrorKind:
+        if self._kind is not None:
+            return self._kind
         if self.status is not None:
             return classify_status(self.status, self.detail)
         return ProviderErrorKind.SERVER
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in _RETRYABLE_CAUSES
+
+    def _fields(self) -> dict[str, Any]:
+        return {**super()._fields(), "kind": self.kind.value}
+
+
+_RETRYABLE_CAUSES = frozenset({
+    ProviderErrorKind.TRANSPORT, ProviderErrorKind.TIMEOUT,
+    ProviderErrorKind.RATE_LIMITED, ProviderErrorKind.SERVER,
+})  # fmt: skip
 
 
 class Parse(_WithDetail):

@@ -1,11 +1,14 @@
 """Run a coding-agent CLI on a task: spawn it, read its stream, classify, record.
 
 One CLI invocation is one run in the store: a ``runs`` row (provider = the CLI's
-name), one ``steps`` row, one ``attempts`` row (its ``kind`` says how it failed, in
-the taxonomy every provider shares) and a ``tool_calls`` row per tool call the CLI
-reported. A named session is bound in ``agent_sessions``; while a run drives it, the
-session is held by a lease in the same store, so a second run on it, from this
-kernel or another, gets ``SessionBusy``. Nothing is retried here.
+name), one ``steps`` row, an ``attempts`` row for each failed request the CLI reported
+while retrying and one for how the invocation ended (its ``kind`` says how it failed,
+in the taxonomy every provider shares), and a ``tool_calls`` row per tool call the CLI
+reported. A reported cause that waiting cannot fix stops the CLI at once (the line
+reader raises; the runner kills the process group). A named session is bound in
+``agent_sessions`` once the CLI's stream names it; while a run drives it, the session
+is held by a lease in the same store, so a second run on it, from this kernel or
+another, gets ``SessionBusy``. Nothing is retried here.
 """
 
 from __future__ import annotations
@@ -26,31 +29,34 @@ from typing import TYPE_CHECKING, Any
 from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink, RunEvent
-from ..rules._errors import ConfigError, ConflictError, HarnessError, wrap_unknown
+from ..rules._errors import (
+    ConfigError,
+    ConflictError,
+    HarnessError,
+    ProviderErrorKind,
+    wrap_unknown,
+)
 from ..rules._secrets import scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store
-from ._classify import auth_failure, explanatory_line, flag_rejected, rate_limit, status_code
+from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
     AgentError,
     Cancelled,
     CLIError,
     CommandLineTooLarge,
-    Failed,
-    FlagRejected,
     NotAuthenticated,
     NotInstalled,
-    Parse,
     RateLimited,
     SessionBusy,
     SessionConflict,
     Spawn,
-    Timeout,
 )
 from ._process import ProcessEnd, run_process, too_large
 from ._result import AgentResult
 from ._turn import Turn, to_int
+from ._verdict import verdict
 
 if TYPE_CHECKING:
     from ..store._leases import Lease
@@ -133,9 +139,18 @@ class _AgentRun:
     prior_usage: dict[str, Any] | None = dataclasses.field(default=None, init=False)
     """The session's usage totals when this run began (CLIs that report totals)."""
     usage_total: dict[str, Any] | None = dataclasses.field(default=None, init=False)
+    model: str | None = dataclasses.field(default=None, init=False)
+    confirmed: bool = dataclasses.field(default=False, init=False)
+    """The CLI's stream named the session: the name may be bound to it."""
+    hint: str = dataclasses.field(default="", init=False)
+    """The fix for a failed login, for the environment the CLI was given."""
+    stopped_after: float | None = dataclasses.field(default=None, init=False)
+    """Seconds the CLI ran before it was stopped on a cause waiting cannot fix."""
 
     def __post_init__(self) -> None:
         self.turn = Turn(self.agent.limits)
+        # The model asked for, or the one the CLI's own configuration names.
+        self.model = self.agent.configured_model(self.agent.environment())
 
     # ------------------------------------------------------------------ drive
 
@@ -175,7 +190,7 @@ class _AgentRun:
     async def _start(self) -> None:
         run = {
             "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
-            "provider": self.agent.name, "model": self.agent.model, "started_at": self.started,
+            "provider": self.agent.name, "model": self.model, "started_at": self.started,
             "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
             "permission": self.agent.permission,
         }  # fmt: skip
@@ -183,7 +198,7 @@ class _AgentRun:
             run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
-        await self._emit("started", provider=self.agent.name, model=self.agent.model,
+        await self._emit("started", provider=self.agent.name, model=self.model,
                          max_steps=self.agent.max_turns or 0, session=self.session)  # fmt: skip
 
     async def _take_session(self) -> str | None:
@@ -222,6 +237,7 @@ class _AgentRun:
         with tempfile.TemporaryDirectory(prefix="harnessnb-agent-") as scratch:
             usage_file = os.path.join(scratch, "usage.json")
             await self._invoke_with(resume, usage_file)
+            self.agent.read_scratch(scratch, self.turn)
             if os.path.exists(usage_file):
                 with open(usage_file, encoding="utf-8", errors="replace") as f:
                     self.agent.read_usage_file(f.read(1 << 20), self.turn)
@@ -242,26 +258,30 @@ class _AgentRun:
         invocation: Invocation = agent.invocation(self.task, resume=resume, usage_file=usage_file)
         env = agent.environment()
         path = env.get("PATH", os.defpath)
-        self.secrets = [v for k, v in env.items() if k not in ("PATH", "HOME") and len(v) >= 8]
+        # Keys and tokens are secret; a base URL or a model name is not.
+        self.secrets = [v for k, v in env.items() if _SECRET_NAME.search(k)]
+        self.hint = agent.auth_hint(env)
+        self.turn.model = agent.configured_model(env)
         exe = shutil.which(agent.bin, path=path)
         if exe is None:
             raise NotInstalled(
                 f"{agent.bin} was not found on PATH; install it with: {agent.install_hint}",
                 agent=agent.name, bin=agent.bin, hint=agent.install_hint,
             )  # fmt: skip
-        if invocation.session_id:
-            await self._bind(invocation.session_id)
+        # The name is bound once the CLI confirms the session (its first event naming
+        # it), so a run killed before that leaves the name free for a new session.
         self.spawned = True
+        spawned_at = time.monotonic()
         try:
             self.end = await run_process(
                 [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
                 timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
             )  # fmt: skip
+        except _Stopped:
+            self.stopped_after = time.monotonic() - spawned_at  # the group is gone
         except OSError as exc:
             self.spawned = False
             raise self._spawn_error(exc, exe, invocation) from exc
-        if self.turn.session_id and self.turn.session_id != self.bound:
-            await self._bind(self.turn.session_id)
 
     def _spawn_error(self, exc: OSError, exe: str, invocation: Invocation) -> CLIError:
         """The typed failure of an exec that the OS refused."""
@@ -304,8 +324,11 @@ class _AgentRun:
         events, self.turn.events = self.turn.events, []
         for event, data in events:
             await self._emit(event, **data)
-        if self.turn.session_id and self.turn.session_id != self.bound:
-            await self._bind(self.turn.session_id)  # bound as soon as it is known
+        if self.turn.session_id and not self.confirmed:
+            self.confirmed = True  # bound (or re-bound to this run) once confirmed
+            await self._bind(self.turn.session_id)
+        if self.turn.stop is not None:
+            raise _Stopped  # waiting cannot fix it: the runner kills the process group
 
     async def _bind(self, session_id: str) -> None:
         if self.session is None:
@@ -332,70 +355,12 @@ class _AgentRun:
 
     def _classify(self) -> CLIError | None:
         """The failure this invocation ended with, or None for a good answer."""
-        agent, turn, end = self.agent, self.turn, self.end
-        assert end is not None
-        name, bin_ = agent.name, agent.bin
-        stderr = self._scrub(end.stderr)
-        if end.timed_out:
-            return Timeout(
-                f"{bin_} did not finish within {agent.timeout:g} s; its process group was "
-                "killed", agent=name, bin=bin_, timeout_s=float(agent.timeout or 0),
-                partial=self._scrub(turn.partial_text()),
-            )  # fmt: skip
-        failed = end.exit_code != 0 or turn.failure is not None
-        if not failed:
-            if turn.done:
-                return None
-            what = (f"{turn.unparsed} line(s) were not JSON, the first: {turn.first_unparsed!r}"
-                    if turn.unparsed else "it printed no structured output")  # fmt: skip
-            return Parse(
-                f"{bin_} exited 0 but its stream never reported the end of the turn; {what}",
-                agent=name, bin=bin_, detail=what,
-            )  # fmt: skip
-        detail = self._scrub(turn.failure[0]) if turn.failure else ""
-        answer = detail or self._scrub(turn.text)
-        if turn.error_kind in _AUTH_KINDS:
-            notice = detail or str(turn.error_kind)
-            return NotAuthenticated(
-                f"{bin_} is not authenticated: {notice}", agent=name, bin=bin_, detail=notice,
-                hint=agent.login_hint,
-            )  # fmt: skip
-        if turn.error_kind in _QUOTA_KINDS and turn.rate_limit is None:
-            turn.rate_limit = (detail or turn.error_kind or "rate limit", None)
-        if auth := auth_failure(stderr, answer):
-            return NotAuthenticated(
-                f"{bin_} is not authenticated: {auth}", agent=name, bin=bin_, detail=auth,
-                hint=agent.login_hint,
-            )  # fmt: skip
-        if turn.rate_limit is not None:
-            limit, resets_at = turn.rate_limit
-            quota = rate_limit(stderr, answer) or limit
-            return RateLimited(f"{bin_} hit a rate limit: {quota}", agent=name, bin=bin_,
-                               detail=quota, resets_at=resets_at)  # fmt: skip
-        if worded := rate_limit(stderr, answer):
-            return RateLimited(f"{bin_} hit a rate limit: {worded}", agent=name, bin=bin_,
-                               detail=worded)  # fmt: skip
-        if flag := flag_rejected(stderr):
-            return FlagRejected(f"{bin_} rejected an argument: {flag}", agent=name, bin=bin_,
-                                detail=flag)  # fmt: skip
-        if turn.failure is not None:
-            status = turn.failure[1] or status_code(detail)
-            lost = ""
-            if self.bound and _LOST_SESSION.search(detail):
-                lost = (f" (session {self.session!r} is bound to {self.bound}, which {bin_} no "
-                        "longer has: use a new session name)")  # fmt: skip
-            return AgentError(
-                f"{bin_} reported a failed turn"
-                + (f" (exit code {end.exit_code})" if end.exit_code else " although it exited 0")
-                + f": {detail or 'no detail given'}{lost}",
-                agent=name, bin=bin_, detail=detail, status=status,
-            )  # fmt: skip
-        code = end.exit_code if end.exit_code is not None else -1
-        line = explanatory_line(stderr)
-        return Failed(
-            f"{bin_} exited with code {code}" + (f": {line}" if line else ""),
-            agent=name, bin=bin_, exit_code=code, stderr=stderr,
-        )  # fmt: skip
+        lost = ""
+        if self.bound:
+            lost = (f" (session {self.session!r} is bound to {self.bound}, which "
+                    f"{self.agent.bin} no longer has: use a new session name)")  # fmt: skip
+        return verdict(self.agent, self.turn, self.end, scrub=self._scrub, hint=self.hint,
+                       lost=lost)  # fmt: skip
 
     def _scrub(self, text: str) -> str:
         # The child's own variables are secret for this run (not process-wide: TERM...).
@@ -433,7 +398,7 @@ class _AgentRun:
             session_id=turn.session_id or self.bound, session=self.session,
             exit_code=None if end is None else end.exit_code, error=error,
             elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
-            changed_workspace=changed, model=turn.model or agent.model,
+            changed_workspace=changed, model=turn.model or self.model,
         )  # fmt: skip
         await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),
                          tokens=turn.tokens, verified=None,
@@ -451,11 +416,14 @@ class _AgentRun:
         step = {"step": 1, "decision": decision,
                 "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
                 "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
+        attempts = self._retry_rows(error)
+        ran_s = end.elapsed_s if end is not None else self.stopped_after
         attempt = {
-            "step": 1, "attempt": 1, "provider": agent.name, "model": turn.model or agent.model,
-            "kind": None if kind is None else kind.value,
-            "status": getattr(error, "status", None) if isinstance(error, AgentError) else None,
-            "latency_ms": None if end is None else end.elapsed_s * 1000,
+            "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
+            "model": turn.model or self.model, "kind": None if kind is None else kind.value,
+            "status": getattr(error, "status", None),
+            "retry_after_s": getattr(error, "retry_after", None),
+            "latency_ms": None if ran_s is None else ran_s * 1000,
             "input_tokens": turn.usage["input_tokens"],
             "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
             "fell_back": False, "error": None if error is None else error.code,
@@ -468,8 +436,34 @@ class _AgentRun:
         ]  # fmt: skip
         # A failure with no kind (cancelled, or a harnessnb bug) is no provider outcome to
         # count: the step keeps the usage, the failure rates are not skewed either way.
-        attempts = [attempt] if error is None or kind is not None else []
+        if error is None or kind is not None:
+            attempts.append(attempt)
         return step, attempts, tools
+
+    def _retry_rows(self, error: HarnessError | None) -> list[dict[str, Any]]:
+        """An attempt row for each failed request the CLI reported while retrying.
+
+        The request the run ended on is the final row: a report of it (the one the run
+        was stopped on, the one still being retried at the deadline, or Copilot's report
+        of its last failure), when nothing came after it, is not counted twice.
+        """
+        reports = list(self.turn.reports)
+        end = self.end
+        last_is_final = self.turn.retrying and (
+            self.turn.stop is not None
+            or (end is not None and end.timed_out)
+            or self.agent.reports_every_failure
+        )
+        if reports and error is not None and last_is_final:
+            reports.pop()
+        model = self.turn.model or self.model
+        return [
+            {"step": 1, "attempt": i, "provider": self.agent.name, "model": model,
+             "kind": cause.kind.value, "status": cause.status,
+             "retry_after_s": cause.retry_after, "request_id": self.turn.session_id,
+             "fell_back": False, "error": _code(cause), "started_at": at}
+            for i, (cause, at) in enumerate(reports, start=1)
+        ]  # fmt: skip
 
     def _checkpoint(self) -> dict[str, Any]:
         # Not resumable by hn.resume: what a later run needs is the CLI's session id.
@@ -483,11 +477,19 @@ class _AgentRun:
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
-# How the CLIs say a resumed session id is unknown to them.
-_LOST_SESSION = re.compile(r"no (conversation|session)\b.*(found|matched)", re.IGNORECASE)
-# The CLIs' own words for a failed turn (Claude's assistant ``error``, Copilot's errorType).
-_AUTH_KINDS = frozenset({"authentication_failed", "authentication", "oauth_org_not_allowed"})
-_QUOTA_KINDS = frozenset({"rate_limit", "rate_limited", "quota"})
+# Variables whose values are credentials (the rest, a base URL or a model, are shown).
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+
+
+def _code(cause: Cause) -> str:
+    """The error code a failed request of this cause is stored with."""
+    codes = {ProviderErrorKind.AUTH: NotAuthenticated.CODE,
+             ProviderErrorKind.RATE_LIMITED: RateLimited.CODE}  # fmt: skip
+    return codes.get(cause.kind, AgentError.CODE)
+
+
+class _Stopped(Exception):
+    """Raised from the line reader to stop the CLI on a cause waiting cannot fix."""
 
 
 def _session_key(root: Path, name: str) -> str:

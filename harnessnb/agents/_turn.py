@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
 from ..loop._events import EventKind
+from ._cause import Cause
 from ._process import Limits
 
 __all__ = ["Turn", "clip", "to_int"]
@@ -28,6 +30,7 @@ class Turn:
         done: A terminal event (result / turn completed / turn failed) was read.
         failure: (detail, status) when the stream reported a failed turn.
         rate_limit: (detail, resets_at) when the stream reported a rejected quota.
+        reports: the failed requests the CLI reported while retrying (``Cause``, time).
         unparsed: Lines that were not JSON objects; ``first_unparsed`` the first one.
     """
 
@@ -47,6 +50,10 @@ class Turn:
     failure: tuple[str, int | None] | None = None
     error_kind: str | None = None  # the CLI's own word for a failed turn (authentication_failed)
     rate_limit: tuple[str, float | None] | None = None
+    reports: list[tuple[Cause, float]] = dataclasses.field(default_factory=list)
+    """Each failed request the CLI reported, with when (its retries, in order)."""
+    stop: Cause | None = None  # a reported cause waiting cannot fix: stop the CLI now
+    retrying: bool = False  # the last report is unanswered: no progress since
     unparsed: int = 0
     first_unparsed: str = ""
     partial: list[str] = dataclasses.field(default_factory=list)
@@ -60,27 +67,34 @@ class Turn:
         self.events.append((event, data))
 
     def retry(
-        self,
-        *,
-        kind: str,
-        status: Any = None,
-        attempt: Any = None,
-        of: Any = None,
-        delay_s: float | None = None,
-        detail: str | None = None,
+        self, cause: Cause, *, attempt: Any = None, of: Any = None, delay_s: float | None = None
     ) -> None:
-        """The CLI retried a request on its own (a ``retry`` event, as from the loop)."""
-        self.emit("retry", kind=kind or "unknown", status=to_int(status) or None,
+        """The CLI reported a failed request (it may retry it): a ``retry`` event, a
+        report kept for the attempt rows, and ``stop`` set when waiting cannot help."""
+        self.reports.append((cause, time.time()))
+        self.retrying = True
+        self.emit("retry", kind=cause.kind.value, status=cause.status,
                   attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
-                  delay=delay_s or 0.0, retry_after=None, provider=None,
-                  detail=None if detail is None else clip(detail, 300))  # fmt: skip
+                  delay=delay_s or 0.0, retry_after=cause.retry_after, provider=None,
+                  detail=clip(cause.detail, 300) or None)  # fmt: skip
+        if cause.fatal and self.stop is None:
+            self.stop = cause
+
+    @property
+    def cause(self) -> Cause | None:
+        """The last failed request the CLI reported and had not got past, or None."""
+        return self.reports[-1][0] if self.reports and self.retrying else None
 
     def step(self, provider: str) -> None:
         """An assistant turn ended: a ``step`` event, as the loop emits after each step."""
         self.emit("step", tool_calls=self.tool_calls_seen, tokens=self.tokens, provider=provider)
 
-    def say(self, text: str) -> None:
-        """An assistant message: it becomes the answer so far, and partial output."""
+    def say(self, text: str, *, progress: bool = True) -> None:
+        """An assistant message: it becomes the answer so far, and partial output.
+
+        ``progress`` False for a message the CLI made up to say a request failed.
+        """
+        self.retrying = self.retrying and not progress
         text = clip(text, self.limits.capture_bytes)
         self.text = text
         self.messages += 1
@@ -91,6 +105,7 @@ class Turn:
             self._partial_bytes += len(kept)
 
     def tool_started(self, call_id: str | None, tool: str, args: Any) -> None:
+        self.retrying = False
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
         call = {"id": call_id, "tool": clip(tool, 200),

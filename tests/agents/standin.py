@@ -134,7 +134,7 @@ def turn_failed(sid: str, message: str, kind: str = "unknown", status: int | Non
     else:
         emit({"type": "session.tools_updated", "data": {"model": "gpt-test"}})
         emit({"type": "model.call_failure", "data": {"statusCode": status, "retryAttempt": 1,
-              "failureKind": "api"}})
+              "failureKind": "api", "errorMessage": json.dumps({"message": message})}})
         emit({"type": "session.error", "data": {"errorType": kind, "message": message,
               "statusCode": status}})
         emit({"type": "result", "sessionId": sid, "exitCode": 1, "usage": {"premiumRequests": 0}})
@@ -256,6 +256,17 @@ def main() -> int:
                             "code": "denied"}}})
             emit({"type": "assistant.message", "data": {"content": text, "toolRequests": []}})
             emit({"type": "result", "sessionId": sid, "exitCode": 0})
+    elif mode == "retry_hang":  # a 503 being retried (then, with recovered, an answer), then silence
+        emit({"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 10,
+              "retry_delay_ms": 512.5, "error_status": 503, "error": "server_error", "session_id": sid})
+        emit({"type": "error", "message": "Reconnecting... 1/5 (unexpected status 503 Service Unavailable: busy)"})
+        emit({"type": "model.call_failure", "data": {"statusCode": 503, "retryAttempt": 0,
+              "failureKind": "api", "errorMessage": json.dumps({"message": "busy"})}})
+        if scenario.get("recovered"):
+            emit({"type": "assistant", "session_id": sid, "message": {"content": [{"type": "text", "text": "partial"}]}})
+            emit({"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "partial"}})
+            emit({"type": "assistant.message", "data": {"content": "partial"}})
+        time.sleep(300)
     elif mode == "hang":
         sys.stdout.write(json.dumps({"type": "assistant", "session_id": sid, "message": {
             "content": [{"type": "text", "text": "partial thoughts"}]}}) + "\n")
