@@ -1,0 +1,61 @@
+"""A run's store writes, waited out while the store is busy or full.
+
+Another process holding the file past the store's own wait (``busy``) and a full disk
+(``full``) are ``StoreError``s a later try can cure, so a run does not let them escape:
+it tries the write again, backing off, while the run has time left (its budget, or
+``STORE_PATIENCE_S`` without one). Only then does the error leave, for the driver to
+end the run with it (``Driver.store_gave_out``). Every other store error leaves at
+once: a retry cannot cure a corrupt or read-only file.
+
+A write is safe to repeat: a busy store never began it, and a failed commit (the full
+disk) was rolled back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from ..rules._errors import StoreError
+from ..rules._retry import RetryPolicy
+
+__all__ = ["STORE_PATIENCE_S", "STORE_RETRY", "patiently"]
+
+T = TypeVar("T")
+
+STORE_PATIENCE_S: Final = 600.0
+"""How long a run without a time budget waits for a busy or full store."""
+
+STORE_RETRY: Final = RetryPolicy(base=0.05, cap=2.0, jitter=0.5)
+"""Backoff between tries of a store write (each busy try has waited for the file already)."""
+
+
+async def patiently(
+    write: Callable[[], Awaitable[T]],
+    *,
+    remaining: Callable[[], float | None],
+    sleep: Callable[[float], Awaitable[None]],
+) -> T:
+    """``await write()``, tried again while it fails with a retryable ``StoreError``
+    and the run has time left (``remaining()`` seconds; None: ``STORE_PATIENCE_S``).
+
+    Raises:
+        StoreError: a kind no retry cures, or a retryable one that outlasted the time.
+    """
+    started = time.monotonic()
+    tries = 0
+    while True:
+        try:
+            return await write()
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            tries += 1
+            delay = STORE_RETRY.delay(tries)
+            left = remaining()
+            if left is None:
+                left = STORE_PATIENCE_S - (time.monotonic() - started)
+            if left <= 0:
+                raise
+            await sleep(min(delay, left))
