@@ -52,7 +52,7 @@ async def patiently(
             if not exc.retryable:
                 raise
             tries += 1
-            delay = STORE_RETRY.delay(tries)
+            delay = STORE_RETRY.delay(min(tries, 16))  # 2.0 ** a thousand overflows
             left = remaining()
             if left is None:
                 left = STORE_PATIENCE_S - (time.monotonic() - started)
