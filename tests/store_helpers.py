@@ -137,7 +137,7 @@ print("holding", flush=True)
 sys.stdin.read()
 """
 
-# A child that drives ``n`` runs (two read-tool steps, then an answer) through
+# A child that drives ``n`` runs (a read-tool step, then an answer) through
 # ``hn.run_sync`` on the store file; prints each run's id and outcome, then "done".
 RUN_LOOP = """
 import os, sys
@@ -149,8 +149,7 @@ with open(os.path.join(ws, "a.txt"), "w") as fh:
     fh.write("a\\n")
 store = hn.Store(path)
 for i in range(n):
-    replies = [{"tool": "list_dir", "args": {"path": "."}},
-               {"tool": "read_file", "args": {"path": "a.txt"}}, "done"]
+    replies = [{"tool": "read_file", "args": {"path": "a.txt"}}, "done"]
     result = hn.run_sync(hn.TaskContract("read a.txt", ws, max_steps=5),
                          hn.ScriptedProvider(replies), store=store, run_id=f"{name}-{i}")
     print(result.run_id, result.outcome.value, flush=True)

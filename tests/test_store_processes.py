@@ -145,7 +145,7 @@ def test_eight_run_processes_and_two_readers_lose_no_run(tmp_path: Path) -> None
         expected = sorted(f"p{k}-{i}" for k in range(8) for i in range(10))
         assert runs["run_id"].tolist() == expected
         assert set(runs["outcome"].astype(str)) == {"finished"}
-        assert set(runs["steps"].tolist()) == {3}
+        assert set(runs["steps"].tolist()) == {2}
         held = store.sql("SELECT count(*) AS n FROM leases WHERE NOT released")
         assert held["n"].tolist() == [0]
         assert len(store.sql("SELECT * FROM leases")) == 80

@@ -59,9 +59,10 @@ __all__ = [
 
 MEMORY: Final = ":memory:"
 MAX_HOLD_S: Final = 1.0
-# Hand the file over to a waiting process after holding it this long: an open costs
-# ~30 ms, so a shorter turn would spend more on opening than on writing.
-_MIN_HOLD_S: Final = 0.08
+# Hand the file over to a waiting process after holding it this long: an open and a
+# close cost ~30 ms on a quiet machine (~130 ms on a loaded one), so a shorter turn
+# would spend more on opening than on writing.
+_MIN_HOLD_S: Final = 0.15
 # After a hand-over, let a woken waiter take the turn first for up to this long.
 _DEFER_S: Final = 0.25
 # Without a turn (DuckDB's lock alone): after a forced hand-over, wait this long
@@ -387,8 +388,9 @@ class SharedDb:
         with self._lock:
             while self._con is not None:
                 idle = time.monotonic() - self._last_used
-                if idle >= self.linger_s or self._turn.wanted():
-                    self._drop()  # idle, or idle while another process waits
+                held = time.monotonic() - self._opened_at
+                if idle >= self.linger_s or (held >= _MIN_HOLD_S and self._turn.wanted()):
+                    self._drop()  # idle, or idle through its turn while another waits
                     return
                 self._idle.wait(min(self.linger_s - idle, _WANTED_POLL_S))
 
