@@ -63,8 +63,6 @@ MAX_HOLD_S: Final = 1.0
 # close cost ~30 ms on a quiet machine (~130 ms on a loaded one), so a shorter turn
 # would spend more on opening than on writing.
 _MIN_HOLD_S: Final = 0.15
-# After a hand-over, let a woken waiter take the turn first for up to this long.
-_DEFER_S: Final = 0.25
 # Without a turn (DuckDB's lock alone): after a forced hand-over, wait this long
 # (uniform) before reopening.
 _YIELD_S: Final = (0.03, 0.08)
@@ -94,7 +92,6 @@ class SharedDb:
         self._reaper: threading.Thread | None = None
         self._closed = False
         self._turn = FileTurn(path)
-        self._handed_over = False
         # How long each open of the file waited for its turn (seconds; the newest last).
         self.waits: deque[float] = deque(maxlen=4096)
         # Decided at the first open of a file: it could not be written, so it is read
@@ -292,8 +289,7 @@ class SharedDb:
 
     def _open_file(self, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + busy_timeout_s
-        handed_over, self._handed_over = self._handed_over, False
-        self._turn.take(busy_timeout_s, defer_s=_DEFER_S if handed_over else 0.0)
+        self._turn.take(busy_timeout_s)
         self.waits.append(self._turn.waited_s)
         if not self._turn.held:
             wait = self._reopen_after - time.monotonic()
@@ -379,9 +375,7 @@ class SharedDb:
 
     def _hand_over(self) -> None:
         self._drop()
-        if self._turn.usable:
-            self._handed_over = True
-        else:
+        if not self._turn.usable:  # a turn is queued for in order; DuckDB's lock is raced
             self._reopen_after = time.monotonic() + random.uniform(*_YIELD_S)
 
     def _reap(self) -> None:

@@ -10,6 +10,15 @@ lets go, with no polling. Only the turn's holder opens the database, so DuckDB's
 is free when it connects (a process that is not harnessnb may still hold it; that
 case keeps the bounded retries in ``_conn``).
 
+Turns come in order of asking (FIFO), because an unlock wakes every waiter and hands
+the lock to none: left to race, a waiter the scheduler is slow to run (a loaded
+machine) can lose again and again. So a process first draws a ticket (a counter in
+the sidecar, under a short lock on its third byte) and holds the lock byte of its
+ticket until it gives its turn; it waits for the lock byte of the ticket before its
+own, then for the turn itself. A process that dies or gives up releases its ticket's
+byte, so its successor moves up; the turn's own lock keeps two processes out of the
+file whatever the queue does.
+
 A waiter also holds a shared lock on the sidecar's second byte while it waits, so the
 holder can ask ``wanted()`` (one ``F_OFD_GETLK``) and hand the file over as soon as it
 has done a little work, instead of keeping it through its linger.
@@ -40,6 +49,9 @@ __all__ = ["FileTurn", "sidecar_path"]
 _FLOCK: Final = "hhqqi4x"
 _TURN_BYTE: Final = 0  # held exclusively by the process whose turn it is
 _WAIT_BYTE: Final = 1  # held shared by every process waiting for a turn
+_COUNTER_BYTE: Final = 2  # held exclusively while a ticket is drawn
+_COUNTER_AT: Final = 16  # where the next ticket number is kept (8 bytes, little-endian)
+_QUEUE_AT: Final = 1 << 20  # ticket n's lock byte is _QUEUE_AT + n
 _OFD_SETLK: Final = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_SETLKW: Final = getattr(fcntl, "F_OFD_SETLKW", None)
 _OFD_GETLK: Final = getattr(fcntl, "F_OFD_GETLK", None)
@@ -70,8 +82,9 @@ def _others_hold(fd: int, byte: int, kind: int) -> bool:
 class FileTurn:
     """The sidecar lock of one store file, taken before the file is opened.
 
-    ``take`` waits (blocking, woken by the kernel) up to a timeout; ``give`` lets the
-    next waiter in. One ``FileTurn`` per ``SharedDb``; its caller serialises use.
+    ``take`` waits (blocking, woken by the kernel, first come first served) up to a
+    timeout; ``give`` lets the next in line in. One ``FileTurn`` per ``SharedDb``; its
+    caller serialises use.
     """
 
     def __init__(self, path: str) -> None:
@@ -87,11 +100,8 @@ class FileTurn:
     def held(self) -> bool:
         return self._fd is not None
 
-    def take(self, timeout_s: float, *, defer_s: float = 0.0) -> None:
-        """Take the turn, waiting up to ``timeout_s`` for the process that holds it.
-
-        ``defer_s``: this process just handed the turn over; for up to that long it
-        lets a waiter the kernel woke take the turn first, rather than racing it.
+    def take(self, timeout_s: float) -> None:
+        """Take the turn, waiting up to ``timeout_s`` for those ahead in line.
 
         Raises:
             StoreError: ``busy`` when the turn did not come within ``timeout_s``.
@@ -102,21 +112,18 @@ class FileTurn:
         fd = self._open()
         if fd is None:
             return
-        if defer_s > 0:
-            self._defer(fd, defer_s)
         try:
-            _lock(fd, _OFD_SETLK, fcntl.F_WRLCK, _TURN_BYTE)  # type: ignore[arg-type]
+            ticket = _draw(fd)
+            if not (_free(fd, ticket - 1) and _try(fd, fcntl.F_WRLCK, _TURN_BYTE)):
+                self._wait(fd, ticket, timeout_s)  # closes fd when it raises
+                return
         except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise StoreError(
-                    f"cannot lock {self.path}: {exc}", kind="io", path=self.path
-                ) from exc
-            self._wait(fd, timeout_s)
+            os.close(fd)
+            raise StoreError(f"cannot lock {self.path}: {exc}", kind="io", path=self.path) from exc
         self._fd = fd
 
     def give(self) -> None:
-        """Let the next waiter in (closing the descriptor drops its locks)."""
+        """Let the next in line in (closing the descriptor drops its locks)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -135,15 +142,6 @@ class FileTurn:
         if self._fd is None:
             return False
         return _others_hold(self._fd, _WAIT_BYTE, fcntl.F_WRLCK)
-
-    def _defer(self, fd: int, defer_s: float) -> None:
-        # Quirk: an unlock wakes the waiters but hands the lock to none of them, so
-        # the process that let go would win it back before a sleeping waiter runs.
-        until = time.monotonic() + defer_s
-        while time.monotonic() < until and _others_hold(fd, _WAIT_BYTE, fcntl.F_WRLCK):
-            if _others_hold(fd, _TURN_BYTE, fcntl.F_WRLCK):
-                return  # a waiter has it: queue behind it as usual
-            time.sleep(0.002)
 
     def forget(self) -> None:
         """In a forked child: drop the parent's turn without unlocking it."""
@@ -167,10 +165,10 @@ class FileTurn:
                 return None
             raise StoreError(f"cannot open {self.path}: {exc}", kind="io", path=self.path) from exc
 
-    def _wait(self, fd: int, timeout_s: float) -> None:
-        """Sleep in the kernel until the turn is free; a helper thread makes the wait
-        bounded (a blocked ``fcntl`` cannot time out), and closes the descriptor itself
-        if the turn comes after the caller gave up."""
+    def _wait(self, fd: int, ticket: int, timeout_s: float) -> None:
+        """Sleep in the kernel until those ahead are done and the turn is free; a
+        helper thread makes the wait bounded (a blocked ``fcntl`` cannot time out),
+        and closes the descriptor itself if the turn comes after the caller gave up."""
         started = time.monotonic()
         with contextlib.suppress(OSError):
             _lock(fd, _OFD_SETLK, fcntl.F_RDLCK, _WAIT_BYTE)  # type: ignore[arg-type]
@@ -180,6 +178,9 @@ class FileTurn:
 
         def wait() -> None:
             try:
+                if ticket > 0:  # the one ahead has given its turn, died or given up
+                    _lock(fd, _OFD_SETLKW, fcntl.F_RDLCK, _QUEUE_AT + ticket - 1)  # type: ignore[arg-type]
+                    _lock(fd, _OFD_SETLK, fcntl.F_UNLCK, _QUEUE_AT + ticket - 1)  # type: ignore[arg-type]
                 _lock(fd, _OFD_SETLKW, fcntl.F_WRLCK, _TURN_BYTE)  # type: ignore[arg-type]
             except OSError as exc:
                 state["error"] = exc
@@ -207,3 +208,33 @@ class FileTurn:
             raise StoreError(f"cannot lock {self.path}: {error}", kind="io", path=self.path)
         with contextlib.suppress(OSError):
             _lock(fd, _OFD_SETLK, fcntl.F_UNLCK, _WAIT_BYTE)  # type: ignore[arg-type]
+        self._fd = fd
+
+
+def _draw(fd: int) -> int:
+    """Draw the next ticket and hold its lock byte (until the descriptor closes)."""
+    _lock(fd, _OFD_SETLKW, fcntl.F_WRLCK, _COUNTER_BYTE)  # type: ignore[arg-type]
+    try:
+        raw = os.pread(fd, 8, _COUNTER_AT)
+        ticket = int.from_bytes(raw, "little") if len(raw) == 8 else 0
+        os.pwrite(fd, (ticket + 1).to_bytes(8, "little"), _COUNTER_AT)
+        _lock(fd, _OFD_SETLK, fcntl.F_WRLCK, _QUEUE_AT + ticket)  # type: ignore[arg-type]
+    finally:
+        _lock(fd, _OFD_SETLK, fcntl.F_UNLCK, _COUNTER_BYTE)  # type: ignore[arg-type]
+    return ticket
+
+
+def _free(fd: int, ticket: int) -> bool:
+    """True when nobody holds ticket ``ticket``'s byte (or there is no such ticket)."""
+    return ticket < 0 or not _others_hold(fd, _QUEUE_AT + ticket, fcntl.F_RDLCK)
+
+
+def _try(fd: int, kind: int, byte: int) -> bool:
+    """Take a lock on ``byte`` if no one holds it; False if someone does."""
+    try:
+        _lock(fd, _OFD_SETLK, kind, byte)  # type: ignore[arg-type]
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
