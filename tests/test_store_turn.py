@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import subprocess
 import threading
@@ -261,3 +262,38 @@ def test_a_store_busy_for_the_whole_budget_ends_the_run_typed_not_raised(tmp_pat
     assert store.runs(result.run_id).empty
     assert store.sql("SELECT count(*) AS n FROM leases")["n"].tolist() == [0]
     store.close()
+
+
+# A child that waits for the turn, prints "got <monotonic>", holds it 0.2 s, gives it.
+WAIT_TURN = """
+import sys, time
+from harnessnb.store._turn import FileTurn
+turn = FileTurn(sys.argv[1])
+turn.take(30.0)
+print("got", time.monotonic(), flush=True)
+time.sleep(0.2)
+turn.give()
+"""
+
+
+def _tickets_drawn(path: Path) -> int:
+    raw = Path(sidecar_path(str(path))).read_bytes()[16:24]
+    return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+
+def test_turns_are_given_in_the_order_they_were_asked_for(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    holder = _holder(path)
+    waiters = []
+    for k in range(3):
+        waiters.append(child(WAIT_TURN, str(path), stdout=subprocess.PIPE))
+        deadline = time.monotonic() + 20
+        while _tickets_drawn(path) < k + 2:  # this waiter is in line before the next starts
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    assert holder.stdin is not None
+    holder.stdin.close()
+    holder.wait()
+    got = [float(w.communicate(timeout=30)[0].split()[1]) for w in waiters]
+    assert got == sorted(got)  # first asked, first served
+    assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(got))
