@@ -297,3 +297,23 @@ def test_turns_are_given_in_the_order_they_were_asked_for(tmp_path: Path) -> Non
     got = [float(w.communicate(timeout=30)[0].split()[1]) for w in waiters]
     assert got == sorted(got)  # first asked, first served
     assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(got))
+
+
+def test_a_forked_child_does_not_keep_its_parents_turn(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    turn = FileTurn(str(path))
+    turn.take(5.0)
+    pid = os.fork()
+    if pid == 0:  # the child lives on (a worker of a process pool, say)
+        time.sleep(3)
+        os._exit(0)
+    try:
+        turn.give()
+        other = FileTurn(str(path))
+        started = time.monotonic()
+        other.take(2.0)  # a busy error if the child's copy still held the lock
+        assert time.monotonic() - started < 1.0
+        other.give()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

@@ -26,7 +26,10 @@ has done a little work, instead of keeping it through its linger.
 Where no sidecar can be made (a read-only folder, a shipped recording) or the system
 has no OFD locks, there is no turn: the store falls back to DuckDB's lock alone. The
 lock belongs to the open file description, not the process: a forked child must not
-unlock its parent's turn (``forget``), and a thread in the same process with its own
+unlock its parent's turn, and must not keep it either: a forked child's copy of the
+descriptor would hold the lock after the parent gave it, until the child exited, so
+every descriptor of a turn is closed in a forked child at once (closing a copy drops
+no lock while another copy is open). A thread in the same process with its own
 descriptor waits like another process would.
 """
 
@@ -55,9 +58,34 @@ _QUEUE_AT: Final = 1 << 20  # ticket n's lock byte is _QUEUE_AT + n
 _OFD_SETLK: Final = getattr(fcntl, "F_OFD_SETLK", None)
 _OFD_SETLKW: Final = getattr(fcntl, "F_OFD_SETLKW", None)
 _OFD_GETLK: Final = getattr(fcntl, "F_OFD_GETLK", None)
-# The descriptors of turns inherited through fork(): never unlocked or closed in the
-# child, since the lock is the parent's too.
-_FORK_ORPHANS: list[int] = []
+# Every descriptor of a turn open in this process (held, waiting or abandoned).
+_OPEN: set[int] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def _opened(fd: int) -> int:
+    with _OPEN_LOCK:
+        _OPEN.add(fd)
+    return fd
+
+
+def _close(fd: int) -> None:
+    with _OPEN_LOCK:
+        _OPEN.discard(fd)
+    os.close(fd)
+
+
+def _close_inherited() -> None:
+    """In a forked child: close the parent's turn descriptors (its locks stay its own)."""
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    for fd in list(_OPEN):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
 
 
 def sidecar_path(path: str) -> str:
@@ -118,7 +146,7 @@ class FileTurn:
                 self._wait(fd, ticket, timeout_s)  # closes fd when it raises
                 return
         except OSError as exc:
-            os.close(fd)
+            _close(fd)
             raise StoreError(f"cannot lock {self.path}: {exc}", kind="io", path=self.path) from exc
         self._fd = fd
 
@@ -126,7 +154,7 @@ class FileTurn:
         """Let the next in line in (closing the descriptor drops its locks)."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            _close(fd)
 
     def discard(self) -> None:
         """Give the turn and remove the sidecar this process made: for a file refused
@@ -144,9 +172,8 @@ class FileTurn:
         return _others_hold(self._fd, _WAIT_BYTE, fcntl.F_WRLCK)
 
     def forget(self) -> None:
-        """In a forked child: drop the parent's turn without unlocking it."""
-        if self._fd is not None:
-            _FORK_ORPHANS.append(self._fd)
+        """In a forked child: drop the parent's turn (its descriptor is closed already,
+        by ``_close_inherited``; the lock stays the parent's)."""
         self._fd = None
 
     def _open(self) -> int | None:
@@ -156,9 +183,9 @@ class FileTurn:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             except FileExistsError:
-                return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+                return _opened(os.open(self.path, os.O_RDWR | os.O_CLOEXEC))
             self._created = True
-            return fd
+            return _opened(fd)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
                 self.usable = False
@@ -186,7 +213,7 @@ class FileTurn:
                 state["error"] = exc
             with guard:
                 if state.get("abandoned"):
-                    os.close(fd)
+                    _close(fd)
                 done.set()
 
         threading.Thread(target=wait, name=f"harnessnb-store-turn:{self.path}", daemon=True).start()
@@ -204,7 +231,7 @@ class FileTurn:
         self.waited_s = time.monotonic() - started
         error = state.get("error")
         if isinstance(error, OSError):
-            os.close(fd)
+            _close(fd)
             raise StoreError(f"cannot lock {self.path}: {error}", kind="io", path=self.path)
         with contextlib.suppress(OSError):
             _lock(fd, _OFD_SETLK, fcntl.F_UNLCK, _WAIT_BYTE)  # type: ignore[arg-type]
