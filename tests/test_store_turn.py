@@ -317,3 +317,36 @@ def test_a_forked_child_does_not_keep_its_parents_turn(tmp_path: Path) -> None:
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+def test_a_run_given_a_path_waits_for_a_held_file_off_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    hn.Store(path).close()
+    holder = child(HOLD_FILE, str(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    assert holder.stdin is not None
+    ticks: list[float] = []
+
+    async def main() -> hn.RunResult:
+        async def tick() -> None:  # the event loop keeps running while the file is waited for
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.05)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            return await hn.run(_contract(tmp_path / "ws"), _replies(), store=str(path))
+        finally:
+            ticker.cancel()
+
+    timer = threading.Timer(1.0, holder.stdin.close)
+    timer.start()
+    try:
+        result = asyncio.run(main())
+    finally:
+        timer.join()
+        holder.wait()
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert len(ticks) >= 10  # 1 s held: the loop ticked through it
+    with hn.Store(path) as store:
+        assert store.runs(result.run_id)["outcome"].astype(str).tolist() == ["finished"]

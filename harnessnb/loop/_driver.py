@@ -21,7 +21,7 @@ from ..providers._completion import Completion, Provider
 from ..rules._errors import ConfigError, HarnessError, RefusedError, StoreError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
-from ..store._open import default_store, open_store
+from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
@@ -31,7 +31,7 @@ from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import patiently
+from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -412,8 +412,7 @@ class Driver(StepTools):
         released, if one last try gets through; otherwise the result alone reports it
         and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
         """
-        budget = self.contract.budget_seconds is not None
-        outcome = RunOutcome.TIME_BUDGET if budget else RunOutcome.ESCALATED_RETRYABLE
+        outcome = gave_out_outcome(self.contract.budget_seconds)
         lease, self.lease = self.lease, None  # stops the renewals whatever happens
         # If the store still cannot be written, the result is the only report.
         with contextlib.suppress(HarnessError):
@@ -537,16 +536,23 @@ async def run(
 
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
+    clock, run_id = clock or SystemClock(), run_id or new_id("run")
+    try:
+        opened = await open_patiently(store, contract.budget_seconds, clock)
+    except StoreError as exc:
+        if not exc.retryable:
+            raise
+        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
     driver = Driver(
         contract,
         provider,
-        store=open_store(store),
+        store=opened,
         policy=policy if policy is not None else Policy.default(),
         approver=approver,
         tools=tools,
         on_event=on_event,
-        clock=clock or SystemClock(),
-        run_id=run_id or new_id("run"),
+        clock=clock,
+        run_id=run_id,
     )
     try:
         return await driver.drive()
