@@ -87,7 +87,10 @@ async def open_patiently(
     store: Store | str | os.PathLike[str] | None, budget_s: float | None, clock: Clock
 ) -> Store:
     """``open_store(store)`` on a worker thread (waiting for the file never blocks the
-    event loop), tried again while the store is busy or full and the run has time."""
+    event loop), tried again while the store is busy or full and the run has time.
+    A ``Store`` given is open already: returned as it is, with no hop to a thread."""
+    if store is not None and not isinstance(store, str | os.PathLike):
+        return store
     started = clock.monotonic()
 
     def remaining() -> float | None:
