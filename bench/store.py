@@ -1,15 +1,26 @@
-"""Benchmark the DuckDB store: step commits, bulk appends, failure_rates vs pandas/SQLite.
+"""Benchmark the DuckDB store: step commits, bulk appends, failure_rates vs pandas/SQLite,
+and many processes on one file.
 
-Run: ``python bench/store.py`` (from the repository root). Prints one table; the
-numbers in bench/RESULTS-store.md come from this script.
+Run: ``python bench/store.py`` (from the repository root); ``python bench/store.py
+processes`` runs only the many-processes part. Prints one table; the numbers in
+bench/RESULTS-store.md and BENCHMARKS.md come from this script.
+
+Many processes: 8 writer processes, each driving 10 runs through ``hn.run_sync`` (two
+read-tool steps and an answer, a scripted provider), and 2 reader processes
+(``runs``, ``steps``, ``failure_rates`` in a loop) on one store file, while a ninth
+process keeps a core busy. Reported: runs lost (not in the store with an outcome, must
+be 0), errors (exceptions in any process, must be 0), leases left unreleased, and the
+p50/p99/max wait for the file (each open's wait for its turn, over every process).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -186,8 +197,118 @@ def bench_failure_rates(root: Path, frame: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+_ROOT = Path(__file__).resolve().parent.parent
+
+# One writer process: ``n`` runs through ``hn.run_sync``; prints JSON with the outcomes,
+# the errors and every wait for the file.
+_WRITER = """
+import json, os, sys, traceback
+import harnessnb as hn
+path, name, root, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ws = os.path.join(root, name)
+os.makedirs(ws, exist_ok=True)
+with open(os.path.join(ws, "a.txt"), "w") as fh:
+    fh.write("a\\n")
+store = hn.Store(path)
+outcomes, errors = [], []
+for i in range(n):
+    replies = [{"tool": "list_dir", "args": {"path": "."}},
+               {"tool": "read_file", "args": {"path": "a.txt"}}, "done"]
+    try:
+        result = hn.run_sync(hn.TaskContract("read a.txt", ws, max_steps=5),
+                             hn.ScriptedProvider(replies), store=store, run_id=f"{name}-{i}")
+        outcomes.append(result.outcome.value)
+    except Exception:
+        errors.append(traceback.format_exc(limit=2))
+waits = list(getattr(store._db, 'waits', []))
+store.close()
+print(json.dumps({"outcomes": outcomes, "errors": errors, "waits": waits}))
+"""
+
+# One reader process: reads until the stop file appears.
+_READER = """
+import json, os, sys, traceback
+import harnessnb as hn
+store = hn.Store(sys.argv[1])
+print("ready", flush=True)
+reads, errors = 0, []
+while not os.path.exists(sys.argv[2]):
+    try:
+        store.runs(); store.steps(); store.failure_rates()
+        reads += 3
+    except Exception:
+        errors.append(traceback.format_exc(limit=2))
+waits = list(getattr(store._db, 'waits', []))
+store.close()
+print(json.dumps({"reads": reads, "errors": errors, "waits": waits}))
+"""
+
+
+def _child(script: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(_ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def bench_processes(root: Path, writers: int = 8, runs: int = 10, readers: int = 2) -> None:
+    """Writers and readers on one file under CPU load: runs lost, errors, waits."""
+    path = root / "shared.duckdb"
+    Store(path).close()
+    stop = root / "stop"
+    burner = _child("while True: pass")
+    t0 = time.perf_counter()
+    try:
+        reading = [_child(_READER, str(path), str(stop)) for _ in range(readers)]
+        for reader in reading:
+            assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+        writing = [
+            _child(_WRITER, str(path), f"w{k}", str(root), str(runs)) for k in range(writers)
+        ]
+        done = [w.communicate(timeout=600) for w in writing]
+        elapsed = time.perf_counter() - t0
+        stop.touch()
+        read = [r.communicate(timeout=120) for r in reading]
+    finally:
+        burner.kill()
+        burner.wait()
+    reports = [json.loads(out.strip().splitlines()[-1]) if out.strip() else {} for out, _ in done]
+    reader_reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in read]
+    crashed = sum(1 for (_, err), w in zip(done + read, writing + reading, strict=True)
+                  if w.returncode != 0 or err.strip())  # fmt: skip
+    errors = sum(len(r.get("errors", [])) for r in reports + reader_reports) + crashed
+    for r in reports + reader_reports:
+        for text in r.get("errors", [])[:2]:
+            print("  error:", text.strip().splitlines()[-1])
+    with Store(path) as store:
+        found = store.sql("SELECT count(*) AS n FROM runs WHERE outcome IS NOT NULL")
+        held = store.sql("SELECT count(*) AS n FROM leases WHERE NOT released")
+    lost = writers * runs - int(found["n"].iloc[0])
+    waits = [w * 1000 for r in reports + reader_reports for w in r.get("waits", [])] or [0.0]
+    worst = [max(r.get("waits") or [0.0]) * 1000 for r in reports + reader_reports]
+    reads = sum(r.get("reads", 0) for r in reader_reports)
+    print(
+        f"{writers} writers x {runs} runs + {readers} readers, 1 core busy: {elapsed:5.1f} s, "
+        f"runs lost {lost} (must be 0), errors {errors} (must be 0), leases held "
+        f"{int(held['n'].iloc[0])}, reads {reads}"
+    )
+    print(
+        f"  wait for the file ({len(waits)} opens): p50 {pct(waits, 0.5):6.1f} ms  "
+        f"p99 {pct(waits, 0.99):6.1f} ms  max {max(waits):6.1f} ms; "
+        f"longest wait per process {' '.join(f'{w / 1000:.1f}' for w in worst)} s"
+    )
+
+
 def main() -> None:
     """Run every benchmark and print the results."""
+    if sys.argv[1:] == ["processes"]:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+            bench_processes(Path(tmp))
+        return
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         held = bench_commits(root, reopen=False, n=500)
@@ -209,6 +330,7 @@ def main() -> None:
             f"({rates['pandas'] / duck:4.1f}x) | sqlite {rates['sqlite']:7.1f} ms "
             f"({rates['sqlite'] / duck:4.1f}x)  (target >= 5x each)"
         )
+        bench_processes(root)
         print(
             f"python {sys.version.split()[0]}, duckdb {__import__('duckdb').__version__}, "
             f"pandas {pd.__version__}, sqlite {sqlite3.sqlite_version}, cpus {os.cpu_count()}"

@@ -136,3 +136,43 @@ con = duckdb.connect(sys.argv[1])
 print("holding", flush=True)
 sys.stdin.read()
 """
+
+# A child that drives ``n`` runs (a read-tool step, then an answer) through
+# ``hn.run_sync`` on the store file; prints each run's id and outcome, then "done".
+RUN_LOOP = """
+import os, sys
+import harnessnb as hn
+path, name, root, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ws = os.path.join(root, name)
+os.makedirs(ws, exist_ok=True)
+with open(os.path.join(ws, "a.txt"), "w") as fh:
+    fh.write("a\\n")
+store = hn.Store(path)
+for i in range(n):
+    replies = [{"tool": "read_file", "args": {"path": "a.txt"}}, "done"]
+    result = hn.run_sync(hn.TaskContract("read a.txt", ws, max_steps=5),
+                         hn.ScriptedProvider(replies), store=store, run_id=f"{name}-{i}")
+    print(result.run_id, result.outcome.value, flush=True)
+store.close()
+print("done", flush=True)
+"""
+
+# A child that reads the way a notebook does (runs, steps, failure_rates) until the stop
+# file appears; prints how many reads it made.
+READ_RUNS = """
+import os, sys
+import harnessnb as hn
+store = hn.Store(sys.argv[1])
+print("ready", flush=True)
+reads = 0
+while not os.path.exists(sys.argv[2]):
+    store.runs()
+    store.steps()
+    store.failure_rates()
+    reads += 3
+store.close()
+print(reads, flush=True)
+"""
+
+# A child that keeps one core busy until killed (CPU load for the tests that need it).
+BURN = "while True: pass"

@@ -205,9 +205,9 @@ def test_traceback_is_short_and_card_is_escaped() -> None:
 
 @pytest.mark.parametrize(
     ("word", "retryable"),
-    [("busy", True), ("closed", False), ("corrupt", False), ("foreign", False),
+    [("busy", True), ("full", True), ("closed", False), ("corrupt", False), ("foreign", False),
      ("newer", False), ("io", False), ("missing", False), ("duplicate", False),
-     ("query", False), ("internal", False)],
+     ("query", False), ("internal", False), ("read_only", False)],
 )  # fmt: skip
 def test_store_error_kind_is_an_enum_that_still_reads_as_its_word(
     word: str, retryable: bool

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -14,7 +15,17 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import Store
-from tests.store_helpers import COMMIT_LOOP, HOLD_FILE, READ_LOOP, ROOT, child, run_row
+from tests.store_helpers import (
+    BURN,
+    COMMIT_LOOP,
+    HOLD_FILE,
+    READ_LOOP,
+    READ_RUNS,
+    ROOT,
+    RUN_LOOP,
+    child,
+    run_row,
+)
 
 
 def _assert_every_step_whole(store: Store) -> int:
@@ -62,6 +73,18 @@ def test_sigkill_at_random_points_never_leaves_a_half_step(tmp_path: Path) -> No
     assert committed > 20  # the children did commit between kills
 
 
+@pytest.fixture
+def cpu_load() -> Iterator[None]:
+    """One core kept busy by a child process for the test's duration."""
+    burner = child(BURN)
+    try:
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+@pytest.mark.usefixtures("cpu_load")
 def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.duckdb"
     Store(path).close()
@@ -87,6 +110,45 @@ def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
         counts = store.sql("SELECT run_id, count(*) AS n FROM steps GROUP BY 1 ORDER BY 1")
         assert counts["n"].tolist() == [50] * 4
         assert _assert_every_step_whole(store) == 200
+
+
+@pytest.mark.usefixtures("cpu_load")
+def test_eight_run_processes_and_two_readers_lose_no_run(tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    Store(path).close()
+    stop = tmp_path / "stop"
+    readers = [
+        child(READ_RUNS, str(path), str(stop), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    for reader in readers:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+    writers = [
+        child(RUN_LOOP, str(path), f"p{k}", str(tmp_path), "10",
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for k in range(8)
+    ]  # fmt: skip
+    outputs = [w.communicate(timeout=120) for w in writers]
+    stop.touch()
+    read = [r.communicate(timeout=60) for r in readers]
+
+    for (out, err), w in zip(outputs, writers, strict=True):
+        assert (w.returncode, err) == (0, ""), err
+        lines = out.split("\n")
+        assert lines[-2:] == ["done", ""] and len(lines) == 12, out
+        assert all(line.endswith(" finished") for line in lines[:10]), out
+    for (out, err), r in zip(read, readers, strict=True):
+        assert (r.returncode, err) == (0, ""), err
+        assert int(out.split()[-1]) > 0
+    with Store(path) as store:
+        runs = store.sql("SELECT run_id, outcome, steps FROM runs ORDER BY run_id")
+        expected = sorted(f"p{k}-{i}" for k in range(8) for i in range(10))
+        assert runs["run_id"].tolist() == expected
+        assert set(runs["outcome"].astype(str)) == {"finished"}
+        assert set(runs["steps"].tolist()) == {2}
+        held = store.sql("SELECT count(*) AS n FROM leases WHERE NOT released")
+        assert held["n"].tolist() == [0]
+        assert len(store.sql("SELECT * FROM leases")) == 80
 
 
 def test_lock_held_past_the_bound_is_a_retryable_busy_error(tmp_path: Path) -> None:

@@ -10,17 +10,18 @@ store transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
-from ..rules._errors import ConfigError, HarnessError, RefusedError, wrap_unknown
+from ..rules._errors import ConfigError, HarnessError, RefusedError, StoreError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
-from ..store._open import default_store, open_store
+from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
@@ -30,6 +31,7 @@ from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
+from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from ..tools._protocol import Tool
 
 __all__ = ["Driver", "default_store", "run", "run_sync"]
+
+T = TypeVar("T")
 
 
 AWAKE_S = 0.1
@@ -164,13 +168,17 @@ class Driver(StepTools):
             code="APPROVAL_UNANSWERED",
         ).to_dict()
 
+    async def patient(self, write: Callable[[], Awaitable[T]]) -> T:
+        """A store write, tried again while the store is busy or full and the run has
+        time left (``_store_wait``); then its ``StoreError`` ends the run (``drive``)."""
+        return await patiently(write, remaining=self.remaining, sleep=self.clock.sleep)
+
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
-        self.lease = await self.store.queued.acquire_lease(
-            self.run_id,
-            owner_identity(),
-            ttl_s=LEASE_TTL_S,
-            owner_alive=owner_alive,
+        self.lease = await self.patient(
+            lambda: self.store.queued.acquire_lease(
+                self.run_id, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
+            )
         )
 
     async def keep_lease(self) -> None:
@@ -181,6 +189,10 @@ class Driver(StepTools):
                 return
             try:
                 self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
+            except StoreError as exc:
+                if not exc.retryable:
+                    return
+                # Busy or full: tried again at the next renewal, well before it expires.
             except HarnessError:
                 return  # taken over: the next commit is refused with ConflictError
 
@@ -188,25 +200,25 @@ class Driver(StepTools):
         """Give the run's lease back (a resume that could not load the run)."""
         lease, self.lease = self.lease, None
         if lease is not None:
-            await self.store.queued.release_lease(lease)
+            await self.patient(lambda: self.store.queued.release_lease(lease))
 
     async def start(self) -> RunResult | None:
         self.conversation = Conversation(initial_messages(self.contract))
         # The run row and its lease in one commit: a run is never recorded undriven.
-        self.lease = await self.store.queued.start_run(
-            {
-                "run_id": self.run_id,
-                "task": self.contract.task,
-                "workspace": os.path.abspath(self.contract.workspace),
-                "provider": self.provider.name,
-                "model": self.provider.model,
-                "started_at": self.clock.time(),
-                "contract": self.contract.to_dict(),
-                "policy": self.base_policy.to_dict(),
-            },
-            owner_identity(),
-            ttl_s=LEASE_TTL_S,
-            owner_alive=owner_alive,
+        row = {
+            "run_id": self.run_id,
+            "task": self.contract.task,
+            "workspace": os.path.abspath(self.contract.workspace),
+            "provider": self.provider.name,
+            "model": self.provider.model,
+            "started_at": self.clock.time(),
+            "contract": self.contract.to_dict(),
+            "policy": self.base_policy.to_dict(),
+        }
+        self.lease = await self.patient(
+            lambda: self.store.queued.start_run(
+                row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
+            )
         )
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
@@ -287,23 +299,27 @@ class Driver(StepTools):
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
-        await self.store.queued.commit_step(
-            self.run_id,
-            {
-                "step": self.step,
-                "decision": "tool_calls" if completion.tool_calls else "answer",
-                "tool_calls": len(completion.tool_calls),
-                "tokens": step_tokens,
-                "changed_workspace": changed,
-                "provider": completion.provider or self.provider.name,
-                "at": self.clock.time(),
-            },
-            attempts=attempt_rows,
-            tool_calls=tool_rows,
-            stalls=stall_rows,
-            checkpoint=self.checkpoint(),
-            lease=self.lease,
-            finish=final,
+        row = {
+            "step": self.step,
+            "decision": "tool_calls" if completion.tool_calls else "answer",
+            "tool_calls": len(completion.tool_calls),
+            "tokens": step_tokens,
+            "changed_workspace": changed,
+            "provider": completion.provider or self.provider.name,
+            "at": self.clock.time(),
+        }
+        checkpoint = self.checkpoint()
+        await self.patient(
+            lambda: self.store.queued.commit_step(
+                self.run_id,
+                row,
+                attempts=attempt_rows,
+                tool_calls=tool_rows,
+                stalls=stall_rows,
+                checkpoint=checkpoint,
+                lease=self.lease,
+                finish=final,
+            )
         )
         if final is not None:
             self.lease = None
@@ -372,17 +388,39 @@ class Driver(StepTools):
         *,
         attempts: list[dict[str, Any]] | None = None,
     ) -> RunResult:
-        await self.store.queued.finish_run(
-            self.run_id,
-            outcome=outcome.value,
-            finished_at=self.clock.time(),
-            error=error.to_dict() if error is not None else None,
-            attempts=attempts or [],
-            lease=self.lease,
-            release=True,  # the lease is given up in the same commit
+        finished_at = self.clock.time()
+        await self.patient(
+            lambda: self.store.queued.finish_run(
+                self.run_id,
+                outcome=outcome.value,
+                finished_at=finished_at,
+                error=error.to_dict() if error is not None else None,
+                attempts=attempts or [],
+                lease=self.lease,
+                release=True,  # the lease is given up in the same commit
+            )
         )
         self.lease = None
         return await self.finished(outcome, error)
+
+    async def store_gave_out(self, exc: StoreError) -> RunResult:
+        """End the run whose store stayed busy or full for the rest of its time.
+
+        The outcome is ``time_budget`` (the run's time ran out waiting) or, for a run
+        without a budget, ``escalated_retryable`` (a resume goes on once the store can
+        be written); the error is the ``StoreError``. It is recorded, with the lease
+        released, if one last try gets through; otherwise the result alone reports it
+        and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
+        """
+        outcome = gave_out_outcome(self.contract.budget_seconds)
+        lease, self.lease = self.lease, None  # stops the renewals whatever happens
+        # If the store still cannot be written, the result is the only report.
+        with contextlib.suppress(HarnessError):
+            await self.store.queued.finish_run(
+                self.run_id, outcome=outcome.value, finished_at=self.clock.time(),
+                error=exc.to_dict(), lease=lease, release=True,
+            )  # fmt: skip
+        return await self.finished(outcome, exc)
 
     async def finished(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
         """The result and the ``finished`` event of a run whose end is committed."""
@@ -435,18 +473,27 @@ class Driver(StepTools):
                     break
                 ended = await self.take_step()
             return ended
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            return await self.store_gave_out(exc)  # busy or full past the run's time
         except asyncio.CancelledError:
             # Record the cancellation synchronously: the task is being torn down. A
-            # pending approval is recorded as not answered (the run's error).
-            self.store.finish_run(
-                self.run_id,
-                outcome=RunOutcome.CANCELLED.value,
-                finished_at=self.clock.time(),
-                error=self._unanswered(),
-                lease=self.lease,
-                release=True,
-            )
-            self.lease = None
+            # pending approval is recorded as not answered (the run's error). A store
+            # still busy or full leaves it unrecorded; the unrenewed lease expires.
+            lease, self.lease = self.lease, None
+            try:
+                self.store.finish_run(
+                    self.run_id,
+                    outcome=RunOutcome.CANCELLED.value,
+                    finished_at=self.clock.time(),
+                    error=self._unanswered(),
+                    lease=lease,
+                    release=True,
+                )
+            except StoreError as exc:
+                if not exc.retryable:
+                    raise
             raise
         finally:
             for task in (renewer, awake):
@@ -489,16 +536,23 @@ async def run(
 
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
+    clock, run_id = clock or SystemClock(), run_id or new_id("run")
+    try:
+        opened = await open_patiently(store, contract.budget_seconds, clock)
+    except StoreError as exc:
+        if not exc.retryable:
+            raise
+        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
     driver = Driver(
         contract,
         provider,
-        store=open_store(store),
+        store=opened,
         policy=policy if policy is not None else Policy.default(),
         approver=approver,
         tools=tools,
         on_event=on_event,
-        clock=clock or SystemClock(),
-        run_id=run_id or new_id("run"),
+        clock=clock,
+        run_id=run_id,
     )
     try:
         return await driver.drive()

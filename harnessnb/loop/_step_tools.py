@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ._conversation import Conversation
 
 __all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]
+
+T = TypeVar("T")
 
 COMMAND_TIMEOUT_S = 30.0  # run_command's default timeout, cut to the run's remaining time
 
@@ -95,6 +97,8 @@ class StepTools:
 
         def remaining(self) -> float | None: ...
 
+        async def patient(self, write: Callable[[], Awaitable[T]]) -> T: ...
+
     async def run_tools(
         self,
         completion: Completion,
@@ -150,8 +154,10 @@ class StepTools:
             if not pending_saved:
                 pending = {"completion": completion.to_dict(), "attempts": attempt_rows}
                 pending_saved = True
-            await self.store.queued.record_intent(
-                self.run_id, dict(row), lease=self.lease, pending=pending
+            await self.patient(
+                lambda: self.store.queued.record_intent(
+                    self.run_id, dict(row), lease=self.lease, pending=pending
+                )
             )
 
         return record
@@ -207,13 +213,15 @@ class StepTools:
         if effect != "read" and result.executions > 0:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
-            await self.store.queued.settle_tool_call(
-                self.run_id,
-                self.step,
-                seq,
-                status=result.status,
-                output=content,
-                sandbox=result.sandbox,
+            await self.patient(
+                lambda: self.store.queued.settle_tool_call(
+                    self.run_id,
+                    self.step,
+                    seq,
+                    status=result.status,
+                    output=content,
+                    sandbox=result.sandbox,
+                )
             )
         if result.status == "deferred":
             done.deferred = True
@@ -234,11 +242,10 @@ class StepTools:
         tool_rows.append(row)
 
     async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
-        await self.store.queued.settle_tool_call(
-            self.run_id,
-            self.step,
-            int(earlier["seq"]),
-            status="needs_reconciliation",
+        await self.patient(
+            lambda: self.store.queued.settle_tool_call(
+                self.run_id, self.step, int(earlier["seq"]), status="needs_reconciliation"
+            )
         )
         args = json.dumps(earlier.get("args"), ensure_ascii=False)
         return ResumeError(

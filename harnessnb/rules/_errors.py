@@ -355,7 +355,8 @@ class SandboxError(_ReasonError):
 class StoreErrorKind(enum.StrEnum):
     """What went wrong with the store; the value is the word stored and compared."""
 
-    BUSY = "busy"  # another process holds the file's lock: the one retryable kind
+    BUSY = "busy"  # another process held the file past the wait: retryable
+    FULL = "full"  # the disk (or quota, or file size limit) is full: retryable once freed
     CLOSED = "closed"  # the store was closed
     CORRUPT = "corrupt"  # the file is damaged; it is left untouched
     FOREIGN = "foreign"  # the file is not a harnessnb store; it is left untouched
@@ -369,7 +370,8 @@ class StoreErrorKind(enum.StrEnum):
 
 
 class StoreError(HarnessError):
-    """The DuckDB store failed. ``kind`` is a ``StoreErrorKind``; only busy is retryable.
+    """The DuckDB store failed. ``kind`` is a ``StoreErrorKind``; busy and full are
+    retryable (the lock may be free, the space freed, on a later try).
 
     ``kind`` may be given as the word (``kind="busy"``); it compares equal to it.
     """
@@ -391,8 +393,8 @@ class StoreError(HarnessError):
 
     @property
     def retryable(self) -> bool:
-        """True for busy: the lock may be free on the next try."""
-        return self.kind is StoreErrorKind.BUSY
+        """True for busy and full: the lock may be free, or space freed, on a later try."""
+        return self.kind in (StoreErrorKind.BUSY, StoreErrorKind.FULL)
 
     def _fields(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "path": self.path, "retryable": self.retryable}

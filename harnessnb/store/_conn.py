@@ -1,12 +1,15 @@
 """One DuckDB connection per database file per process, held briefly and shared.
 
 DuckDB lets one process hold a file at a time; a second process gets "Could not set
-lock on file". So a process opens the file only while it works: it keeps the
-connection while operations come fast, closes it after ``linger_s`` idle (a provider
-call takes seconds, which leaves other processes room), and after holding it for
-``MAX_HOLD_S`` without a pause it lets go and waits a moment so a waiting process can
-take its turn. A busy lock is retried with jittered, bounded backoff; one that cannot
-be had within ``busy_timeout_s`` is ``StoreError(kind="busy")``, which is retryable.
+lock on file". So a process opens the file only while it works, and only in its turn
+(``_turn``: a blocking OS lock on ``<store>.lock``, waited for in the kernel, no
+polling): it keeps the connection while operations come fast, closes it after
+``linger_s`` idle (a provider call takes seconds, which leaves other processes room),
+and hands it over once another process waits for it and it has held it for
+``_MIN_HOLD_S`` (at most ``MAX_HOLD_S`` whoever waits). A turn that does not come
+within ``busy_timeout_s`` is ``StoreError(kind="busy")``, which is retryable. Where
+there is no turn to take (a read-only folder), or a program other than harnessnb
+holds the file, DuckDB's lock is retried with jittered, bounded backoff instead.
 
 Within a process every ``Store`` on the same real path shares one ``SharedDb`` whose
 lock serialises all statements: concurrent runs in one kernel funnel through it. Writes
@@ -40,6 +43,7 @@ import duckdb
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
 from ._schema import SCHEMA_VERSION, ensure_schema, stored_version
+from ._turn import FileTurn
 
 T = TypeVar("T")
 
@@ -55,8 +59,15 @@ __all__ = [
 
 MEMORY: Final = ":memory:"
 MAX_HOLD_S: Final = 1.0
-# After a forced hand-over, wait this long (uniform) before reopening.
+# Hand the file over to a waiting process after holding it this long: an open and a
+# close cost ~30 ms on a quiet machine (~130 ms on a loaded one), so a shorter turn
+# would spend more on opening than on writing.
+_MIN_HOLD_S: Final = 0.15
+# Without a turn (DuckDB's lock alone): after a forced hand-over, wait this long
+# (uniform) before reopening.
 _YIELD_S: Final = (0.03, 0.08)
+# The idle connection is checked this often for a waiting process.
+_WANTED_POLL_S: Final = 0.02
 _BACKOFF_FIRST_S: Final = 0.002
 _BACKOFF_CAP_S: Final = 0.025
 # The writer thread ends after this long with nothing to write (restarted on demand).
@@ -80,6 +91,9 @@ class SharedDb:
         self._reopen_after = 0.0
         self._reaper: threading.Thread | None = None
         self._closed = False
+        self._turn = FileTurn(path)
+        # How long each open of the file waited for its turn (seconds; the newest last).
+        self.waits: deque[float] = deque(maxlen=4096)
         # Decided at the first open of a file: it could not be written, so it is read
         # read-only; ``_copy`` when that file's schema is older and it is read through
         # a migrated in-memory copy (kept open: closing it would lose it).
@@ -261,19 +275,40 @@ class SharedDb:
                 self._copy = True
         except duckdb.Error as exc:
             con.close()
+            self._turn.give()
             raise store_error(exc, self.path) from exc
         except BaseException:
             con.close()
+            self._turn.give()
             raise
+        if self._copy:
+            self._turn.give()  # the migrated copy lives in memory: the file is not used
         self._con = con
         self._opened_at = time.monotonic()
         return con
 
     def _open_file(self, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
-        wait = self._reopen_after - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
         deadline = time.monotonic() + busy_timeout_s
+        self._turn.take(busy_timeout_s)
+        self.waits.append(self._turn.waited_s)
+        if not self._turn.held:
+            wait = self._reopen_after - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        try:
+            return self._connect_within(deadline, busy_timeout_s)
+        except StoreError as exc:
+            if exc.kind in ("corrupt", "foreign", "newer"):
+                self._turn.discard()  # not a store of ours: leave nothing beside it
+            self._turn.give()
+            raise
+        except BaseException:
+            self._turn.give()
+            raise
+
+    def _connect_within(self, deadline: float, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
+        """Connect, retrying DuckDB's own lock (a holder that takes no turn) with
+        jittered backoff until ``deadline``."""
         delay = _BACKOFF_FIRST_S
         while True:
             check_header(self.path)
@@ -325,10 +360,11 @@ class SharedDb:
             return
         now = time.monotonic()
         self._last_used = now
-        if now - self._opened_at > MAX_HOLD_S:
-            # Held through a long burst: hand the file over so others are not starved.
-            self._drop()
-            self._reopen_after = now + random.uniform(*_YIELD_S)
+        held = now - self._opened_at
+        if held > MAX_HOLD_S or (held > _MIN_HOLD_S and self._turn.wanted()):
+            # Another process waits (or may: without a turn nobody can tell), so the
+            # file is handed over rather than held through a long burst.
+            self._hand_over()
             return
         self._idle.notify_all()
         if self._reaper is None or not self._reaper.is_alive():
@@ -337,14 +373,20 @@ class SharedDb:
             )
             self._reaper.start()
 
+    def _hand_over(self) -> None:
+        self._drop()
+        if not self._turn.usable:  # a turn is queued for in order; DuckDB's lock is raced
+            self._reopen_after = time.monotonic() + random.uniform(*_YIELD_S)
+
     def _reap(self) -> None:
         with self._lock:
             while self._con is not None:
                 idle = time.monotonic() - self._last_used
-                if idle >= self.linger_s:
-                    self._drop()
+                held = time.monotonic() - self._opened_at
+                if idle >= self.linger_s or (held >= _MIN_HOLD_S and self._turn.wanted()):
+                    self._drop()  # idle, or idle through its turn while another waits
                     return
-                self._idle.wait(self.linger_s - idle)
+                self._idle.wait(min(self.linger_s - idle, _WANTED_POLL_S))
 
     def forget_after_fork(self) -> None:
         """In a forked child: let go of the parent's connection without closing it."""
@@ -352,6 +394,7 @@ class SharedDb:
             _FORK_ORPHANS.append(self._con)
             _FORK_ORPHANS.extend(self._appenders.values())
         self._con = None
+        self._turn.forget()
         self._reaper = None
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
@@ -368,6 +411,7 @@ class SharedDb:
         if con is not None:
             with contextlib.suppress(duckdb.Error):
                 con.close()
+        self._turn.give()
 
 
 @contextlib.contextmanager
@@ -442,6 +486,9 @@ def store_error(exc: duckdb.Error, path: str) -> StoreError:
     lower = text.lower()
     if "could not set lock" in lower or "conflicting lock" in lower:
         kind = "busy"
+    elif any(word in lower for word in _FULL_WORDS):
+        kind = "full"
+        text = f"the disk of the store {path} is full (the transaction was rolled back): {text}"
     elif "read-only mode" in lower:
         kind = "read_only"  # ``Store.sql`` asked to write to a store opened read-only
     elif "corrupt" in lower or "not a valid duckdb" in lower or "checksum" in lower:
@@ -462,6 +509,11 @@ def store_error(exc: duckdb.Error, path: str) -> StoreError:
     else:
         kind = "internal"
     return StoreError(text, kind=kind, path=path)
+
+
+# strerror of ENOSPC, EDQUOT and EFBIG (a file size limit): a write that may succeed
+# once space is freed.
+_FULL_WORDS: Final = ("no space left on device", "disk quota exceeded", "file too large")
 
 
 def _is_fatal(exc: duckdb.Error) -> bool:

@@ -95,8 +95,9 @@ class Store:
         linger_s: Seconds the file stays open after the last operation, so bursts of
             commits reuse one connection while other processes get their turn between
             provider calls.
-        busy_timeout_s: How long to retry a file locked by another process before
-            ``StoreError(kind="busy")`` (retryable).
+        busy_timeout_s: How long to wait for the file while other processes have
+            their turn (``<store>.lock``, first come first served) before
+            ``StoreError(kind="busy")`` (retryable; a run waits it out).
 
     A new path, or an empty file, becomes a store. An existing file is looked at
     read-only first: a DuckDB database of another program is refused and left byte
@@ -108,7 +109,8 @@ class Store:
     Raises:
         StoreError: ``corrupt`` (not a DuckDB file, or damaged; the file is left as it
             was), ``foreign`` (a DuckDB database that is not a harnessnb store; left
-            as it was), ``newer`` (written by a newer harnessnb), ``busy``, ``io``.
+            as it was), ``newer`` (written by a newer harnessnb), ``busy``, ``io``;
+            a write on a full disk ``full`` (retryable once space is freed).
     """
 
     schema_version: int = SCHEMA_VERSION
