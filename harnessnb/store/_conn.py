@@ -557,10 +557,13 @@ def release_shared(db: SharedDb) -> None:
 
 
 def _close_all() -> None:
+    """At exit: close every store for good, each once its write in flight is done, so no
+    daemon thread (the writer, the reaper) opens or uses a connection while the
+    interpreter finalizes (native code caught there aborts the process)."""
     with _REGISTRY_LOCK:
         dbs = list(_REGISTRY.values())
     for db in dbs:
-        db.close()
+        db.shutdown()
 
 
 def _after_fork_in_child() -> None:
