@@ -51,6 +51,10 @@ def loop_thread() -> asyncio.AbstractEventLoop:
 
             thread = threading.Thread(target=serve, name="harnessnb-loop", daemon=True)
             thread.start()
+            # Registered here, after the store module's own exit hook (atexit runs
+            # last-in first-out): runs wind down while their stores can still write.
+            atexit.unregister(_wind_down)
+            atexit.register(_wind_down)
             ready.wait()
             _loop, _thread = loop, thread
         return _loop
@@ -115,5 +119,3 @@ def _wind_down(grace_s: float = EXIT_GRACE_S) -> None:
     loop.call_soon_threadsafe(loop.stop)
     thread.join(grace_s)
 
-
-atexit.register(_wind_down)
