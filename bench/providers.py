@@ -55,7 +55,7 @@ async def clients(url: str) -> dict[str, Call]:
     provider = hn.OpenAI("bench-model", base_url=base)
     # The baseline gets harnessnb's own client configuration, so the ratio is the
     # cost of harnessnb's layer alone (httpx2's default 5 s timeouts cost more).
-    raw = _http._new_client()
+    raw = _http.new_client()
     sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "messages": MESSAGES}
 
