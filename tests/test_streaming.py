@@ -18,8 +18,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.cli import LineProgress
-from harnessnb.loop._durable import Record, Replay
-from harnessnb.loop._events import DELTA_INTERVAL, RunEvent, TextDeltas
+from harnessnb.loop._events import DELTA_INTERVAL, TextDeltas
 from harnessnb.notebook._progress import TextProgress, WidgetProgress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +177,7 @@ class Watcher:
         self.shown: list[str] = []
         self.at: list[float] = []
 
-    def __call__(self, event: RunEvent) -> None:
+    def __call__(self, event: hn.RunEvent) -> None:
         self.kinds.append(event.kind)
         self.widget(event)
         self.text(event)
@@ -256,7 +255,7 @@ async def test_the_command_shows_streamed_text_on_a_terminal_and_not_in_a_pipe(
         with open(slave, "w", closefd=False) as tty, open(tmp_path / "pipe.txt", "w") as piped:
             on_tty, on_pipe = LineProgress(tty), LineProgress(piped)
 
-            def both(event: RunEvent) -> None:
+            def both(event: hn.RunEvent) -> None:
                 on_tty(event)
                 on_pipe(event)
 
@@ -298,7 +297,7 @@ async def test_fallback_streams_every_leg(ws: Path, store: hn.Store) -> None:
 async def test_a_streamed_run_records_and_replays(ws: Path, tmp_path: Path) -> None:
     with hn.Store(tmp_path / "rec.duckdb") as source:
         with ChaosServer(responder=answer) as srv:
-            recorder = Record(make("anthropic", srv), source)
+            recorder = hn.Record(make("anthropic", srv), source)
             original = await hn.run(contract(ws), recorder, store=source, run_id="run_s")
             assert [r.stream for r in srv.requests] == [True]
         replayed_store = hn.Store(":memory:")
@@ -318,5 +317,5 @@ async def test_the_shipped_recording_still_replays(tmp_path: Path) -> None:
             run_id, source, store=hn.Store(":memory:"),
             workspace=make_demo_workspace(tmp_path / "project"),
         )  # fmt: skip
-        assert Replay(source).hosts() == []
+        assert hn.Replay(source).hosts() == []
     assert result.outcome is hn.RunOutcome.SUCCESS, result.error
