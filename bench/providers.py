@@ -85,11 +85,13 @@ async def clients(url: str) -> dict[str, Call]:
     }
 
 
-async def sequential(call: Call, n: int) -> float:
-    started = time.perf_counter()
+async def sequential(call: Call, n: int) -> tuple[float, float]:
+    """Wall and CPU seconds of ``n`` calls one after another (CPU time is the client's
+    own: the server is another process, and a busy machine inflates it far less)."""
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         await call()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 async def concurrent(call: Call, n: int, width: int = 100) -> float:
@@ -112,7 +114,7 @@ async def main(seq_n: int, conc_n: int, rounds: int) -> None:
             assert (await call()).startswith("Say hello")
             await concurrent(call, 200)
         results: dict[str, dict[str, list[float]]] = {
-            name: {"seq": [], "conc": []} for name in calls
+            name: {"seq": [], "conc": [], "cpu": []} for name in calls
         }
         names = list(calls)
         for r in range(rounds):
@@ -121,7 +123,9 @@ async def main(seq_n: int, conc_n: int, rounds: int) -> None:
             turn = r % len(names)
             for name in names[turn:] + names[:turn]:
                 gc.collect()
-                results[name]["seq"].append(await sequential(calls[name], seq_n))
+                wall, cpu = await sequential(calls[name], seq_n)
+                results[name]["seq"].append(wall)
+                results[name]["cpu"].append(cpu)
                 gc.collect()
                 results[name]["conc"].append(await concurrent(calls[name], conc_n))
         report(results, seq_n, conc_n, rounds)
@@ -140,13 +144,14 @@ def report(
     print(f"best of {rounds} rounds; sequential {seq_n} calls, concurrent {conc_n} calls x100\n")
     print(
         f"{'client':<12} {'seq us/call':>12} {'seq calls/s':>12} {'conc calls/s':>13} "
-        f"{'seq vs raw':>11} {'conc vs raw':>12}"
+        f"{'seq vs raw':>11} {'conc vs raw':>12} {'seq cpu us/call':>16}"
     )
     for name, m in med.items():
         seq_ratio, conc_ratio = m["seq"] / raw["seq"], m["conc"] / raw["conc"]
         print(
             f"{name:<12} {m['seq'] / seq_n * 1e6:>12.0f} {seq_n / m['seq']:>12.0f} "
-            f"{conc_n / m['conc']:>13.0f} {seq_ratio:>10.2f}x {conc_ratio:>11.2f}x"
+            f"{conc_n / m['conc']:>13.0f} {seq_ratio:>10.2f}x {conc_ratio:>11.2f}x "
+            f"{m['cpu'] / seq_n * 1e6:>16.0f}"
         )
     print()
     print(
@@ -160,7 +165,8 @@ def report(
     st = med["harnessnb stream"]
     print(
         f"streamed / whole answer: seq {st['seq'] / hnb['seq']:.2f}x, "
-        f"conc {st['conc'] / hnb['conc']:.2f}x   (what streaming costs per complete())"
+        f"conc {st['conc'] / hnb['conc']:.2f}x, seq CPU {st['cpu'] / hnb['cpu']:.2f}x   "
+        "(what streaming costs per complete())"
     )
 
 
