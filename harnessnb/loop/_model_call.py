@@ -157,7 +157,8 @@ class ModelCalls:
         call_start = self.clock.time()
         real_start = time.time()
         result: Completion | HarnessError
-        with collect_attempts() as records, stream_text_to(TextDeltas(self.emit)):
+        deltas = TextDeltas(self.emit)
+        with collect_attempts() as records, stream_text_to(deltas):
             try:
                 coro = self.provider.complete(messages, tools=self.tool_specs())
                 result = await asyncio.wait_for(coro, timeout=remaining)
@@ -175,6 +176,8 @@ class ModelCalls:
                 result = exc
             except Exception as exc:  # a custom provider's bug: typed, with its cause
                 result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
+        if isinstance(result, Completion):
+            await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
         # The first attempt of a call starts when the call does (on the run's clock);
