@@ -86,6 +86,16 @@ async def test_a_stream_that_goes_silent_fails_within_the_idle_timeout_and_is_re
     assert result.retries == 1
 
 
+async def test_a_stalled_stream_rate_is_cut_by_the_idle_timeout(ws: Path, store: hn.Store) -> None:
+    with ChaosServer(responder=answer, rates={"stalled_stream": 1.0}) as srv:
+        started = time.monotonic()
+        result = await hn.run(contract(ws, max_retries=1), make("openai", srv), store=store)
+        took = time.monotonic() - started
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    assert [r["kind"] for r in attempts_of(store, result.run_id)] == ["timeout", "timeout"]
+    assert took < 2 * IDLE + 3.0
+
+
 @PROTOCOLS
 async def test_every_streamed_attempt_stores_its_time_to_first_token(
     protocol: str, ws: Path, store: hn.Store

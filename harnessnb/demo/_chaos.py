@@ -250,6 +250,8 @@ RATE_FAULTS: dict[str, Fault] = {
     "request": Fault.status(400),
     "context_overflow": Fault.status(400, body=_ANTHROPIC_CONTEXT),
     "stream_error": Fault.stream_error({"type": "overloaded_error", "message": "Overloaded"}),
+    # One chunk, then silence: the provider's idle timeout cuts it as a timeout.
+    "stalled_stream": Fault.stall_stream(after_events=1, seconds=30.0),
 }
 
 
