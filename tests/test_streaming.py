@@ -81,7 +81,7 @@ async def test_a_stream_that_goes_silent_fails_within_the_idle_timeout_and_is_re
     rows = attempts_of(store, result.run_id)
     assert [r["kind"] for r in rows] == ["timeout", None]
     assert "idle timeout" in rows[0]["error"]
-    assert IDLE * 1000 <= rows[0]["latency_ms"] < IDLE * 1000 + 700
+    assert IDLE * 1000 <= rows[0]["latency_ms"] < IDLE * 1000 + 1000
     assert took < 5.0  # nowhere near the 30 s stall, nor the 600 s deadline
     assert result.retries == 1
 
