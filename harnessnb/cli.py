@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -61,10 +62,11 @@ from .launch._options import (
     contract_from,
     policy_from,
 )
-from .launch._words import event_words
+from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
 from .loop._durable import resume_sync
+from .loop._events import DELTA_TAIL
 from .rules._errors import HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
@@ -128,17 +130,43 @@ def _out(*parts: object, file: TextIO | None = None, flush: bool = False) -> Non
 
 
 class LineProgress:
-    """Prints one line per event worth a line, in the words of ``launch._words``."""
+    """Prints one line per event worth a line, in the words of ``launch._words``.
+
+    On a terminal, the answer the model is streaming shows live on one line that the
+    next event's line replaces (``delta`` events come at most ten a second); piped
+    output gets the lines alone.
+    """
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
         self.run_id: str | None = None
         self.max_steps = 0
+        self._streamed = ""  # the tail of the answer being streamed
+        self._live = False  # the live line is on screen
 
     def __call__(self, event: RunEvent) -> None:
+        out = self._stream or sys.stdout
+        if event.kind == "delta":
+            self._show_streamed(event, out)
+            return
+        self._streamed = ""
+        if self._live:
+            out.write("\r\x1b[K")  # the live line gives way to the event's
+            self._live = False
         line = self.line(event)
         if line is not None:
-            _out(line, file=self._stream or sys.stdout, flush=True)
+            _out(line, file=out, flush=True)
+
+    def _show_streamed(self, event: RunEvent, out: TextIO) -> None:
+        if not out.isatty():
+            return
+        text = str(event.data.get("text") or "")
+        tail = text if event.data.get("restart") else self._streamed + text
+        self._streamed = tail[-DELTA_TAIL:]
+        width = max(20, shutil.get_terminal_size().columns - 5)
+        out.write(f"\r\x1b[K  > {streamed_words(self._streamed, width)}")
+        out.flush()
+        self._live = True
 
     def line(self, event: RunEvent) -> str | None:
         """The line for ``event`` (indented below its run's first line), or None."""
@@ -423,8 +451,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     check_provider_options(args)
     store = _store(args)
     provider, note = provider_for_resume(
-        _recorded_run(store, args.run_id), args.provider, model=args.model,
-        base_url=args.base_url, fallbacks=args.fallback,
+        _recorded_run(store, args.run_id),
+        args.provider,
+        model=args.model,
+        base_url=args.base_url,
+        fallbacks=args.fallback,
     )
     if note:
         _out(f"note: {note}", flush=True)

@@ -21,13 +21,15 @@ async def typed_usage(store: hn.Store) -> None:
     )
     provider = hn.Fallback(
         hn.OpenAI("gpt-4o-mini", api_key="k"),
-        hn.Anthropic("claude", api_key="k").with_timeout(30.0),
+        hn.Anthropic("claude", api_key="k", idle_timeout=20.0, stream=False).with_timeout(30.0),
     )
+    streams: bool = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", stream=False).stream
     policy = hn.Policy.default().layer("app").allow_write("NOTES.md")
     result: hn.RunResult = await hn.run(
         contract, provider, store=store, policy=policy, approver=hn.ApproveAll()
     )
     outcome: hn.RunOutcome = result.outcome
+    print(streams)
     error: hn.HarnessError | None = result.error
     if isinstance(error, hn.ProviderError):
         kind: hn.ProviderErrorKind = error.kind
@@ -56,7 +58,6 @@ async def typed_usage(store: hn.Store) -> None:
     print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
 
 
-
 async def typed_store_writes(store: hn.Store) -> None:
     """Each write is declared once, and mypy checks its arguments wherever it is called:
     a wrong one below must stay an error (strict mode flags an unused ignore)."""
@@ -71,6 +72,7 @@ async def typed_store_writes(store: hn.Store) -> None:
     await store.queued.finish_run("r1", outcome="finished")  # type: ignore[call-arg]
     await store.queued.add_marker("r1", "resume", "at step 2", at="now")  # type: ignore[arg-type]
     store.renew_lease(lease, ttl=30.0)  # type: ignore[call-arg]
+
 
 @hn.tool(effect=hn.Effect.WRITE)
 async def publish(title: str) -> str:

@@ -143,6 +143,18 @@ class Fault:
         """A healthy answer sent after ``seconds``."""
         return cls("slow", seconds=seconds)
 
+    @classmethod
+    def trickle(cls, seconds: float) -> Fault:
+        """A healthy stream with ``seconds`` between its events (non-stream: as ``slow``
+        by that much). For watching streamed text arrive."""
+        return cls("trickle", seconds=seconds)
+
+    @classmethod
+    def rejects_streaming(cls) -> Fault:
+        """A streamed request gets HTTP 400 "streaming is not supported"; a request that
+        does not stream gets a healthy answer (a server that cannot stream)."""
+        return cls("rejects_streaming", http_status=400)
+
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
@@ -238,6 +250,8 @@ RATE_FAULTS: dict[str, Fault] = {
     "request": Fault.status(400),
     "context_overflow": Fault.status(400, body=_ANTHROPIC_CONTEXT),
     "stream_error": Fault.stream_error({"type": "overloaded_error", "message": "Overloaded"}),
+    # One chunk, then silence: the provider's idle timeout cuts it as a timeout.
+    "stalled_stream": Fault.stall_stream(after_events=1, seconds=30.0),
 }
 
 
@@ -586,8 +600,14 @@ class _Exchange:
     async def run(self) -> bool:
         f = self.fault
         kind = f.kind if f else "healthy"
-        if f is not None and kind == "slow":
+        if f is not None and (kind == "slow" or (kind == "trickle" and not self.req.stream)):
             await asyncio.sleep(f.seconds)
+            kind = "healthy"
+        if kind == "rejects_streaming":
+            if self.req.stream:
+                text = "streaming is not supported by this server"
+                await _send(self.writer, 400, _error_body(self.req.protocol, 400, text), self.ids)
+                return True
             kind = "healthy"
         if f is not None and kind == "hang":
             await asyncio.sleep(f.seconds)
@@ -698,6 +718,12 @@ class _Exchange:
             else:
                 bad = _sse({"error": error})
             events = [*events[:cut], bad]
+        if kind == "trickle" and f is not None:
+            for event in events:
+                w.write(_chunk(event))
+                await w.drain()
+                await asyncio.sleep(f.seconds)
+            events = []
         if kind == "stall_stream" and f is not None:
             for event in events[:cut]:
                 w.write(_chunk(event))

@@ -16,7 +16,7 @@ from ..loop._events import RunEvent
 from ..rules._secrets import scrub
 from ..rules._text import printable, shorten
 
-__all__ = ["event_words", "retry_words", "tool_call_words"]
+__all__ = ["event_words", "retry_words", "streamed_words", "tool_call_words"]
 
 _ARGS_SHOWN = 60
 
@@ -70,6 +70,18 @@ def _words(event: RunEvent, max_steps: int) -> str | None:
     if kind == "shrunk":
         return "context too long: old tool output dropped and the call retried"
     return None
+
+
+def streamed_words(text: str, width: int = 72) -> str:
+    """The newest ``width`` characters of a streamed answer as one line: ``... so far``.
+
+    Line breaks become spaces; the text is scrubbed before it is cut and its control
+    characters come out escaped, like every other line.
+    """
+    flat = " ".join(scrub(text).split())
+    if len(flat) > width:
+        flat = "\u2026" + flat[-(width - 1) :]
+    return printable(flat)
 
 
 def retry_words(kind: Any, status: Any, wait_s: float, attempt: Any, of: Any) -> str:

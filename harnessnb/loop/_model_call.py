@@ -16,11 +16,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..providers._completion import AttemptRecord, Completion, Provider, collect_attempts
+from ..providers._completion import (
+    AttemptRecord,
+    Completion,
+    Provider,
+    collect_attempts,
+    stream_text_to,
+)
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
 from ..rules._retry import Clock, retry_decision
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
+from ._events import TextDeltas
 from ._outcome import provider_failure_outcome
 
 if TYPE_CHECKING:
@@ -50,7 +57,8 @@ class ModelCalls:
         clock: The run's clock (sleeps between retries go through it).
         tool_specs: The tools offered to the model.
         elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
-        emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``).
+        emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``, and ``delta``
+            with streamed text, throttled by ``TextDeltas``).
     """
 
     provider: Provider
@@ -149,7 +157,8 @@ class ModelCalls:
         call_start = self.clock.time()
         real_start = time.time()
         result: Completion | HarnessError
-        with collect_attempts() as records:
+        deltas = TextDeltas(self.emit)
+        with collect_attempts() as records, stream_text_to(deltas):
             try:
                 coro = self.provider.complete(messages, tools=self.tool_specs())
                 result = await asyncio.wait_for(coro, timeout=remaining)
@@ -167,6 +176,8 @@ class ModelCalls:
                 result = exc
             except Exception as exc:  # a custom provider's bug: typed, with its cause
                 result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
+        if isinstance(result, Completion):
+            await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
         # The first attempt of a call starts when the call does (on the run's clock);

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from ..launch._words import event_words, retry_words
-from ..loop._events import RunEvent
+from ..launch._words import event_words, retry_words, streamed_words
+from ..loop._events import DELTA_TAIL, RunEvent
 from ..rules._html import Tone, bold, bullets, code, panel, text_block, tinted
 
 __all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
@@ -41,6 +41,7 @@ class ProgressState:
     retry: tuple[str, int | None, int, int, float] | None = None  # kind, status, n, of, until
     notes: list[str] = dataclasses.field(default_factory=list)
     outcome: str | None = None
+    streamed: str = ""  # the newest text of the answer being streamed ("" when none)
 
     def fold(self, event: RunEvent, now: float) -> str | None:
         """Apply ``event``; return its line (``launch._words``) when it deserves one."""
@@ -54,6 +55,12 @@ class ProgressState:
             self.step = max(self.step, event.step)
             self.activity = "waiting for the model"
         line = event_words(event, max_steps=self.max_steps)
+        if kind == "delta":
+            text = str(data.get("text") or "")
+            self.streamed = (text if data.get("restart") else self.streamed + text)[-DELTA_TAIL:]
+            self.activity = "the model is answering"
+            return None
+        self.streamed = ""  # anything else ends (or voids) the answer being streamed
         if kind == "step":
             self.retry = None
             self.step = event.step
@@ -103,6 +110,10 @@ class ProgressState:
         )
         return f"{head} - {self.retry_line(now) or self.activity}"
 
+    def streamed_line(self, width: int = 72) -> str:
+        """The tail of the answer being streamed, as one line ("" when none)."""
+        return streamed_words(self.streamed, width) if self.streamed else ""
+
     def html(self, now: float) -> str:
         """The panel body; every value escaped."""
         elapsed = now - self.started if self.started else 0.0
@@ -113,6 +124,7 @@ class ProgressState:
             f" of {self.max_steps}" if self.max_steps else "",
             f" \u00b7 {self.tokens} tokens \u00b7 {elapsed:.0f} s",
             text_block(tinted(retry, Tone.WARN) if retry else self.activity),
+            text_block(self.streamed_line(120), faint=True) if self.streamed else "",
             bullets(self.notes),
         ))  # fmt: skip
 
@@ -200,5 +212,5 @@ class WidgetProgress:
 
 
 def _of(most: int) -> str:
-    """"/12" after a step number when the run has a step cap ("" for a CLI without one)."""
+    """ "/12" after a step number when the run has a step cap ("" for a CLI without one)."""
     return f"/{most}" if most else ""

@@ -175,6 +175,7 @@ class _MessageStream(StreamAccumulator):
         self.stop_reason: str | None = None
 
     def feed(self, event: str, data: str) -> bool:
+        self.fresh = ""
         obj = json_object(data, f"stream event {event!r} is")
         etype = obj.get("type") or event
         if etype == "error" or event == "error":
@@ -187,6 +188,8 @@ class _MessageStream(StreamAccumulator):
             block: dict[str, Any] = dict(obj.get("content_block") or {})
             block["partial"] = ""
             self.blocks[int(obj.get("index", 0))] = block
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                self.fresh = block["text"]
             return bool(block.get("type") == "tool_use" or block.get("text"))
         elif etype == "content_block_delta":
             found = self.blocks.get(int(obj.get("index", 0)))
@@ -195,7 +198,9 @@ class _MessageStream(StreamAccumulator):
             delta = obj.get("delta") or {}
             dtype = delta.get("type")
             if dtype == "text_delta":
-                found["text"] = (found.get("text") or "") + (delta.get("text") or "")
+                piece = delta.get("text") or ""
+                found["text"] = (found.get("text") or "") + piece
+                self.fresh = piece
                 return True
             if dtype == "input_json_delta":
                 found["partial"] += delta.get("partial_json") or ""

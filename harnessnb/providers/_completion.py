@@ -14,6 +14,12 @@ Attempt reporting: every leaf provider reports each HTTP attempt (success or
 failure) through ``report_attempt``; the loop collects them with
 ``collect_attempts()`` around a call, so ``Fallback`` and nested providers need no
 extra return channel. Outside a collector, reports are dropped.
+
+Streamed text: a leaf provider that streams hands each piece of answer text to
+``report_text`` (or to the ``text_sink()`` it looked up once); the loop listens with
+``stream_text_to(sink)`` around a call (the progress views show it live). Like
+attempts, it passes through ``Fallback`` and wrappers untouched; outside a
+listener, pieces are dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
@@ -32,11 +38,15 @@ __all__ = [
     "Completion",
     "Messages",
     "Provider",
+    "TextSink",
     "ToolCall",
     "ToolSpecs",
     "Usage",
     "collect_attempts",
     "report_attempt",
+    "report_text",
+    "stream_text_to",
+    "text_sink",
 ]
 
 
@@ -211,7 +221,10 @@ class Provider(Protocol):
         ...
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion: ...
 
@@ -244,3 +257,35 @@ def collect_attempts() -> Iterator[list[AttemptRecord]]:
         yield sink
     finally:
         _collector.reset(token)
+
+
+TextSink: TypeAlias = Callable[[str, bool], Awaitable[None]]
+"""Takes each piece of streamed answer text as it arrives, and whether it is the first
+piece of an attempt (a retry's or a fallback's answer starts over)."""
+
+_text_sink: contextvars.ContextVar[TextSink | None] = contextvars.ContextVar(
+    "harnessnb_text_sink", default=None
+)
+
+
+def text_sink() -> TextSink | None:
+    """The listener of streamed text in this context, or None (leaf providers ask once
+    per attempt, so a stream without a listener pays nothing per chunk)."""
+    return _text_sink.get()
+
+
+async def report_text(piece: str, *, first: bool = False) -> None:
+    """Called by a streaming provider with each piece of answer text."""
+    sink = _text_sink.get()
+    if sink is not None and piece:
+        await sink(piece, first)
+
+
+@contextlib.contextmanager
+def stream_text_to(sink: TextSink | None) -> Iterator[None]:
+    """Hand every piece of text streamed inside the block to ``sink``."""
+    token = _text_sink.set(sink)
+    try:
+        yield
+    finally:
+        _text_sink.reset(token)

@@ -1,16 +1,23 @@
-"""The one module that speaks HTTP: client, deadlines, SSE and failure mapping.
+"""The one module that speaks HTTP: deadlines, SSE, streaming and failure mapping.
 
 Every HTTP provider subclasses ``HTTPProvider``, which makes one attempt per
 ``complete`` call (providers never retry), reports it with ``report_attempt``
 and turns every failure into a ``ProviderError`` through the table in
 ``_errors``. Subclasses only convert messages to their wire format and parse the
-answer back; swapping the HTTP client library means editing this file alone.
+answer back; swapping the HTTP client library means editing this file and
+``_client.py`` (the client per event loop) alone.
 
 Time limits:
     * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
       of it, stream included). Exceeding it is ``timeout``.
     * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
       stream that stalls fails after seconds, not after the 600 s deadline.
+
+Streaming: answers are streamed unless the provider was built with ``stream=False``
+(or a call passes ``stream=False``), so time-to-first-token is measured, a silent
+stream is cut by the idle timeout and each piece of text goes to ``report_text``.
+A server that rejects a streamed request (an error answer that names streaming) is
+asked again at once without it, and that provider instance never streams again.
 
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
@@ -27,11 +34,9 @@ import copy
 import datetime
 import json
 import os
-import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 import httpx2
@@ -47,8 +52,23 @@ from ..rules._errors import (
 )
 from ..rules._secrets import register, scrub, scrub_exception
 from ..rules._text import shorten
-from ._completion import AttemptRecord, Completion, Messages, ToolSpecs, report_attempt
-from ._wire import Parsed, SSEFrames, StreamAccumulator, WireError, error_text
+from ._client import aclose_client, new_client, shared_client
+from ._completion import (
+    AttemptRecord,
+    Completion,
+    Messages,
+    ToolSpecs,
+    report_attempt,
+    text_sink,
+)
+from ._wire import (
+    Parsed,
+    SSEFrames,
+    StreamAccumulator,
+    WireError,
+    error_text,
+    rejects_streaming,
+)
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -58,6 +78,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "HTTPProvider",
     "aclose_client",
+    "new_client",
     "seconds",
     "shared_client",
 ]
@@ -73,8 +94,6 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024  # some four million tokens: no real answer 
 MAX_STREAM_BYTES = 8 * MAX_ANSWER_BYTES
 MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 
-# A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
-_CONNECT_TIMEOUT = 10.0
 # Error bodies are read for their message only; a huge HTML error page is cut short.
 _ERROR_BODY_LIMIT = 64 * 1024
 _DRAIN_TIMEOUT = 0.5
@@ -86,82 +105,6 @@ def seconds(value: float | datetime.timedelta) -> float:
     if not out > 0:
         raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
     return out
-
-
-# ------------------------------------------------------------------- the client
-
-# One client per event loop: an httpx2 pool's connections belong to the loop that
-# opened them, so a client must never be shared across loops (threads, asyncio.run).
-_clients_lock = threading.Lock()
-
-
-class _LoopClient(NamedTuple):
-    client: httpx2.AsyncClient
-    closer: AsyncIterator[None]  # see _close_at_loop_shutdown; kept alive with the client
-    starter: asyncio.Task[None]
-
-
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def shared_client() -> httpx2.AsyncClient:
-    """The ``httpx2.AsyncClient`` of the running event loop, created on first use.
-
-    It is closed when the loop shuts down (``asyncio.run``, ``asyncio.Runner``), or
-    by ``aclose_client()``.
-    """
-    loop = asyncio.get_running_loop()
-    entry = _clients.get(loop)
-    if entry is not None and not entry[0].is_closed:
-        return entry[0]
-    with _clients_lock:
-        # Forget clients of loops closed without a shutdown; their sockets can no
-        # longer be closed gracefully, only released.
-        for old in [lp for lp in _clients if lp.is_closed()]:
-            del _clients[old]
-        entry = _clients.get(loop)
-        if entry is None or entry[0].is_closed:
-            client = _new_client()
-            closer = _close_at_loop_shutdown(client)
-            # Start it now: the loop then tracks it and closes it at shutdown.
-            starter = loop.create_task(_start(closer))
-            entry = _clients[loop] = _LoopClient(client, closer, starter)
-    return entry[0]
-
-
-async def _start(closer: AsyncIterator[None]) -> None:
-    await anext(closer)
-
-
-async def _close_at_loop_shutdown(client: httpx2.AsyncClient) -> AsyncIterator[None]:
-    # asyncio has no "loop is closing" hook, but it does aclose() every live async
-    # generator in shutdown_asyncgens(), which asyncio.run and Runner call: this
-    # generator parks at its yield until then, and closes the client's sockets.
-    try:
-        yield
-    finally:
-        await client.aclose()
-
-
-def _new_client() -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(
-        follow_redirects=False,  # a redirect is classified as a request error, never followed
-        # The deadline is enforced per attempt with asyncio; httpx2 only bounds connect.
-        timeout=httpx2.Timeout(None, connect=_CONNECT_TIMEOUT),
-        # Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
-        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
-    )
-
-
-async def aclose_client() -> None:
-    """Close the running loop's shared client (the next call opens a new one)."""
-    loop = asyncio.get_running_loop()
-    with _clients_lock:
-        entry = _clients.pop(loop, None)
-    if entry is not None:
-        await entry[0].aclose()
 
 
 def _env(var: str) -> str | None:
@@ -180,8 +123,9 @@ class HTTPProvider(abc.ABC):
         api_key: The secret; never shown in a repr, error or attempt record.
         base_url: The server root, as the official SDK spells it.
         timeout: Deadline of one attempt (float seconds or ``timedelta``).
-        idle_timeout: Longest silence between stream chunks.
+        idle_timeout: Longest silence between stream chunks (default 60 s).
         headers: Extra headers sent with every request.
+        stream: Stream answers (the default); False asks for whole answers.
     """
 
     NAME: ClassVar[str]
@@ -201,6 +145,7 @@ class HTTPProvider(abc.ABC):
         *,
         idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         headers: Mapping[str, str] | None = None,
+        stream: bool = True,
     ) -> None:
         if not model:
             raise ConfigError(f"{self.NAME}: a model name is required")
@@ -225,6 +170,8 @@ class HTTPProvider(abc.ABC):
         register(self._api_key)
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
+        self._stream = bool(stream)
+        self._stream_refused = False  # the server rejected a streamed request once
         try:
             # Parsed once: httpx2 would otherwise re-parse the URL string on every call.
             self._url = httpx2.URL(self._base_url + self.PATH)
@@ -239,6 +186,7 @@ class HTTPProvider(abc.ABC):
         *,
         timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
         idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        stream: bool = True,
     ) -> Self:
         """Configure from the environment; ``ConfigError`` names a missing variable.
 
@@ -259,6 +207,7 @@ class HTTPProvider(abc.ABC):
             base_url=base_url,
             timeout=timeout,
             idle_timeout=idle_timeout,
+            stream=stream,
         )
 
     # -- Provider protocol
@@ -283,6 +232,11 @@ class HTTPProvider(abc.ABC):
     def base_url(self) -> str:
         return self._base_url
 
+    @property
+    def stream(self) -> bool:
+        """Whether calls stream: as built, and False once the server rejected it."""
+        return self._stream and not self._stream_refused
+
     def hosts(self) -> list[str]:
         host = urlsplit(self._base_url).hostname
         return [host] if host else []
@@ -304,16 +258,32 @@ class HTTPProvider(abc.ABC):
         # Cheap and secret-free: the key is never part of the repr.
         return (
             f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, "
-            f"timeout={self._timeout:g})"
+            f"timeout={self._timeout:g}{'' if self._stream else ', stream=False'})"
         )
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
-        """One HTTP attempt; raises ``ProviderError`` on any failure (never retries)."""
-        body = self._request_body(messages, tools, max_tokens, bool(stream))
-        return await _Attempt(self, body, bool(stream)).run()
+        """One HTTP attempt; raises ``ProviderError`` on any failure (never retries).
+
+        ``stream=None`` streams as the provider was built to. The one second attempt is
+        a server's rejection of streaming, asked again without it (and remembered).
+        """
+        streamed = (self._stream if stream is None else stream) and not self._stream_refused
+        body = self._request_body(messages, tools, max_tokens, streamed)
+        attempt = _Attempt(self, body, streamed)
+        try:
+            return await attempt.run()
+        except ProviderError:
+            if not attempt.stream_refused:
+                raise
+        self._stream_refused = True
+        body = self._request_body(messages, tools, max_tokens, False)
+        return await _Attempt(self, body, False).run()
 
     # -- what a protocol supplies
 
@@ -356,6 +326,7 @@ class _Attempt:
         self.headers: Mapping[str, str] = {}
         self.ttft_ms: float | None = None
         self.idle_armed = False
+        self.stream_refused = False  # the server said no to streaming
 
     async def run(self) -> Completion:
         loop = asyncio.get_running_loop()
@@ -443,6 +414,8 @@ class _Attempt:
         self.idle_armed = True
         timer.reschedule(min(deadline, loop.time() + idle))
         frames = SSEFrames()
+        sink = text_sink()
+        shown = False  # a piece of text went to the sink already
         chunks = response.aiter_bytes()
         received = 0
         async for chunk in chunks:
@@ -453,6 +426,11 @@ class _Attempt:
             for event, data in frames.feed(chunk):
                 if acc.feed(event, data) and self.ttft_ms is None:
                     self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                if sink is not None and acc.fresh:
+                    # A listener's failure is its own (the loop's logs it), never the answer's.
+                    with contextlib.suppress(Exception):
+                        await sink(acc.fresh, not shown)
+                    shown = True
                 if acc.done:
                     # The answer is complete: its own deadline no longer applies.
                     timer.reschedule(None)
@@ -495,6 +473,7 @@ class _Attempt:
             where = self.headers.get("location", "elsewhere")
             detail = f"redirect to {where} not followed ({detail})"
         kind = classify_status(status, detail)
+        self.stream_refused = self.stream and rejects_streaming(status, detail)
         reason = httpx2.codes.get_reason_phrase(status)
         return self._fail(kind, f"HTTP {status} {reason}: {detail}")
 

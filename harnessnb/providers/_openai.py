@@ -118,6 +118,7 @@ class OpenRouter(OpenAI):
         *,
         idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         headers: Mapping[str, str] | None = None,
+        stream: bool = True,
         app_url: str | None = None,
         app_name: str | None = None,
     ) -> None:
@@ -133,6 +134,7 @@ class OpenRouter(OpenAI):
             timeout,
             idle_timeout=idle_timeout,
             headers={**extra, **(headers or {})},
+            stream=stream,
         )
 
 
@@ -184,6 +186,7 @@ class _ChatStream(StreamAccumulator):
         self.saw_choice = False
 
     def feed(self, event: str, data: str) -> bool:
+        self.fresh = ""
         if data.strip() == "[DONE]":
             self.done = True
             return False
@@ -201,6 +204,7 @@ class _ChatStream(StreamAccumulator):
             piece = delta.get("content") or delta.get("refusal")
             if piece:
                 self.text.append(piece)
+                self.fresh += piece
                 carried = True
             for frag in delta.get("tool_calls") or ():
                 carried = True

@@ -25,6 +25,7 @@ __all__ = [
     "WireError",
     "error_text",
     "json_object",
+    "rejects_streaming",
     "token_count",
     "tool_arguments",
 ]
@@ -65,10 +66,13 @@ class StreamAccumulator(abc.ABC):
     """Assembles a streamed answer from its SSE events."""
 
     done: bool = False
+    fresh: str = ""  # the answer text the last event fed added ("" when none)
 
     @abc.abstractmethod
     def feed(self, event: str, data: str) -> bool:
-        """Take one event; True when it carried model output (text or a tool fragment)."""
+        """Take one event; True when it carried model output (text or a tool fragment).
+
+        Sets ``fresh`` to the text the event added, so it can be shown as it comes."""
 
     @abc.abstractmethod
     def result(self) -> Parsed:
@@ -165,3 +169,16 @@ def error_text(error: Any) -> str:
     return scrub(str(error))[:300]
 
 
+# Statuses a server answers a request it cannot take as sent with (404/405: a route
+# that exists only without streaming; 501: not implemented).
+_REFUSAL_STATUSES = frozenset({400, 404, 405, 415, 422, 501})
+
+
+def rejects_streaming(status: int, detail: str) -> bool:
+    """True when an error answer to a streamed request says streaming is the problem.
+
+    For example OpenAI's ``'stream' does not support true with this model``, a proxy's
+    ``Unrecognized request argument supplied: stream_options``, or a local server's
+    ``streaming is not supported``.
+    """
+    return status in _REFUSAL_STATUSES and "stream" in detail.lower()

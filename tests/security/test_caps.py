@@ -24,17 +24,8 @@ def ws(tmp_path: Path) -> Path:
     return root
 
 
-class StreamingOpenAI(hn.OpenAI):
-    """The OpenAI provider asked to stream every answer."""
-
-    async def complete(self, messages: Any, tools: Any = None, max_tokens: Any = None,
-                       stream: bool | None = None) -> hn.Completion:  # fmt: skip
-        return await super().complete(messages, tools, max_tokens, stream=True)
-
-
 def _openai(srv: ChaosServer, *, stream: bool = False) -> hn.OpenAI:
-    kind = StreamingOpenAI if stream else hn.OpenAI
-    return kind("m", api_key="sk-test", base_url=srv.openai_url)
+    return hn.OpenAI("m", api_key="sk-test", base_url=srv.openai_url, stream=stream)
 
 
 def _contract(ws: Path, **kw: Any) -> hn.TaskContract:

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
@@ -136,21 +135,12 @@ def test_a_recording_in_a_read_only_folder_is_replayed(tmp_path: Path) -> None:
 # ------------------------------------------------- values DuckDB cannot hold
 
 
-class StreamingOpenAI(hn.OpenAI):
-    """The OpenAI provider asked to stream every answer."""
-
-    async def complete(self, messages: Any, tools: Any = None, max_tokens: Any = None,
-                       stream: bool | None = None) -> hn.Completion:  # fmt: skip
-        return await super().complete(messages, tools, max_tokens, stream=True)
-
-
 def _run_against(tmp_path: Path, reply: Reply, *, stream: bool) -> tuple[hn.RunResult, Path]:
     ws = tmp_path / "ws"
     ws.mkdir()
     path = tmp_path / "runs.duckdb"
     with ChaosServer(responder=lambda request: reply) as srv:
-        kind = StreamingOpenAI if stream else hn.OpenAI
-        provider = kind("m", api_key="sk-test", base_url=srv.openai_url)
+        provider = hn.OpenAI("m", api_key="sk-test", base_url=srv.openai_url, stream=stream)
         contract = hn.TaskContract("say something", ws, max_steps=1)
         result = hn.run_sync(contract, provider, store=str(path))
         assert srv.requests[0].stream is stream
