@@ -91,6 +91,7 @@ EXIT_CODES: dict[str, int] = {
     "step_cap": 6,
     "time_budget": 6,
     "token_budget": 6,
+    "cost_budget": 6,
     "needs_reconciliation": 7,
     "denied": 8,
     "awaiting_approval": 8,

@@ -32,6 +32,7 @@ from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
 
 if TYPE_CHECKING:
+    from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._leases import Lease
     from ..store._store import Store
@@ -84,8 +85,11 @@ class Driver(StepTools):
         on_event: Callback | None,
         clock: Clock,
         run_id: str,
+        prices: Prices | None = None,
     ) -> None:
-        """``approver`` None means the notebook's widget when a frontend registered one."""
+        """``approver`` None means the notebook's widget when a frontend registered one;
+        ``prices`` None the default prices (the catalogue, local servers free)."""
+        from ..providers._prices import default_prices
         from ..tools._builtin import builtin_tools
         from ..tools._executor import ToolExecutor
         from ..tools._workspace import Workspace
@@ -117,6 +121,7 @@ class Driver(StepTools):
             elapsed=self.elapsed,
             remaining=self.remaining,
             emit=self.emit,
+            prices=prices if prices is not None else default_prices(),
         )
         self.checks = StepChecks(
             contract, self.workspace, policy=self.policy, approver=approver, clock=clock
@@ -265,6 +270,7 @@ class Driver(StepTools):
             deferred=tools.deferred,
             tokens=self.tokens,
             refused=tools.refused,
+            cost_usd=self.model_calls.cost_usd,
         )
         for message in checked.messages:
             self.conversation.append(message)
@@ -310,6 +316,7 @@ class Driver(StepTools):
         await self.emit(
             "step",
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             tool_calls=len(completion.tool_calls),
             changed_workspace=changed,
             provider=completion.provider,
@@ -392,6 +399,7 @@ class Driver(StepTools):
             outcome=outcome.value,
             steps=self.step,
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             verified=self.checks.verified,
             error=error.to_dict() if error else None,
         )
@@ -403,6 +411,7 @@ class Driver(StepTools):
             outcome=outcome,
             steps=self.step,
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             verified=self.checks.verified,
             error=error,
             elapsed=self.elapsed(),
@@ -465,6 +474,7 @@ async def run(
     on_event: Callback | None = None,
     clock: Clock | None = None,
     run_id: str | None = None,
+    prices: Prices | None = None,
 ) -> RunResult:
     """Run an agent on ``contract`` with ``provider`` until an outcome is reached.
 
@@ -481,6 +491,8 @@ async def run(
         on_event: Sync or async callback receiving ``RunEvent``s.
         clock: Time source (tests pass ``FakeClock``).
         run_id: Use this id instead of a fresh one.
+        prices: How attempts are priced into ``cost_usd`` (``hn.Prices``); None means
+            genai-prices' catalogue with local servers free.
 
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
@@ -499,6 +511,7 @@ async def run(
         on_event=on_event,
         clock=clock or SystemClock(),
         run_id=run_id or new_id("run"),
+        prices=prices,
     )
     try:
         return await driver.drive()
