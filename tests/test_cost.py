@@ -198,3 +198,30 @@ def test_a_store_from_before_costs_migrates_with_unknown_costs(tmp_path: Path) -
         assert pd.isna(runs.loc["old", "cost_usd"])  # tokens at a price not recorded
         assert runs.loc["idle", "cost_usd"] == 0.0  # no attempt, nothing spent
         assert pd.isna(store.attempts("old")["cost_usd"].iloc[0])
+
+
+def test_the_command_passes_max_cost_to_the_contract(tmp_path: Path) -> None:
+    import argparse
+
+    from harnessnb.launch._options import RUN_OPTIONS, add_options, contract_from
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, RUN_OPTIONS, "command")
+    args = parser.parse_args(["--workspace", str(tmp_path), "--max-cost", "2.5"])
+    assert contract_from(args, "task").max_cost_usd == 2.5
+    args = parser.parse_args(["--workspace", str(tmp_path)])
+    assert contract_from(args, "task").max_cost_usd is None
+
+
+def test_a_resumed_run_keeps_its_spend_for_the_budget(ws: Path, store: hn.Store) -> None:
+    down = hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+    big = {"name": "openai", "model": "gpt-4o", "tokens_per_reply": (10**6, 10**5)}
+    contract = hn.TaskContract("look around", ws, max_cost_usd=5.0, max_retries=0)
+    first = hn.run_sync(contract, hn.ScriptedProvider([LIST, down], **big), store=store)
+    assert (first.outcome, first.cost_usd) == (hn.RunOutcome.ESCALATED_RETRYABLE, 3.5)
+    again = hn.resume_sync(first.run_id, hn.ScriptedProvider([LIST], **big), store=store)
+    # $3.50 before the resume and $3.50 after it: the budget of $5 is spent at step 2.
+    assert (again.outcome, again.steps, again.cost_usd) == (hn.RunOutcome.COST_BUDGET, 2, 7.0)
+    assert costs(store, first.run_id) == ([3.5, None, 3.5], 7.0)
+    done = hn.resume_sync(first.run_id, hn.ScriptedProvider([]), store=store)
+    assert (done.outcome, done.cost_usd) == (hn.RunOutcome.COST_BUDGET, 7.0)  # as stored
