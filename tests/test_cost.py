@@ -225,3 +225,14 @@ def test_a_resumed_run_keeps_its_spend_for_the_budget(ws: Path, store: hn.Store)
     assert costs(store, first.run_id) == ([3.5, None, 3.5], 7.0)
     done = hn.resume_sync(first.run_id, hn.ScriptedProvider([]), store=store)
     assert (done.outcome, done.cost_usd) == (hn.RunOutcome.COST_BUDGET, 7.0)  # as stored
+
+
+def test_a_replayed_run_costs_nothing(ws: Path, store: hn.Store) -> None:
+    answers = {"name": "openai", "model": "gpt-4o", "tokens_per_reply": (1000, 100)}
+    recorded = run(ws, hn.Record(hn.ScriptedProvider([LIST, "done"], **answers), store), store)
+    replayed = run(ws, hn.Replay(store), store)
+    one = catalogue("gpt-4o", "openai", 1000, 100)
+    assert costs(store, recorded.run_id) == ([one, one], pytest.approx(2 * one))
+    # The replay's attempts name the recorded leaf, but nothing was billed.
+    assert store.attempts(replayed.run_id)["provider"].tolist() == ["openai", "openai"]
+    assert costs(store, replayed.run_id) == ([0.0, 0.0], 0.0)

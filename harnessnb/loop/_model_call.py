@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import AttemptRecord, Completion, Provider, collect_attempts
-from ..providers._prices import Prices, default_prices
+from ..providers._prices import Prices, default_prices, is_local
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
 from ..rules._retry import Clock, retry_decision
 from ._contract import RunOutcome
@@ -226,6 +226,11 @@ class ModelCalls:
 
     def _cost(self, rec: AttemptRecord) -> float | None:
         """Price one attempt and add it to the run's spend."""
+        provider = rec.provider
+        if is_local(self.provider.name, None):
+            # A stand-in (a replay, a scripted provider) bills nothing, whichever
+            # provider its answers name.
+            provider = self.provider.name
         # The server decides whether it is local: the record's where the provider
         # reports it, else the run's provider's when this attempt was its own.
         base_url = getattr(rec, "base_url", None)
@@ -233,7 +238,7 @@ class ModelCalls:
             url = getattr(self.provider, "base_url", None)
             base_url = url if isinstance(url, str) else None
         cost = self.prices.cost_usd(
-            rec.provider, rec.model, rec.input_tokens, rec.output_tokens, base_url
+            provider, rec.model, rec.input_tokens, rec.output_tokens, base_url
         )
         if cost is not None and self.cost_usd is not None:
             self.cost_usd += cost

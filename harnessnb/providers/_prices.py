@@ -8,7 +8,9 @@ lookup that needs it, in a worker thread when a run warms it (:meth:`Prices.warm
 Which price an attempt gets, first rule that applies:
 
 1. a model the caller priced with ``hn.Prices({...})``, on any provider;
-2. a local server is free: a provider named ``scripted``, ``demo`` or ``local``, or
+2. a local server is free: a provider named ``scripted``, ``demo``, ``local`` or
+   ``replay`` (a run driven by one of these bills nothing, whatever leaf its answers
+   name: a replay reports the recorded provider), or
    one whose server is this machine or a private network (``openai@127.0.0.1:8000``,
    a ``base_url`` on ``localhost`` or ``10.x``), unless ``Prices(local_free=False)``;
 3. the catalogue, by the provider's name (``openai``, ``anthropic``, ``openrouter``),
@@ -33,12 +35,13 @@ from urllib.parse import urlsplit
 
 from ..rules._errors import ConfigError
 
-__all__ = ["FREE_PROVIDERS", "Price", "Prices", "default_prices"]
+__all__ = ["FREE_PROVIDERS", "Price", "Prices", "default_prices", "is_local"]
 
 log = logging.getLogger("harnessnb.prices")
 
-FREE_PROVIDERS: Final = frozenset({"scripted", "demo", "local"})
-"""Provider names that stand for a server on this machine (no bill)."""
+FREE_PROVIDERS: Final = frozenset({"scripted", "demo", "local", "replay"})
+"""Provider names that stand for a server on this machine, or answer from a recording
+(no bill)."""
 
 _MTOK: Final = Decimal(1_000_000)
 _LOCAL_NAMES: Final = frozenset({"localhost", "localhost.localdomain", "host.docker.internal"})
