@@ -61,6 +61,8 @@ _LAZY: dict[str, str] = {
     "Clock": ".rules._retry",
     "StallPolicy": ".rules._stall",
     "ScriptedProvider": ".providers._scripted",
+    "Price": ".providers._prices",
+    "Prices": ".providers._prices",
     "RunEvent": ".loop._events",
     "resume": ".loop._durable",
     "resume_sync": ".loop._durable",
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
     from .providers._fallback import Fallback
     from .providers._http import REQUEST_TIMEOUT
     from .providers._openai import OpenAI, OpenRouter
+    from .providers._prices import Price, Prices
     from .providers._scripted import ScriptedProvider
     from .rules._policy import Policy, Verdict
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
@@ -131,6 +134,8 @@ __all__ = [
     "OpenAI",
     "OpenRouter",
     "Policy",
+    "Price",
+    "Prices",
     "ProviderError",
     "ProviderErrorKind",
     "Record",

@@ -7,7 +7,7 @@ Commands::
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
                   [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
                   [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
-                  [--approval-timeout S]
+                  [--max-cost USD] [--approval-timeout S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
@@ -31,7 +31,7 @@ Exit codes (the run's outcome decides for demo, run and resume)::
     3    escalated_retryable: a retryable provider failure outlasted the retries
     4    escalated_terminal: a failure no retry can cure (auth, bad request)
     5    stalled: the agent went round in circles
-    6    a budget ran out: step_cap, time_budget or token_budget
+    6    a budget ran out: step_cap, time_budget, token_budget or cost_budget
     7    needs_reconciliation: a write may or may not have landed (resolve, then resume)
     8    denied or awaiting_approval: the policy refused, or a person must decide
     9    unverified: the agent stopped, but the check failed
@@ -93,6 +93,7 @@ EXIT_CODES: dict[str, int] = {
     "step_cap": 6,
     "time_budget": 6,
     "token_budget": 6,
+    "cost_budget": 6,
     "needs_reconciliation": 7,
     "denied": 8,
     "awaiting_approval": 8,

@@ -79,7 +79,7 @@ def test_every_outcome_has_an_exit_code_and_the_groups_are_distinct() -> None:
     assert codes["success"] == codes["finished"] == 0
     groups = [
         {"escalated_retryable"}, {"escalated_terminal"}, {"stalled"},
-        {"step_cap", "time_budget", "token_budget"}, {"needs_reconciliation"},
+        {"step_cap", "time_budget", "token_budget", "cost_budget"}, {"needs_reconciliation"},
         {"denied", "awaiting_approval"}, {"unverified"}, {"cancelled"},
     ]
     per_group = [{codes[o] for o in g} for g in groups]

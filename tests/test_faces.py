@@ -86,7 +86,7 @@ def test_both_faces_list_the_same_options_apart_from_the_marked_ones(
     assert {"--provider", "--model", "--base-url", "--fallback", "--store"} <= command_shared
     if sub == "run":
         assert {"--workspace", "--verify", "--verify-cmd", "--max-steps", "--max-seconds",
-                "--allow-write", "--agent", "--session", "--permission",
+                "--max-cost", "--allow-write", "--agent", "--session", "--permission",
                 "--timeout"} <= command_shared  # fmt: skip
     for flag in command_shared:  # one help text
         assert command[flag] == notebook[flag]
@@ -126,6 +126,8 @@ def _magic_error(shell: InteractiveShell, options: list[str]) -> str:
         (["--max-steps", "0"], "'0' must be at least 1"),
         (["--max-steps", "x"], "'x' is not a whole number"),
         (["--max-seconds", "0"], "'0' must be more than 0"),
+        (["--max-cost", "0"], "'0' must be more than 0"),
+        (["--agent", "codex", "--max-cost", "5"], "--max-cost applies to harnessnb's"),
         (["--agent", "claude", "--timeout", "-1"], "'-1' must be more than 0"),
         (["--fallback", "nope"], "invalid choice: 'nope'"),
         (["--provider", "nope"], "invalid choice: 'nope'"),
@@ -276,6 +278,10 @@ WORDS = [
     (ev("step", 3, tool_calls=1, tokens=110), "step 3/12: 1 tool call, 110 tokens"),
     (ev("step", 4, tool_calls=2, tokens=120), "step 4/12: 2 tool calls, 120 tokens"),
     (ev("step", 5, tool_calls=0, tokens=130), "step 5/12: answered, 130 tokens"),
+    (ev("step", 6, tool_calls=1, tokens=140, cost_usd=0.0035),
+     "step 6/12: 1 tool call, 140 tokens, $0.003500 so far"),
+    (ev("step", 7, tool_calls=1, tokens=150, cost_usd=0.0), "step 7/12: 1 tool call, 150 tokens"),
+    (ev("step", 8, tool_calls=1, tokens=160, cost_usd=None), "step 8/12: 1 tool call, 160 tokens"),
     (ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3, delay=6.2,
         retry_after=6.2), "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"),
     (ev("retry", kind="transport", status=None, attempt=2, max_attempts=3, delay=0.5),

@@ -29,6 +29,8 @@ INTENDED = {
     "OpenAI",
     "OpenRouter",
     "Policy",
+    "Price",
+    "Prices",
     "ProviderError",
     "ProviderErrorKind",
     "REQUEST_TIMEOUT",
@@ -93,6 +95,7 @@ def test_outcome_values_are_the_stored_strings() -> None:
         "step_cap",
         "time_budget",
         "token_budget",
+        "cost_budget",
         "stalled",
         "escalated_retryable",
         "escalated_terminal",
@@ -106,7 +109,8 @@ def test_outcome_values_are_the_stored_strings() -> None:
 def test_import_does_not_pull_heavy_modules() -> None:
     code = (
         "import sys, harnessnb; "
-        "heavy = [m for m in ('pandas', 'duckdb', 'ipywidgets', 'httpx2', 'IPython') "
+        "heavy = [m for m in ('pandas', 'duckdb', 'ipywidgets', 'httpx2', 'IPython', "
+        "'genai_prices', 'pydantic') "
         "if m in sys.modules]; print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

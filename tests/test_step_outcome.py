@@ -166,6 +166,46 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         StepDecision(Out.TOKEN_BUDGET, replan=True),
     ),
     (
+        "spend reaches the cost budget: cost_budget",
+        {"answered": False, "cost_usd": 0.5, "max_cost_usd": 0.5},
+        StepDecision(Out.COST_BUDGET),
+    ),
+    (
+        "spend under the cost budget: the run goes on",
+        {"answered": False, "cost_usd": 0.49, "max_cost_usd": 0.5},
+        GOES_ON,
+    ),
+    (
+        "no cost budget: any spend, known or not, goes on",
+        {"answered": False, "cost_usd": None},
+        GOES_ON,
+    ),
+    (
+        "a cost budget with an unknown spend (an unpriced model): cost_budget",
+        {"answered": False, "cost_usd": None, "max_cost_usd": 0.5},
+        StepDecision(Out.COST_BUDGET),
+    ),
+    (
+        "an answer over the cost budget is finished, not cost_budget",
+        {"answered": True, "cost_usd": 9.0, "max_cost_usd": 0.5},
+        StepDecision(Out.FINISHED),
+    ),
+    (
+        "a passing check over the cost budget: success",
+        {"answered": False, "check_passed": True, "cost_usd": 9.0, "max_cost_usd": 0.5},
+        StepDecision(Out.SUCCESS),
+    ),
+    (
+        "the token budget is checked before the cost budget",
+        {"answered": False, "tokens": 100, "max_tokens": 100, "cost_usd": 1.0, "max_cost_usd": 0.5},
+        StepDecision(Out.TOKEN_BUDGET),
+    ),
+    (
+        "cost budget wins over the step cap",
+        {"answered": False, "cost_usd": 1.0, "max_cost_usd": 0.5, "step": 12, "max_steps": 12},
+        StepDecision(Out.COST_BUDGET),
+    ),
+    (
         "last allowed step: step_cap",
         {"answered": False, "step": 12, "max_steps": 12},
         StepDecision(Out.STEP_CAP),

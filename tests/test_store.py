@@ -53,7 +53,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 5
+    assert Store.schema_version == SCHEMA_VERSION == 6
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
                       "leases", "recordings", "pending_steps", "markers",
                       "agent_sessions"}  # fmt: skip
     assert views == {"runs"}
-    assert versions == [(1,), (2,), (3,), (4,), (5,)]
+    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,)]
 
 
 def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         _commit(s, "old", 2)
         assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3, 4, 5]
+        assert versions == [1, 2, 3, 4, 5, 6]
         assert (s.get_run("old")["steps"], s.get_run("old")["tokens"]) == (2, 170)  # type: ignore[index]
 
 
@@ -115,7 +115,7 @@ def test_v4_store_gains_the_sandbox_column_its_old_tool_rows_null(tmp_path: Path
         s.commit_step("old", row, **kwargs)
         calls = s.tool_calls("old").sort_values(["step", "seq"])
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-    assert versions == [1, 2, 3, 4, 5]
+    assert versions == [1, 2, 3, 4, 5, 6]
     assert [v if isinstance(v, str) else None for v in calls["sandbox"]] == [
         None, "bubblewrap", None]  # fmt: skip
     assert calls["output"].tolist()[0] == "exit code 0"  # the old row kept
@@ -337,7 +337,7 @@ def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
         "model": "gpt-x", "started_at": AT, "finished_at": None, "outcome": None,
         "steps": 0, "tokens": 0, "schema_version": SCHEMA_VERSION,
         "contract": {"max_steps": 12}, "policy": {"layers": ["default"]}, "error": None,
-        "updated_at": AT, "parent_run_id": "r1",
+        "updated_at": AT, "cost_usd": 0.0, "parent_run_id": "r1",
     }  # fmt: skip
     assert store.get_run("nope") is None
     assert store.last_checkpoint("nope") is None
@@ -476,8 +476,10 @@ def test_failure_rates_by_provider_and_kind(store: Store) -> None:
     assert list(rates.columns) == [
         "provider", "kind", "attempts", "failures", "failure_rate", "failure_rate_low",
         "failure_rate_high", "retry_after_s_mean", "retry_after_s_p50",
-        "retry_after_s_max"]  # fmt: skip
-    assert records(rates.drop(columns=["failure_rate_low", "failure_rate_high"])) == [
+        "retry_after_s_max", "cost_usd", "cost_per_success_usd",
+        "unpriced_attempts"]  # fmt: skip
+    spend = ["cost_usd", "cost_per_success_usd", "unpriced_attempts"]  # tests/test_cost.py
+    assert records(rates.drop(columns=["failure_rate_low", "failure_rate_high", *spend])) == [
         {"provider": "anthropic", "kind": None, "attempts": 2, "failures": 0,
          "failure_rate": 0.0, "retry_after_s_mean": None, "retry_after_s_p50": None,
          "retry_after_s_max": None},

@@ -16,6 +16,7 @@ async def typed_usage(store: hn.Store) -> None:
         verification=hn.FileContains("NOTES.md", "#"),
         max_steps=12,
         max_seconds=300.0,
+        max_cost_usd=0.50,
         retry=hn.RetryPolicy(base=0.5, cap=30.0),
         stall=hn.StallPolicy(window=3, max_replans=1),
     )
@@ -40,7 +41,11 @@ async def typed_usage(store: hn.Store) -> None:
         [{"role": "user", "content": "hi"}]
     )
     print(completion.text, completion.tool_calls, completion.usage.total_tokens)
-    again: hn.RunResult = await hn.resume(result.run_id, provider, store=store)
+    prices = hn.Prices({"my-model": (0.5, 1.5), "gpt-4o": hn.Price(2.5, 10.0)}, local_free=True)
+    priced: hn.RunResult = await hn.run(contract, provider, store=store, prices=prices)
+    spent: float | None = priced.cost_usd
+    print(spent, hn.RunOutcome.COST_BUDGET.value)
+    again: hn.RunResult = await hn.resume(result.run_id, provider, store=store, prices=prices)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
     assert hn.REQUEST_TIMEOUT == 600.0
     hn.set_testing(True)

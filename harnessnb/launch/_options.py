@@ -174,6 +174,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "N", "type": positive_int}),
     Option("--max-seconds", "wall-clock budget in seconds (default: none)",
            {"metavar": "S", "type": positive_float}, scope="loop"),
+    Option("--max-cost", "cost budget in US dollars, from the attempts' prices (default: "
+           "none); ends the run cost_budget",
+           {"metavar": "USD", "type": positive_float}, scope="loop"),
     STORE,
     Option("--allow-write", "workspace paths the agent may write without asking",
            {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
@@ -292,6 +295,8 @@ def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
     from ..loop._contract import TaskContract
 
     budgets: dict[str, Any] = {"max_seconds": args.max_seconds}
+    if getattr(args, "max_cost", None) is not None:
+        budgets["max_cost_usd"] = args.max_cost
     if args.max_steps is not None:
         budgets["max_steps"] = args.max_steps
     return TaskContract(task, args.workspace, verification=_verification(args), **budgets)

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from ..loop._events import RunEvent
+from ..loop._result import usd
 from ..rules._secrets import scrub
 from ..rules._text import printable, shorten
 
@@ -49,7 +50,9 @@ def _words(event: RunEvent, max_steps: int) -> str | None:
         calls = int(data.get("tool_calls") or 0)
         did = "answered" if not calls else f"{calls} tool call{'' if calls == 1 else 's'}"
         of = f"/{max_steps}" if max_steps else ""
-        return f"step {event.step}{of}: {did}, {int(data.get('tokens') or 0)} tokens"
+        spent = data.get("cost_usd")
+        cost = f", {usd(spent)} so far" if isinstance(spent, float) and spent > 0 else ""
+        return f"step {event.step}{of}: {did}, {int(data.get('tokens') or 0)} tokens{cost}"
     if kind == "tool_call":
         return tool_call_words(data)
     if kind == "retry":

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["loop_thread", "run_blocking"]
+__all__ = ["AWAKE_S", "keep_awake", "loop_thread", "run_blocking"]
 
 # How long the exit waits for cancelled runs to record themselves, and the loop to stop.
 EXIT_GRACE_S = 5.0
@@ -34,6 +34,24 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
+
+
+AWAKE_S = 0.1
+"""How often a run driven on the main thread wakes its loop (see ``keep_awake``)."""
+
+
+async def keep_awake() -> None:
+    """Wake the running loop every ``AWAKE_S`` seconds, for as long as it is awaited.
+
+    Quirk (a late interrupt): Python runs signal handlers on the main thread only, when
+    it next runs bytecode. A SIGINT taken by another thread (the store's writer,
+    harnessnb's loop thread) leaves a main-thread loop asleep in ``epoll`` when no
+    wakeup fd is set (ipykernel's handler for an awaiting cell sets none): the
+    interrupt button reached ``await hn.run(...)`` only when something else woke the
+    loop, up to a lease renewal later.
+    """
+    while True:
+        await asyncio.sleep(AWAKE_S)
 
 
 def loop_thread() -> asyncio.AbstractEventLoop:

@@ -86,6 +86,9 @@ class TaskContract:
         max_seconds: Wall-clock budget from the run's start, bounding every wait
             (None: no limit). Float seconds or ``timedelta``.
         max_tokens: Token budget, checked after each step's usage is counted.
+        max_cost_usd: Cost budget in US dollars, checked after each step against what
+            the run's attempts cost (``hn.Prices``); a run whose spend cannot be
+            priced ends ``cost_budget`` at once rather than run unbounded.
         max_retries: Retries per provider call (2, so 3 attempts).
         retry: Backoff rule for those retries.
         stall: Stall detection; ``StallPolicy(window=0)`` disables it.
@@ -98,6 +101,7 @@ class TaskContract:
     max_steps: int = 12
     max_seconds: float | timedelta | None = None
     max_tokens: int | None = None
+    max_cost_usd: float | None = None
     max_retries: int = 2
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
     stall: StallPolicy = dataclasses.field(default_factory=StallPolicy)
@@ -116,6 +120,11 @@ class TaskContract:
             raise ConfigError("TaskContract: max_seconds must be > 0")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ConfigError("TaskContract: max_tokens must be > 0")
+        if self.max_cost_usd is not None:
+            cost = self.max_cost_usd
+            if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost > 0:
+                raise ConfigError(f"TaskContract: max_cost_usd must be dollars > 0, not {cost!r}")
+            object.__setattr__(self, "max_cost_usd", float(cost))
 
     @property
     def budget_seconds(self) -> float | None:
@@ -130,6 +139,7 @@ class TaskContract:
             "max_steps": self.max_steps,
             "max_seconds": self.budget_seconds,
             "max_tokens": self.max_tokens,
+            "max_cost_usd": self.max_cost_usd,
             "max_retries": self.max_retries,
             "retry": dataclasses.asdict(self.retry),
             "stall": dataclasses.asdict(self.stall),
@@ -145,6 +155,7 @@ class TaskContract:
             max_steps=data.get("max_steps", 12),
             max_seconds=data.get("max_seconds"),
             max_tokens=data.get("max_tokens"),
+            max_cost_usd=data.get("max_cost_usd"),
             max_retries=data.get("max_retries", 2),
             retry=RetryPolicy(**data.get("retry", {})),
             stall=StallPolicy(**data.get("stall", {})),

@@ -23,6 +23,7 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
+from ._bridge import keep_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
@@ -34,6 +35,7 @@ from ._step_tools import PendingStep, StepTools
 from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
 
 if TYPE_CHECKING:
+    from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._leases import Lease
     from ..store._store import Store
@@ -46,26 +48,8 @@ __all__ = ["Driver", "default_store", "run", "run_sync"]
 T = TypeVar("T")
 
 
-AWAKE_S = 0.1
-"""How often a run driven on the main thread wakes its loop (see ``keep_awake``)."""
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
-
-
-async def keep_awake() -> None:
-    """Wake the running loop every ``AWAKE_S`` seconds, for as long as it is awaited.
-
-    Quirk (a late interrupt): Python runs signal handlers on the main thread only, when
-    it next runs bytecode. A SIGINT taken by another thread (the store's writer,
-    harnessnb's loop thread) leaves a main-thread loop asleep in ``epoll`` when no
-    wakeup fd is set (ipykernel's handler for an awaiting cell sets none): the
-    interrupt button reached ``await hn.run(...)`` only when something else woke the
-    loop, up to a lease renewal later.
-    """
-    while True:
-        await asyncio.sleep(AWAKE_S)
 
 
 class Driver(StepTools):
@@ -88,8 +72,11 @@ class Driver(StepTools):
         on_event: Callback | None,
         clock: Clock,
         run_id: str,
+        prices: Prices | None = None,
     ) -> None:
-        """``approver`` None means the notebook's widget when a frontend registered one."""
+        """``approver`` None means the notebook's widget when a frontend registered one;
+        ``prices`` None the default prices (the catalogue, local servers free)."""
+        from ..providers._prices import default_prices
         from ..tools._builtin import builtin_tools
         from ..tools._executor import ToolExecutor
         from ..tools._workspace import Workspace
@@ -121,6 +108,7 @@ class Driver(StepTools):
             elapsed=self.elapsed,
             remaining=self.remaining,
             emit=self.emit,
+            prices=prices if prices is not None else default_prices(),
         )
         self.checks = StepChecks(
             contract, self.workspace, policy=self.policy, approver=approver, clock=clock
@@ -277,6 +265,7 @@ class Driver(StepTools):
             deferred=tools.deferred,
             tokens=self.tokens,
             refused=tools.refused,
+            cost_usd=self.model_calls.cost_usd,
         )
         for message in checked.messages:
             self.conversation.append(message)
@@ -326,6 +315,7 @@ class Driver(StepTools):
         await self.emit(
             "step",
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             tool_calls=len(completion.tool_calls),
             changed_workspace=changed,
             provider=completion.provider,
@@ -430,6 +420,7 @@ class Driver(StepTools):
             outcome=outcome.value,
             steps=self.step,
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             verified=self.checks.verified,
             error=error.to_dict() if error else None,
         )
@@ -441,6 +432,7 @@ class Driver(StepTools):
             outcome=outcome,
             steps=self.step,
             tokens=self.tokens,
+            cost_usd=self.model_calls.cost_usd,
             verified=self.checks.verified,
             error=error,
             elapsed=self.elapsed(),
@@ -512,6 +504,7 @@ async def run(
     on_event: Callback | None = None,
     clock: Clock | None = None,
     run_id: str | None = None,
+    prices: Prices | None = None,
 ) -> RunResult:
     """Run an agent on ``contract`` with ``provider`` until an outcome is reached.
 
@@ -528,6 +521,8 @@ async def run(
         on_event: Sync or async callback receiving ``RunEvent``s.
         clock: Time source (tests pass ``FakeClock``).
         run_id: Use this id instead of a fresh one.
+        prices: How attempts are priced into ``cost_usd`` (``hn.Prices``); None means
+            genai-prices' catalogue with local servers free.
 
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
@@ -553,6 +548,7 @@ async def run(
         on_event=on_event,
         clock=clock,
         run_id=run_id,
+        prices=prices,
     )
     try:
         return await driver.drive()

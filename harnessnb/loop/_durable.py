@@ -38,6 +38,7 @@ from ._result import RunResult
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
+    from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._store import Store
     from ..tools._approval import Approver
@@ -108,6 +109,7 @@ def _stored_result(row: dict[str, Any]) -> RunResult:
         outcome=RunOutcome(row["outcome"]),
         steps=int(row.get("steps") or 0),
         tokens=int(row.get("tokens") or 0),
+        cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
         elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
         task=str(row.get("task") or ""),
     )
@@ -123,6 +125,7 @@ async def resume(
     tools: Sequence[Tool] = (),
     on_event: Callback | None = None,
     clock: Clock | None = None,
+    prices: Prices | None = None,
 ) -> RunResult:
     """Continue ``run_id`` where its last committed step left it.
 
@@ -170,6 +173,7 @@ async def resume(
         on_event=on_event,
         clock=clock,
         run_id=run_id,
+        prices=prices,
     )
     await driver.take_lease()
     try:

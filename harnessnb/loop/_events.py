@@ -39,12 +39,13 @@ EventKind = Literal[
 class RunEvent:
     """One thing that happened in a run.
 
-    ``data`` by kind: step {tokens, tool_calls, changed_workspace, provider};
+    ``data`` by kind: step {tokens, cost_usd, tool_calls, changed_workspace, provider};
     delta {text, restart}: answer text streamed since the last delta (its last
     ``DELTA_TAIL`` characters), ``restart`` when it begins a new attempt's answer;
     tool_call {tool, args, status, changed_workspace}; retry {kind, status, attempt,
     max_attempts, delay, retry_after}; fell_back {from_provider, kind, status};
-    replan/stalled {signal, detail}; finished {outcome, steps, tokens, verified, error}.
+    replan/stalled {signal, detail}; finished {outcome, steps, tokens, cost_usd, verified,
+    error}. ``cost_usd`` is the run's spend so far in dollars, None when unknown.
     """
 
     kind: EventKind

@@ -4,7 +4,9 @@
 legs and failures included) into an attempt row, and counts what a ``RunResult``
 reports: attempts, retries, fallbacks and the leaf providers that answered. Whether
 a failure ends the run is :func:`._outcome.provider_failure_outcome`'s call; how
-long to wait before a retry is ``rules._retry.retry_decision``'s.
+long to wait before a retry is ``rules._retry.retry_decision``'s. Each attempt is
+priced as its row is built (``providers._prices``), and the run's spend kept for the
+cost budget.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..providers._completion import (
     collect_attempts,
     stream_text_to,
 )
+from ..providers._prices import Prices, default_prices, is_local
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
 from ..rules._retry import Clock, retry_decision
 from ._contract import RunOutcome
@@ -59,6 +62,9 @@ class ModelCalls:
         elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
         emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``, and ``delta``
             with streamed text, throttled by ``TextDeltas``).
+        prices: How attempts are priced (the catalogue, local servers free).
+        cost_usd: Dollars the run's attempts cost so far; None once one that used
+            tokens could not be priced (the spend is then unknown).
     """
 
     provider: Provider
@@ -73,6 +79,8 @@ class ModelCalls:
     retries: int = dataclasses.field(default=0, init=False)
     fallbacks: int = dataclasses.field(default=0, init=False)
     providers: list[str] = dataclasses.field(default_factory=list, init=False)
+    prices: Prices = dataclasses.field(default_factory=default_prices)
+    cost_usd: float | None = dataclasses.field(default=0.0, init=False)
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""
@@ -80,9 +88,13 @@ class ModelCalls:
         self.retries = int(counts.get("retries", 0))
         self.fallbacks = int(counts.get("fallbacks", 0))
         self.providers = list(providers)
+        # A checkpoint from before costs were kept: the spend of its attempts is unknown.
+        cost = counts.get("cost_usd", None if self.attempts else 0.0)
+        self.cost_usd = None if cost is None else float(cost)
 
-    def counts(self) -> dict[str, int]:
-        return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks}
+    def counts(self) -> dict[str, Any]:
+        return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks,
+                "cost_usd": self.cost_usd}  # fmt: skip
 
     async def call(
         self, conversation: Conversation, step: int, rows: list[dict[str, Any]]
@@ -153,6 +165,7 @@ class ModelCalls:
     async def _call_once(
         self, messages: list[dict[str, Any]], step: int, rows: list[dict[str, Any]]
     ) -> Completion | HarnessError:
+        await self.prices.warm([self.provider.name])  # the catalogue off the event loop
         remaining = self.remaining()
         call_start = self.clock.time()
         real_start = time.time()
@@ -215,11 +228,34 @@ class ModelCalls:
             "ttft_ms": rec.ttft_ms,
             "input_tokens": rec.input_tokens,
             "output_tokens": rec.output_tokens,
+            "cost_usd": self._cost(rec),
             "request_id": rec.request_id,
             "fell_back": rec.fell_back,
             "error": rec.error,
             "started_at": started_at,
         }
+
+    def _cost(self, rec: AttemptRecord) -> float | None:
+        """Price one attempt and add it to the run's spend."""
+        provider = rec.provider
+        if is_local(self.provider.name, None):
+            # A stand-in (a replay, a scripted provider) bills nothing, whichever
+            # provider its answers name.
+            provider = self.provider.name
+        # The server decides whether it is local: the record's where the provider
+        # reports it, else the run's provider's when this attempt was its own.
+        base_url = getattr(rec, "base_url", None)
+        if base_url is None and rec.provider == self.provider.name:
+            url = getattr(self.provider, "base_url", None)
+            base_url = url if isinstance(url, str) else None
+        cost = self.prices.cost_usd(
+            provider, rec.model, rec.input_tokens, rec.output_tokens, base_url
+        )
+        if cost is not None and self.cost_usd is not None:
+            self.cost_usd += cost
+        elif cost is None and (rec.input_tokens is not None or rec.output_tokens is not None):
+            self.cost_usd = None  # tokens spent at an unknown price: the total is unknown
+        return cost
 
 
 def _synthetic_record(

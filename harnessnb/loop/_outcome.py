@@ -13,7 +13,7 @@ Where each ``RunOutcome`` is decided:
 - ``needs_reconciliation``: :func:`settled_call` (a WRITE intent with no completion);
 - ``success``, ``finished``, ``unverified``, ``denied`` (the agent stopped with the
   check failing after a refused tool call), ``stalled``, ``awaiting_approval``,
-  ``token_budget``, ``step_cap``: :func:`step_outcome`, after a step's tools, stall
+  ``token_budget``, ``cost_budget``, ``step_cap``: :func:`step_outcome`, after a step's tools, stall
   check and verification;
 - ``cancelled`` (the task was cancelled) and ``escalated_terminal`` for a bug in the
   loop are exceptions, caught where they surface: ``Driver.drive`` and ``run``.
@@ -37,6 +37,7 @@ __all__ = [
     "StepFacts",
     "egress_refusal",
     "out_of_time",
+    "over_cost",
     "provider_failure_outcome",
     "settled_call",
     "should_verify",
@@ -99,6 +100,13 @@ def settled_call(status: str | None, effect: str) -> SettledAction:
     return "reconcile" if effect == "write" else "rerun"
 
 
+def over_cost(cost_usd: float | None, max_cost_usd: float | None) -> bool:
+    """True when a cost budget is spent, or cannot be checked (the spend is unknown)."""
+    if max_cost_usd is None:
+        return False
+    return cost_usd is None or cost_usd >= max_cost_usd
+
+
 def should_verify(*, has_verification: bool, changed_workspace: bool, answered: bool) -> bool:
     """The contract's check runs after a step that changed the workspace or in which
     the model answered without a tool call."""
@@ -119,6 +127,9 @@ class StepFacts:
             (the policy, containment, or a person's denial).
         tokens: Tokens used by the run so far, this step included.
         max_tokens: The contract's token budget (None: none).
+        cost_usd: Dollars the run's attempts cost so far, this step's included; None
+            when an attempt's price is unknown.
+        max_cost_usd: The contract's cost budget (None: none).
         step: This step's number (1-based).
         max_steps: The contract's step cap.
     """
@@ -131,6 +142,8 @@ class StepFacts:
     refused: bool = False
     tokens: int = 0
     max_tokens: int | None = None
+    cost_usd: float | None = 0.0
+    max_cost_usd: float | None = None
     step: int = 1
     max_steps: int = 12
 
@@ -155,7 +168,10 @@ def step_outcome(facts: StepFacts) -> StepDecision:
     (even on a stalled step); a stall ends it; a model that stopped is ``finished``
     when there is no check, and when the check failed it gets one nudge, then ends
     ``unverified`` (``denied`` when a tool call of the run was refused: it needed
-    something the run may not do); then the token budget, then the step cap.
+    something the run may not do); then the token budget, then the cost budget,
+    then the step cap. A cost budget with a spend that cannot be known (an attempt
+    of a model with no price) ends the run ``cost_budget`` too: a budget that
+    cannot be kept is not silently dropped.
 
     A failed check is never ``finished`` or ``success``. With no check there is no
     telling whether a refusal kept the run from its task, so it stays ``finished``.
@@ -175,6 +191,8 @@ def step_outcome(facts: StepFacts) -> StepDecision:
             outcome = RunOutcome.DENIED if facts.refused else RunOutcome.UNVERIFIED
     if outcome is None and facts.max_tokens is not None and facts.tokens >= facts.max_tokens:
         outcome = RunOutcome.TOKEN_BUDGET
+    if outcome is None and over_cost(facts.cost_usd, facts.max_cost_usd):
+        outcome = RunOutcome.COST_BUDGET
     if outcome is None and facts.step >= facts.max_steps:
         outcome = RunOutcome.STEP_CAP
     return StepDecision(outcome, replan=facts.stall_action == "replan", feedback=feedback)

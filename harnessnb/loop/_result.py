@@ -12,7 +12,7 @@ from ..rules._secrets import scrub
 from ..rules._text import shorten
 from ._contract import RunOutcome
 
-__all__ = ["RunResult"]
+__all__ = ["RunResult", "usd"]
 
 _GOOD = {RunOutcome.SUCCESS, RunOutcome.FINISHED}
 
@@ -33,6 +33,8 @@ class RunResult:
         text: The model's last text answer.
         providers: Leaf providers that answered, in first-use order.
         attempts: Provider HTTP attempts made. retries/fallbacks/replans: counts.
+        cost_usd: What the run's attempts cost in US dollars (``hn.Prices``); None
+            when unknown (a model with no price) and for older stored runs.
         commands: How this run's commands were contained (``sandbox: bubblewrap`` or
             ``uncontained: no sandbox backend``); None for a run read back from the store.
         step_rows: One mapping per committed step for the card's step table (keys
@@ -57,6 +59,7 @@ class RunResult:
     task: str = ""
     verify_detail: str | None = None
     commands: str | None = None
+    cost_usd: float | None = None
     step_rows: tuple[Mapping[str, Any], ...] = dataclasses.field(default=(), repr=False)
 
     @property
@@ -74,8 +77,8 @@ class RunResult:
     def summary_text(self) -> str:
         lines = [
             f"run {self.run_id}: {self.outcome.value}",
-            f"  steps {self.steps}, tokens {self.tokens}, {self.elapsed:.1f} s, "
-            f"verified {_verified_word(self.verified)}",
+            f"  steps {self.steps}, tokens {self.tokens}{self._cost_text()}, "
+            f"{self.elapsed:.1f} s, verified {_verified_word(self.verified)}",
             f"  providers {', '.join(self.providers) or '-'}; attempts {self.attempts}, "
             f"retries {self.retries}, fallbacks {self.fallbacks}, replans {self.replans}",
         ]
@@ -93,6 +96,9 @@ class RunResult:
             lines.append("  " + self.error._card_text().replace("\n", "\n  "))
         return scrub("\n".join(lines))  # the lines not cut by shorten, too
 
+    def _cost_text(self) -> str:
+        return "" if self.cost_usd is None else f", cost {usd(self.cost_usd)}"
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
 
@@ -105,6 +111,7 @@ class RunResult:
             facts([
                 ("steps", self.steps),
                 ("tokens", self.tokens),
+                *([("cost", usd(self.cost_usd))] if self.cost_usd is not None else []),
                 ("time", f"{self.elapsed:.1f} s"),
                 ("verified", _verified_word(self.verified)),
                 ("providers", ", ".join(self.providers) or "-"),
@@ -152,6 +159,13 @@ def _steps_html(rows: tuple[Mapping[str, Any], ...]) -> Html:
     cells = [[shorten(_cell(r.get(c)), 200) for c in _STEP_COLUMNS] for r in rows]
     label = f"{len(rows)} step{'' if len(rows) == 1 else 's'}"
     return details(label, grid(_STEP_COLUMNS, cells))
+
+
+def usd(dollars: float) -> str:
+    """Dollars as a card shows them: cents for a dollar or more, else six decimals."""
+    if dollars == 0:
+        return "$0"
+    return f"${dollars:,.2f}" if dollars >= 1 else f"${dollars:.6f}"
 
 
 def _verified_word(verified: bool | None) -> str:

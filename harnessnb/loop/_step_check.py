@@ -99,6 +99,7 @@ class StepChecks:
         deferred: bool,
         tokens: int,
         refused: bool = False,
+        cost_usd: float | None = 0.0,
     ) -> StepChecked:
         """Observe the step for stalls, verify when the rule says so, and decide."""
         self.refused = self.refused or refused
@@ -134,6 +135,8 @@ class StepChecks:
                 refused=self.refused,
                 tokens=tokens,
                 max_tokens=self.contract.max_tokens,
+                cost_usd=cost_usd,
+                max_cost_usd=self.contract.max_cost_usd,
                 step=step,
                 max_steps=self.contract.max_steps,
             )

@@ -20,6 +20,7 @@ class RunOutcome(enum.StrEnum):
     STEP_CAP = "step_cap"
     TIME_BUDGET = "time_budget"
     TOKEN_BUDGET = "token_budget"
+    COST_BUDGET = "cost_budget"  # the contract's max_cost_usd was spent (or not knowable)
     STALLED = "stalled"
     ESCALATED_RETRYABLE = "escalated_retryable"  # a retryable failure outlasted the retries
     ESCALATED_TERMINAL = "escalated_terminal"  # a failure no retry can cure

@@ -18,6 +18,16 @@ FAILURE_GROUPS: Final = (
     "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
 )  # fmt: skip
 
+# A group's spend: the priced attempts' dollars, what one answer cost on average (the
+# group's spend over its attempts that succeeded), and how many attempts used tokens at
+# a price nobody knows (their dollars are not in ``cost_usd``).
+_COST: Final = (
+    "sum(cost_usd) AS cost_usd, "
+    "sum(cost_usd) / nullif(count(*) - count(kind), 0) AS cost_per_success_usd, "
+    "count(*) FILTER (WHERE cost_usd IS NULL AND (input_tokens IS NOT NULL "
+    "OR output_tokens IS NOT NULL)) AS unpriced_attempts"
+)
+
 _STATS: Final = (
     "avg(retry_after_s) AS retry_after_s_mean, "
     "quantile_cont(retry_after_s, 0.5) AS retry_after_s_p50, "
@@ -61,7 +71,7 @@ def failure_sql(groups: tuple[str, ...], every_us: int | None = None) -> str:
         head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
         return (
             f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate, {_STATS} FROM {source}{tail}"
+            f"count(kind) / count(*) AS failure_rate, {_STATS}, {_COST} FROM {source}{tail}"
         )
     # Totals per outer group, and failures per (outer group, kind) from the failed rows
     # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
@@ -73,11 +83,12 @@ def failure_sql(groups: tuple[str, ...], every_us: int | None = None) -> str:
     select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
     order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
     return (
-        f"WITH t AS (SELECT {t_select}count(*) AS attempts FROM {source}{t_group}), "
+        f"WITH t AS (SELECT {t_select}count(*) AS attempts, {_COST} FROM {source}{t_group}), "
         f"f AS (SELECT {t_select}kind, count(*) AS failures, {_STATS} FROM {source} "
         f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
         f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
         "coalesce(f.failures, 0) / t.attempts AS failure_rate, "
-        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max "
+        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max, "
+        "t.cost_usd, t.cost_per_success_usd, t.unpriced_attempts "
         f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
     )

@@ -7,7 +7,8 @@ never between. Columns named ``at`` are quoted: ``AT`` is a keyword in DuckDB 2.
 Since version 4 ``runs`` is a view: the writers fill ``run_rows`` (what a run is and
 how it ended) and the view adds ``steps``, ``tokens`` and ``updated_at`` from the
 committed step rows, so a step commit writes no run row and the counts cannot drift
-from the steps, for a run in progress, finished or killed alike.
+from the steps, for a run in progress, finished or killed alike. Since version 6 it
+adds ``cost_usd`` the same way, from the attempt rows.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -121,8 +122,30 @@ _V4: Final = [
 # NULL for tools that run no command and for rows written before version 5.
 _V5: Final = ["ALTER TABLE tool_calls ADD COLUMN sandbox VARCHAR"]
 
+# Version 6: what each attempt cost (``providers/_prices.py``: NULL when it reported
+# no usage or its model has no known price) and the run's sum in the view: NULL when
+# any attempt that used tokens is unpriced (rows from before version 6 included), so a
+# total is never short of an unknown part; 0 for a run with no attempt.
+_V6: Final = [
+    "ALTER TABLE attempts ADD COLUMN cost_usd DOUBLE",
+    "DROP VIEW runs",
+    """CREATE VIEW runs AS SELECT
+        r.run_id, r.task, r.workspace, r.provider, r.model, r.started_at, r.finished_at,
+        r.outcome, coalesce(s.steps, 0)::INTEGER AS steps,
+        coalesce(s.tokens, 0)::BIGINT AS tokens, r.schema_version, r.contract, r.policy,
+        r.error, r.extras, greatest(r.updated_at, s.last_at) AS updated_at,
+        CASE WHEN a.run_id IS NULL THEN 0.0 ELSE a.cost_usd END AS cost_usd
+    FROM run_rows r LEFT JOIN (
+        SELECT run_id, count(*) AS steps, sum(tokens) AS tokens, max("at") AS last_at
+        FROM steps GROUP BY run_id) s ON s.run_id = r.run_id
+    LEFT JOIN (
+        SELECT run_id, CASE WHEN bool_and(cost_usd IS NOT NULL OR (input_tokens IS NULL
+            AND output_tokens IS NULL)) THEN coalesce(sum(cost_usd), 0.0) END AS cost_usd
+        FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
-MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
 # writers fill them.
@@ -130,13 +153,13 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "runs": (
         "run_id", "task", "workspace", "provider", "model", "started_at", "finished_at",
         "outcome", "steps", "tokens", "schema_version", "contract", "policy", "error",
-        "extras", "updated_at",
+        "extras", "updated_at", "cost_usd",
     ),
     "run_rows": tuple(c.strip() for c in _RUN_ROW_COLUMNS.split(",")),
     "attempts": (
         "run_id", "step", "attempt", "provider", "model", "kind", "status",
         "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",
-        "request_id", "fell_back", "error", "started_at", "base_url",
+        "request_id", "fell_back", "error", "started_at", "base_url", "cost_usd",
     ),
     "steps": (
         "run_id", "step", "decision", "tool_calls", "tokens", "changed_workspace",

@@ -377,6 +377,12 @@ class Store:
 
         ``failure_rate_low``/``failure_rate_high`` bound ``failure_rate`` with the 95%
         Wilson score interval (honest at small counts: 0 of 3 is 0 to 0.56).
+        Spend, per group (with ``kind``: the group of the other columns, like
+        ``attempts``): ``cost_usd``, the dollars of its priced attempts (missing when
+        none was priced); ``cost_per_success_usd``, that over the attempts that
+        succeeded (what one answer cost); ``unpriced_attempts``, attempts that used
+        tokens at an unknown price, whose dollars ``cost_usd`` leaves out.
+
         ``every`` (``"1h"``, ``"30min"``, ``"1D"``, a ``timedelta``) adds a first
         column ``period``: the UTC start of the time bucket each attempt started in,
         so failures over time is one call.
