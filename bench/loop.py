@@ -60,7 +60,7 @@ def commit_floor(path: Path, n: int = 500) -> float:
     checkpoint = json.dumps({"messages_delta": [{"role": "tool", "content": "a.txt"}] * 4})
     rows = {
         "tool_calls": ["r", 0, 0, "list_dir", "read", '{"path": "."}', None, "ok", None, None,
-                       5, now, "a.txt"],
+                       5, now, "a.txt", None],
         "steps": ["r", 0, "tool_calls", 1, 15, False, "scripted", now, checkpoint],
         "attempts": ["r", 0, 0, "scripted", "scripted", None, None, None, 0.1, None, 10, 5,
                      None, False, None, now, None],

@@ -5,29 +5,43 @@ legs and failures included) into an attempt row, and counts what a ``RunResult``
 reports: attempts, retries, fallbacks and the leaf providers that answered. Whether
 a failure ends the run is :func:`._outcome.provider_failure_outcome`'s call; how
 long to wait before a retry is ``rules._retry.retry_decision``'s.
+
+An attempt's row is written when its call ends (``AttemptRows``), before a retry's
+wait and before the step goes on, never with the step's commit: the failed attempts
+before a cancel, a crash or a kill are in the store, and no row is written twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..providers._completion import AttemptRecord, Completion, Provider, collect_attempts
+from ..providers._completion import (
+    AttemptRecord,
+    Completion,
+    Provider,
+    collect_attempts,
+    shown_url,
+)
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
 from ..rules._retry import Clock, retry_decision
+from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._outcome import provider_failure_outcome
 
 if TYPE_CHECKING:
+    from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
 
-__all__ = ["Failure", "ModelCalls"]
+__all__ = ["AttemptRows", "Failure", "ModelCalls", "provider_url"]
 
 Emit = Callable[..., Awaitable[None]]
 
@@ -38,6 +52,46 @@ class Failure:
 
     outcome: RunOutcome
     error: HarnessError
+
+
+class AttemptRows:
+    """Writes a run's attempt rows the moment their call ends.
+
+    Queued for the store's group commit and awaited, so an attempt costs no
+    transaction of its own when runs are busy. A cancel while the write is queued
+    never loses it nor writes it twice: a write not yet begun is taken back and done
+    at once in this thread; one begun is waited for.
+    """
+
+    __slots__ = ("run_id", "store")
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+
+    async def write(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        future = self.store.submit(add_attempts(self.run_id, rows))
+        try:
+            await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            self._settle(future, rows)
+            raise
+
+    def write_now(self, rows: list[dict[str, Any]]) -> None:
+        """Write in this thread (a call being cancelled: the loop is going away)."""
+        if rows:
+            # The cancel goes on; the store's own error is not the news here.
+            with contextlib.suppress(HarnessError):
+                self.store.add_attempts(self.run_id, rows)
+
+    def _settle(self, future: Future[None], rows: list[dict[str, Any]]) -> None:
+        if future.cancel():  # never began: nothing written yet
+            self.write_now(rows)
+            return
+        with contextlib.suppress(HarnessError):
+            future.result()
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
@@ -51,6 +105,7 @@ class ModelCalls:
         tool_specs: The tools offered to the model.
         elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
         emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``).
+        rows: Where attempt rows go, as each call ends.
     """
 
     provider: Provider
@@ -61,6 +116,7 @@ class ModelCalls:
     elapsed: Callable[[], float]
     remaining: Callable[[], float | None]
     emit: Emit
+    rows: AttemptRows
     attempts: int = dataclasses.field(default=0, init=False)
     retries: int = dataclasses.field(default=0, init=False)
     fallbacks: int = dataclasses.field(default=0, init=False)
@@ -76,19 +132,17 @@ class ModelCalls:
     def counts(self) -> dict[str, int]:
         return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks}
 
-    async def call(
-        self, conversation: Conversation, step: int, rows: list[dict[str, Any]]
-    ) -> Completion | Failure:
+    async def call(self, conversation: Conversation, step: int) -> Completion | Failure:
         """One model turn with the loop's retries, deadline, and one context shrink.
 
-        Appends an attempt row per HTTP attempt to ``rows``; a shrink that let the
+        Writes an attempt row per HTTP attempt as its call ends; a shrink that let the
         call through replaces the conversation's messages.
         """
         retries_done = 0
         shrunk = False
         messages = conversation.messages
         while True:
-            result = await self._call_once(messages, step, rows)
+            result = await self._call_once(messages, step)
             if isinstance(result, Completion):
                 if result.provider and result.provider not in self.providers:
                     self.providers.append(result.provider)
@@ -143,7 +197,7 @@ class ModelCalls:
         return True
 
     async def _call_once(
-        self, messages: list[dict[str, Any]], step: int, rows: list[dict[str, Any]]
+        self, messages: list[dict[str, Any]], step: int
     ) -> Completion | HarnessError:
         remaining = self.remaining()
         call_start = self.clock.time()
@@ -165,15 +219,16 @@ class ModelCalls:
                 result = exc
             except HarnessError as exc:
                 result = exc
+            except asyncio.CancelledError:
+                # The legs that ended before the cancel (a Fallback's) are written now.
+                self.rows.write_now(self._attempt_rows(records, step, call_start))
+                raise
             except Exception as exc:  # a custom provider's bug: typed, with its cause
                 result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
-        # The first attempt of a call starts when the call does (on the run's clock);
-        # later ones (fallback legs) keep their real offsets from the first.
-        first = records[0].started_at
+        await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:
-            rows.append(self._attempt_row(rec, step, call_start, first))
             if rec.fell_back:
                 self.fallbacks += 1
                 await self.emit(
@@ -184,6 +239,19 @@ class ModelCalls:
                     status=rec.status,
                 )
         return result
+
+    def _attempt_rows(
+        self, records: list[AttemptRecord], step: int, call_start: float
+    ) -> list[dict[str, Any]]:
+        """The rows of a call's attempts, numbered on from the run's last one.
+
+        The first attempt of a call starts when the call does (on the run's clock);
+        later ones (fallback legs) keep their real offsets from the first.
+        """
+        if not records:
+            return []
+        first = records[0].started_at
+        return [self._attempt_row(rec, step, call_start, first) for rec in records]
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
@@ -208,19 +276,31 @@ class ModelCalls:
             "fell_back": rec.fell_back,
             "error": rec.error,
             "started_at": started_at,
+            "base_url": rec.base_url,
         }
+
+
+def provider_url(provider: Provider) -> str | None:
+    """The server a provider talks to as rows keep it (no credentials), or None (a
+    Fallback, a scripted or custom provider)."""
+    url = getattr(provider, "base_url", None)
+    return shown_url(url) if isinstance(url, str) and url else None
 
 
 def _synthetic_record(
     provider: Provider, result: Completion | HarnessError, started: float
 ) -> AttemptRecord:
-    """The attempt row of a provider that reported none itself (a custom provider)."""
+    """The attempt row of a provider that reported none itself (a custom provider), or
+    of a call the run's time budget cut short."""
     latency = (time.time() - started) * 1000
+    base_url = provider_url(provider)
     if isinstance(result, Completion):
         filled = dataclasses.replace(
             result, provider=result.provider or provider.name, model=result.model or provider.model
         )
-        return AttemptRecord.succeeded(filled, started_at=started, latency_ms=latency)
+        return AttemptRecord.succeeded(
+            filled, started_at=started, latency_ms=latency, base_url=base_url
+        )
     if not isinstance(result, ProviderError):
         result = ProviderError(result.message, kind=ProviderErrorKind.TRANSPORT)
     return AttemptRecord.failed(
@@ -229,4 +309,5 @@ def _synthetic_record(
         model=provider.model,
         started_at=started,
         latency_ms=latency,
+        base_url=base_url,
     )

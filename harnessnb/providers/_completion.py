@@ -23,6 +23,7 @@ import contextvars
 import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from ..rules._errors import ProviderError
@@ -37,6 +38,7 @@ __all__ = [
     "Usage",
     "collect_attempts",
     "report_attempt",
+    "shown_url",
 ]
 
 
@@ -147,6 +149,7 @@ class AttemptRecord:
     request_id: str | None = None
     fell_back: bool = False  # a Fallback moved on to the next provider after this one
     error: str | None = None
+    base_url: str | None = None  # its server, no credentials (None: not over HTTP)
 
     @classmethod
     def succeeded(
@@ -156,6 +159,7 @@ class AttemptRecord:
         started_at: float,
         latency_ms: float,
         status: int | None = None,
+        base_url: str | None = None,
     ) -> AttemptRecord:
         """The record of an attempt that produced ``completion``."""
         return cls(
@@ -168,6 +172,7 @@ class AttemptRecord:
             input_tokens=completion.usage.input_tokens,
             output_tokens=completion.usage.output_tokens,
             request_id=completion.request_id,
+            base_url=None if base_url is None else shown_url(base_url),
         )
 
     @classmethod
@@ -180,6 +185,7 @@ class AttemptRecord:
         started_at: float,
         latency_ms: float,
         ttft_ms: float | None = None,
+        base_url: str | None = None,
     ) -> AttemptRecord:
         """The record of an attempt that failed with ``error``."""
         return cls(
@@ -193,7 +199,19 @@ class AttemptRecord:
             ttft_ms=ttft_ms,
             request_id=error.request_id,
             error=error.message,
+            base_url=None if base_url is None else shown_url(base_url),
         )
+
+
+def shown_url(url: str) -> str:
+    """``url`` as rows keep it (``AttemptRecord.base_url``, a run's server): scheme,
+    host, port and path; no user, password, query or fragment (where a key might ride)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{parts.scheme}://{netloc}{parts.path}"
 
 
 @runtime_checkable
