@@ -281,6 +281,7 @@ class Driver(StepTools):
         Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         final = None
+        await self.model_calls.rows.settle()  # the step's attempts, queued as they ended
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
@@ -367,6 +368,7 @@ class Driver(StepTools):
         outcome: RunOutcome,
         error: HarnessError | None = None,
     ) -> RunResult:
+        await self.model_calls.rows.settle()
         await self.store.queued.finish_run(
             self.run_id,
             outcome=outcome.value,
@@ -432,6 +434,7 @@ class Driver(StepTools):
         except asyncio.CancelledError:
             # Record the cancellation synchronously: the task is being torn down. A
             # pending approval is recorded as not answered (the run's error).
+            self.model_calls.rows.settle_now()
             self.store.finish_run(
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,

@@ -55,43 +55,59 @@ class Failure:
 
 
 class AttemptRows:
-    """Writes a run's attempt rows the moment their call ends.
+    """Writes a run's attempt rows the moment their call ends, through the store's
+    group commit.
 
-    Queued for the store's group commit and awaited, so an attempt costs no
-    transaction of its own when runs are busy. A cancel while the write is queued
-    never loses it nor writes it twice: a write not yet begun is taken back and done
-    at once in this thread; one begun is waited for.
+    A failed call's rows are awaited before the retry's wait (``write``). A successful
+    call's are queued and not waited for (``send``): the step goes on while they
+    commit, and ``settle`` (before the step's commit) surfaces a failed write; the
+    writer's queue is first in, first out, so they never land after the step. A
+    cancel never loses a queued row nor writes it twice (``settle_now``): a write
+    not yet begun is taken back and done at once in this thread; one begun is
+    waited for.
     """
 
-    __slots__ = ("run_id", "store")
+    __slots__ = ("_pending", "run_id", "store")
 
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = run_id
+        self._pending: list[tuple[Future[None], list[dict[str, Any]]]] = []
+
+    def send(self, rows: list[dict[str, Any]]) -> None:
+        """Queue ``rows`` for the writer thread; ``settle`` waits for them."""
+        if rows:
+            self._pending.append((self.store.submit(add_attempts(self.run_id, rows)), rows))
 
     async def write(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        future = self.store.submit(add_attempts(self.run_id, rows))
-        try:
-            await asyncio.shield(asyncio.wrap_future(future))
-        except asyncio.CancelledError:
-            self._settle(future, rows)
-            raise
+        """Queue ``rows`` and wait until they (and any queued before) are committed."""
+        self.send(rows)
+        await self.settle()
 
-    def write_now(self, rows: list[dict[str, Any]]) -> None:
-        """Write in this thread (a call being cancelled: the loop is going away)."""
-        if rows:
-            # The cancel goes on; the store's own error is not the news here.
+    async def settle(self) -> None:
+        """Wait for the queued rows; a failed write raises here."""
+        while self._pending:
+            future, _ = self._pending[0]
+            try:
+                await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:
+                self.settle_now()
+                raise
+            except BaseException:
+                self._pending.pop(0)
+                raise
+            self._pending.pop(0)
+
+    def settle_now(self) -> None:
+        """Make every queued row durable from this thread (a cancel: the loop is going
+        away). The cancel goes on: the store's own error is not the news here."""
+        pending, self._pending = self._pending, []
+        for future, rows in pending:
             with contextlib.suppress(HarnessError):
-                self.store.add_attempts(self.run_id, rows)
-
-    def _settle(self, future: Future[None], rows: list[dict[str, Any]]) -> None:
-        if future.cancel():  # never began: nothing written yet
-            self.write_now(rows)
-            return
-        with contextlib.suppress(HarnessError):
-            future.result()
+                if future.cancel():  # never began: nothing written yet
+                    self.store.add_attempts(self.run_id, rows)
+                else:
+                    future.result()
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
@@ -221,13 +237,17 @@ class ModelCalls:
                 result = exc
             except asyncio.CancelledError:
                 # The legs that ended before the cancel (a Fallback's) are written now.
-                self.rows.write_now(self._attempt_rows(records, step, call_start))
+                self.rows.send(self._attempt_rows(records, step, call_start))
+                self.rows.settle_now()
                 raise
             except Exception as exc:  # a custom provider's bug: typed, with its cause
                 result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
-        await self.rows.write(self._attempt_rows(records, step, call_start))
+        if isinstance(result, Completion):
+            self.rows.send(self._attempt_rows(records, step, call_start))
+        else:  # durable before the wait for a retry (or the run's end)
+            await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:
             if rec.fell_back:
                 self.fallbacks += 1
