@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 from urllib.parse import urlsplit
@@ -203,6 +204,7 @@ class AttemptRecord:
         )
 
 
+@functools.lru_cache(maxsize=64)  # once per provider, not per attempt
 def shown_url(url: str) -> str:
     """``url`` as rows keep it (``AttemptRecord.base_url``, a run's server): scheme,
     host, port and path; no user, password, query or fragment (where a key might ride)."""
