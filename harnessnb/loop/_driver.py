@@ -281,7 +281,6 @@ class Driver(StepTools):
         Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         final = None
-        await self.model_calls.rows.settle()  # the step's attempts, queued as they ended
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
@@ -303,6 +302,9 @@ class Driver(StepTools):
             lease=self.lease,
             finish=final,
         )
+        # The step's attempt rows, queued as their calls ended, were ahead of it in the
+        # writer's queue: committed by now (in its transaction or an earlier one).
+        await self.model_calls.rows.settle()
         if final is not None:
             self.lease = None
         await self.emit(
