@@ -190,3 +190,20 @@ def test_base_url_rows_keep_no_credentials() -> None:
 
     assert provider_url(provider) == "http://127.0.0.1:9/v1"
     assert provider.name == "openai"
+
+
+def test_resume_rebuilds_a_recorded_server_without_a_key() -> None:
+    from harnessnb.launch._choose import provider_for_resume
+
+    run = {"provider": "local", "model": "m", "base_url": "http://127.0.0.1:9/v1"}
+    provider, note = provider_for_resume(run, env={})
+    assert (provider.name, provider.model, getattr(provider, "base_url", None)) == (
+        "local", "m", "http://127.0.0.1:9/v1")  # fmt: skip
+    assert "local" in note
+    # Named on the command line without --base-url: the recorded server again.
+    provider, _ = provider_for_resume(run, "local", env={})
+    assert getattr(provider, "base_url", None) == "http://127.0.0.1:9/v1"
+    # An OpenAI run at the official host still needs the key, and says so.
+    official = {"provider": "openai", "model": "m", "base_url": "https://api.openai.com/v1"}
+    with pytest.raises(hn.ConfigError, match="OPENAI_API_KEY"):
+        provider_for_resume(official, env={})
