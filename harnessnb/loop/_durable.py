@@ -218,7 +218,8 @@ async def _continue_attempt_numbers(
     stored = await asyncio.to_thread(store.attempts, driver.run_id)
     numbers = [int(n) for n in stored["attempt"].dropna()] if len(stored) else []
     legacy = [a for a in (begun or {}).get("attempts") or [] if a.get("attempt") is not None]
-    unwritten = [a for a in legacy if int(a["attempt"]) not in set(numbers)]
+    written = set(numbers)
+    unwritten = [a for a in legacy if int(a["attempt"]) not in written]
     if unwritten:
         await store.queued.add_attempts(driver.run_id, unwritten)
     numbers += [int(a["attempt"]) for a in legacy]

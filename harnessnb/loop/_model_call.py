@@ -6,9 +6,10 @@ reports: attempts, retries, fallbacks and the leaf providers that answered. Whet
 a failure ends the run is :func:`._outcome.provider_failure_outcome`'s call; how
 long to wait before a retry is ``rules._retry.retry_decision``'s.
 
-An attempt's row is written when its call ends (``AttemptRows``), before a retry's
-wait and before the step goes on, never with the step's commit: the failed attempts
-before a cancel, a crash or a kill are in the store, and no row is written twice.
+An attempt's row is written when its call ends (``AttemptRows``): queued for the
+store's writer at once, committed before a retry's wait, never part of the step's
+commit. So the failed attempts before a cancel, a crash or a kill are in the store,
+and no row is written twice.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ class AttemptRows:
 
     A failed call's rows are awaited before the retry's wait (``write``). A successful
     call's are queued and not waited for (``send``): the step goes on while they
-    commit, and ``settle`` (before the step's commit) surfaces a failed write; the
-    writer's queue is first in, first out, so they never land after the step. A
+    commit; the writer's queue is first in, first out, so they land no later than the
+    step's commit, after which ``settle`` surfaces a failed write. A
     cancel never loses a queued row nor writes it twice (``settle_now``): a write
     not yet begun is taken back and done at once in this thread; one begun is
     waited for.
