@@ -23,7 +23,7 @@ KEYS = (
     "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
     "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
 )  # fmt: skip
-RETRY_AFTER_S = 2  # the wait a 503 asks for: the signal lands inside it
+RETRY_AFTER_S = 3  # the wait a 503 asks for: the signal lands inside it
 
 
 def answer(request: ChaosRequest) -> Reply:
@@ -69,7 +69,7 @@ def stopped_run(tmp_path: Path, srv: ChaosServer, sig: signal.Signals) -> Path:
     )  # fmt: skip
     try:
         wait_for_requests(srv, 5, proc)
-        time.sleep(0.5)  # the 5th attempt has ended; its retry waits RETRY_AFTER_S
+        time.sleep(1.0)  # the 5th attempt has ended; its retry waits RETRY_AFTER_S
         proc.send_signal(sig)
         proc.communicate(timeout=60)
     finally:
