@@ -319,7 +319,7 @@ def test_provider_choice_order() -> None:
     assert chosen(every) == ("openrouter", "provider openrouter: OPENROUTER_API_KEY is set")
     assert chosen({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"})[0] == "anthropic"
     assert chosen({"OPENAI_API_KEY": "k"})[0] == "openai"
-    assert chosen({}, base_url="http://127.0.0.1:1/v1")[0] == "openai"  # local
+    assert chosen({}, base_url="http://127.0.0.1:1/v1")[0] == "local"  # its own name
     name, note = chosen({})
     assert name == "demo" and note.startswith("no API key found") and DEMO_LABEL in note
     assert choose_provider("openai", env={}, base_url="http://127.0.0.1:1/v1")[1] == ""

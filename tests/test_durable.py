@@ -108,7 +108,7 @@ def check_against_reference(ws: Path, reference: dict[str, str], store_path: Pat
         assert (ws / "kv" / f"k{i}").read_text().endswith(f"({key[:9]})\n")
 
 
-REFERENCE_WRITES = 49  # store writes in one uninterrupted reference run
+REFERENCE_WRITES = 69  # store writes in one uninterrupted reference run (20 of them attempt rows)
 
 
 def test_reference_run_makes_the_expected_number_of_commits(tmp_path: Path) -> None:

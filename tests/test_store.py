@@ -311,10 +311,10 @@ def test_add_attempts_bulk_path_matches_the_small_path(store: Store) -> None:
     assert len(store.attempts("r2")) == 300
 
 
-def test_finish_run_writes_outcome_error_and_last_attempts(store: Store) -> None:
+def test_finish_run_writes_outcome_error_and_last_stalls(store: Store) -> None:
     error = {"code": "PROVIDER_SERVER", "message": "HTTP 503", "api_key": "sk-live-123456789"}
+    store.add_attempts("r1", [attempt(4, 0, kind="server")])  # written when it ended
     store.finish_run("r1", outcome="escalated_retryable", finished_at=AT + 60, error=error,
-                     attempts=[attempt(4, 0, kind="server")],
                      stalls=[{"step": 4, "signal": "repetition", "action": "stalled",
                               "detail": "d", "at": AT + 59}])  # fmt: skip
     run = store.get_run("r1")
@@ -443,9 +443,9 @@ def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
                                                            "authorization": f"Bearer {secret}"},
                                                "api_key": secret},
                                    "response": {"text": "ok"}})  # fmt: skip
+        s.add_attempts("r1", [attempt(1, 0, kind="auth", error=f"bad key {secret}")])
         s.finish_run("r1", outcome="escalated_terminal", finished_at=AT,
-                     error={"message": f"invalid x-api-key {secret}"},
-                     attempts=[attempt(1, 0, kind="auth", error=f"bad key {secret}")])  # fmt: skip
+                     error={"message": f"invalid x-api-key {secret}"})
         assert s.get_recordings("rec") == [{"request": {"headers": {}}, "response": {"text": "ok"}}]
         assert secret not in json.dumps(s.get_run("r1"))
     # Checkpointed on close: every byte of the file is searched.

@@ -433,14 +433,14 @@ def provider_for(
     if protocol == "anthropic":
         anthropic_cls = type("DemoAnthropic", (Anthropic,), {"NAME": name})
         provider: Provider = anthropic_cls(
-            DEMO_MODEL, base_url=server.anthropic_url, timeout=timeout
+            DEMO_MODEL, base_url=server.anthropic_url, timeout=timeout, name=name
         )
         return provider
     if protocol != "openai":
         raise ValueError(f"protocol must be 'openai' or 'anthropic', not {protocol!r}")
     # A subclass only to carry its own NAME: attempts are recorded under the leaf's NAME.
     openai_cls = type("DemoOpenAI", (OpenAI,), {"NAME": name})
-    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout=timeout)
+    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout=timeout, name=name)
     return provider
 
 

@@ -98,15 +98,18 @@ def provider_for_resume(
 
     A provider named by the caller wins. Otherwise the provider the run was recorded
     with, when it is one of ours by name (a resumed run should not silently switch
-    providers because the environment changed), with its recorded model; otherwise
-    the same choice as ``choose_provider``, which takes the same ``words``.
+    providers because the environment changed), with its recorded model and server
+    (``base_url``: a ``local`` run resumes against its server and needs no key);
+    otherwise the same choice as ``choose_provider``, which takes the same ``words``.
     """
     recorded = str((run or {}).get("provider") or "").lower()
-    known = recorded in ("openai", "openrouter", "anthropic", "demo")
-    if name is None and not words.get("base_url") and known:
+    if name is None and not words.get("base_url") and recorded in PROVIDER_NAMES:
         model = words.get("model") or (run or {}).get("model")
-        chosen = build_provider(recorded, model=model, env=words.get("env"))
+        url = (run or {}).get("base_url") if recorded != "demo" else None
+        chosen = build_provider(recorded, model=model, base_url=url or None, env=words.get("env"))
         return chosen, f"resuming with the provider the run was recorded with: {recorded}"
+    if (name or "").strip().lower() == "local" and not words.get("base_url"):
+        words["base_url"] = (run or {}).get("base_url")  # the server the run used
     return choose_provider(name, **words)
 
 
@@ -131,7 +134,8 @@ def build_provider(
     base_url: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Provider:
-    """One provider by name; ``base_url`` points it at another server.
+    """One provider by name; ``base_url`` points it at another server (a provider's
+    official URL needs its key as ever; another one may do without).
 
     Raises:
         ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
@@ -152,7 +156,9 @@ def build_provider(
                 "--base-url http://127.0.0.1:8000/v1)",
                 code="CONFIG_BASE_URL",
             )
-        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url)
+        # Named ``local`` in every row, so its failures never merge with OpenAI's.
+        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url,
+                      name="local")  # fmt: skip
     classes: dict[str, type[OpenAI] | type[Anthropic]] = {
         "openai": OpenAI,
         "openrouter": OpenRouter,
@@ -167,6 +173,8 @@ def build_provider(
     # As the SDKs do: the key goes to the official host or to a URL the user gave
     # (a proxy or gateway); only a custom URL may do without one.
     url = base_url or env.get(cls.BASE_URL_ENV, "").strip() or None
+    if url == cls.DEFAULT_BASE_URL:
+        url = None  # the official host (say a resumed run's recorded URL): key needed
     key = env.get(cls.KEY_ENV, "").strip() or None
     if key is None and url is None:
         raise ConfigError(

@@ -27,7 +27,7 @@ from ._bridge import keep_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
-from ._model_call import Failure, ModelCalls
+from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
 from ._step_check import StepChecked, StepChecks
@@ -109,6 +109,7 @@ class Driver(StepTools):
             remaining=self.remaining,
             emit=self.emit,
             prices=prices if prices is not None else default_prices(),
+            rows=AttemptRows(store, run_id, patient=self.patient),
         )
         self.checks = StepChecks(
             contract, self.workspace, policy=self.policy, approver=approver, clock=clock
@@ -199,6 +200,7 @@ class Driver(StepTools):
             "workspace": os.path.abspath(self.contract.workspace),
             "provider": self.provider.name,
             "model": self.provider.model,
+            "base_url": provider_url(self.provider),  # kept in extras, for resume
             "started_at": self.clock.time(),
             "contract": self.contract.to_dict(),
             "policy": self.base_policy.to_dict(),
@@ -233,14 +235,13 @@ class Driver(StepTools):
         """
         self.step += 1
         if pending is None:
-            attempt_rows: list[dict[str, Any]] = []
-            called = await self.model_calls.call(self.conversation, self.step, attempt_rows)
+            called = await self.model_calls.call(self.conversation, self.step)
             if isinstance(called, Failure):
                 self.step -= 1  # no step was committed
-                return await self.finish(called.outcome, called.error, attempts=attempt_rows)
+                return await self.finish(called.outcome, called.error)
             completion = called
         else:
-            completion, attempt_rows = pending.completion, pending.attempts
+            completion = pending.completion
         messages_before = len(self.conversation)
         step_tokens = completion.usage.total_tokens
         self.tokens += step_tokens
@@ -248,9 +249,7 @@ class Driver(StepTools):
         self.conversation.append(completion.to_message())
 
         tool_rows: list[dict[str, Any]] = []
-        tools = await self.run_tools(
-            completion, attempt_rows, tool_rows, pending.settled if pending else None
-        )
+        tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
         if tools.unreconciled is not None:
             # The step stays uncommitted; the next resume picks it up again.
             self.conversation.truncate(messages_before)
@@ -269,9 +268,7 @@ class Driver(StepTools):
         )
         for message in checked.messages:
             self.conversation.append(message)
-        return await self._commit_step(
-            completion, step_tokens, tools.changed, checked, attempt_rows, tool_rows
-        )
+        return await self._commit_step(completion, step_tokens, tools.changed, checked, tool_rows)
 
     async def _commit_step(
         self,
@@ -279,10 +276,10 @@ class Driver(StepTools):
         step_tokens: int,
         changed: bool,
         checked: StepChecked,
-        attempt_rows: list[dict[str, Any]],
         tool_rows: list[dict[str, Any]],
     ) -> RunResult | None:
-        """Commit the step (and the run's end, when it ends the run) in one transaction."""
+        """Commit the step (and the run's end, when it ends the run) in one transaction.
+        Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         final = None
         if ending is not None:
@@ -302,7 +299,7 @@ class Driver(StepTools):
             lambda: self.store.queued.commit_step(
                 self.run_id,
                 row,
-                attempts=attempt_rows,
+                attempts=[],  # each was written when its call ended
                 tool_calls=tool_rows,
                 stalls=stall_rows,
                 checkpoint=checkpoint,
@@ -310,6 +307,9 @@ class Driver(StepTools):
                 finish=final,
             )
         )
+        # The step's attempt rows, queued as their calls ended, were ahead of it in the
+        # writer's queue: committed by now (in its transaction or an earlier one).
+        await self.model_calls.rows.settle()
         if final is not None:
             self.lease = None
         await self.emit(
@@ -375,9 +375,8 @@ class Driver(StepTools):
         self,
         outcome: RunOutcome,
         error: HarnessError | None = None,
-        *,
-        attempts: list[dict[str, Any]] | None = None,
     ) -> RunResult:
+        await self.model_calls.rows.settle()
         finished_at = self.clock.time()
         await self.patient(
             lambda: self.store.queued.finish_run(
@@ -385,7 +384,6 @@ class Driver(StepTools):
                 outcome=outcome.value,
                 finished_at=finished_at,
                 error=error.to_dict() if error is not None else None,
-                attempts=attempts or [],
                 lease=self.lease,
                 release=True,  # the lease is given up in the same commit
             )
@@ -475,6 +473,7 @@ class Driver(StepTools):
             # still busy or full leaves it unrecorded; the unrenewed lease expires.
             lease, self.lease = self.lease, None
             try:
+                self.model_calls.rows.settle_now()
                 self.store.finish_run(
                     self.run_id,
                     outcome=RunOutcome.CANCELLED.value,

@@ -199,7 +199,6 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
         return PendingStep(
             completion=Completion.from_dict(begun["completion"]),
-            attempts=list(begun.get("attempts") or []),
             settled={int(r["seq"]): r for r in rows},
         )
     except (ResumeError, StoreError):
@@ -215,11 +214,19 @@ async def _continue_attempt_numbers(
     driver: Driver, store: Store, begun: dict[str, Any] | None
 ) -> None:
     """Number the resumed run's attempts after every one already made: the failed calls
-    that ended the run came after its last checkpoint, so its counter does not hold them."""
+    that ended the run came after its last checkpoint, so its counter does not hold them.
+
+    A begun step written by an older harnessnb carries its attempts (then written only
+    with the step): those not in the store are written now, once.
+    """
     stored = await asyncio.to_thread(store.attempts, driver.run_id)
     numbers = [int(n) for n in stored["attempt"].dropna()] if len(stored) else []
-    pending = (begun or {}).get("attempts") or []
-    numbers += [int(a["attempt"]) for a in pending if a.get("attempt") is not None]
+    legacy = [a for a in (begun or {}).get("attempts") or [] if a.get("attempt") is not None]
+    written = set(numbers)
+    unwritten = [a for a in legacy if int(a["attempt"]) not in written]
+    if unwritten:
+        await store.queued.add_attempts(driver.run_id, unwritten)
+    numbers += [int(a["attempt"]) for a in legacy]
     driver.model_calls.attempts = max([driver.model_calls.attempts, *numbers])
 
 

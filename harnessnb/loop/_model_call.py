@@ -7,15 +7,22 @@ a failure ends the run is :func:`._outcome.provider_failure_outcome`'s call; how
 long to wait before a retry is ``rules._retry.retry_decision``'s. Each attempt is
 priced as its row is built (``providers._prices``), and the run's spend kept for the
 cost budget.
+
+An attempt's row is written when its call ends (``AttemptRows``): queued for the
+store's writer at once, committed before a retry's wait, never part of the step's
+commit. So the failed attempts before a cancel, a crash or a kill are in the store,
+and no row is written twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import (
@@ -23,21 +30,30 @@ from ..providers._completion import (
     Completion,
     Provider,
     collect_attempts,
+    shown_url,
     stream_text_to,
 )
 from ..providers._prices import Prices, default_prices, is_local
-from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, wrap_unknown
+from ..rules._errors import (
+    HarnessError,
+    ProviderError,
+    ProviderErrorKind,
+    StoreError,
+    wrap_unknown,
+)
 from ..rules._retry import Clock, retry_decision
+from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._events import TextDeltas
 from ._outcome import provider_failure_outcome
 
 if TYPE_CHECKING:
+    from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
 
-__all__ = ["Failure", "ModelCalls"]
+__all__ = ["AttemptRows", "Failure", "ModelCalls", "provider_url"]
 
 Emit = Callable[..., Awaitable[None]]
 
@@ -48,6 +64,78 @@ class Failure:
 
     outcome: RunOutcome
     error: HarnessError
+
+
+class AttemptRows:
+    """Writes a run's attempt rows the moment their call ends, through the store's
+    group commit.
+
+    A failed call's rows are awaited before the retry's wait (``write``). A successful
+    call's are queued and not waited for (``send``): the step goes on while they
+    commit; the writer's queue is first in, first out, so they land no later than the
+    step's commit, after which ``settle`` surfaces a failed write. A
+    cancel never loses a queued row nor writes it twice (``settle_now``): a write
+    not yet begun is taken back and done at once in this thread; one begun is
+    waited for. A write the store refused as busy or full (nothing of it committed) is
+    tried again through ``patient`` (the driver's: while the run has time left).
+    """
+
+    __slots__ = ("_pending", "patient", "run_id", "store")
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        patient: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.patient = patient
+        self._pending: list[tuple[Future[None], list[dict[str, Any]]]] = []
+
+    def send(self, rows: list[dict[str, Any]]) -> None:
+        """Queue ``rows`` for the writer thread; ``settle`` waits for them."""
+        if rows:
+            self._pending.append((self.store.submit(add_attempts(self.run_id, rows)), rows))
+
+    async def write(self, rows: list[dict[str, Any]]) -> None:
+        """Queue ``rows`` and wait until they (and any queued before) are committed."""
+        self.send(rows)
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the queued rows; a failed write raises here."""
+        while self._pending:
+            future, _ = self._pending[0]
+            try:
+                await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:
+                self.settle_now()
+                raise
+            except StoreError as exc:
+                _, rows = self._pending.pop(0)
+                if not exc.retryable or self.patient is None:
+                    raise
+                await self.patient(self._rewrite(rows))
+                continue
+            except BaseException:
+                self._pending.pop(0)
+                raise
+            self._pending.pop(0)
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
+        return lambda: self.store.queued.add_attempts(self.run_id, rows)
+
+    def settle_now(self) -> None:
+        """Make every queued row durable from this thread (a cancel: the loop is going
+        away). The cancel goes on: the store's own error is not the news here."""
+        pending, self._pending = self._pending, []
+        for future, rows in pending:
+            with contextlib.suppress(HarnessError):
+                if future.cancel():  # never began: nothing written yet
+                    self.store.add_attempts(self.run_id, rows)
+                else:
+                    future.result()
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
@@ -62,6 +150,7 @@ class ModelCalls:
         elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
         emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``, and ``delta``
             with streamed text, throttled by ``TextDeltas``).
+        rows: Where attempt rows go, as each call ends.
         prices: How attempts are priced (the catalogue, local servers free).
         cost_usd: Dollars the run's attempts cost so far; None once one that used
             tokens could not be priced (the spend is then unknown).
@@ -75,6 +164,7 @@ class ModelCalls:
     elapsed: Callable[[], float]
     remaining: Callable[[], float | None]
     emit: Emit
+    rows: AttemptRows
     attempts: int = dataclasses.field(default=0, init=False)
     retries: int = dataclasses.field(default=0, init=False)
     fallbacks: int = dataclasses.field(default=0, init=False)
@@ -96,19 +186,17 @@ class ModelCalls:
         return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks,
                 "cost_usd": self.cost_usd}  # fmt: skip
 
-    async def call(
-        self, conversation: Conversation, step: int, rows: list[dict[str, Any]]
-    ) -> Completion | Failure:
+    async def call(self, conversation: Conversation, step: int) -> Completion | Failure:
         """One model turn with the loop's retries, deadline, and one context shrink.
 
-        Appends an attempt row per HTTP attempt to ``rows``; a shrink that let the
+        Writes an attempt row per HTTP attempt as its call ends; a shrink that let the
         call through replaces the conversation's messages.
         """
         retries_done = 0
         shrunk = False
         messages = conversation.messages
         while True:
-            result = await self._call_once(messages, step, rows)
+            result = await self._call_once(messages, step)
             if isinstance(result, Completion):
                 if result.provider and result.provider not in self.providers:
                     self.providers.append(result.provider)
@@ -163,7 +251,7 @@ class ModelCalls:
         return True
 
     async def _call_once(
-        self, messages: list[dict[str, Any]], step: int, rows: list[dict[str, Any]]
+        self, messages: list[dict[str, Any]], step: int
     ) -> Completion | HarnessError:
         await self.prices.warm([self.provider.name])  # the catalogue off the event loop
         remaining = self.remaining()
@@ -187,17 +275,22 @@ class ModelCalls:
                 result = exc
             except HarnessError as exc:
                 result = exc
+            except asyncio.CancelledError:
+                # The legs that ended before the cancel (a Fallback's) are written now.
+                self.rows.send(self._attempt_rows(records, step, call_start))
+                self.rows.settle_now()
+                raise
             except Exception as exc:  # a custom provider's bug: typed, with its cause
                 result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
         if isinstance(result, Completion):
             await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
-        # The first attempt of a call starts when the call does (on the run's clock);
-        # later ones (fallback legs) keep their real offsets from the first.
-        first = records[0].started_at
+        if isinstance(result, Completion):
+            self.rows.send(self._attempt_rows(records, step, call_start))
+        else:  # durable before the wait for a retry (or the run's end)
+            await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:
-            rows.append(self._attempt_row(rec, step, call_start, first))
             if rec.fell_back:
                 self.fallbacks += 1
                 await self.emit(
@@ -208,6 +301,19 @@ class ModelCalls:
                     status=rec.status,
                 )
         return result
+
+    def _attempt_rows(
+        self, records: list[AttemptRecord], step: int, call_start: float
+    ) -> list[dict[str, Any]]:
+        """The rows of a call's attempts, numbered on from the run's last one.
+
+        The first attempt of a call starts when the call does (on the run's clock);
+        later ones (fallback legs) keep their real offsets from the first.
+        """
+        if not records:
+            return []
+        first = records[0].started_at
+        return [self._attempt_row(rec, step, call_start, first) for rec in records]
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
@@ -233,6 +339,7 @@ class ModelCalls:
             "fell_back": rec.fell_back,
             "error": rec.error,
             "started_at": started_at,
+            "base_url": rec.base_url,
         }
 
     def _cost(self, rec: AttemptRecord) -> float | None:
@@ -258,16 +365,27 @@ class ModelCalls:
         return cost
 
 
+def provider_url(provider: Provider) -> str | None:
+    """The server a provider talks to as rows keep it (no credentials), or None (a
+    Fallback, a scripted or custom provider)."""
+    url = getattr(provider, "base_url", None)
+    return shown_url(url) if isinstance(url, str) and url else None
+
+
 def _synthetic_record(
     provider: Provider, result: Completion | HarnessError, started: float
 ) -> AttemptRecord:
-    """The attempt row of a provider that reported none itself (a custom provider)."""
+    """The attempt row of a provider that reported none itself (a custom provider), or
+    of a call the run's time budget cut short."""
     latency = (time.time() - started) * 1000
+    base_url = provider_url(provider)
     if isinstance(result, Completion):
         filled = dataclasses.replace(
             result, provider=result.provider or provider.name, model=result.model or provider.model
         )
-        return AttemptRecord.succeeded(filled, started_at=started, latency_ms=latency)
+        return AttemptRecord.succeeded(
+            filled, started_at=started, latency_ms=latency, base_url=base_url
+        )
     if not isinstance(result, ProviderError):
         result = ProviderError(result.message, kind=ProviderErrorKind.TRANSPORT)
     return AttemptRecord.failed(
@@ -276,4 +394,5 @@ def _synthetic_record(
         model=provider.model,
         started_at=started,
         latency_ms=latency,
+        base_url=base_url,
     )

@@ -59,10 +59,10 @@ def idempotency_key(run_id: str, step: int, seq: int) -> str:
 
 @dataclasses.dataclass
 class PendingStep:
-    """A step begun by an earlier process: its answer, attempts and settled tool rows."""
+    """A step begun by an earlier process: its answer and settled tool rows (its
+    attempts were written as they ended)."""
 
     completion: Completion
-    attempts: list[dict[str, Any]]
     settled: dict[int, dict[str, Any]]
 
 
@@ -102,7 +102,6 @@ class StepTools:
     async def run_tools(
         self,
         completion: Completion,
-        attempt_rows: list[dict[str, Any]],
         tool_rows: list[dict[str, Any]],
         settled: dict[int, dict[str, Any]] | None = None,
     ) -> ToolsDone:
@@ -114,7 +113,7 @@ class StepTools:
         reconciliation.
         """
         done = ToolsDone()
-        record_intent = self._intent_recorder(completion, attempt_rows)
+        record_intent = self._intent_recorder(completion)
         for seq, call in enumerate(completion.tool_calls, start=1):
             if done.deferred:
                 self.conversation.append(tool_message(call, NOT_RUN_AWAITING_APPROVAL))
@@ -139,7 +138,7 @@ class StepTools:
         return done
 
     def _intent_recorder(
-        self, completion: Completion, attempt_rows: list[dict[str, Any]]
+        self, completion: Completion
     ) -> Callable[[dict[str, Any]], Awaitable[None]]:
         """Write-ahead: an effectful call's intent is durable before it runs, with the
         step's answer the first time, so a resume can finish the step without asking
@@ -152,7 +151,7 @@ class StepTools:
                 return
             pending = None
             if not pending_saved:
-                pending = {"completion": completion.to_dict(), "attempts": attempt_rows}
+                pending = {"completion": completion.to_dict()}
                 pending_saved = True
             await self.patient(
                 lambda: self.store.queued.record_intent(

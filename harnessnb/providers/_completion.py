@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from ..rules._errors import ProviderError
@@ -45,6 +47,7 @@ __all__ = [
     "collect_attempts",
     "report_attempt",
     "report_text",
+    "shown_url",
     "stream_text_to",
     "text_sink",
 ]
@@ -157,6 +160,7 @@ class AttemptRecord:
     request_id: str | None = None
     fell_back: bool = False  # a Fallback moved on to the next provider after this one
     error: str | None = None
+    base_url: str | None = None  # its server, no credentials (None: not over HTTP)
 
     @classmethod
     def succeeded(
@@ -166,6 +170,7 @@ class AttemptRecord:
         started_at: float,
         latency_ms: float,
         status: int | None = None,
+        base_url: str | None = None,
     ) -> AttemptRecord:
         """The record of an attempt that produced ``completion``."""
         return cls(
@@ -178,6 +183,7 @@ class AttemptRecord:
             input_tokens=completion.usage.input_tokens,
             output_tokens=completion.usage.output_tokens,
             request_id=completion.request_id,
+            base_url=None if base_url is None else shown_url(base_url),
         )
 
     @classmethod
@@ -190,6 +196,7 @@ class AttemptRecord:
         started_at: float,
         latency_ms: float,
         ttft_ms: float | None = None,
+        base_url: str | None = None,
     ) -> AttemptRecord:
         """The record of an attempt that failed with ``error``."""
         return cls(
@@ -203,7 +210,20 @@ class AttemptRecord:
             ttft_ms=ttft_ms,
             request_id=error.request_id,
             error=error.message,
+            base_url=None if base_url is None else shown_url(base_url),
         )
+
+
+@functools.lru_cache(maxsize=64)  # once per provider, not per attempt
+def shown_url(url: str) -> str:
+    """``url`` as rows keep it (``AttemptRecord.base_url``, a run's server): scheme,
+    host, port and path; no user, password, query or fragment (where a key might ride)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{parts.scheme}://{netloc}{parts.path}"
 
 
 @runtime_checkable

@@ -146,6 +146,7 @@ class HTTPProvider(abc.ABC):
         idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         headers: Mapping[str, str] | None = None,
         stream: bool = True,
+        name: str | None = None,
     ) -> None:
         if not model:
             raise ConfigError(f"{self.NAME}: a model name is required")
@@ -178,6 +179,7 @@ class HTTPProvider(abc.ABC):
         except httpx2.InvalidURL as exc:
             raise ConfigError(f"{self.NAME}: invalid base_url {self._base_url!r}: {exc}") from exc
         self._headers = {**self._auth_headers(self._api_key), **(headers or {})}
+        self._name = name or self.NAME
 
     @classmethod
     def from_env(
@@ -214,7 +216,7 @@ class HTTPProvider(abc.ABC):
 
     @property
     def name(self) -> str:
-        return self.NAME
+        return self._name
 
     @property
     def model(self) -> str:
@@ -492,7 +494,7 @@ class _Attempt:
             kind=kind,
             status=self.status,
             retry_after=retry_after,
-            provider=p.NAME,
+            provider=p._name,
             request_id=request_id_from(headers) if headers else None,
             should_retry=parse_should_retry(headers) if headers else None,
             model=p._model,
@@ -500,11 +502,11 @@ class _Attempt:
         report_attempt(
             AttemptRecord.failed(
                 err,
-                provider=p.NAME,
+                provider=p._name,
                 model=p._model,
                 started_at=self.started_at,
                 latency_ms=latency,
-                ttft_ms=self.ttft_ms,
+                ttft_ms=self.ttft_ms, base_url=p._base_url,
             )
         )
         return err
@@ -518,7 +520,7 @@ class _Attempt:
             tool_calls=parsed.tool_calls,
             usage=parsed.usage,
             finish_reason=parsed.finish_reason,
-            provider=p.NAME,
+            provider=p._name,
             model=p._model,
             request_id=request_id,
             ttft_ms=self.ttft_ms,
@@ -526,7 +528,8 @@ class _Attempt:
         )
         report_attempt(
             AttemptRecord.succeeded(
-                completion, started_at=self.started_at, latency_ms=latency, status=self.status
+                completion, started_at=self.started_at, latency_ms=latency, status=self.status,
+                base_url=p._base_url,
             )
         )
         return completion

@@ -31,6 +31,11 @@ class OpenAI(HTTPProvider):
     A local server (vLLM, llama.cpp, Ollama) is
     ``OpenAI(model, base_url="http://127.0.0.1:8000/v1")`` and needs no key.
     With no ``base_url`` the key defaults to ``$OPENAI_API_KEY``.
+
+    ``name=`` (every HTTP provider takes it; default ``NAME``, here ``openai``) is what
+    attempt rows, runs and failure tables call it: name your own server
+    (``name="local"``, as ``--provider local`` does) so its failures stay apart from
+    the official host's. Every attempt row also keeps its ``base_url``.
     """
 
     NAME = "openai"
@@ -121,6 +126,7 @@ class OpenRouter(OpenAI):
         stream: bool = True,
         app_url: str | None = None,
         app_name: str | None = None,
+        name: str | None = None,
     ) -> None:
         extra: dict[str, str] = {}
         if app_url:
@@ -135,6 +141,7 @@ class OpenRouter(OpenAI):
             idle_timeout=idle_timeout,
             headers={**extra, **(headers or {})},
             stream=stream,
+            name=name,
         )
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp, append_rows, run_update
 from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
-from ._rows import dumps, insert_records, row, safe_value, to_ts
+from ._rows import dumps, row, safe_value, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -112,6 +112,10 @@ def commit_step(
 ) -> WriteOp[None]:
     """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
 
+    ``attempts`` is for a caller whose one attempt ends with its one step (a
+    coding-agent CLI's run); the run loop passes none, its attempts were written as
+    they ended (``add_attempts``), so no attempt row can be written twice.
+
     Tool rows replace rows with the same (run_id, step, seq), such as the intent row
     of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's
     (the ``runs`` view counts step rows: no run row is written).
@@ -171,12 +175,13 @@ def finish_run(
     outcome: str,
     finished_at: float,
     error: dict[str, Any] | None = None,
-    attempts: list[dict[str, Any]] | None = None,
     stalls: list[dict[str, Any]] | None = None,
     lease: Lease | None = None,
     release: bool = False,
 ) -> WriteOp[None]:
-    """Set the run's outcome, end time and error, with its last attempts and stalls.
+    """Set the run's outcome, end time and error, with its last stalls.
+
+    Its attempts are not written here: each was written when it ended (``add_attempts``).
 
     With ``release`` the ``lease`` is given up in the same transaction (as
     ``release_lease`` would), so ending a run is one commit.
@@ -185,14 +190,12 @@ def finish_run(
         ConflictError: ``lease`` is stale; nothing is written.
         StoreError: ``missing`` for an unknown run.
     """
-    attempt_rows = [row("attempts", a, run_id=run_id) for a in attempts or []]
     stall_rows = [row("stalls", s, run_id=run_id) for s in stalls or []]
     ended = _ended(outcome, finished_at, error)
     generation = None if lease is None else lease.generation
     holder = "" if lease is None else lease.owner
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-        batch.append("attempts", attempt_rows)
         batch.append("stalls", stall_rows)
         batch.update_run(con, _FINISHED, run_id, ended, generation, holder)
         if release and generation is not None:
@@ -202,11 +205,13 @@ def finish_run(
 
 
 def add_attempts(run_id: str, attempts: list[dict[str, Any]]) -> WriteOp[None]:
-    """Append attempt rows outside a step (a call that ended the run), in one batch."""
-    return WriteOp(
-        "add_attempts",
-        lambda con, batch: insert_records(con, "attempts", attempts, run_id=run_id),
-    )
+    """Append the rows of attempts that just ended (the run loop writes each attempt
+    this way, when it ends, and in no other write), merged into the batch's one append.
+
+    No lease or run check: an attempt a server saw is a fact whoever drives the run.
+    """
+    rows = [row("attempts", a, run_id=run_id) for a in attempts]
+    return WriteOp("add_attempts", lambda con, batch: batch.append("attempts", rows), False)
 
 
 def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:

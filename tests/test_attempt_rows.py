@@ -1,0 +1,209 @@
+"""Every attempt is a row when it happens: a real ``harnessnb run`` process stopped by
+SIGINT or SIGKILL after failed attempts leaves one row per request the server saw; a
+local server is recorded as ``local`` with its URL; its run resumes with no API key
+and numbers its attempts on from the last one; no attempt row is written twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = (
+    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
+)  # fmt: skip
+RETRY_AFTER_S = 3  # the wait a 503 asks for: the signal lands inside it
+
+
+def answer(request: ChaosRequest) -> Reply:
+    """A tool call first; once a tool result is in the conversation, a final answer."""
+    if any(m.get("role") == "tool" for m in request.json.get("messages", [])):
+        return Reply(text="done")
+    return Reply(tool_calls=[{"name": "list_dir", "arguments": {"path": "."}}])
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in KEYS}
+    out["PYTHONPATH"] = str(ROOT)
+    return out
+
+
+def harnessnb(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harnessnb", *args]
+
+
+def wait_for_requests(srv: ChaosServer, n: int, proc: subprocess.Popen[Any]) -> None:
+    deadline = time.monotonic() + 60
+    while len(srv.requests) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"the server saw {len(srv.requests)} requests"
+        time.sleep(0.02)
+
+
+def stopped_run(tmp_path: Path, srv: ChaosServer, sig: signal.Signals) -> Path:
+    """A real ``harnessnb run --provider local`` whose 2nd step fails twice with 503 (the
+    1st step also failed twice before it was answered), stopped by ``sig`` while it
+    waits to retry. Returns the store's path."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    store = tmp_path / "runs.duckdb"
+    busy = Fault.status(503, retry_after=str(RETRY_AFTER_S))
+    srv.push(busy, busy, Fault.slow(0.0), busy, busy)
+    srv.set_default(busy)
+    proc = subprocess.Popen(
+        harnessnb("run", "list the files", "--workspace", str(ws), "--store", str(store),
+                  "--provider", "local", "--base-url", srv.openai_url, "--model", "m"),
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_requests(srv, 5, proc)
+        time.sleep(1.0)  # the 5th attempt has ended; its retry waits RETRY_AFTER_S
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    srv.set_default(None)
+    return store
+
+
+def kinds(rows: Any) -> list[str | None]:
+    return [k if isinstance(k, str) else None for k in rows["kind"]]
+
+
+def check_rows(store_path: Path, srv: ChaosServer) -> tuple[str, Any]:
+    with hn.Store(store_path) as store:
+        runs = store.runs()
+        assert len(runs) == 1
+        run_id = str(runs["run_id"].iloc[0])
+        rows = store.attempts(run_id)
+    seen = srv.requests
+    # One row per request the server saw, each once, numbered 1..n.
+    assert len(rows) == len(seen) == 5
+    assert rows["attempt"].tolist() == [1, 2, 3, 4, 5]
+    assert kinds(rows) == ["server", "server", None, "server", "server"]
+    assert rows["status"].tolist() == [503, 503, 200, 503, 503]
+    # A local server says so: its name and its URL, on every row.
+    assert set(rows["provider"]) == {"local"}
+    assert set(rows["base_url"]) == {srv.openai_url}
+    return run_id, rows
+
+
+def test_sigint_keeps_every_failed_attempt_and_the_run_resumes_without_a_key(
+    tmp_path: Path,
+) -> None:
+    with ChaosServer(responder=answer) as srv:
+        store = stopped_run(tmp_path, srv, signal.SIGINT)
+        run_id, _ = check_rows(store, srv)
+        with hn.Store(store) as s:
+            assert s.runs(run_id)["outcome"].iloc[0] == "cancelled"
+        # No OPENAI_API_KEY (nor any key) in the environment, no --provider: the
+        # recorded local server is asked again.
+        done = subprocess.run(
+            harnessnb("resume", run_id, "--store", str(store)),
+            env=env(), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert "OPENAI_API_KEY" not in done.stdout + done.stderr
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert len(srv.requests) == 6
+    with hn.Store(store) as s:
+        rows = s.attempts(run_id)
+        run = s.get_run(run_id)
+    assert run is not None and run["outcome"] in ("finished", "success")
+    assert run["provider"] == "local" and run["base_url"] == srv.openai_url
+    # The attempt numbers go on after the resume: 6, not 1.
+    assert rows["attempt"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert kinds(rows)[-1] is None
+    assert set(rows["provider"]) == {"local"}
+
+
+def test_sigkill_keeps_every_failed_attempt(tmp_path: Path) -> None:
+    with ChaosServer(responder=answer) as srv:
+        store = stopped_run(tmp_path, srv, signal.SIGKILL)
+        run_id, _ = check_rows(store, srv)
+    with hn.Store(store) as s:
+        assert s.runs(run_id)["outcome"].isna().all()  # killed: no outcome written
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+async def test_attempts_that_end_the_run_are_written_once(ws: Path, tmp_path: Path) -> None:
+    with hn.set_testing(True), ChaosServer() as srv, hn.Store(tmp_path / "s.duckdb") as store:
+        srv.set_default(Fault.status(503))
+        provider = hn.OpenAI("m", base_url=srv.openai_url, name="my-vllm")
+        result = await hn.run(hn.TaskContract("hi", ws, max_retries=2), provider, store=store)
+        assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+        rows = store.attempts(result.run_id)
+        assert len(rows) == len(srv.requests) == 3 == result.attempts
+        assert rows["attempt"].tolist() == [1, 2, 3]
+        assert set(rows["provider"]) == {"my-vllm"}
+        assert set(rows["base_url"]) == {srv.openai_url}
+        rates = store.failure_rates(by="provider")
+        assert rates[["provider", "attempts", "failures"]].values.tolist() == [["my-vllm", 3, 3]]
+
+
+async def test_a_cancel_during_the_retry_wait_keeps_the_failed_attempts(
+    ws: Path, tmp_path: Path
+) -> None:
+    import asyncio
+
+    # Real waiting on, so the run is inside its 30 s wait when cancelled (not slept out).
+    with hn.set_testing(False), ChaosServer() as srv, hn.Store(tmp_path / "s.duckdb") as store:
+        srv.set_default(Fault.status(503, retry_after="30"))
+        provider = hn.OpenAI("m", base_url=srv.openai_url)
+        task = asyncio.ensure_future(hn.run(hn.TaskContract("hi", ws), provider, store=store))
+        while not srv.requests:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # in the 30 s wait before the retry
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        rows = store.attempts()
+        assert len(rows) == len(srv.requests) == 1
+        assert rows[["provider", "kind", "status", "base_url"]].values.tolist() == [
+            ["openai", "server", 503, srv.openai_url]
+        ]
+        assert store.runs()["outcome"].tolist() == ["cancelled"]
+
+
+def test_base_url_rows_keep_no_credentials() -> None:
+    provider = hn.OpenAI("m", base_url="http://user:pw@127.0.0.1:9/v1?key=sk-x#f")
+    from harnessnb.loop._model_call import provider_url
+
+    assert provider_url(provider) == "http://127.0.0.1:9/v1"
+    assert provider.name == "openai"
+
+
+def test_resume_rebuilds_a_recorded_server_without_a_key() -> None:
+    from harnessnb.launch._choose import provider_for_resume
+
+    run = {"provider": "local", "model": "m", "base_url": "http://127.0.0.1:9/v1"}
+    provider, note = provider_for_resume(run, env={})
+    assert (provider.name, provider.model, getattr(provider, "base_url", None)) == (
+        "local", "m", "http://127.0.0.1:9/v1")  # fmt: skip
+    assert "local" in note
+    # Named on the command line without --base-url: the recorded server again.
+    provider, _ = provider_for_resume(run, "local", env={})
+    assert getattr(provider, "base_url", None) == "http://127.0.0.1:9/v1"
+    # An OpenAI run at the official host still needs the key, and says so.
+    official = {"provider": "openai", "model": "m", "base_url": "https://api.openai.com/v1"}
+    with pytest.raises(hn.ConfigError, match="OPENAI_API_KEY"):
+        provider_for_resume(official, env={})
