@@ -176,11 +176,14 @@ def _crashed(
 
 
 def _error_kind(error: HarnessError | None) -> str | None:
-    """A provider or store error's kind, else the error's class name."""
+    """A provider or store error's kind, else its code (``UNKNOWN`` for a crash), else
+    its class name."""
     if error is None:
         return None
     kind = getattr(error, "kind", None)
-    return type(error).__name__ if kind is None else str(getattr(kind, "value", kind))
+    if kind is not None:
+        return str(getattr(kind, "value", kind))
+    return error.code or type(error).__name__
 
 
 def _copy_workspace(template: str) -> str:

@@ -33,7 +33,7 @@ class SweepRun:
 
     ``outcome`` is None for a run the sweep never started (its spend limit was
     reached, or it was cancelled first); ``error_kind`` names the error that ended the
-    run (a provider error's kind, a store error's kind, else the error's class name).
+    run (a provider or store error's kind, else the error's code, e.g. ``UNKNOWN``).
     """
 
     task: str
