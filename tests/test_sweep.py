@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,31 @@ def test_a_store_from_before_sweeps_migrates_its_runs_untagged(tmp_path: Path) -
         runs = store.runs()
         assert runs["run_id"].tolist() == ["old"] and runs["sweep_id"].isna().all()
         assert len(store.runs(sweep="sweep_x")) == 0
+
+
+def test_the_sweep_command_runs_every_task_with_every_provider(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb import cli
+    from harnessnb.demo import make_demo_workspace
+
+    template = make_demo_workspace(tmp_path / "ws")
+    path = tmp_path / "s.duckdb"
+    with demo_server(seed=3) as srv:
+        code = cli.main([
+            "sweep", "summarise README.md into NOTES.md", "list the files",
+            "--providers", "demo,local", "--base-url", srv.openai_url, "--repeats", "2",
+            "--workspace", str(template), "--allow-write", "NOTES.md", "--store", str(path),
+        ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"sweep (sweep_\w+): 8/8 runs, 8 succeeded", out)
+    assert "demo: 4/4" in out and "local: 4/4" in out
+    assert not (template / "NOTES.md").exists()
+    sweep_id = re.search(r"sweep (sweep_\w+):", out).group(1)  # type: ignore[union-attr]
+    with hn.Store(path) as store:
+        runs = store.runs(sweep=sweep_id)
+    assert len(runs) == 8 and sorted(set(runs["provider"])) == ["demo", "openai"]
+    assert cli.main(["sweep", "x", "--providers", "demo,demo", "--workspace", str(template),
+                     "--store", str(path)]) == 2  # fmt: skip
+    assert "'demo' is given twice" in capsys.readouterr().err
