@@ -275,3 +275,39 @@ def test_the_sweep_command_runs_every_task_with_every_provider(
     assert cli.main(["sweep", "x", "--providers", "demo,demo", "--workspace", str(template),
                      "--store", str(path)]) == 2  # fmt: skip
     assert "'demo' is given twice" in capsys.readouterr().err
+
+
+def test_the_sweep_cell_magic_runs_one_task_per_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from harnessnb.demo import make_demo_workspace
+
+    for key in ("HARNESSNB_PROVIDER", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+    monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harnessnb")
+    template = make_demo_workspace(tmp_path / "ws")
+    shell.user_ns["what"] = "the files"
+    with demo_server(seed=5) as srv, capture_output() as out:
+        shell.run_cell_magic(
+            "harness",
+            f"sweep --providers demo,local --base-url {srv.openai_url} --repeats 2 "
+            f"--concurrency 3 --workspace {template} --allow-write NOTES.md --out swept",
+            "summarise README.md into NOTES.md\n\nlist {what}\n",
+        )
+    result = shell.user_ns["swept"]
+    assert isinstance(result, hn.SweepResult) and len(result.runs) == 8
+    assert set(result.runs["task"]) == {"summarise README.md into NOTES.md", "list the files"}
+    assert len([line for line in out.stdout.splitlines() if " · " in line]) == 8
+    assert len(result.store.runs(sweep=result.sweep_id)) == 8
+    assert not (template / "NOTES.md").exists()
+    with pytest.raises(UsageError, match="one task per line"):
+        shell.run_cell_magic("harness", "sweep --providers demo", "\n  \n")
+    with pytest.raises(UsageError, match="given twice"):
+        shell.run_cell_magic("harness", "sweep --providers demo,demo", "x")

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..rules._errors import ConfigError, HarnessError, wrap_unknown
@@ -70,6 +70,7 @@ async def sweep(
     max_cost_usd: float | None = None,
     prices: Prices | None = None,
     sweep_id: str | None = None,
+    on_run: Callable[[SweepRun], None] | None = None,
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
@@ -90,6 +91,7 @@ async def sweep(
         max_cost_usd: Start no run once the finished runs' spend reaches this.
         sweep_id: Use this id instead of a fresh one (known before the sweep ends,
             e.g. to read a cancelled sweep's runs from the store).
+        on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
 
     Returns:
         The ``SweepResult``; a run that failed is a row with its outcome and error.
@@ -116,6 +118,8 @@ async def sweep(
                 return unstarted
             row = await _one_run(contract, name, provider, repeat, keep_workspaces, options)
         plan.spent += row.cost_usd or 0.0
+        if on_run is not None:
+            on_run(row)
         return row
 
     rows = await asyncio.gather(*(one(job) for job in plan.jobs))
