@@ -311,3 +311,19 @@ def test_the_sweep_cell_magic_runs_one_task_per_line(
         shell.run_cell_magic("harness", "sweep --providers demo", "\n  \n")
     with pytest.raises(UsageError, match="given twice"):
         shell.run_cell_magic("harness", "sweep --providers demo,demo", "x")
+
+
+async def test_on_run_sees_every_row_and_its_errors_stop_nothing(
+    ws: Path, store: hn.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str | None] = []
+
+    def broken(row: Any) -> None:
+        seen.append(row.run_id)
+        raise ValueError("a display bug")
+
+    good = hn.ScriptedProvider(lambda m: "done")
+    result = await hn.sweep(["a", "b", "c"], [good], workspace=ws, store=store, on_run=broken)
+    assert sorted(seen) == sorted(result.runs["run_id"]) and len(seen) == 3
+    assert set(result.runs["outcome"]) == {"finished"}
+    assert "on_run raised" in caplog.text

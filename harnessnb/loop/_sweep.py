@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from ._result import RunResult
 
 __all__ = ["sweep", "sweep_sync"]
+
+_log = logging.getLogger("harnessnb.sweep")
 
 
 @dataclasses.dataclass
@@ -119,7 +122,10 @@ async def sweep(
             row = await _one_run(contract, name, provider, repeat, keep_workspaces, options)
         plan.spent += row.cost_usd or 0.0
         if on_run is not None:
-            on_run(row)
+            try:
+                on_run(row)
+            except Exception:  # a display's fault must not orphan the other runs
+                _log.exception("sweep %s: on_run raised; the sweep goes on", the_id)
         return row
 
     rows = await asyncio.gather(*(one(job) for job in plan.jobs))
@@ -147,17 +153,17 @@ async def _one_run(
     options: dict[str, Any],
 ) -> SweepRun:
     """One run in its own copy of the workspace; any error becomes its row."""
-    folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
-    run_id = new_id("run")
-    own = dataclasses.replace(contract, workspace=folder)
+    run_id, folder = new_id("run"), None
     try:
+        folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
+        own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
     except HarnessError as exc:
         return _crashed(contract, name, provider, repeat, run_id, exc)
-    except Exception as exc:  # a crash is a row: the sweep goes on
+    except Exception as exc:  # a crash (or a copy that failed) is a row: the sweep goes on
         return _crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
     finally:
-        if not keep:  # at once, even while being cancelled
+        if folder is not None and not keep:  # at once, even while being cancelled
             shutil.rmtree(folder, ignore_errors=True)
     return SweepRun(
         contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
@@ -191,8 +197,13 @@ def _error_kind(error: HarnessError | None) -> str | None:
 
 
 def _copy_workspace(template: str) -> str:
+    """A fresh temporary folder holding a copy of ``template`` (symlinks kept as links)."""
     folder = tempfile.mkdtemp(prefix="harnessnb-sweep-")
-    shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
+    try:
+        shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     return folder
 
 
