@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -327,3 +330,51 @@ async def test_on_run_sees_every_row_and_its_errors_stop_nothing(
     assert sorted(seen) == sorted(result.runs["run_id"]) and len(seen) == 3
     assert set(result.runs["outcome"]) == {"finished"}
     assert "on_run raised" in caplog.text
+
+
+_INTERRUPTED_SWEEP = """
+import sys
+import harnessnb as hn
+
+class Waiting:
+    name, model = "waiting", "never"
+    def hosts(self): return []
+    async def complete(self, messages, tools=None, max_tokens=None, stream=None):
+        import asyncio
+        await asyncio.Event().wait()
+
+started = []
+def seen(event):
+    if event.kind == "started":
+        started.append(event.run_id)
+        if len(started) == 2:
+            print("READY", flush=True)
+
+try:
+    hn.sweep_sync(["a", "b", "c"], [Waiting()], workspace=sys.argv[1], repeats=2,
+                  concurrency=2, store=sys.argv[2], on_event=seen, sweep_id="sweep_int")
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+"""
+
+
+def test_ctrl_c_in_sweep_sync_cancels_the_runs_in_flight(ws: Path, tmp_path: Path) -> None:
+    script, path, scratch = tmp_path / "sweep.py", tmp_path / "s.duckdb", tmp_path / "tmp"
+    script.write_text(_INTERRUPTED_SWEEP)
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    child = subprocess.Popen([sys.executable, str(script), str(ws), str(path)], env=env,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "READY"
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert "INTERRUPTED" in out
+    with hn.Store(path) as store:
+        runs = store.runs()
+    assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
+    assert set(runs["sweep_id"]) == {"sweep_int"}
+    assert list(scratch.iterdir()) == []  # the two copies were removed
