@@ -29,7 +29,7 @@ PROFILES: dict[str, dict[str, float]] = {
     "flaky": {"server": 0.2, "malformed": 0.1},
 }
 COLUMNS = ["task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
-           "seconds", "error_kind", "run_id"]  # fmt: skip
+           "seconds", "error_kind", "retries", "run_id"]  # fmt: skip
 WRITE = {"tool": "write_file", "args": {"path": "OUT.md", "content": "# out\n"}}
 
 
@@ -100,6 +100,9 @@ async def test_three_providers_ten_tasks_three_repeats(
         row = rates.loc[name]
         assert row["attempts"] >= 30
         assert row["failure_rate_low"] <= sum(configured.values()) <= row["failure_rate_high"]
+    retries = runs.groupby("provider", observed=True)["retries"].sum()
+    for name in PROFILES:  # each failure was retried, but a last one with no retries left
+        assert 0 < retries[name] <= rates.loc[name, "failures"]
     by_kind = result.failure_rates()
     flaky = by_kind[by_kind["provider"] == "flaky"].set_index("kind")
     for kind, configured in PROFILES["flaky"].items():

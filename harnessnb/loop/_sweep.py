@@ -168,7 +168,7 @@ async def _one_run(
     return SweepRun(
         contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
         result.tokens, result.cost_usd, result.elapsed, _error_kind(result.error),
-        result.run_id,
+        retries=result.retries, run_id=result.run_id,
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ __all__ = ["RUN_COLUMNS", "SweepResult", "SweepRun"]
 # The columns of ``SweepResult.runs``, in order.
 RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
-    "seconds", "error_kind", "run_id",
+    "seconds", "error_kind", "retries", "run_id",
 )  # fmt: skip
 _GOOD: Final = frozenset({RunOutcome.SUCCESS.value, RunOutcome.FINISHED.value})
 
@@ -46,6 +46,7 @@ class SweepRun:
     cost_usd: float | None = None
     seconds: float = 0.0
     error_kind: str | None = None
+    retries: int = 0
     run_id: str | None = None
 
 
@@ -71,15 +72,16 @@ class SweepResult:
     def runs(self) -> pd.DataFrame:
         """One row per run started: ``task``, ``provider`` (the sweep's name for it),
         ``model``, ``repeat``, ``outcome``, ``steps``, ``tokens``, ``cost_usd``,
-        ``seconds``, ``error_kind``, ``run_id``; in the store's DataFrame conventions
-        (``outcome`` a categorical in ``RunOutcome`` order, ``pd.NA`` for missing)."""
+        ``seconds``, ``error_kind``, ``retries`` (provider retries), ``run_id``; in the
+        store's DataFrame conventions (``outcome`` a categorical in ``RunOutcome`` order,
+        ``pd.NA`` for missing)."""
         import pandas as pd
 
         from ..store._frames import CATEGORY_ORDER
 
         started = [r for r in self.records if r.outcome is not None]
         data = pd.DataFrame([dataclasses.astuple(r) for r in started], columns=list(RUN_COLUMNS))
-        types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64",
+        types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64", "retries": "Int64",
                  "cost_usd": "Float64", "seconds": "Float64"}  # fmt: skip
         for name in ("task", "provider", "model", "run_id"):
             types[name] = "string"
@@ -105,7 +107,7 @@ class SweepResult:
         return None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
 
     def summary(self) -> list[tuple[Any, ...]]:
-        """Per provider: (provider, done/total, outcomes, failures by kind, spend)."""
+        """Per provider: (provider, done/total, outcomes, failures by kind, retries, spend)."""
         rows = []
         for name in dict.fromkeys(r.provider for r in self.records):
             mine = [r for r in self.records if r.provider == name]
@@ -119,6 +121,7 @@ class SweepResult:
                 f"{len(done)}/{len(mine)}",
                 ", ".join(f"{k} {n}" for k, n in outcomes.most_common()) or "-",
                 ", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "-",
+                sum(r.retries for r in done),
                 spend,
             ))  # fmt: skip
         return rows
@@ -130,8 +133,10 @@ class SweepResult:
         if self.stopped:
             head += f" (stopped launching: {self.stopped})"
         lines = [head]
-        for name, count, outcomes, kinds, spend in self.summary():
-            lines.append(f"  {name}: {count} | {outcomes} | errors: {kinds} | {spend}")
+        for name, count, outcomes, kinds, retries, spend in self.summary():
+            lines.append(
+                f"  {name}: {count} | {outcomes} | errors: {kinds} | retries {retries} | {spend}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -156,7 +161,7 @@ class SweepResult:
                 ]
             ),
             grid(
-                ["provider", "done", "outcomes", "errors", "spend"],
+                ["provider", "done", "outcomes", "errors", "retries", "spend"],
                 [tuple(shorten(str(c), 80) for c in row) for row in self.summary()],
             ),
             tone=tone,
