@@ -50,6 +50,9 @@ _LAZY: dict[str, str] = {
     "DenyAll": ".tools._approval",
     "run": ".loop._driver",
     "run_sync": ".loop._driver",
+    "sweep": ".loop._sweep",
+    "sweep_sync": ".loop._sweep",
+    "SweepResult": ".loop._sweep_result",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -96,6 +99,8 @@ if TYPE_CHECKING:
     )
     from .loop._events import RunEvent
     from .loop._result import RunResult
+    from .loop._sweep import sweep, sweep_sync
+    from .loop._sweep_result import SweepResult
     from .notebook._approver import WidgetApprover
     from .notebook._plots import plot_failures
     from .providers._anthropic import Anthropic
@@ -151,6 +156,7 @@ __all__ = [
     "StallPolicy",
     "Store",
     "StoreError",
+    "SweepResult",
     "TaskContract",
     "Tool",
     "ToolCall",
@@ -173,6 +179,8 @@ __all__ = [
     "run_sync",
     "sandbox_backend",
     "set_testing",
+    "sweep",
+    "sweep_sync",
     "tool",
 ]
 

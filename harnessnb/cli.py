@@ -12,6 +12,10 @@ Commands::
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
                   [--fallback NAME ...] [--approval-timeout S]
+    harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
+                  [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
+                  [run options: --model --base-url --verify --verify-cmd --max-steps
+                  --max-seconds --max-cost --allow-write]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
@@ -62,6 +66,7 @@ from .launch._options import (
     contract_from,
     policy_from,
 )
+from .launch._sweep_options import SWEEP_OPTIONS, providers_from, sweep_kwargs
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
@@ -207,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run_id", metavar="RUN_ID")
     add_options(resume, RESUME_OPTIONS, "command")
     resume.set_defaults(handler=cmd_resume)
+
+    sweep = sub.add_parser("sweep", help="run tasks x providers x repeats", epilog=_EPILOG)
+    sweep.add_argument("tasks", nargs="+", metavar="TASK", help="the tasks, in plain words")
+    add_options(sweep, SWEEP_OPTIONS, "command")
+    sweep.set_defaults(handler=cmd_sweep)
 
     runs = sub.add_parser("runs", parents=[common], help="list the runs in the store")
     runs.set_defaults(handler=cmd_runs)
@@ -417,6 +427,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress,
     )  # fmt: skip
     return _finish(result)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``harnessnb sweep TASK ... --providers a,b --workspace DIR``: exit 0 once every run
+    ran (a failed run is a row of the sweep, not an error of the command)."""
+    from .loop._sweep import sweep_sync
+
+    kwargs = sweep_kwargs(args, "cli")
+    contracts = [contract_from(args, task) for task in args.tasks]
+    providers = providers_from(args)
+
+    def finished(event: RunEvent) -> None:
+        if event.kind == "finished":
+            _out(f"{event.run_id}: {event.data.get('outcome')}", flush=True)
+
+    result = sweep_sync(contracts, providers, store=_store(args), on_event=finished, **kwargs)
+    _out(result.summary_text())
+    return 0
 
 
 def _approver(args: argparse.Namespace) -> Any:

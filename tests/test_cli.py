@@ -110,7 +110,8 @@ def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> li
 
 def test_every_help_of_the_command_tree_works_in_a_real_process(tmp_path: Path) -> None:
     paths = _commands(cli.build_parser())
-    assert sorted(p[0] for p in paths if p) == ["demo", "failures", "resume", "run", "runs"]
+    assert sorted(p[0] for p in paths if p) == ["demo", "failures", "resume", "run", "runs",
+                                               "sweep"]
     for path in paths:
         out = subprocess.run(
             [sys.executable, "-m", "harnessnb", *path, "--help"],

@@ -494,7 +494,7 @@ def test_replay_of_a_run_never_recorded_says_so_and_how_to_record(
 
 
 def test_only_run_takes_a_cell_body(shell: InteractiveShell) -> None:
-    with pytest.raises(UsageError, match="only `run` takes a cell body"):
+    with pytest.raises(UsageError, match="only `run` and `sweep` take a cell body"):
         shell.run_cell_magic("harness", "runs", "body")
 
 

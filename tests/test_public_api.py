@@ -47,6 +47,7 @@ INTENDED = {
     "StallPolicy",
     "Store",
     "StoreError",
+    "SweepResult",
     "TaskContract",
     "Tool",
     "ToolCall",
@@ -68,6 +69,8 @@ INTENDED = {
     "run_sync",
     "sandbox_backend",
     "set_testing",
+    "sweep",
+    "sweep_sync",
     "tool",
 }
 

@@ -48,6 +48,14 @@ async def typed_usage(store: hn.Store) -> None:
     again: hn.RunResult = await hn.resume(result.run_id, provider, store=store, prices=prices)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
     assert hn.REQUEST_TIMEOUT == 600.0
+    swept: hn.SweepResult = await hn.sweep(
+        ["say hello", contract], {"a": provider}, workspace="repo", repeats=3, concurrency=4,
+        store=store, keep_workspaces=False, max_cost_usd=1.0, prices=prices,
+    )  # fmt: skip
+    sweep_id: str = swept.sweep_id
+    print(swept.runs.shape, swept.failure_rates(by="provider").shape, swept.cost_usd)
+    print(store.runs(sweep=sweep_id), store.failure_rates(sweep=sweep_id))
+    print(hn.sweep_sync(["x"], [provider], workspace="repo").runs)
     hn.set_testing(True)
     await hn.resolve("run_x", output="landed", store="runs.duckdb")
     hn.abandon_sync("run_x", "not there", store=store)

@@ -123,6 +123,7 @@ class Driver(StepTools):
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
+        self.sweep_id: str | None = None  # the sweep the run belongs to (``hn.sweep``)
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -204,6 +205,7 @@ class Driver(StepTools):
             "started_at": self.clock.time(),
             "contract": self.contract.to_dict(),
             "policy": self.base_policy.to_dict(),
+            "sweep_id": self.sweep_id,
         }
         self.lease = await self.patient(
             lambda: self.store.queued.start_run(
@@ -504,6 +506,7 @@ async def run(
     clock: Clock | None = None,
     run_id: str | None = None,
     prices: Prices | None = None,
+    sweep_id: str | None = None,
 ) -> RunResult:
     """Run an agent on ``contract`` with ``provider`` until an outcome is reached.
 
@@ -522,6 +525,7 @@ async def run(
         run_id: Use this id instead of a fresh one.
         prices: How attempts are priced into ``cost_usd`` (``hn.Prices``); None means
             genai-prices' catalogue with local servers free.
+        sweep_id: Tag the run as one of this sweep's (``hn.sweep`` passes it).
 
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
@@ -549,6 +553,7 @@ async def run(
         run_id=run_id,
         prices=prices,
     )
+    driver.sweep_id = sweep_id
     try:
         return await driver.drive()
     except (asyncio.CancelledError, HarnessError):

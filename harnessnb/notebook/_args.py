@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from IPython.core.error import UsageError
 
 from ..launch._options import OUTPUT_OPTIONS, RESUME_OPTIONS, RUN_OPTIONS, STORE, add_options
+from ..launch._sweep_options import SWEEP_OPTIONS
 
 __all__ = ["SUBCOMMANDS", "HelpShown", "expand_word", "help_text", "interpolate", "parse", "words"]
 
@@ -81,11 +82,15 @@ def _build() -> dict[str, _Parser]:
                         help="a copy of the workspace as it was before the run")
     add_options(replay, OUTPUT_OPTIONS, "notebook", mark=False)  # no `harnessnb replay`
 
+    sweep = _parser("sweep", "Run every task (one per line of the cell body) with every "
+                    "provider, --repeats times, --concurrency at once.")
+    add_options(sweep, SWEEP_OPTIONS, "notebook")
+
     tb = _parser("tb", "The full traceback (or stored error) a card shortened.")
     tb.add_argument("run_id", metavar="RUN_ID")
     _store_option(tb)
     return {"run": run, "resume": resume, "runs": runs, "failures": failures, "show": show,
-            "replay": replay, "tb": tb}
+            "replay": replay, "sweep": sweep, "tb": tb}  # fmt: skip
 
 
 PARSERS = _build()
@@ -95,7 +100,8 @@ SUBCOMMANDS = tuple(PARSERS)
 def help_text() -> str:
     """The whole help: every subcommand with every option."""
     head = (
-        "%harness SUBCOMMAND [options]   (%%harness run [options] takes the task as the cell)\n"
+        "%harness SUBCOMMAND [options]   (%%harness run [options] takes the task as the cell;\n"
+        "%%harness sweep --providers A,B [options] takes one task per line)\n"
         "In a cell body and on the magic line, {name} is replaced by the value of `name` in "
         "the notebook (write {{ and }} for braces); on the line, $name too ($$ for a $).\n"
     )

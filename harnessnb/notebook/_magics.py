@@ -45,6 +45,7 @@ from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
+from ._sweep_magic import plan_sweep
 from ._wait import RunInterrupted, wait_awake
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
@@ -280,8 +281,8 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
     except HelpShown:
         return None
     handler = _HANDLERS[sub]
-    if cell is not None and sub != "run" and cell.strip():
-        raise UsageError(f"%%harness {sub}: only `run` takes a cell body; use %harness {sub}")
+    if cell is not None and sub not in ("run", "sweep") and cell.strip():
+        raise UsageError(f"%%harness {sub}: only `run` and `sweep` take a cell body")
     return handler(shell, args, cell)
 
 
@@ -510,6 +511,7 @@ _HANDLERS: dict[str, Callable[[Any, argparse.Namespace, str | None], Any]] = {
     "failures": _plan_failures,
     "show": _plan_show,
     "tb": _plan_tb,
+    "sweep": lambda shell, args, cell: plan_sweep(shell, args, cell, _store),
 }
 
 

@@ -52,17 +52,26 @@ def failure_groups(by: tuple[str, ...] | str, path: str) -> tuple[str, ...]:
     return groups
 
 
-def failure_sql(groups: tuple[str, ...], every_us: int | None = None) -> str:
+def failure_sql(
+    groups: tuple[str, ...], every_us: int | None = None, *, sweep: bool = False
+) -> str:
     """The aggregation behind ``failure_rates`` (``groups`` already validated).
 
     ``every_us`` (an int from ``bucket_us``) adds a first group, ``period``: the start
-    of the time bucket of that many microseconds each attempt started in.
+    of the time bucket of that many microseconds each attempt started in. ``sweep``
+    keeps the attempts of one sweep's runs: the query then takes the named parameter
+    ``$sweep`` (the sweep id, never spliced into the text).
     """
     source = "attempts"
+    if sweep:
+        source = (
+            "(SELECT * FROM attempts WHERE run_id IN "
+            "(SELECT run_id FROM run_rows WHERE sweep_id = $sweep)) AS s"
+        )
     if every_us is not None:
         source = (
             "(SELECT *, time_bucket(to_microseconds("
-            f"{int(every_us)}), started_at) AS period FROM attempts) AS a"
+            f"{int(every_us)}), started_at) AS period FROM {source}) AS a"
         )
         groups = ("period", *groups)
     quoted = [quote(g) for g in groups]

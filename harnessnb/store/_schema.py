@@ -8,7 +8,8 @@ Since version 4 ``runs`` is a view: the writers fill ``run_rows`` (what a run is
 how it ended) and the view adds ``steps``, ``tokens`` and ``updated_at`` from the
 committed step rows, so a step commit writes no run row and the counts cannot drift
 from the steps, for a run in progress, finished or killed alike. Since version 6 it
-adds ``cost_usd`` the same way, from the attempt rows.
+adds ``cost_usd`` the same way, from the attempt rows; since version 7 it passes
+``sweep_id`` through.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -144,8 +145,31 @@ _V6: Final = [
         FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
 ]
 
+# Version 7: the sweep a run belongs to (``hn.sweep``; NULL for a run of its own), in
+# the run row and, last, in the view, so ``Store.runs(sweep=...)`` and a sweep's
+# ``failure_rates`` select its runs.
+_V7: Final = [
+    "ALTER TABLE run_rows ADD COLUMN sweep_id VARCHAR",
+    "DROP VIEW runs",
+    """CREATE VIEW runs AS SELECT
+        r.run_id, r.task, r.workspace, r.provider, r.model, r.started_at, r.finished_at,
+        r.outcome, coalesce(s.steps, 0)::INTEGER AS steps,
+        coalesce(s.tokens, 0)::BIGINT AS tokens, r.schema_version, r.contract, r.policy,
+        r.error, r.extras, greatest(r.updated_at, s.last_at) AS updated_at,
+        CASE WHEN a.run_id IS NULL THEN 0.0 ELSE a.cost_usd END AS cost_usd, r.sweep_id
+    FROM run_rows r LEFT JOIN (
+        SELECT run_id, count(*) AS steps, sum(tokens) AS tokens, max("at") AS last_at
+        FROM steps GROUP BY run_id) s ON s.run_id = r.run_id
+    LEFT JOIN (
+        SELECT run_id, CASE WHEN bool_and(cost_usd IS NOT NULL OR (input_tokens IS NULL
+            AND output_tokens IS NULL)) THEN coalesce(sum(cost_usd), 0.0) END AS cost_usd
+        FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
-MIGRATIONS: Final[dict[int, list[str]]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: Final[dict[int, list[str]]] = {
+    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
+}  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
 # writers fill them.
@@ -153,9 +177,9 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "runs": (
         "run_id", "task", "workspace", "provider", "model", "started_at", "finished_at",
         "outcome", "steps", "tokens", "schema_version", "contract", "policy", "error",
-        "extras", "updated_at", "cost_usd",
+        "extras", "updated_at", "cost_usd", "sweep_id",
     ),
-    "run_rows": tuple(c.strip() for c in _RUN_ROW_COLUMNS.split(",")),
+    "run_rows": (*(c.strip() for c in _RUN_ROW_COLUMNS.split(",")), "sweep_id"),
     "attempts": (
         "run_id", "step", "attempt", "provider", "model", "kind", "status",
         "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",

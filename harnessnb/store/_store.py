@@ -324,9 +324,15 @@ class Store:
 
     # --------------------------------------------------------------- readers
 
-    def runs(self, run_id: str | None = None) -> pd.DataFrame:
-        """The runs table (one row per run) as a DataFrame."""
-        return self._table("runs", run_id)
+    def runs(self, run_id: str | None = None, *, sweep: str | None = None) -> pd.DataFrame:
+        """The runs table (one row per run) as a DataFrame; ``sweep`` keeps the runs of
+        that sweep (``SweepResult.sweep_id``)."""
+        if sweep is None:
+            return self._table("runs", run_id)
+        where = "sweep_id = ?" + ("" if run_id is None else " AND run_id = ?")
+        query = f"SELECT * FROM runs WHERE {where} ORDER BY {_ORDER['runs']}"
+        with self._connection() as con, parallel(con):
+            return frame(con.execute(query, [sweep] if run_id is None else [sweep, run_id]))
 
     def steps(self, run_id: str | None = None) -> pd.DataFrame:
         """Committed steps, ordered by run and step."""
@@ -358,7 +364,11 @@ class Store:
             return frame(con.execute(query, params or []))
 
     def failure_rates(
-        self, by: tuple[str, ...] | str = ("provider", "kind"), *, every: Any = None
+        self,
+        by: tuple[str, ...] | str = ("provider", "kind"),
+        *,
+        every: Any = None,
+        sweep: str | None = None,
     ) -> pd.DataFrame:
         """How often attempts fail, per group, with a 95% interval and Retry-After
         statistics.
@@ -385,7 +395,8 @@ class Store:
 
         ``every`` (``"1h"``, ``"30min"``, ``"1D"``, a ``timedelta``) adds a first
         column ``period``: the UTC start of the time bucket each attempt started in,
-        so failures over time is one call.
+        so failures over time is one call. ``sweep`` counts only the attempts of that
+        sweep's runs (``SweepResult.failure_rates``).
 
         Raises:
             StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``
@@ -393,9 +404,10 @@ class Store:
         """
         groups = failure_groups(by, self.path)
         every_us = None if every is None else bucket_us(every, self.path)
-        query = failure_sql(groups, every_us)
+        query = failure_sql(groups, every_us, sweep=sweep is not None)
+        params = {} if sweep is None else {"sweep": sweep}
         with self._connection() as con, parallel(con):
-            return with_intervals(frame(con.execute(query)))
+            return with_intervals(frame(con.execute(query, params)))
 
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"

@@ -1,0 +1,78 @@
+"""The options of ``harnessnb sweep`` and ``%%harness sweep``, and what they mean.
+
+A sweep takes the loop's run options (model, workspace, checks, budgets, store,
+``--allow-write``) for every run, plus its own: which providers, how many repeats, how
+many at once, a spend limit for the whole sweep, and whether to keep the workspace
+copies. ``--provider``/``--fallback``, approvals and the coding-agent options are not
+sweep options: each ``--providers`` name is one provider of the sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ..rules._errors import ConfigError
+from ._choose import PROVIDER_NAMES, build_provider
+from ._options import OUTPUT_OPTIONS, RUN_OPTIONS, Option, positive_float, positive_int
+
+if TYPE_CHECKING:
+    from ..providers._completion import Provider
+
+__all__ = ["SWEEP_OPTIONS", "providers_from", "sweep_kwargs"]
+
+_FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
+             "--max-seconds", "--max-cost", "--store", "--allow-write")  # fmt: skip
+
+SWEEP_OPTIONS: tuple[Option, ...] = (
+    Option("--providers",
+           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once",
+           {"metavar": "A,B,C", "required": True}),
+    Option("--repeats", "runs of each task with each provider (default 1)",
+           {"metavar": "N", "type": positive_int, "default": 1}),
+    Option("--concurrency", "runs at once (default 8)",
+           {"metavar": "K", "type": positive_int, "default": 8}),
+    Option("--max-sweep-cost", "start no run once the sweep has spent this many US dollars",
+           {"metavar": "USD", "type": positive_float}),
+    Option("--keep-workspaces", "keep each run's copy of the workspace",
+           {"action": "store_true"}),
+    *(o for o in RUN_OPTIONS if o.flag in _FROM_RUN),
+    *(o for o in OUTPUT_OPTIONS if o.flag == "--out"),
+)  # fmt: skip
+"""The options of ``harnessnb sweep`` and ``%%harness sweep``."""
+
+
+def providers_from(args: argparse.Namespace) -> dict[str, Provider]:
+    """``--providers a,b,c`` as name -> provider (``--model``/``--base-url`` apply to each).
+
+    Raises:
+        ConfigError: an empty list, a name given twice, or what ``build_provider`` raises.
+    """
+    names = [n.strip().lower() for n in str(args.providers).split(",") if n.strip()]
+    if not names:
+        raise ConfigError("--providers: name at least one provider", code="CONFIG_PROVIDER")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"--providers: {twice[0]!r} is given twice", code="CONFIG_PROVIDER")
+    return {n: build_provider(n, model=args.model, base_url=args.base_url) for n in names}
+
+
+def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:
+    """The keywords of ``hn.sweep`` from the checked options (less tasks and providers).
+
+    Raises:
+        ConfigError: a workspace that is not a folder, a bad ``--verify`` text.
+    """
+    import os
+
+    from ._options import policy_from
+
+    if not os.path.isdir(args.workspace):
+        raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
+    return {
+        "repeats": args.repeats,
+        "concurrency": args.concurrency,
+        "max_cost_usd": args.max_sweep_cost,
+        "keep_workspaces": args.keep_workspaces,
+        "policy": policy_from(args, layer),
+    }

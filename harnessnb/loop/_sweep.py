@@ -1,0 +1,268 @@
+"""``hn.sweep``: every task x provider x repeat, run concurrently, tagged with one id.
+
+Each run is an ordinary ``hn.run`` in the store, its ``sweep_id`` set, in a copy of
+its task's workspace made for it (runs never share a folder; the template is never
+written). At most ``concurrency`` runs are driven at once (a semaphore); a run that
+fails is a row of the result, never the end of the sweep. ``max_cost_usd`` stops
+launching runs once the finished runs' spend reaches it. Cancelling the sweep
+(Ctrl-C in ``sweep_sync``) cancels the runs in flight, each recorded ``cancelled``,
+and starts no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..rules._errors import ConfigError, HarnessError, wrap_unknown
+from ..rules._retry import SystemClock
+from ._contract import RunOutcome, TaskContract
+from ._driver import new_id, run
+from ._store_wait import open_patiently
+from ._sweep_result import SweepResult, SweepRun
+
+if TYPE_CHECKING:
+    from ..providers._completion import Provider
+    from ..providers._prices import Prices
+    from ..rules._policy import Policy
+    from ..store._store import Store
+    from ..tools._approval import Approver
+    from ..tools._protocol import Tool
+    from ._events import Callback
+    from ._result import RunResult
+
+__all__ = ["sweep", "sweep_sync"]
+
+_log = logging.getLogger("harnessnb.sweep")
+
+
+@dataclasses.dataclass
+class _Plan:
+    """The runs to make and the sweep's running spend."""
+
+    jobs: list[tuple[TaskContract, str, Provider, int]]
+    max_cost_usd: float | None
+    spent: float = 0.0
+    stopped: str | None = None
+
+    def over_budget(self) -> bool:
+        if self.max_cost_usd is not None and self.spent >= self.max_cost_usd:
+            self.stopped = "max_cost_usd"
+        return self.stopped is not None
+
+
+async def sweep(
+    tasks: Sequence[str | TaskContract],
+    providers: Sequence[Provider] | Mapping[str, Provider],
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    repeats: int = 1,
+    concurrency: int = 8,
+    store: Store | str | os.PathLike[str] | None = None,
+    policy: Policy | None = None,
+    approver: Approver | None = None,
+    tools: Sequence[Tool] = (),
+    on_event: Callback | None = None,
+    keep_workspaces: bool = False,
+    max_cost_usd: float | None = None,
+    prices: Prices | None = None,
+    sweep_id: str | None = None,
+    on_run: Callable[[SweepRun], None] | None = None,
+) -> SweepResult:
+    """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
+
+    Args:
+        tasks: Task texts or ``TaskContract``s. A text runs in ``workspace`` with the
+            contract's defaults.
+        providers: A list of providers (each reported under its ``name``, which must
+            then be distinct) or a dict name -> provider (reported under the key).
+            A provider is shared by all its runs: give a ``ScriptedProvider`` a reply
+            function, not a list, which the runs would consume between them.
+        workspace: The folder a task given as text runs in (a template: copied).
+        repeats: Runs of each task with each provider.
+        concurrency: Runs driven at once.
+        store, policy, approver, tools, on_event, prices: As for ``hn.run``, for
+            every run (events carry their run's ``run_id``).
+        keep_workspaces: Keep each run's copy of its workspace (its path is the run's
+            ``workspace`` in the store); by default each is removed after its run.
+        max_cost_usd: Start no run once the finished runs' spend reaches this.
+        sweep_id: Use this id instead of a fresh one (known before the sweep ends,
+            e.g. to read a cancelled sweep's runs from the store).
+        on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
+
+    Returns:
+        The ``SweepResult``; a run that failed is a row with its outcome and error.
+
+    Raises:
+        ConfigError: Bad arguments (nothing is run).
+    """
+    plan = _plan(tasks, providers, workspace, repeats, max_cost_usd)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"sweep: concurrency must be an int >= 1, not {concurrency!r}")
+    opened = await open_patiently(store, None, SystemClock())
+    the_id = sweep_id or new_id("sweep")
+    gate = asyncio.Semaphore(concurrency)
+    options: dict[str, Any] = {
+        "store": opened, "policy": policy, "approver": approver, "tools": tools,
+        "on_event": on_event, "prices": prices, "sweep_id": the_id,
+    }  # fmt: skip
+
+    async def one(job: tuple[TaskContract, str, Provider, int]) -> SweepRun:
+        contract, name, provider, repeat = job
+        unstarted = SweepRun(contract.task, name, provider.model, repeat)
+        async with gate:
+            if plan.over_budget():
+                return unstarted
+            row = await _one_run(contract, name, provider, repeat, keep_workspaces, options)
+        plan.spent += row.cost_usd or 0.0
+        if on_run is not None:
+            try:
+                on_run(row)
+            except Exception:  # a display's fault must not orphan the other runs
+                _log.exception("sweep %s: on_run raised; the sweep goes on", the_id)
+        return row
+
+    rows = await asyncio.gather(*(one(job) for job in plan.jobs))
+    return SweepResult(the_id, opened, tuple(rows), plan.stopped)
+
+
+def sweep_sync(
+    tasks: Sequence[str | TaskContract],
+    providers: Sequence[Provider] | Mapping[str, Provider],
+    **kwargs: Any,
+) -> SweepResult:
+    """``sweep`` for blocking callers (a script, a notebook cell): runs on harnessnb's
+    loop thread; Ctrl-C cancels the runs in flight (recorded ``cancelled``)."""
+    from ._bridge import run_blocking
+
+    return run_blocking(sweep(tasks, providers, **kwargs))
+
+
+async def _one_run(
+    contract: TaskContract,
+    name: str,
+    provider: Provider,
+    repeat: int,
+    keep: bool,
+    options: dict[str, Any],
+) -> SweepRun:
+    """One run in its own copy of the workspace; any error becomes its row."""
+    run_id, folder = new_id("run"), None
+    try:
+        folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
+        own = dataclasses.replace(contract, workspace=folder)
+        result: RunResult = await run(own, provider, run_id=run_id, **options)
+    except HarnessError as exc:
+        return _crashed(contract, name, provider, repeat, run_id, exc)
+    except Exception as exc:  # a crash (or a copy that failed) is a row: the sweep goes on
+        return _crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
+    finally:
+        if folder is not None and not keep:  # at once, even while being cancelled
+            shutil.rmtree(folder, ignore_errors=True)
+    return SweepRun(
+        contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
+        result.tokens, result.cost_usd, result.elapsed, _error_kind(result.error),
+        retries=result.retries, run_id=result.run_id,
+    )  # fmt: skip
+
+
+def _crashed(
+    contract: TaskContract,
+    name: str,
+    provider: Provider,
+    repeat: int,
+    run_id: str,
+    exc: HarnessError,
+) -> SweepRun:
+    outcome = RunOutcome.ESCALATED_TERMINAL.value
+    return SweepRun(contract.task, name, provider.model, repeat, outcome,
+                    error_kind=_error_kind(exc), run_id=run_id)  # fmt: skip
+
+
+def _error_kind(error: HarnessError | None) -> str | None:
+    """A provider or store error's kind, else its code (``UNKNOWN`` for a crash), else
+    its class name."""
+    if error is None:
+        return None
+    kind = getattr(error, "kind", None)
+    if kind is not None:
+        return str(getattr(kind, "value", kind))
+    return error.code or type(error).__name__
+
+
+def _copy_workspace(template: str) -> str:
+    """A fresh temporary folder holding a copy of ``template`` (symlinks kept as links)."""
+    folder = tempfile.mkdtemp(prefix="harnessnb-sweep-")
+    try:
+        shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def _plan(
+    tasks: Sequence[str | TaskContract],
+    providers: Sequence[Provider] | Mapping[str, Provider],
+    workspace: str | os.PathLike[str] | None,
+    repeats: int,
+    max_cost_usd: float | None,
+) -> _Plan:
+    """The jobs in plan order (repeat, task, provider), or ConfigError."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"sweep: repeats must be an int >= 1, not {repeats!r}")
+    if max_cost_usd is not None and not (
+        isinstance(max_cost_usd, int | float) and not isinstance(max_cost_usd, bool)
+        and max_cost_usd > 0
+    ):  # fmt: skip
+        raise ConfigError(f"sweep: max_cost_usd must be dollars > 0, not {max_cost_usd!r}")
+    named = _named(providers)
+    contracts = [_contract(t, workspace) for t in tasks]
+    if not contracts:
+        raise ConfigError("sweep: no tasks given")
+    for c in contracts:
+        if not os.path.isdir(c.workspace):
+            raise ConfigError(f"sweep: the workspace {c.workspace!r} is not a folder that exists")
+    jobs = [
+        (c, name, provider, repeat)
+        for repeat in range(repeats)
+        for c in contracts
+        for name, provider in named.items()
+    ]
+    return _Plan(jobs, None if max_cost_usd is None else float(max_cost_usd))
+
+
+def _named(providers: Sequence[Provider] | Mapping[str, Provider]) -> dict[str, Provider]:
+    if isinstance(providers, Mapping):
+        named = {str(k): v for k, v in providers.items()}
+    else:
+        named = {}
+        for provider in providers:
+            if provider.name in named:
+                raise ConfigError(
+                    f"sweep: two providers are named {provider.name!r}; pass a dict "
+                    "name -> provider to tell them apart"
+                )
+            named[provider.name] = provider
+    if not named:
+        raise ConfigError("sweep: no providers given")
+    return named
+
+
+def _contract(task: str | TaskContract, workspace: str | os.PathLike[str] | None) -> TaskContract:
+    if isinstance(task, TaskContract):
+        return task
+    if not isinstance(task, str):
+        raise ConfigError(f"sweep: a task is a str or a TaskContract, not {type(task).__name__}")
+    if workspace is None:
+        raise ConfigError(
+            f"sweep: the task {task[:60]!r} is text: pass workspace= (the folder it runs "
+            "in, copied for each run) or a TaskContract"
+        )
+    return TaskContract(task, workspace)

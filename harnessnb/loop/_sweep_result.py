@@ -1,0 +1,168 @@
+"""``SweepResult``: what ``hn.sweep`` hands back: one row per run, the sweep's failure
+rates, and a summary table (text and HTML) per provider."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Final
+
+from ..rules._html import Html, card, code, facts, grid, outcome_tone
+from ..rules._text import shorten
+from ._contract import RunOutcome
+from ._result import usd
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..store._store import Store
+
+__all__ = ["RUN_COLUMNS", "SweepResult", "SweepRun"]
+
+# The columns of ``SweepResult.runs``, in order.
+RUN_COLUMNS: Final = (
+    "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
+    "seconds", "error_kind", "retries", "run_id",
+)  # fmt: skip
+_GOOD: Final = frozenset({RunOutcome.SUCCESS.value, RunOutcome.FINISHED.value})
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep: which task, provider and repeat, and how it ended.
+
+    ``outcome`` is None for a run the sweep never started (its spend limit was
+    reached, or it was cancelled first); ``error_kind`` names the error that ended the
+    run (a provider or store error's kind, else the error's code, e.g. ``UNKNOWN``).
+    """
+
+    task: str
+    provider: str
+    model: str
+    repeat: int
+    outcome: str | None = None
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float | None = None
+    seconds: float = 0.0
+    error_kind: str | None = None
+    retries: int = 0
+    run_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """The end of a sweep (``hn.sweep``).
+
+    Attributes:
+        sweep_id: The tag of every run of the sweep in the store
+            (``store.runs(sweep=...)``).
+        store: The store the runs are recorded in.
+        records: One ``SweepRun`` per planned run, in plan order (repeat, task,
+            provider); runs that never started have ``outcome`` None.
+        stopped: Why runs were left unstarted (``"max_cost_usd"``), else None.
+    """
+
+    sweep_id: str
+    store: Store
+    records: tuple[SweepRun, ...]
+    stopped: str | None = None
+
+    @property
+    def runs(self) -> pd.DataFrame:
+        """One row per run started: ``task``, ``provider`` (the sweep's name for it),
+        ``model``, ``repeat``, ``outcome``, ``steps``, ``tokens``, ``cost_usd``,
+        ``seconds``, ``error_kind``, ``retries`` (provider retries), ``run_id``; in the
+        store's DataFrame conventions (``outcome`` a categorical in ``RunOutcome`` order,
+        ``pd.NA`` for missing)."""
+        import pandas as pd
+
+        from ..store._frames import CATEGORY_ORDER
+
+        started = [r for r in self.records if r.outcome is not None]
+        data = pd.DataFrame([dataclasses.astuple(r) for r in started], columns=list(RUN_COLUMNS))
+        types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64", "retries": "Int64",
+                 "cost_usd": "Float64", "seconds": "Float64"}  # fmt: skip
+        for name in ("task", "provider", "model", "run_id"):
+            types[name] = "string"
+        data = data.astype(types)
+        outcomes = CATEGORY_ORDER["outcome"]
+        extra = sorted(set(data["outcome"]) - set(outcomes))
+        data["outcome"] = pd.Categorical(data["outcome"], categories=[*outcomes, *extra])
+        kinds = sorted({k for k in data["error_kind"] if isinstance(k, str)})
+        values = [k if isinstance(k, str) else None for k in data["error_kind"]]
+        data["error_kind"] = pd.Categorical(values, categories=kinds)
+        return data
+
+    def failure_rates(self, by: tuple[str, ...] | str = ("provider", "kind")) -> pd.DataFrame:
+        """``Store.failure_rates`` over this sweep's attempts only (same columns: rates
+        with their 95% Wilson interval, Retry-After, spend). ``provider`` there is the
+        provider's own name as its attempts record it."""
+        return self.store.failure_rates(by, sweep=self.sweep_id)
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The sweep's spend: the sum of its runs' ``cost_usd`` (None if any is unknown)."""
+        costs = [r.cost_usd for r in self.records if r.outcome is not None]
+        return None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
+
+    def summary(self) -> list[tuple[Any, ...]]:
+        """Per provider: (provider, done/total, outcomes, failures by kind, retries, spend)."""
+        rows = []
+        for name in dict.fromkeys(r.provider for r in self.records):
+            mine = [r for r in self.records if r.provider == name]
+            done = [r for r in mine if r.outcome is not None]
+            outcomes = Counter(str(r.outcome) for r in done)
+            kinds = Counter(r.error_kind for r in done if r.error_kind)
+            costs = [r.cost_usd for r in done]
+            spend = "?" if any(c is None for c in costs) else usd(sum(c or 0.0 for c in costs))
+            rows.append((
+                name,
+                f"{len(done)}/{len(mine)}",
+                ", ".join(f"{k} {n}" for k, n in outcomes.most_common()) or "-",
+                ", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "-",
+                sum(r.retries for r in done),
+                spend,
+            ))  # fmt: skip
+        return rows
+
+    def summary_text(self) -> str:
+        done = sum(r.outcome is not None for r in self.records)
+        good = sum(r.outcome in _GOOD for r in self.records)
+        head = f"sweep {self.sweep_id}: {done}/{len(self.records)} runs, {good} succeeded"
+        if self.stopped:
+            head += f" (stopped launching: {self.stopped})"
+        lines = [head]
+        for name, count, outcomes, kinds, retries, spend in self.summary():
+            lines.append(
+                f"  {name}: {count} | {outcomes} | errors: {kinds} | retries {retries} | {spend}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"SweepResult(sweep_id={self.sweep_id!r}, runs={len(self.records)})"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.summary_text(), "text/html": str(self._html())}
+
+    def _html(self) -> Html:
+        done = sum(r.outcome is not None for r in self.records)
+        good = sum(r.outcome in _GOOD for r in self.records)
+        tone = outcome_tone("success" if good == len(self.records) else "unverified")
+        return card(
+            "harnessnb-sweep",
+            ["sweep", code(self.sweep_id)],
+            facts(
+                [
+                    ("runs", f"{done}/{len(self.records)}"),
+                    ("succeeded", good),
+                    ("spend", "?" if self.cost_usd is None else usd(self.cost_usd)),
+                    *([("stopped", self.stopped)] if self.stopped else []),
+                ]
+            ),
+            grid(
+                ["provider", "done", "outcomes", "errors", "retries", "spend"],
+                [tuple(shorten(str(c), 80) for c in row) for row in self.summary()],
+            ),
+            tone=tone,
+        )

@@ -1,0 +1,71 @@
+"""``%%harness sweep`` in a real kernel (jupyter_client): the live table is one display,
+updated as runs end, and the final table takes its place."""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+from harnessnb import Store
+from harnessnb.demo import demo_server
+
+CELL_TIMEOUT_S = 60.0
+
+
+def execute(kc: Any, code: str) -> list[dict[str, Any]]:
+    """The iopub messages of one cell, until the kernel is idle again."""
+    msg_id = kc.execute(code)
+    messages: list[dict[str, Any]] = []
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return messages
+        messages.append(msg)
+    raise AssertionError(f"the cell did not end in {CELL_TIMEOUT_S:g} s")
+
+
+def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path) -> None:
+    ws, store = tmp_path / "ws", tmp_path / "runs.duckdb"
+    ws.mkdir()
+    (ws / "README.md").write_text("# Title\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESSNB_")}
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=env, cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        execute(kc, "import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
+        with demo_server(seed=1) as srv:
+            messages = execute(kc, (
+                f"%%harness sweep --providers local --base-url {srv.openai_url} --repeats 3 "
+                f"--concurrency 2 --workspace {ws} --store {store}\nsay hello\nsay bye\n"
+            ))  # fmt: skip
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    errors = [m["content"] for m in messages if m["msg_type"] == "error"]
+    assert not errors, errors
+    shown = [m for m in messages if m["msg_type"] == "display_data"]
+    updates = [m for m in messages if m["msg_type"] == "update_display_data"]
+    assert len(shown) == 1  # one live table ...
+    display_id = shown[0]["content"]["transient"]["display_id"]
+    assert "0/6" in shown[0]["content"]["data"]["text/html"]
+    assert {u["content"]["transient"]["display_id"] for u in updates} == {display_id}
+    assert len(updates) == 7  # ... updated as each of the 6 runs ended, then the final one
+    final = updates[-1]["content"]["data"]
+    assert "harnessnb-sweep" in final["text/html"] and "6/6 runs" in final["text/plain"]
+    assert not [m for m in messages if m["msg_type"] == "execute_result"]  # not shown twice
+    with Store(store) as s:
+        assert len(s.runs()) == 6 and s.runs()["sweep_id"].nunique() == 1
