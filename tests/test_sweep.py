@@ -277,7 +277,8 @@ def test_the_sweep_command_runs_every_task_with_every_provider(
     sweep_id = re.search(r"sweep (sweep_\w+):", out).group(1)  # type: ignore[union-attr]
     with hn.Store(path) as store:
         runs = store.runs(sweep=sweep_id)
-    assert len(runs) == 8 and sorted(set(runs["provider"])) == ["demo", "local"]  # --provider local is recorded as local
+    # --provider local is recorded as local
+    assert len(runs) == 8 and sorted(set(runs["provider"])) == ["demo", "local"]
     assert cli.main(["sweep", "x", "--providers", "demo,demo", "--workspace", str(template),
                      "--store", str(path)]) == 2  # fmt: skip
     assert "'demo' is given twice" in capsys.readouterr().err
