@@ -540,8 +540,10 @@ def cmd_failures(args: argparse.Namespace) -> int:
 def _to_text(frame: pd.DataFrame) -> str:
     shown = frame.copy()
     for col in shown.columns:
-        if col == "failure_rate" or col.startswith("retry_after_s"):
+        if col.startswith(("failure_rate", "retry_after_s")):
             shown[col] = shown[col].astype("Float64").round(3)
+        elif col.startswith("cost"):
+            shown[col] = shown[col].astype("Float64").round(6)  # dollars: micro-cents show
     return str(shown.to_string(index=False))
 
 
