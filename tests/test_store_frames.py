@@ -110,3 +110,22 @@ def test_the_interval_of_zero_failures_is_not_zero_width(store: Store) -> None:
     assert anthropic["failure_rate"] == 0.0
     assert anthropic["failure_rate_low"] == 0.0
     assert 0.79 < anthropic["failure_rate_high"] < 0.8  # 0 of 1: 0 to 0.793
+
+
+def test_a_run_does_not_import_pandas(tmp_path: Path) -> None:
+    # Only the readers need DataFrames: a run (which only writes) never pays pandas'
+    # import (about 0.3 s), in a script or the command.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, harnessnb as hn\n"
+        f"ws, path = {str(tmp_path)!r}, {str(tmp_path / 's.duckdb')!r}\n"
+        "c = hn.TaskContract('say hi', ws)\n"
+        "r = hn.run_sync(c, hn.ScriptedProvider(['hi']), store=hn.Store(path))\n"
+        "assert r.outcome == 'finished', r\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

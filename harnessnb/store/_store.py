@@ -29,7 +29,6 @@ from . import _writes
 from ._batch import WriteOp
 from ._conn import SharedDb, acquire_shared, parallel, release_shared
 from ._failures import failure_groups, failure_sql
-from ._frames import bucket_us, frame, with_intervals
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
 
@@ -448,3 +447,25 @@ class QueuedWrites:
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+# The readers' DataFrames come from ``_frames``, which imports pandas: loaded on the
+# first read, so a run (which only writes) never pays pandas' import.
+
+
+def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    from ._frames import frame as to_frame
+
+    return to_frame(result)
+
+
+def with_intervals(rates: pd.DataFrame) -> pd.DataFrame:
+    from ._frames import with_intervals as add_intervals
+
+    return add_intervals(rates)
+
+
+def bucket_us(every: Any, path: str) -> int:
+    from ._frames import bucket_us as to_us
+
+    return to_us(every, path)
