@@ -207,3 +207,56 @@ def test_resume_rebuilds_a_recorded_server_without_a_key() -> None:
     official = {"provider": "openai", "model": "m", "base_url": "https://api.openai.com/v1"}
     with pytest.raises(hn.ConfigError, match="OPENAI_API_KEY"):
         provider_for_resume(official, env={})
+
+
+SLOW_TOOL_RUN = """
+import sys, time
+import harnessnb as hn
+
+@hn.tool
+def wait_here(seconds: float) -> str:
+    '''Wait.'''
+    print("tool started", flush=True)
+    time.sleep(seconds)
+    return "waited"
+
+hn.run_sync(
+    hn.TaskContract("wait", sys.argv[1], max_steps=2),
+    hn.OpenAI("m", base_url=sys.argv[2], api_key="none"),
+    store=sys.argv[3], tools=[wait_here], policy=hn.Policy.permissive(),
+)
+"""
+
+
+def test_sigkill_during_a_long_tool_keeps_the_successful_attempt(tmp_path: Path) -> None:
+    """A successful call's row may wait a moment for its step's commit, to share it;
+    never longer: killed while the step's tool still runs, the row is there."""
+
+    def slow_tool(request: ChaosRequest) -> Reply:
+        return Reply(tool_calls=[{"name": "wait_here", "arguments": {"seconds": 60}}])
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = tmp_path / "runs.duckdb"
+    with ChaosServer(responder=slow_tool) as srv:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_TOOL_RUN, str(ws), srv.openai_url, str(store)],
+            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # blocks until the tool runs (or the run dies)
+            assert line.strip() == "tool started", proc.communicate()
+            time.sleep(0.5)  # well past the rows' linger, well inside the tool's wait
+            proc.kill()
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert len(srv.requests) == 1
+    with hn.Store(store) as s:
+        rows = s.attempts()
+        steps = s.steps()
+    assert len(steps) == 0  # the step never committed: its tool was still running
+    assert len(rows) == 1 and rows["status"].tolist() == [200]

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..providers._completion import (
     AttemptRecord,
@@ -53,7 +53,11 @@ if TYPE_CHECKING:
     from ._contract import TaskContract
     from ._conversation import Conversation
 
-__all__ = ["AttemptRows", "Failure", "ModelCalls", "provider_url"]
+__all__ = ["ATTEMPT_LINGER_S", "AttemptRows", "Failure", "ModelCalls", "provider_url"]
+
+# A successful call's attempt rows are committed within this long of its end, or with
+# its step when that commits first (the usual case: one commit per step, not two).
+ATTEMPT_LINGER_S: Final = 0.05
 
 Emit = Callable[..., Awaitable[None]]
 
@@ -93,10 +97,13 @@ class AttemptRows:
         self.patient = patient
         self._pending: list[tuple[Future[None], list[dict[str, Any]]]] = []
 
-    def send(self, rows: list[dict[str, Any]]) -> None:
-        """Queue ``rows`` for the writer thread; ``settle`` waits for them."""
+    def send(self, rows: list[dict[str, Any]], *, linger_s: float = 0.0) -> None:
+        """Queue ``rows`` for the writer thread; ``settle`` waits for them. With
+        ``linger_s`` the writer may hold them that long for the step commit that
+        follows, to share its transaction."""
         if rows:
-            self._pending.append((self.store.submit(add_attempts(self.run_id, rows)), rows))
+            op = add_attempts(self.run_id, rows, linger_s=linger_s)
+            self._pending.append((self.store.submit(op), rows))
 
     async def write(self, rows: list[dict[str, Any]]) -> None:
         """Queue ``rows`` and wait until they (and any queued before) are committed."""
@@ -287,7 +294,8 @@ class ModelCalls:
         if not records:  # a provider that reports nothing still gets its attempt row
             records.append(_synthetic_record(self.provider, result, real_start))
         if isinstance(result, Completion):
-            self.rows.send(self._attempt_rows(records, step, call_start))
+            rows = self._attempt_rows(records, step, call_start)
+            self.rows.send(rows, linger_s=ATTEMPT_LINGER_S)
         else:  # durable before the wait for a retry (or the run's end)
             await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:

@@ -92,6 +92,8 @@ _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "as
 # Verdicts that no layer's rule gave, but how an exec target is read.
 _BUILT_IN = "built-in"
 _GLOB_CHARS = frozenset("*?[")
+# Verdicts a policy keeps (see ``Policy._explain_one``).
+_VERDICTS_KEPT = 4096
 _USER_LAYER = "user"
 _FORMAT_VERSION = 2  # 2: the built-in secrets layer by name and version
 
@@ -227,7 +229,7 @@ class Policy:
     when none was chosen).
     """
 
-    __slots__ = ("_current", "_defaults", "_layers")
+    __slots__ = ("_by_act", "_current", "_defaults", "_layers", "_verdicts")
 
     #: The secrets layer's patterns, denied for read and write (see the module docstring).
     SECRET_PATTERNS: ClassVar[tuple[str, ...]] = SECRET_PATTERNS
@@ -247,6 +249,10 @@ class Policy:
         self._layers: tuple[Layer, ...] = tuple(layers)
         self._defaults: dict[Act, EffectName] = merged
         self._current = current
+        # Immutable, so a verdict never changes: kept per (act, target), bounded. A
+        # step asks the same few questions again and again (list_dir, read_file...).
+        self._by_act: dict[str, list[tuple[str, Rule]]] = {}
+        self._verdicts: dict[tuple[str, str], Verdict] = {}
 
     # ------------------------------------------------------------ presets
 
@@ -290,7 +296,18 @@ class Policy:
         return self._explain_one(act, target)
 
     def _explain_one(self, act: Act, target: str) -> Verdict:
-        rules = [(name, rule) for name, rule in self.rules() if rule.act == act]
+        verdict = self._verdicts.get((act, target))
+        if verdict is None:
+            verdict = self._judge(act, target)
+            if len(self._verdicts) >= _VERDICTS_KEPT:
+                self._verdicts.clear()
+            self._verdicts[act, target] = verdict
+        return verdict
+
+    def _judge(self, act: Act, target: str) -> Verdict:
+        rules = self._by_act.get(act)
+        if rules is None:
+            rules = self._by_act[act] = [(n, r) for n, r in self.rules() if r.act == act]
         for effect in ("deny", "ask", "allow"):
             for layer_name, rule in rules:
                 if (

@@ -67,12 +67,15 @@ class WriteOp(Generic[T]):
     ``direct`` ops execute statements that read or overwrite rows, so the batch is
     flushed before them; the others only defer work to ``batch``. ``fallback`` is run
     in a fresh transaction when this op alone fails with ``StoreError(duplicate)``.
+    ``linger_s``: the writer may hold this op up to that long for company (a write
+    that follows it within milliseconds) so both share one commit; 0 writes at once.
     """
 
     name: str
     apply: Callable[[duckdb.DuckDBPyConnection, Batch], T]
     direct: bool = True
     fallback: WriteOp[T] | None = None
+    linger_s: float = 0.0
 
 
 _Pending = tuple[tuple[Any, ...], int | None, str]

@@ -104,6 +104,8 @@ class SharedDb:
         self._appenders: dict[str, duckdb.Appender] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
         self._queue: deque[tuple[WriteOp[Any], Future[Any], float]] = deque()
+        # When the oldest lingering op of the queue was queued (``WriteOp.linger_s``).
+        self._linger_from = 0.0
         self._queue_lock = threading.Lock()
         self._queued = threading.Condition(self._queue_lock)
         self._writer: threading.Thread | None = None
@@ -146,6 +148,8 @@ class SharedDb:
         with self._lock:
             self._closed = True
             self._drop()
+        with self._queue_lock:
+            self._queued.notify_all()  # a lingering write goes now (and fails: closed)
 
     # ------------------------------------------------------------------ writes
 
@@ -162,6 +166,8 @@ class SharedDb:
         beside it in one transaction. The future holds the op's result or error."""
         future: Future[T] = Future()
         with self._queue_lock:
+            if not self._queue:
+                self._linger_from = time.monotonic()
             self._queue.append((op, future, busy_timeout_s))
             if self._writer is None:
                 self._writer = threading.Thread(
@@ -181,12 +187,24 @@ class SharedDb:
                     if not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
                         self._writer = None
                         return
+                self._linger()
                 items = list(self._queue)
                 self._queue.clear()
             # A caller that gave up (a cancelled run) before its write began: skip it.
             live = [item for item in items if item[1].set_running_or_notify_cancel()]
             if live:
                 self._write_group(live)
+
+    def _linger(self) -> None:
+        """While every queued op may linger (a successful call's attempt rows), wait
+        for company up to the shortest linger: the step commit that follows then shares
+        their transaction, one commit per step instead of two. (``_queue_lock`` held.)"""
+        while not self._closed and all(op.linger_s > 0 for op, _, _ in self._queue):
+            left = self._linger_from + min(op.linger_s for op, _, _ in self._queue)
+            left -= time.monotonic()
+            if left <= 0:
+                return
+            self._queued.wait(left)
 
     def _write_group(self, items: list[tuple[WriteOp[Any], Future[Any], float]]) -> None:
         timeout = max(item[2] for item in items)

@@ -147,23 +147,47 @@ _TS_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at"}
 def _convert(column: str, value: Any) -> Any:
     if value is None:
         return None
-    if column in _TS_COLUMNS:
-        return to_ts(value)
-    if column == "error":
-        if isinstance(value, str):  # an attempt's message: kept to a few KB like any error
-            return safe_value(column, clip(scrub_text(value), MAX_MESSAGE))
-        return safe_value(column, dumps(value))
-    if column in _JSON_COLUMNS:
-        return safe_value(column, value) if isinstance(value, str) else dumps(value, text=False)
+    return _converter(column)(column, value)
+
+
+def _error(column: str, value: Any) -> Any:
+    if isinstance(value, str):  # an attempt's message: kept to a few KB like any error
+        return safe_value(column, clip(scrub_text(value), MAX_MESSAGE))
+    return safe_value(column, dumps(value))
+
+
+def _json(column: str, value: Any) -> Any:
+    return safe_value(column, value) if isinstance(value, str) else dumps(value, text=False)
+
+
+def _plain(column: str, value: Any) -> Any:
     if not isinstance(value, str | int | float | bool):
         # Enums (ProviderErrorKind, Effect) and the like are stored by value.
         return safe_value(column, getattr(value, "value", str(value)))
     return safe_value(column, value)
 
 
+def _converter(column: str) -> Callable[[str, Any], Any]:
+    if column in _TS_COLUMNS:
+        return lambda _, value: to_ts(value)
+    if column == "error":
+        return _error
+    return _json if column in _JSON_COLUMNS else _plain
+
+
+# Per table: (column, its converter) in column order, chosen once.
+_CONVERTERS: Final = {
+    table: tuple((c, _converter(c)) for c in columns) for table, columns in COLUMNS.items()
+}
+
+
 def row(table: str, values: Mapping[str, Any], **fixed: Any) -> tuple[Any, ...]:
     """The tuple for ``table`` in column order, from ``values`` then ``fixed`` overrides."""
-    return tuple(_convert(c, fixed[c] if c in fixed else values.get(c)) for c in COLUMNS[table])
+    out = []
+    for column, convert in _CONVERTERS[table]:
+        value = fixed[column] if column in fixed else values.get(column)
+        out.append(None if value is None else convert(column, value))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)

@@ -204,14 +204,22 @@ def finish_run(
     return WriteOp("finish_run", apply, direct=False)
 
 
-def add_attempts(run_id: str, attempts: list[dict[str, Any]]) -> WriteOp[None]:
+def add_attempts(
+    run_id: str, attempts: list[dict[str, Any]], *, linger_s: float = 0.0
+) -> WriteOp[None]:
     """Append the rows of attempts that just ended (the run loop writes each attempt
     this way, when it ends, and in no other write), merged into the batch's one append.
 
     No lease or run check: an attempt a server saw is a fact whoever drives the run.
+    ``linger_s`` lets the writer hold the rows that long for the step commit that
+    follows a successful call, so both share one commit (``WriteOp.linger_s``).
     """
     rows = [row("attempts", a, run_id=run_id) for a in attempts]
-    return WriteOp("add_attempts", lambda con, batch: batch.append("attempts", rows), False)
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        batch.append("attempts", rows)
+
+    return WriteOp("add_attempts", apply, direct=False, linger_s=linger_s)
 
 
 def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:

@@ -232,7 +232,7 @@ def validate_args(schema: Mapping[str, Any], args: Any) -> list[str]:
     """
     from jsonschema.exceptions import SchemaError, UnknownType
 
-    validator = _validator_class(schema)(schema)
+    validator = _validator(schema)
     problems: list[str] = []
     try:
         for error in validator.iter_errors(args):
@@ -242,6 +242,22 @@ def validate_args(schema: Mapping[str, Any], args: Any) -> list[str]:
     except (SchemaError, UnknownType) as exc:  # a hand-written schema the check missed
         problems.append(f"the tool's schema cannot be applied: {exc}")
     return problems
+
+
+# A validator per schema object (as ``_VALID_OBJECTS``: the object is the key and is
+# kept, so its id cannot be reused): building one costs more than most checks.
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    kept = _VALIDATORS.get(id(schema))
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    validator = _validator_class(schema)(schema)
+    if len(_VALIDATORS) >= 1024:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(schema)] = (schema, validator)
+    return validator
 
 
 def _validator_class(schema: Mapping[str, Any]) -> Any:
