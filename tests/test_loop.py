@@ -476,3 +476,27 @@ async def test_store_may_be_given_as_a_path_and_a_bad_file_is_a_store_error(
     with pytest.raises(hn.StoreError) as info:
         await hn.run(contract(ws), hn.ScriptedProvider(["ok"]), store=bad)
     assert info.value.kind == "corrupt" and bad.read_text() == "not a database\n"
+
+
+async def test_concurrent_runs_share_one_waker_and_leave_none(tmp_path: Path) -> None:
+    """Runs driven on the main thread keep its loop waking (so Ctrl-C lands); many at
+    once share one waker, and none is left behind when they end."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    seen: list[int] = []
+
+    def wakers() -> int:
+        return sum(t.get_coro().__name__ == "keep_awake" for t in asyncio.all_tasks())  # type: ignore[union-attr]
+
+    def reply(messages: object) -> dict[str, object]:
+        seen.append(wakers())
+        return {"text": "done"}
+
+    with hn.Store(tmp_path / "s.duckdb") as store:
+        contract = hn.TaskContract("hi", ws, max_steps=1)
+        await asyncio.gather(
+            *(hn.run(contract, hn.ScriptedProvider(reply), store=store) for _ in range(5))
+        )
+    assert seen and set(seen) == {1}
+    await asyncio.sleep(0)  # let the cancelled waker finish
+    assert wakers() == 0

@@ -21,10 +21,11 @@ import atexit
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["AWAKE_S", "keep_awake", "loop_thread", "run_blocking"]
+__all__ = ["AWAKE_S", "keep_awake", "loop_thread", "run_blocking", "stay_awake"]
 
 # How long the exit waits for cancelled runs to record themselves, and the loop to stop.
 EXIT_GRACE_S = 5.0
@@ -52,6 +53,36 @@ async def keep_awake() -> None:
     """
     while True:
         await asyncio.sleep(AWAKE_S)
+
+
+# One waker per loop, however many runs it drives: [task, runs holding it].
+_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def stay_awake() -> Callable[[], None]:
+    """``keep_awake`` for the running loop until the returned function is called: a
+    hundred concurrent runs share one waker rather than wake the loop a hundred times."""
+    loop = asyncio.get_running_loop()
+    entry = _wakers.get(loop)
+    if entry is None or entry[0].done():
+        entry = _wakers[loop] = [loop.create_task(keep_awake()), 0]
+    entry[1] += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if released:
+            return
+        released = True
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].cancel()
+            if _wakers.get(loop) is entry:
+                del _wakers[loop]
+
+    return release
 
 
 def loop_thread() -> asyncio.AbstractEventLoop:
@@ -136,4 +167,3 @@ def _wind_down(grace_s: float = EXIT_GRACE_S) -> None:
         asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(grace_s + 1.0)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(grace_s)
-

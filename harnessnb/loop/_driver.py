@@ -23,7 +23,7 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
-from ._bridge import keep_awake
+from ._bridge import stay_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
@@ -453,7 +453,7 @@ class Driver(StepTools):
         renewer: asyncio.Task[None] | None = None
         awake = None
         if threading.current_thread() is threading.main_thread():
-            awake = asyncio.create_task(keep_awake())
+            awake = stay_awake()
         try:
             ended = await self.start() if self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
@@ -489,9 +489,10 @@ class Driver(StepTools):
                     raise
             raise
         finally:
-            for task in (renewer, awake):
-                if task is not None:
-                    task.cancel()
+            if renewer is not None:
+                renewer.cancel()
+            if awake is not None:
+                awake()
 
 
 async def run(
