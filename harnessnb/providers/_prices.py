@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import ipaddress
 import logging
 import threading
@@ -174,6 +175,7 @@ def default_prices() -> Prices:
     return _DEFAULT
 
 
+@functools.lru_cache(maxsize=256)  # asked for every attempt, of few distinct servers
 def is_local(provider: str, base_url: str | None) -> bool:
     """A provider that stands for this machine or a private network: named so
     (``FREE_PROVIDERS``), or its server's host (``NAME@host`` or ``base_url``) is."""

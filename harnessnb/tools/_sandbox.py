@@ -49,8 +49,10 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
@@ -119,6 +121,8 @@ _MAX_SOCKET_SCAN = 20_000
 _probed: dict[str, bool] = {}  # bwrap path -> did the probe run succeed
 _LAUNCHER = str(Path(_landlock_exec.__file__).resolve())
 _abi: list[int] = []  # the kernel's Landlock ABI, once asked
+_which: list[Any] = []  # [PATH, when, bwrap's path or None] (``_which_bwrap``)
+_WHICH_KEPT_S = 5.0
 
 
 def sandbox_backend() -> str:
@@ -138,7 +142,7 @@ def sandbox_backend() -> str:
     if forced not in ("", "bubblewrap", "landlock"):
         raise ConfigError(f"{FORCE_VAR}={forced!r}: expected none, bubblewrap or landlock")
     if forced != "landlock":
-        bwrap = shutil.which("bwrap")
+        bwrap = _which_bwrap()
         if bwrap is not None and _probe(bwrap):
             return "bubblewrap"
         if forced:
@@ -148,6 +152,18 @@ def sandbox_backend() -> str:
     if forced:
         raise ConfigError(f"{FORCE_VAR}=landlock but this kernel has no Landlock")
     return "none"
+
+
+def _which_bwrap() -> str | None:
+    """``shutil.which("bwrap")``, kept a few seconds for the same PATH: every run's
+    result names its containment, and a PATH walk costs more than the rest of it."""
+    path, now = os.environ.get("PATH"), time.monotonic()
+    if _which and _which[0] == path and now - _which[1] < _WHICH_KEPT_S:
+        kept: str | None = _which[2]
+        return kept
+    found = shutil.which("bwrap")
+    _which[:] = [path, now, found]
+    return found
 
 
 def landlock_abi() -> int:
