@@ -427,7 +427,7 @@ class _AgentRun:
             "input_tokens": turn.usage["input_tokens"],
             "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
             "fell_back": False, "error": None if error is None else error.code,
-            "started_at": self.started,
+            "started_at": self.started, "cost_usd": _reported_cost(turn.usage),
         }  # fmt: skip
         tools = [
             {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
@@ -479,6 +479,15 @@ class _AgentRun:
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
 # Variables whose values are credentials (the rest, a base URL or a model, are shown).
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+
+
+def _reported_cost(usage: dict[str, Any]) -> float | None:
+    """The invocation's cost as the CLI reported it (Claude Code does), else None:
+    unknown, which the run's cost says (a CLI's login may be a subscription)."""
+    cost = usage.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+        return float(cost)
+    return None
 
 
 def _code(cause: Cause) -> str:

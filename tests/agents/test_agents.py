@@ -18,6 +18,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from agent_helpers import CLIs
 
@@ -101,6 +102,14 @@ def test_the_run_lands_in_the_store_with_the_cli_as_provider(clis: CLIs, name: s
     assert (a["provider"], a["input_tokens"], a["output_tokens"], a["request_id"]) == (
         agent, 420, 40, result.session_id)  # fmt: skip
     assert a["kind"] is None or a["kind"] != a["kind"]  # NULL (NaN in pandas) on success
+    # Claude Code reports what the invocation cost: the attempt and the run carry it;
+    # the others report tokens only, so their cost is unknown (NULL), not zero.
+    reported = {"claude": 0.0123}.get(name)
+    cost = clis.store.runs(result.run_id)["cost_usd"].iloc[0]
+    if reported is None:
+        assert pd.isna(a["cost_usd"]) and pd.isna(cost)
+    else:
+        assert a["cost_usd"] == pytest.approx(reported) and cost == pytest.approx(reported)
     tools = clis.store.tool_calls(result.run_id).to_dict("records")
     assert [(t["tool"], t["status"], t["effect"]) for t in tools] == [
         ({"claude": "Read", "codex": "shell", "copilot": "view"}[name], "ok", "agent")
