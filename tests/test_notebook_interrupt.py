@@ -9,8 +9,10 @@ what the interrupt button sends.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -283,6 +285,38 @@ def test_interrupt_reaches_an_awaited_run_at_once(kernel: Kernel, setup: Setup) 
         f"await hn.run(contract, provider, store={str(setup.store)!r})"
     )
     cell = kernel.run(code, interrupt_when=lambda _: len(setup.srv.requests) >= 1)
+
+    assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
+    assert cell.reply["status"] == "error" and cell.reply["ename"] == "CancelledError"
+    assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]
+
+
+def test_interrupt_reaches_an_awaited_agent_run_at_once(
+    kernel: Kernel, setup: Setup, tmp_path: Path
+) -> None:
+    # ``await hn.agents.run(...)`` on the kernel's loop, its CLI thinking in silence:
+    # nothing wakes the loop, so the interrupt waited for the CLI to say something.
+    source = (Path(__file__).parent / "agents" / "standin.py").read_text()
+    bin_dir, home = tmp_path / "bin", tmp_path / "home"
+    bin_dir.mkdir()
+    home.mkdir()
+    exe = bin_dir / "claude"
+    exe.write_text(f"#!{sys.executable}\n{source}")
+    exe.chmod(0o755)
+    (home / "scenario.json").write_text(json.dumps({"mode": "ok", "sleep": 30}))
+    code = (
+        "import os\n"
+        "_env = dict(os.environ)\n"
+        f"os.environ['PATH'] = {str(bin_dir)!r} + os.pathsep + os.environ['PATH']\n"
+        f"os.environ['HOME'] = {str(home)!r}\n"
+        "try:\n"
+        f"    await hn.agents.run(hn.agents.driver('claude'), 'read a.txt', {str(setup.ws)!r},"
+        f" store={str(setup.store)!r})\n"
+        "finally:\n"
+        "    os.environ.clear()\n"
+        "    os.environ.update(_env)\n"
+    )
+    cell = kernel.run(code, interrupt_when=lambda _: (home / "calls.jsonl").exists())
 
     assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
     assert cell.reply["status"] == "error" and cell.reply["ename"] == "CancelledError"
