@@ -70,11 +70,26 @@ def outputs(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-def test_there_are_four_notebooks() -> None:
+def test_there_are_five_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01-quickstart.ipynb", "02-failure-analysis.ipynb", "03-durable-runs.ipynb",
-        "04-replay.ipynb",
+        "04-replay.ipynb", "05-sweep.ipynb",
     ]
+
+
+def sweep_counts(text: str) -> list[tuple[int, int]]:
+    """(runs done, runs planned) of each sweep whose full table the outputs show (a
+    budget-stopped sweep's says so and is left out)."""
+    found = re.findall(r"sweep sweep_\w+: (\d+)/(\d+) runs, \d+ succeeded(?! \(stopped)", text)
+    return [(int(done), int(planned)) for done, planned in dict.fromkeys(found)]
+
+
+def test_the_saved_sweep_notebook_reports_200_runs() -> None:
+    nb = nbformat.read(ROOT / "notebooks" / "05-sweep.ipynb", as_version=4)
+    text = outputs(nb)
+    # the big sweep first, then the magic's small one (2 tasks x demo x 3 repeats)
+    assert sweep_counts(text) == [(200, 200), (6, 6)]
+    assert "200 runs" in text and "reliable: 50/50" in text
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -97,6 +112,15 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
     if path.stem.startswith("02"):
         assert "failure_rate_low" in text and "period" in text
         assert any("image/png" in out.get("data", {}) for cell in code for out in cell.outputs)
+    if path.stem.startswith("05"):
+        # the configured rates sat inside the intervals, the runs cost something, a
+        # budget stopped a sweep and a cancelled one left its runs recorded so
+        assert "failure_rate_low" in text and "cost per successful run" in text
+        assert "stopped launching: max_cost_usd" in text
+        assert "outcomes: {'cancelled': 4}" in text
+        assert any("image/png" in out.get("data", {}) for cell in code for out in cell.outputs)
+        headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
+        assert headings[-1] == "## On a Dask cluster"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -106,6 +130,8 @@ def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path,
     nb = execute(path.name, tmp_path)
     text = outputs(nb)
     assert "Traceback" not in text
+    if path.stem.startswith("05"):
+        assert sweep_counts(text) == [(200, 200), (6, 6)]  # every planned run ran
     if path.stem.startswith("01"):
         assert "success" in text and "harnessnb-run" in text  # the card, as HTML
         assert "awaiting_approval" in text and "PROVIDER_AUTH" in text

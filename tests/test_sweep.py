@@ -382,3 +382,49 @@ def test_ctrl_c_in_sweep_sync_cancels_the_runs_in_flight(ws: Path, tmp_path: Pat
     assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
     assert set(runs["sweep_id"]) == {"sweep_int"}
     assert list(scratch.iterdir()) == []  # the two copies were removed
+
+
+async def test_failure_rates_name_providers_as_the_sweep_does(ws: Path, store: hn.Store) -> None:
+    # The dict's keys name the providers in .runs; the failure table uses the same names
+    # (not each provider's own), so the two can be joined.
+    with demo_server(rates={"server": 1.0}) as down:
+        providers = {
+            "cheap": hn.ScriptedProvider(lambda m: "done", name="scripted"),
+            "broken": provider_for(down, name="local"),
+        }
+        result = await hn.sweep(["a", "b"], providers, workspace=ws, repeats=2, store=store)
+    rates = result.failure_rates(by="provider").set_index("provider")
+    assert set(rates.index) == set(result.runs["provider"]) == {"cheap", "broken"}
+    assert rates.loc["cheap", "failures"] == 0 and rates.loc["cheap", "attempts"] == 4
+    assert rates.loc["broken", "failure_rate"] == 1.0
+    by_kind = result.failure_rates()
+    assert set(by_kind["provider"]) == {"cheap", "broken"}
+    assert by_kind.loc[by_kind["provider"] == "broken", "kind"].tolist() == ["server"]
+    # the store's own table keeps the names the attempts recorded
+    assert set(store.failure_rates(by="provider")["provider"]) == {"scripted", "local"}
+
+
+async def test_failure_rates_keep_names_the_sweep_cannot_tell_apart(
+    ws: Path, store: hn.Store
+) -> None:
+    # Two providers recording one name share its rows (the store cannot split them);
+    # a Fallback's attempts keep its leaves' names.
+    first = hn.ScriptedProvider(lambda m: "done", name="scripted")
+    second = hn.ScriptedProvider(lambda m: "done", name="scripted")
+    chain = hn.Fallback(hn.ScriptedProvider(lambda m: "done", name="leaf"),
+                        hn.ScriptedProvider(lambda m: "done", name="spare"))  # fmt: skip
+    result = await hn.sweep(["a"], {"one": first, "two": second, "chain": chain},
+                            workspace=ws, store=store)  # fmt: skip
+    rates = result.failure_rates(by="provider").set_index("provider")
+    assert set(rates.index) == {"scripted", "leaf"}
+    assert rates.loc["scripted", "attempts"] == 2 and rates.loc["leaf", "attempts"] == 1
+
+    # names that swap places are swapped, not merged: each costs its own price
+    fast = hn.ScriptedProvider(lambda m: "done", name="slow", model="m1",
+                               tokens_per_reply=(10**6, 0))  # fmt: skip
+    slow = hn.ScriptedProvider(lambda m: "done", name="fast", model="m2",
+                               tokens_per_reply=(10**6, 0))  # fmt: skip
+    swapped = await hn.sweep(["a"], {"fast": fast, "slow": slow}, workspace=ws, store=store,
+                             prices=hn.Prices({"m1": (1.0, 0.0), "m2": (2.0, 0.0)}))  # fmt: skip
+    costs = swapped.failure_rates(by="provider").set_index("provider")["cost_usd"]
+    assert costs.to_dict() == {"fast": 1.0, "slow": 2.0}

@@ -48,6 +48,7 @@ class _Plan:
 
     jobs: list[tuple[TaskContract, str, Provider, int]]
     max_cost_usd: float | None
+    aliases: tuple[tuple[str, str], ...] = ()
     spent: float = 0.0
     stopped: str | None = None
 
@@ -129,7 +130,7 @@ async def sweep(
         return row
 
     rows = await asyncio.gather(*(one(job) for job in plan.jobs))
-    return SweepResult(the_id, opened, tuple(rows), plan.stopped)
+    return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases)
 
 
 def sweep_sync(
@@ -235,7 +236,7 @@ def _plan(
         for c in contracts
         for name, provider in named.items()
     ]
-    return _Plan(jobs, None if max_cost_usd is None else float(max_cost_usd))
+    return _Plan(jobs, None if max_cost_usd is None else float(max_cost_usd), _aliases(named))
 
 
 def _named(providers: Sequence[Provider] | Mapping[str, Provider]) -> dict[str, Provider]:
@@ -253,6 +254,29 @@ def _named(providers: Sequence[Provider] | Mapping[str, Provider]) -> dict[str, 
     if not named:
         raise ConfigError("sweep: no providers given")
     return named
+
+
+def _aliases(named: Mapping[str, Provider]) -> tuple[tuple[str, str], ...]:
+    """(recorded name, sweep name) for each provider whose attempts record one name
+    that differs from its sweep name and that no other provider of the sweep records."""
+    recorded = {key: _leaf_names(provider) for key, provider in named.items()}
+    owners: dict[str, set[str]] = {}
+    for key, names in recorded.items():
+        for name in names:
+            owners.setdefault(name, set()).add(key)
+    return tuple(
+        (names[0], key)
+        for key, names in recorded.items()
+        if len(names) == 1 and names[0] != key and owners[names[0]] == {key}
+    )
+
+
+def _leaf_names(provider: Provider) -> list[str]:
+    """The names a provider's attempts record: its own, or a ``Fallback``'s leaves'."""
+    leaves = getattr(provider, "providers", None)  # a Fallback (they nest)
+    if not leaves:
+        return [provider.name]
+    return [name for leaf in leaves for name in _leaf_names(leaf)]
 
 
 def _contract(task: str | TaskContract, workspace: str | os.PathLike[str] | None) -> TaskContract:

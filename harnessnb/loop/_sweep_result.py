@@ -61,12 +61,16 @@ class SweepResult:
         records: One ``SweepRun`` per planned run, in plan order (repeat, task,
             provider); runs that never started have ``outcome`` None.
         stopped: Why runs were left unstarted (``"max_cost_usd"``), else None.
+        aliases: (recorded name, sweep name) pairs: the sweep's name for a provider
+            whose attempts record another name that no other provider of the sweep
+            records (``failure_rates`` reports it under the sweep's name).
     """
 
     sweep_id: str
     store: Store
     records: tuple[SweepRun, ...]
     stopped: str | None = None
+    aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -96,9 +100,17 @@ class SweepResult:
 
     def failure_rates(self, by: tuple[str, ...] | str = ("provider", "kind")) -> pd.DataFrame:
         """``Store.failure_rates`` over this sweep's attempts only (same columns: rates
-        with their 95% Wilson interval, Retry-After, spend). ``provider`` there is the
-        provider's own name as its attempts record it."""
-        return self.store.failure_rates(by, sweep=self.sweep_id)
+        with their 95% Wilson interval, Retry-After, spend). ``provider`` is the sweep's
+        name for each provider, as in ``runs``, except where the attempts cannot tell:
+        providers of the sweep that record one name (two ``openai``s) share a row
+        under it, and a ``Fallback``'s attempts keep its leaves' names."""
+        frame = self.store.failure_rates(by, sweep=self.sweep_id)
+        if not self.aliases or "provider" not in frame.columns:
+            return frame
+        names = dict(self.aliases)
+        renamed = frame["provider"].map(lambda name: names.get(name, name), na_action="ignore")
+        frame["provider"] = renamed.astype("string")
+        return frame.sort_values("provider", kind="stable").reset_index(drop=True)
 
     @property
     def cost_usd(self) -> float | None:
