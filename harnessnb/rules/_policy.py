@@ -61,16 +61,15 @@ Specificity never matters: a deny cannot be carved out by a narrower allow.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import posixpath
-import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from functools import cache, lru_cache
-from typing import Any, ClassVar, Literal
+from functools import cache
+from typing import Any, ClassVar
 
 from ._errors import ConfigError
 from ._exec import Program, programs
+from ._rule import Act, EffectName, Rule, literal, normalise_path
 from ._secret_files import (
     SECRET_EXCEPTIONS,
     SECRET_PATTERNS,
@@ -81,9 +80,6 @@ from ._secret_files import (
 
 __all__ = ["ACTS", "EFFECTS", "Layer", "Policy", "Rule", "Verdict", "exec_target"]
 
-Act = Literal["read", "write", "exec", "net"]
-EffectName = Literal["allow", "ask", "deny"]
-
 ACTS: tuple[Act, ...] = ("read", "write", "exec", "net")
 # Ordered loosest to strictest; the index is the strictness rank.
 EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
@@ -91,7 +87,6 @@ EFFECTS: tuple[EffectName, ...] = ("allow", "ask", "deny")
 _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
 # Verdicts that no layer's rule gave, but how an exec target is read.
 _BUILT_IN = "built-in"
-_GLOB_CHARS = frozenset("*?[")
 # Verdicts a policy keeps (see ``Policy._explain_one``).
 _VERDICTS_KEPT = 4096
 _USER_LAYER = "user"
@@ -112,72 +107,6 @@ def _check_effect(effect: str) -> EffectName:
     if effect not in EFFECTS:
         raise ConfigError(f"unknown effect {effect!r}; expected one of {', '.join(EFFECTS)}")
     return effect
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """One rule: ``effect`` applies to ``act`` on targets matching ``pattern``."""
-
-    act: Act
-    effect: EffectName
-    pattern: str
-
-    def __str__(self) -> str:
-        return f"{self.effect} {self.act} {self.pattern}"
-
-    def matches(self, target: str) -> bool:
-        """True when ``pattern`` matches ``target`` under this act's matching rules."""
-        if self.act in ("read", "write") and self.effect != "allow":
-            return _broad(self.pattern).match(_normalise_path(target).lower()) is not None
-        candidates = _candidates(self.act, target)
-        pattern = self.pattern
-        if self.act == "net":
-            pattern = pattern.lower()
-            candidates = [c.lower() for c in candidates]
-        return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
-
-
-def _candidates(act: str, target: str) -> list[str]:
-    """The strings a pattern is tried against for one target (narrow matching)."""
-    if act in ("read", "write"):
-        path = _normalise_path(target)
-        return [path, posixpath.basename(path)]
-    if act == "exec":
-        program = target.split(" ", 1)[0]
-        return [target, program, posixpath.basename(program)]
-    host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
-    return [target, host]
-
-
-@lru_cache(maxsize=1024)
-def _broad(pattern: str) -> re.Pattern[str]:
-    """A deny/ask path pattern as a regex: any run of whole components, any case."""
-    glob = fnmatch.translate(pattern.lower()).removesuffix(r"\Z")
-    return re.compile(rf"(?:.*/)?{glob}(?:/.*)?\Z", re.DOTALL)
-
-
-def _literal(pattern: str) -> str | None:
-    """The one string a glob matches, or None when it has wildcards (``[*]`` is ``*``)."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "[" and pattern[i + 2 : i + 3] == "]" and pattern[i + 1] != "!":
-            out.append(pattern[i + 1])
-            i += 3
-        elif pattern[i] in _GLOB_CHARS:
-            return None
-        else:
-            out.append(pattern[i])
-            i += 1
-    return "".join(out)
-
-
-def _normalise_path(path: str) -> str:
-    # Targets arrive workspace-relative already; this only keeps "./a" and "a" alike.
-    path = path.replace("\\", "/")
-    while path.startswith("./"):
-        path = path[2:]
-    return path or "."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,7 +242,7 @@ class Policy:
                 if (
                     rule.effect == effect
                     and rule.matches(target)
-                    and not dotenv_template(layer_name, rule.pattern, _normalise_path(target))
+                    and not dotenv_template(layer_name, rule.pattern, normalise_path(target))
                 ):
                     return Verdict(rule.effect, act, target, str(rule), layer_name)
         return Verdict(self._defaults[act], act, target)
@@ -361,13 +290,13 @@ class Policy:
         """True when an exec allow rule names ``line`` or the program, without wildcards."""
         names = {line, *program, *(posixpath.basename(p) for p in program)}
         return any(
-            rule.act == "exec" and rule.effect == "allow" and _literal(rule.pattern) in names
+            rule.act == "exec" and rule.effect == "allow" and literal(rule.pattern) in names
             for _, rule in self.rules()
         )
 
     def _exact_rule(self, target: str) -> tuple[str | None, str | None]:
         for layer_name, rule in self.rules():
-            if rule.act == "exec" and rule.effect == "allow" and _literal(rule.pattern) == target:
+            if rule.act == "exec" and rule.effect == "allow" and literal(rule.pattern) == target:
                 return str(rule), layer_name
         return None, None
 
@@ -571,7 +500,7 @@ def exec_target(argv: Sequence[str]) -> str:
 def _check_pattern(act: str, pattern: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"a {act} rule needs a non-empty pattern")
-    return _normalise_path(pattern) if act in ("read", "write") else pattern
+    return normalise_path(pattern) if act in ("read", "write") else pattern
 
 
 def _built_in_ask(line: str, why: str) -> Verdict:
