@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, TypeVar
@@ -214,6 +214,51 @@ class Store:
     release_lease = _blocking(_writes.release_lease)
     put_recording = _blocking(_writes.put_recording)
     bind_agent_session = _blocking(_writes.bind_agent_session)
+
+    # ------------------------------------------------------ many files as one
+
+    @staticmethod
+    def combine(
+        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    ) -> Store:
+        """Shard store files read as ONE read-only store (a sweep on a Dask cluster
+        writes one per worker process).
+
+        Args:
+            source: A folder (every ``*.duckdb`` in it, sorted) or a list of store files.
+
+        Returns:
+            A store whose readers (``runs``, ``steps``, ``attempts``, ``tool_calls``,
+            ``stalls``, ``markers``, ``sql``, ``failure_rates``, ``get_run``,
+            ``checkpoints``...) answer as one store holding all the shards' runs. Each
+            call reads the shards as they are then, each in its turn (a writer in
+            another process is waited for, never broken). Its writes raise
+            ``StoreError(read_only)``; ``merge`` writes the rows into one file.
+
+        Raises:
+            ConfigError: A missing folder or file, a folder with no ``*.duckdb``.
+            StoreError: ``corrupt`` (not a DuckDB file), ``foreign``, ``newer``;
+                ``query`` for a shard of an older schema (open it once as
+                ``hn.Store(path)`` to migrate it); ``duplicate`` for a run id in two
+                shards.
+        """
+        from ._combine import combine
+
+        return combine(source)
+
+    def merge(self, into: str | os.PathLike[str]) -> Store:
+        """Write every row of this store (a combined one, or any) into the store file
+        ``into``: a new file, or a harnessnb store holding none of these runs. One
+        transaction: on any error nothing is written. Returns the store at ``into``.
+
+        Raises:
+            ConfigError: ``into`` is this store's own file (or one of its shards).
+            StoreError: ``duplicate`` when ``into`` already holds one of the runs;
+                ``foreign``/``corrupt`` when ``into`` is not a harnessnb store.
+        """
+        from ._combine import merge
+
+        return merge(self, into)
 
     # ------------------------------------------------------- reads for resume
 
