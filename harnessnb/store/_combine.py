@@ -29,23 +29,16 @@ import contextlib
 import glob
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final
 
 import duckdb
 
 from ..rules._errors import ConfigError, StoreError
 from ._conn import MEMORY, check_header, store_error
 from ._schema import MIGRATIONS, SCHEMA_VERSION
-from ._store import Store
 from ._turn import FileTurn
 
-if TYPE_CHECKING:
-    from ._batch import WriteOp
-
-__all__ = ["BASE_TABLES", "CombinedStore", "combine", "merge"]
-
-T = TypeVar("T")
+__all__ = ["BASE_TABLES", "merge_into", "read_only_error", "shard_paths", "shards_as_one"]
 
 # The tables of a store at SCHEMA_VERSION that hold rows (``runs`` is a view over
 # ``run_rows``, ``steps`` and ``attempts``; ``schema_version`` is each file's own).
@@ -94,73 +87,40 @@ def shard_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     return paths
 
 
-class CombinedStore(Store):
-    """Shard store files read as one store: every reader of ``Store``, no writes.
+@contextlib.contextmanager
+def shards_as_one(
+    paths: Sequence[str], wait_s: float, label: str
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory database with every shard of ``paths`` attached read-only, each in
+    its turn (held until the block ends), under views named after the store's tables.
 
-    Made by ``Store.combine``. ``path`` is the folder (or the first file of a list);
-    ``paths`` the shard files. Each reader call reads the shards as they are then.
+    Raises:
+        StoreError: see ``Store.combine``; driver errors of the block as StoreError.
     """
+    con = duckdb.connect(MEMORY)
+    turns: list[FileTurn] = []
+    try:
+        con.execute("SET threads = 1")
+        names = [_attach(con, path, i, turns, wait_s) for i, path in enumerate(paths)]
+        _union_views(con, [n for n in names if n is not None])
+        _refuse_duplicates(con, paths, names)
+        yield con
+    except duckdb.Error as exc:
+        raise store_error(exc, label) from exc
+    finally:
+        con.close()
+        for turn in turns:
+            turn.give()
 
-    def __init__(
-        self,
-        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-        *,
-        busy_timeout_s: float = _TURN_WAIT_S,
-    ) -> None:
-        self.paths: tuple[str, ...] = tuple(shard_paths(source))
-        single = isinstance(source, str | os.PathLike)
-        self.path = os.fspath(source) if single else self.paths[0]  # type: ignore[arg-type]
-        self._busy_timeout_s = busy_timeout_s
-        self._linger_s = 0.0
-        self._db = None
-        self._closed = False
-        with self._connection():  # a bad shard fails here, not at the first read
-            pass
 
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        if self._closed:
-            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
-        con = duckdb.connect(MEMORY)
-        turns: list[FileTurn] = []
-        try:
-            con.execute("SET threads = 1")
-            names = [_attach(con, path, i, turns, self._busy_timeout_s)
-                     for i, path in enumerate(self.paths)]  # fmt: skip
-            _union_views(con, [n for n in names if n is not None])
-            _refuse_duplicates(con, self.paths, names)
-            yield con
-        except duckdb.Error as exc:
-            raise store_error(exc, self.path) from exc
-        finally:
-            con.close()
-            for turn in turns:
-                turn.give()
-
-    @property
-    def read_only(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        self._closed = True
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"CombinedStore({self.path!r}, {len(self.paths)} shards, {state})"
-
-    def _refuse(self) -> StoreError:
-        return StoreError(
-            f"read-only: combined from {len(self.paths)} shards ({self.path}); "
-            "Store.merge(into=path) writes them into one store you can add to",
-            kind="read_only",
-            path=self.path,
-        )
-
-    def write(self, op: WriteOp[T]) -> T:
-        raise self._refuse()
-
-    def submit(self, op: WriteOp[T]) -> Future[T]:
-        raise self._refuse()
+def read_only_error(count: int, label: str) -> StoreError:
+    """What a write on a combined store raises."""
+    return StoreError(
+        f"read-only: combined from {count} shards ({label}); Store.merge(into=path) "
+        "writes them into one store you can add to",
+        kind="read_only",
+        path=label,
+    )
 
 
 def _attach(
@@ -248,34 +208,22 @@ def _refuse_duplicates(
     )
 
 
-def combine(
-    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-) -> CombinedStore:
-    """``Store.combine``: see ``CombinedStore``."""
-    return CombinedStore(source)
+def merge_into(con: duckdb.DuckDBPyConnection, sources: Sequence[str], target: str) -> None:
+    """Write every row readable through ``con`` into the store file ``target`` (whose
+    schema exists), in ``target``'s turn and one transaction.
 
-
-def merge(store: Store, into: str | os.PathLike[str]) -> Store:
-    """``Store.merge``: every row of ``store`` written into the store file ``into``."""
-    target = os.fspath(into)
-    sources = getattr(store, "paths", (store.path,))
-    if target == MEMORY or any(_same(target, p) for p in sources):
+    Raises:
+        ConfigError: ``target`` is one of ``sources``.
+        StoreError: ``duplicate`` when ``target`` holds one of the runs (nothing written).
+    """
+    if target == MEMORY or any(os.path.realpath(target) == os.path.realpath(p) for p in sources):
         raise ConfigError(f"Store.merge: into={target!r} must be another store file")
-    made = Store(target)  # creates the schema, or refuses a file that is not a store
-    try:
-        if made.read_only:
-            raise StoreError(f"Store.merge: {target} cannot be written", kind="read_only",
-                             path=target)  # fmt: skip
-    finally:
-        made.close()
     turn = FileTurn(target)
-    with store._connection() as con:
-        turn.take(_TURN_WAIT_S)
-        try:
-            _copy_rows(con, target)
-        finally:
-            turn.give()
-    return Store(target)
+    turn.take(_TURN_WAIT_S)
+    try:
+        _copy_rows(con, target)
+    finally:
+        turn.give()
 
 
 def _copy_rows(con: duckdb.DuckDBPyConnection, target: str) -> None:
@@ -309,7 +257,3 @@ def _copy_rows(con: duckdb.DuckDBPyConnection, target: str) -> None:
     finally:
         with contextlib.suppress(duckdb.Error):
             con.execute("DETACH harnessnb_into")
-
-
-def _same(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
