@@ -167,3 +167,31 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
     assert len(stored) == 6 and stored["run_id"].is_unique
     finished = result.runs[result.runs["outcome"] == "finished"]
     assert len(finished) == 5 and run.run_id not in set(finished["run_id"])
+
+
+async def test_cancelling_a_sweep_on_the_cluster_starts_no_other_run(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    slow = hn.ScriptedProvider(_slow_second_step(str(gate)), name="slow")
+    shards = tmp_path / "shards"
+    tasks = [f"t{i}" for i in range(8)]
+    sweep = asyncio.create_task(hn.sweep(tasks, [slow], workspace=ws, concurrency=4,
+                                         executor=client, shards=shards))  # fmt: skip
+    for _ in range(1500):  # both workers are in a run
+        if len(list(gate.glob("started-*"))) == 2:
+            break
+        await asyncio.sleep(0.02)
+    sweep.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sweep
+    (gate / "go").touch()  # the two runs begun go on to their end (Dask does not stop them)
+    combined = hn.Store.combine(shards)
+    for _ in range(1500):
+        if combined.runs()["outcome"].notna().sum() == 2:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)  # time for a run the cancel missed to start (none may)
+    assert len(list((shards / "claims").iterdir())) == 2
+    assert len(combined.runs()) == 2
