@@ -158,11 +158,13 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
     assert [r.error_kind for r in lost] == ["worker_lost"]
     (run,) = lost
     assert run.shard and os.path.basename(run.shard).endswith(f"-{victim}.duckdb")
-    # The killed worker's shard kept the run's committed first step.
+    # The killed worker's shard kept the run's committed first step: read through
+    # Store.combine (read-only, the dead process's log as it left it), then as a Store.
+    combined = hn.Store.combine(shards)  # would refuse a run found in two shards
+    assert len(combined.steps(run.run_id)) == 1
     with hn.Store(run.shard) as shard:
         assert shard.get_run(run.run_id or "")["outcome"] is None  # type: ignore[index]
         assert len(shard.steps(run.run_id)) == 1
-    combined = hn.Store.combine(shards)  # would refuse a run found in two shards
     stored = combined.runs(sweep=result.sweep_id)
     assert len(stored) == 6 and stored["run_id"].is_unique
     finished = result.runs[result.runs["outcome"] == "finished"]
