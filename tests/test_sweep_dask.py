@@ -167,6 +167,11 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
         assert len(shard.steps(run.run_id)) == 1
     stored = combined.runs(sweep=result.sweep_id)
     assert len(stored) == 6 and stored["run_id"].is_unique
+    # Resumable from its shard (the dead worker's lease is taken over).
+    done = hn.ScriptedProvider(lambda m: "done", name="slow")
+    resumed = hn.resume_sync(run.run_id or "", done, store=run.shard)
+    assert resumed.outcome == hn.RunOutcome.FINISHED
+    assert combined.get_run(run.run_id or "")["outcome"] == "finished"  # type: ignore[index]
     finished = result.runs[result.runs["outcome"] == "finished"]
     assert len(finished) == 5 and run.run_id not in set(finished["run_id"])
 
