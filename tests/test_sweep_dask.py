@@ -84,6 +84,10 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
     assert len(files) == 2, files  # one shard per worker process, both used
     assert {os.path.basename(r.shard or "") for r in remote.records} == set(files)
     assert remote.store.read_only and remote.unfinished == []
+    with remote.store.merge(into=tmp_path / "all.duckdb") as merged:  # the shards in one file
+        pd.testing.assert_frame_equal(merged.runs(), remote.store.runs())
+        pd.testing.assert_frame_equal(merged.attempts(), remote.store.attempts())
+        pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
 
 
 async def test_what_cannot_go_with_an_executor_is_refused(
