@@ -56,6 +56,13 @@ async def typed_usage(store: hn.Store) -> None:
     print(swept.runs.shape, swept.failure_rates(by="provider").shape, swept.cost_usd)
     print(store.runs(sweep=sweep_id), store.failure_rates(sweep=sweep_id))
     print(hn.sweep_sync(["x"], [provider], workspace="repo").runs)
+    on_dask: hn.SweepResult = await hn.sweep(
+        ["x"], [provider], workspace="repo", executor=object(), shards="shards/"
+    )
+    print([(r.run_id, r.shard) for r in on_dask.unfinished])
+    combined: hn.Store = hn.Store.combine("shards/")
+    merged: hn.Store = combined.merge(into="all.duckdb")
+    print(hn.Store.combine(["a.duckdb", "b.duckdb"]).runs(), merged.failure_rates())
     hn.set_testing(True)
     await hn.resolve("run_x", output="landed", store="runs.duckdb")
     hn.abandon_sync("run_x", "not there", store=store)

@@ -15,17 +15,17 @@ import asyncio
 import dataclasses
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..rules._errors import ConfigError, HarnessError, wrap_unknown
+from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
-from ._contract import RunOutcome, TaskContract
-from ._driver import new_id, run
+from ._contract import TaskContract
+from ._driver import new_id
 from ._store_wait import open_patiently
+from ._sweep_dask import check_cluster_options, sweep_on_cluster
 from ._sweep_result import SweepResult, SweepRun
+from ._sweep_run import one_run
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from ..tools._approval import Approver
     from ..tools._protocol import Tool
     from ._events import Callback
-    from ._result import RunResult
 
 __all__ = ["sweep", "sweep_sync"]
 
@@ -51,6 +50,11 @@ class _Plan:
     aliases: tuple[tuple[str, str], ...] = ()
     spent: float = 0.0
     stopped: str | None = None
+
+    def spent_reaches(self, spent: float) -> bool:
+        """``over_budget`` once the finished runs' spend is ``spent``."""
+        self.spent = spent
+        return self.over_budget()
 
     def over_budget(self) -> bool:
         if self.max_cost_usd is not None and self.spent >= self.max_cost_usd:
@@ -75,6 +79,8 @@ async def sweep(
     prices: Prices | None = None,
     sweep_id: str | None = None,
     on_run: Callable[[SweepRun], None] | None = None,
+    executor: Any = None,
+    shards: str | os.PathLike[str] | None = None,
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
@@ -96,23 +102,54 @@ async def sweep(
         sweep_id: Use this id instead of a fresh one (known before the sweep ends,
             e.g. to read a cancelled sweep's runs from the store).
         on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
+        executor: A ``dask.distributed.Client``: each run executes on a worker of its
+            cluster (``pip install 'harnessnb[dask]'``), at most ``concurrency``
+            submitted at once; each worker process writes its own store file in
+            ``shards`` and the result's store is ``Store.combine(shards)``. A run whose
+            worker died is a row with outcome ``unfinished`` naming its ``shard`` (run
+            it on with ``hn.resume(run_id, store=shard)``); it is never run twice.
+        shards: With ``executor``: the folder (shared by the workers) of the shard
+            store files (``<host>-<pid>.duckdb``) and the runs' claims.
 
     Returns:
         The ``SweepResult``; a run that failed is a row with its outcome and error.
 
     Raises:
-        ConfigError: Bad arguments (nothing is run).
+        ConfigError: Bad arguments (nothing is run); with ``executor``: Dask not
+            installed, no ``shards``, a ``store``, ``on_event``, or an approver that
+            asks a person.
     """
     plan = _plan(tasks, providers, workspace, repeats, max_cost_usd)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"sweep: concurrency must be an int >= 1, not {concurrency!r}")
-    opened = await open_patiently(store, None, SystemClock())
     the_id = sweep_id or new_id("sweep")
-    gate = asyncio.Semaphore(concurrency)
+    if executor is not None or shards is not None:
+        folder = check_cluster_options(executor, shards, store, approver, on_event)
+        remote = {"policy": policy, "approver": approver, "tools": tools, "prices": prices,
+                   "sweep_id": the_id}  # fmt: skip
+        rows, combined = await sweep_on_cluster(
+            plan.jobs, plan.spent_reaches, executor, folder, concurrency, remote,
+            keep_workspaces, on_run,
+        )  # fmt: skip
+        return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases)
+    opened = await open_patiently(store, None, SystemClock())
     options: dict[str, Any] = {
         "store": opened, "policy": policy, "approver": approver, "tools": tools,
         "on_event": on_event, "prices": prices, "sweep_id": the_id,
     }  # fmt: skip
+    rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run)
+    return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases)
+
+
+async def _run_here(
+    plan: _Plan,
+    options: dict[str, Any],
+    concurrency: int,
+    keep: bool,
+    on_run: Callable[[SweepRun], None] | None,
+) -> list[SweepRun]:
+    """The plan's runs in this process, at most ``concurrency`` at once; rows in order."""
+    gate = asyncio.Semaphore(concurrency)
 
     async def one(job: tuple[TaskContract, str, Provider, int]) -> SweepRun:
         contract, name, provider, repeat = job
@@ -120,17 +157,16 @@ async def sweep(
         async with gate:
             if plan.over_budget():
                 return unstarted
-            row = await _one_run(contract, name, provider, repeat, keep_workspaces, options)
+            row = await one_run(contract, name, provider, repeat, keep, options)
         plan.spent += row.cost_usd or 0.0
         if on_run is not None:
             try:
                 on_run(row)
             except Exception:  # a display's fault must not orphan the other runs
-                _log.exception("sweep %s: on_run raised; the sweep goes on", the_id)
+                _log.exception("sweep %s: on_run raised; the sweep goes on", options["sweep_id"])
         return row
 
-    rows = await asyncio.gather(*(one(job) for job in plan.jobs))
-    return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases)
+    return list(await asyncio.gather(*(one(job) for job in plan.jobs)))
 
 
 def sweep_sync(
@@ -143,69 +179,6 @@ def sweep_sync(
     from ._bridge import run_blocking
 
     return run_blocking(sweep(tasks, providers, **kwargs))
-
-
-async def _one_run(
-    contract: TaskContract,
-    name: str,
-    provider: Provider,
-    repeat: int,
-    keep: bool,
-    options: dict[str, Any],
-) -> SweepRun:
-    """One run in its own copy of the workspace; any error becomes its row."""
-    run_id, folder = new_id("run"), None
-    try:
-        folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
-        own = dataclasses.replace(contract, workspace=folder)
-        result: RunResult = await run(own, provider, run_id=run_id, **options)
-    except HarnessError as exc:
-        return _crashed(contract, name, provider, repeat, run_id, exc)
-    except Exception as exc:  # a crash (or a copy that failed) is a row: the sweep goes on
-        return _crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
-    finally:
-        if folder is not None and not keep:  # at once, even while being cancelled
-            shutil.rmtree(folder, ignore_errors=True)
-    return SweepRun(
-        contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
-        result.tokens, result.cost_usd, result.elapsed, _error_kind(result.error),
-        retries=result.retries, run_id=result.run_id,
-    )  # fmt: skip
-
-
-def _crashed(
-    contract: TaskContract,
-    name: str,
-    provider: Provider,
-    repeat: int,
-    run_id: str,
-    exc: HarnessError,
-) -> SweepRun:
-    outcome = RunOutcome.ESCALATED_TERMINAL.value
-    return SweepRun(contract.task, name, provider.model, repeat, outcome,
-                    error_kind=_error_kind(exc), run_id=run_id)  # fmt: skip
-
-
-def _error_kind(error: HarnessError | None) -> str | None:
-    """A provider or store error's kind, else its code (``UNKNOWN`` for a crash), else
-    its class name."""
-    if error is None:
-        return None
-    kind = getattr(error, "kind", None)
-    if kind is not None:
-        return str(getattr(kind, "value", kind))
-    return error.code or type(error).__name__
-
-
-def _copy_workspace(template: str) -> str:
-    """A fresh temporary folder holding a copy of ``template`` (symlinks kept as links)."""
-    folder = tempfile.mkdtemp(prefix="harnessnb-sweep-")
-    try:
-        shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
 
 
 def _plan(

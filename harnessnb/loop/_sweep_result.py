@@ -17,13 +17,16 @@ if TYPE_CHECKING:
 
     from ..store._store import Store
 
-__all__ = ["RUN_COLUMNS", "SweepResult", "SweepRun"]
+__all__ = ["RUN_COLUMNS", "UNFINISHED", "SweepResult", "SweepRun"]
 
 # The columns of ``SweepResult.runs``, in order.
 RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
     "seconds", "error_kind", "retries", "run_id",
 )  # fmt: skip
+# The outcome of a run of a sweep on a cluster whose worker died during it: its
+# committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
+UNFINISHED: Final = "unfinished"
 _GOOD: Final = frozenset({RunOutcome.SUCCESS.value, RunOutcome.FINISHED.value})
 
 
@@ -34,6 +37,8 @@ class SweepRun:
     ``outcome`` is None for a run the sweep never started (its spend limit was
     reached, or it was cancelled first); ``error_kind`` names the error that ended the
     run (a provider or store error's kind, else the error's code, e.g. ``UNKNOWN``).
+    On a cluster (``executor=``), ``shard`` is the store file the run is in; outcome
+    ``unfinished`` marks a run whose worker died during it (resumable from that shard).
     """
 
     task: str
@@ -48,6 +53,7 @@ class SweepRun:
     error_kind: str | None = None
     retries: int = 0
     run_id: str | None = None
+    shard: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +90,8 @@ class SweepResult:
         from ..store._frames import CATEGORY_ORDER
 
         started = [r for r in self.records if r.outcome is not None]
-        data = pd.DataFrame([dataclasses.astuple(r) for r in started], columns=list(RUN_COLUMNS))
+        data = pd.DataFrame([[getattr(r, c) for c in RUN_COLUMNS] for r in started],
+                            columns=list(RUN_COLUMNS))  # fmt: skip
         types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64", "retries": "Int64",
                  "cost_usd": "Float64", "seconds": "Float64"}  # fmt: skip
         for name in ("task", "provider", "model", "run_id"):
@@ -111,6 +118,12 @@ class SweepResult:
         renamed = frame["provider"].map(lambda name: names.get(name, name), na_action="ignore")
         frame["provider"] = renamed.astype("string")
         return frame.sort_values("provider", kind="stable").reset_index(drop=True)
+
+    @property
+    def unfinished(self) -> list[SweepRun]:
+        """The runs whose worker died during them (a sweep on a cluster): each names its
+        ``shard``, where ``hn.resume(run.run_id, store=run.shard)`` takes it on."""
+        return [r for r in self.records if r.outcome == UNFINISHED]
 
     @property
     def cost_usd(self) -> float | None:

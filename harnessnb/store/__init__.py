@@ -6,6 +6,7 @@
 - ``_writes``: every write, declared once as a function that builds a ``WriteOp``;
 - ``_leases``: who drives a run: ``Lease``, ``LEASE_TTL_S``, owner identity and
   liveness, the statements on the ``leases`` table;
+- ``_combine``: ``Store.combine`` (shard files read as one store) and ``Store.merge``;
 - ``_open``: which store an entry point opens (``open_store``, ``default_store``:
   ``$HARNESSNB_STORE`` or ./runs.duckdb);
 - ``_failures``: the SQL of ``failure_rates`` and its allowed groups;

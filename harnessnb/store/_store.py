@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, TypeVar
@@ -27,7 +27,8 @@ import duckdb
 from ..rules._errors import StoreError
 from . import _writes
 from ._batch import WriteOp
-from ._conn import SharedDb, acquire_shared, parallel, release_shared
+from ._combine import merge_into, read_only_error, shard_paths, shards_as_one
+from ._conn import MEMORY, SharedDb, acquire_shared, parallel, release_shared
 from ._failures import failure_groups, failure_sql
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
@@ -35,7 +36,7 @@ from ._schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "QueuedWrites", "Store"]
+__all__ = ["SCHEMA_VERSION", "CombinedStore", "QueuedWrites", "Store"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -214,6 +215,53 @@ class Store:
     release_lease = _blocking(_writes.release_lease)
     put_recording = _blocking(_writes.put_recording)
     bind_agent_session = _blocking(_writes.bind_agent_session)
+
+    # ------------------------------------------------------ many files as one
+
+    @staticmethod
+    def combine(
+        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    ) -> Store:
+        """Shard store files read as ONE read-only store (a sweep on a Dask cluster
+        writes one per worker process).
+
+        Args:
+            source: A folder (every ``*.duckdb`` in it, sorted) or a list of store files.
+
+        Returns:
+            A store whose readers (``runs``, ``steps``, ``attempts``, ``tool_calls``,
+            ``stalls``, ``markers``, ``sql``, ``failure_rates``, ``get_run``,
+            ``checkpoints``...) answer as one store holding all the shards' runs. Each
+            call reads the shards as they are then, each in its turn (a writer in
+            another process is waited for, never broken). Its writes raise
+            ``StoreError(read_only)``; ``merge`` writes the rows into one file.
+
+        Raises:
+            ConfigError: A missing folder or file, a folder with no ``*.duckdb``.
+            StoreError: ``corrupt`` (not a DuckDB file), ``foreign``, ``newer``;
+                ``query`` for a shard of an older schema (open it once as
+                ``hn.Store(path)`` to migrate it); ``duplicate`` for a run id in two
+                shards.
+        """
+        return CombinedStore(source)
+
+    def merge(self, into: str | os.PathLike[str]) -> Store:
+        """Write every row of this store (a combined one, or any) into the store file
+        ``into``: a new file, or a harnessnb store holding none of these runs. One
+        transaction: on any error nothing is written. Returns the store at ``into``.
+
+        Raises:
+            ConfigError: ``into`` is this store's own file (or one of its shards).
+            StoreError: ``duplicate`` when ``into`` already holds one of the runs;
+                ``foreign``/``corrupt`` when ``into`` is not a harnessnb store.
+        """
+        target = os.fspath(into)
+        sources = [self.path, *getattr(self, "paths", ())]
+        if target != MEMORY:
+            Store(target).close()  # makes the schema, or refuses a file that is no store
+        with self._connection() as con:
+            merge_into(con, sources, target)
+        return Store(target)
 
     # ------------------------------------------------------- reads for resume
 
@@ -415,6 +463,51 @@ class Store:
         query = f"SELECT {columns} FROM {table}{where} ORDER BY {_ORDER[table]}"
         with self._connection() as con, parallel(con):
             return frame(con.execute(query, [] if run_id is None else [run_id]))
+
+
+class CombinedStore(Store):
+    """Shard store files read as one store (``Store.combine``): every reader, no write.
+
+    ``paths`` are the shard files; ``path`` the folder (or the first file of a list).
+    Each reader call attaches the shards anew (``_combine.shards_as_one``).
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        busy_timeout_s: float = 30.0,
+    ) -> None:
+        self.paths: tuple[str, ...] = tuple(shard_paths(source))
+        whole = source if isinstance(source, str | os.PathLike) else self.paths[0]
+        self.path, self._busy_timeout_s, self._linger_s = os.fspath(whole), busy_timeout_s, 0.0
+        self._db, self._closed = None, False
+        with self._connection():  # a bad shard fails here, not at the first read
+            pass
+
+    @contextmanager
+    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._closed:
+            raise StoreError(f"the store {self.path} is closed", kind="closed", path=self.path)
+        with shards_as_one(self.paths, self._busy_timeout_s, self.path) as con:
+            yield con
+
+    @property
+    def read_only(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"CombinedStore({self.path!r}, {len(self.paths)} shards, {state})"
+
+    def write(self, op: WriteOp[T]) -> T:
+        raise read_only_error(len(self.paths), self.path)
+
+    def submit(self, op: WriteOp[T]) -> Future[T]:
+        raise read_only_error(len(self.paths), self.path)
 
 
 class QueuedWrites:

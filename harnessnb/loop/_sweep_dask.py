@@ -1,0 +1,278 @@
+"""``hn.sweep(..., executor=client, shards=folder)``: the runs of a sweep on a Dask cluster.
+
+Each run is a task (``run_on_worker``, a module-level function the workers import). A
+worker process writes its own shard store, ``<shards>/<host>-<pid>.duckdb``, opened
+once per process and kept (DuckDB lets one process write a file at a time, so no two
+processes share one), and drives ``hn.run`` on harnessnb's loop thread in a private
+copy of the workspace, as the local sweep does. The client keeps at most
+``concurrency`` runs submitted (so ``max_cost_usd`` can stop launching, and a cancel
+has little to take back), and calls ``on_run`` on its loop as each run's row comes
+back (``distributed.as_completed``, waited on in a thread: the event loop never
+blocks). The result's store is ``Store.combine(shards)``.
+
+A run is claimed before it starts: ``<shards>/claims/<run_id>`` made with ``O_EXCL``,
+holding the shard's path. Dask reschedules the tasks of a worker that died; a task
+that finds its run claimed returns an ``unfinished`` row naming the shard (where the
+run's committed steps are, for ``hn.resume(run_id, store=shard)``) and never runs it
+again, so no run is in two shards. An unfinished run that did end before its worker
+died is reported with its stored outcome.
+
+Providers travel to the workers by pickle (their keys with them, as they must); a
+task's key is ``harnessnb-<run_id>``, never anything of the provider. Events
+(``on_event``) and an approver that asks a person cannot cross to a worker: both are
+refused with an executor. Cancelling the sweep cancels the submitted runs that have
+not started; a run a worker has begun goes on to its end (Dask does not interrupt a
+running task).
+
+Dask is imported here only, on first use; ``import harnessnb`` does not load it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..rules._errors import ConfigError, wrap_unknown
+from ._contract import TaskContract
+from ._driver import new_id
+from ._sweep_result import UNFINISHED, SweepRun
+from ._sweep_run import crashed, one_run
+
+if TYPE_CHECKING:
+    from ..providers._completion import Provider
+    from ..store._store import Store
+
+__all__ = ["check_cluster_options", "run_on_worker", "sweep_on_cluster"]
+
+_log = logging.getLogger("harnessnb.sweep")
+_INSTALL: Final = "pip install 'harnessnb[dask]'"
+# The shard store of this worker process, per shards folder (opened once, kept).
+_SHARDS: dict[str, Store] = {}
+_SHARDS_LOCK = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """What one run on a worker needs (pickled to it)."""
+
+    contract: TaskContract
+    name: str
+    provider: Provider
+    repeat: int
+    run_id: str
+    shards: str
+    keep: bool
+    options: dict[str, Any]
+
+
+def check_cluster_options(
+    executor: object,
+    shards: str | os.PathLike[str] | None,
+    store: object,
+    approver: object,
+    on_event: object,
+) -> str:
+    """The shards folder (made, with its ``claims``), or ConfigError for what cannot
+    go with an executor."""
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError(
+            f"sweep: executor= needs Dask's distributed, which is not installed: {_INSTALL}"
+        ) from None
+    if not isinstance(executor, distributed.Client):
+        raise ConfigError(
+            f"sweep: executor must be a dask.distributed.Client, not {type(executor).__name__}"
+        )
+    if executor.asynchronous:
+        raise ConfigError("sweep: pass a blocking Client (asynchronous=False) as executor")
+    if store is not None:
+        raise ConfigError(
+            "sweep: with executor= every worker process writes its own store file (one "
+            "process writes a DuckDB file at a time): pass shards=FOLDER (shared by the "
+            "workers), not store=; the result's store is Store.combine(FOLDER)"
+        )
+    if shards is None:
+        raise ConfigError("sweep: executor= needs shards=FOLDER, where each worker writes")
+    if on_event is not None:
+        raise ConfigError(
+            "sweep: on_event cannot be called from the workers of an executor; on_run is "
+            "called here as each run ends"
+        )
+    module = type(approver).__module__
+    if type(approver).__name__ == "PromptApprover" or module.startswith("harnessnb.notebook"):
+        raise ConfigError(
+            "sweep: an approver that asks a person cannot run on a Dask worker: allow the "
+            "acts up front in the policy, or pass hn.ApproveAll()/hn.DenyAll()"
+        )
+    folder = os.path.abspath(os.fspath(shards))
+    try:
+        os.makedirs(os.path.join(folder, "claims"), exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"sweep: cannot make the shards folder {folder!r}: {exc}") from exc
+    return folder
+
+
+async def sweep_on_cluster(
+    jobs: Sequence[tuple[TaskContract, str, Provider, int]],
+    over_budget: Callable[[float], bool],
+    client: Any,
+    folder: str,
+    concurrency: int,
+    options: dict[str, Any],
+    keep: bool,
+    on_run: Callable[[SweepRun], None] | None,
+) -> tuple[list[SweepRun], Store]:
+    """Every job as a task on ``client``'s cluster; the rows in plan order and the
+    combined store of the shards."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+    submitted: dict[Any, tuple[int, WorkerJob]] = {}
+    rows: dict[int, SweepRun] = {}
+
+    def delivered(row: SweepRun) -> None:  # on the loop, as the local sweep does
+        if on_run is not None:
+            try:
+                on_run(row)
+            except Exception:  # a display's fault must not orphan the other runs
+                _log.exception("sweep %s: on_run raised; the sweep goes on", options["sweep_id"])
+
+    def drive() -> None:
+        import distributed
+
+        pending = iter(enumerate(jobs))
+        done: Any = getattr(distributed, "as_completed")()  # noqa: B009 (untyped)
+        spent = [0.0]
+
+        def launch() -> None:
+            if stop.is_set() or over_budget(spent[0]):
+                return
+            nxt = next(pending, None)
+            if nxt is None:
+                return
+            i, (contract, name, provider, repeat) = nxt
+            job = WorkerJob(contract, name, provider, repeat, new_id("run"), folder, keep, options)
+            future = client.submit(run_on_worker, job, key=f"harnessnb-{job.run_id}", pure=False)
+            submitted[future] = (i, job)
+            done.add(future)
+
+        for _ in range(concurrency):
+            launch()
+        for future in done:
+            i, job = submitted.pop(future)
+            row = _row_of(future, job)
+            if row.outcome is None:
+                continue  # cancelled before it started
+            rows[i] = row
+            spent[0] += row.cost_usd or 0.0
+            loop.call_soon_threadsafe(delivered, row)
+            launch()
+
+    try:
+        await asyncio.to_thread(drive)
+    except asyncio.CancelledError:
+        stop.set()
+        client.cancel(list(submitted))
+        raise
+    store = await asyncio.to_thread(_combined, folder)
+    found = await asyncio.to_thread(_settle, [r for r in rows.values()
+                                              if r.outcome == UNFINISHED], store)  # fmt: skip
+    out = []
+    for i, (contract, name, provider, repeat) in enumerate(jobs):
+        row = rows.get(i) or SweepRun(contract.task, name, provider.model, repeat)
+        out.append(found.get(row.run_id or "", row))
+    return out, store
+
+
+def _row_of(future: Any, job: WorkerJob) -> SweepRun:
+    """The row a task handed back; a task that failed (its worker died too often) is the
+    run unfinished in the shard its claim names, or, never claimed, a crashed row."""
+    if future.cancelled():
+        return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat)
+    try:
+        row: SweepRun = future.result()
+        return row
+    except Exception as exc:
+        holder = _claim_holder(job)
+        if holder is not None:
+            return _unfinished(job, holder, type(exc).__name__)
+        return crashed(job.contract, job.name, job.provider, job.repeat, job.run_id,
+                       wrap_unknown(exc))  # fmt: skip
+
+
+def _combined(folder: str) -> Store:
+    from ..store._store import Store
+
+    return Store.combine(folder)
+
+
+def _settle(unfinished: list[SweepRun], store: Store) -> dict[str, SweepRun]:
+    """The unfinished runs that did end before their worker died, as stored."""
+    if not unfinished:
+        return {}
+    found = {}
+    for row in unfinished:
+        stored = store.get_run(row.run_id or "")
+        if stored is not None and stored.get("outcome"):
+            found[row.run_id or ""] = dataclasses.replace(
+                row, outcome=str(stored["outcome"]), steps=int(stored.get("steps") or 0),
+                tokens=int(stored.get("tokens") or 0), cost_usd=stored.get("cost_usd"),
+                error_kind=None,
+            )  # fmt: skip
+    return found
+
+
+# ----------------------------------------------------------------- on a worker
+
+
+def shard_store(folder: str) -> Store:
+    """This worker process's shard in ``folder`` (opened on first use, then kept)."""
+    from ..store._store import Store
+
+    with _SHARDS_LOCK:
+        store = _SHARDS.get(folder)
+        if store is None:
+            path = os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}.duckdb")
+            store = _SHARDS[folder] = Store(path)
+        return store
+
+
+def run_on_worker(job: WorkerJob) -> SweepRun:
+    """One run of a sweep on a Dask worker, in the process's shard; ``unfinished`` if
+    another attempt of this task claimed the run first (its worker died)."""
+    from ._bridge import run_blocking
+
+    store = shard_store(job.shards)
+    claim = os.path.join(job.shards, "claims", job.run_id)
+    try:
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return _unfinished(job, _claim_holder(job) or "?", "worker_lost")
+    try:
+        os.write(fd, store.path.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    options = {**job.options, "store": store}
+    row = run_blocking(one_run(job.contract, job.name, job.provider, job.repeat, job.keep,
+                               options, run_id=job.run_id))  # fmt: skip
+    return dataclasses.replace(row, shard=store.path)
+
+
+def _claim_holder(job: WorkerJob) -> str | None:
+    try:
+        with open(os.path.join(job.shards, "claims", job.run_id), encoding="utf-8") as fh:
+            return fh.read() or "?"
+    except OSError:
+        return None
+
+
+def _unfinished(job: WorkerJob, shard: str, why: str) -> SweepRun:
+    return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat, UNFINISHED,
+                    error_kind=why, run_id=job.run_id, shard=shard)  # fmt: skip

@@ -1,0 +1,88 @@
+"""One run of a sweep: its own copy of the workspace, ``hn.run``, and its row (any
+error becomes the row: a sweep never stops for one run). Shared by the local sweep
+(``_sweep``) and the runs on Dask workers (``_sweep_dask``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from ..rules._errors import HarnessError, wrap_unknown
+from ._contract import RunOutcome, TaskContract
+from ._driver import new_id, run
+from ._sweep_result import SweepRun
+
+if TYPE_CHECKING:
+    from ..providers._completion import Provider
+    from ._result import RunResult
+
+__all__ = ["crashed", "one_run"]
+
+
+async def one_run(
+    contract: TaskContract,
+    name: str,
+    provider: Provider,
+    repeat: int,
+    keep: bool,
+    options: dict[str, Any],
+    *,
+    run_id: str | None = None,
+) -> SweepRun:
+    """One run in its own copy of the workspace; any error becomes its row."""
+    run_id, folder = run_id or new_id("run"), None
+    try:
+        folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
+        own = dataclasses.replace(contract, workspace=folder)
+        result: RunResult = await run(own, provider, run_id=run_id, **options)
+    except HarnessError as exc:
+        return crashed(contract, name, provider, repeat, run_id, exc)
+    except Exception as exc:  # a crash (or a copy that failed) is a row: the sweep goes on
+        return crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
+    finally:
+        if folder is not None and not keep:  # at once, even while being cancelled
+            shutil.rmtree(folder, ignore_errors=True)
+    return SweepRun(
+        contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
+        result.tokens, result.cost_usd, result.elapsed, _error_kind(result.error),
+        retries=result.retries, run_id=result.run_id,
+    )  # fmt: skip
+
+
+def crashed(
+    contract: TaskContract,
+    name: str,
+    provider: Provider,
+    repeat: int,
+    run_id: str,
+    exc: HarnessError,
+) -> SweepRun:
+    outcome = RunOutcome.ESCALATED_TERMINAL.value
+    return SweepRun(contract.task, name, provider.model, repeat, outcome,
+                    error_kind=_error_kind(exc), run_id=run_id)  # fmt: skip
+
+
+def _error_kind(error: HarnessError | None) -> str | None:
+    """A provider or store error's kind, else its code (``UNKNOWN`` for a crash), else
+    its class name."""
+    if error is None:
+        return None
+    kind = getattr(error, "kind", None)
+    if kind is not None:
+        return str(getattr(kind, "value", kind))
+    return error.code or type(error).__name__
+
+
+def _copy_workspace(template: str) -> str:
+    """A fresh temporary folder holding a copy of ``template`` (symlinks kept as links)."""
+    folder = tempfile.mkdtemp(prefix="harnessnb-sweep-")
+    try:
+        shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder

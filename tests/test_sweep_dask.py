@@ -1,0 +1,208 @@
+"""``hn.sweep(executor=client, shards=folder)``: a sweep on a real 2-worker Dask
+``LocalCluster`` (worker processes), its shard files read through ``Store.combine``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pandas as pd
+import pytest
+
+import harnessnb as hn
+from harnessnb.demo import demo_server
+from harnessnb.demo._model import provider_for
+from harnessnb.tools._approval import PromptApprover
+
+distributed = pytest.importorskip("distributed")
+
+# The reply functions below travel to the workers by value (the workers cannot
+# import this test module).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    cluster = distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    client.run(lambda: hn.set_testing(True) and None)  # no real backoff on the workers
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "template"
+    root.mkdir()
+    (root / "README.md").write_text("# Title\n")
+    return root
+
+
+def test_import_harnessnb_does_not_import_dask() -> None:
+    code = "import sys, harnessnb; print('dask' in sys.modules or 'distributed' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+async def test_the_same_sweep_locally_and_on_the_cluster(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    tasks = [hn.TaskContract(f"say hello {i}", ws, max_retries=2) for i in range(4)]
+    with demo_server(rates={"server": 1.0}) as down:
+        providers = {"down": provider_for(down, name="down"),
+                     "fine": hn.ScriptedProvider(lambda m: "done", name="fine")}  # fmt: skip
+        with hn.Store(tmp_path / "local.duckdb") as store:
+            local = await hn.sweep(tasks, providers, repeats=2, store=store)
+            local_rates = local.failure_rates()
+            local_runs = local.runs
+        seen: list[hn.SweepRun] = []
+        shards = tmp_path / "shards"
+        remote = await hn.sweep(tasks, providers, repeats=2, executor=client, shards=shards,
+                                on_run=seen.append)  # fmt: skip
+    assert len(seen) == 16 and {r.run_id for r in seen} == set(remote.runs["run_id"])
+    assert len(remote.runs) == len(local_runs) == 16
+    cols = ["task", "provider", "model", "repeat", "outcome", "steps", "error_kind", "retries"]
+    pd.testing.assert_frame_equal(remote.runs[cols], local_runs[cols])
+    assert len(remote.store.runs(sweep=remote.sweep_id)) == 16
+    pd.testing.assert_frame_equal(remote.failure_rates(), local_rates)
+    down_rate = remote.failure_rates(by="provider").set_index("provider")
+    assert down_rate.loc["down", "failures"] == 8 * 3 and down_rate.loc["fine", "failures"] == 0
+    files = sorted(p.name for p in shards.glob("*.duckdb"))
+    assert len(files) == 2, files  # one shard per worker process, both used
+    assert {os.path.basename(r.shard or "") for r in remote.records} == set(files)
+    assert remote.store.read_only and remote.unfinished == []
+    with remote.store.merge(into=tmp_path / "all.duckdb") as merged:  # the shards in one file
+        pd.testing.assert_frame_equal(merged.runs(), remote.store.runs())
+        pd.testing.assert_frame_equal(merged.attempts(), remote.store.attempts())
+        pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
+
+
+async def test_what_cannot_go_with_an_executor_is_refused(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    fine = [hn.ScriptedProvider(lambda m: "done")]
+    shards = tmp_path / "shards"
+    with pytest.raises(hn.ConfigError, match="not store="), hn.Store(tmp_path / "s.duckdb") as s:
+        await hn.sweep(["a"], fine, workspace=ws, executor=client, shards=shards, store=s)
+    with pytest.raises(hn.ConfigError, match="needs shards=FOLDER"):
+        await hn.sweep(["a"], fine, workspace=ws, executor=client)
+    with pytest.raises(hn.ConfigError, match=r"dask\.distributed\.Client, not str"):
+        await hn.sweep(["a"], fine, workspace=ws, executor="cluster", shards=shards)
+    with pytest.raises(hn.ConfigError, match="asks a person"):
+        await hn.sweep(["a"], fine, workspace=ws, executor=client, shards=shards,
+                       approver=PromptApprover())  # fmt: skip
+    with pytest.raises(hn.ConfigError, match="on_event"):
+        await hn.sweep(["a"], fine, workspace=ws, executor=client, shards=shards,
+                       on_event=print)  # fmt: skip
+    assert not list(shards.glob("*.duckdb"))  # nothing ran
+
+
+def test_without_dask_an_executor_names_the_extra(ws: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['distributed'] = None\n"
+        "import harnessnb as hn\n"
+        "try:\n"
+        f"    hn.sweep_sync(['a'], [hn.ScriptedProvider(lambda m: 'done')], workspace={str(ws)!r},"
+        f" executor=object(), shards={str(tmp_path)!r})\n"
+        "except hn.ConfigError as e: print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'harnessnb[dask]'" in out.stdout
+
+
+def _slow_second_step(gate: str) -> Any:
+    """Read README.md, then (the second call of a run) say which worker process is
+    there and wait for ``gate`` to exist before answering."""
+
+    def reply(messages: Sequence[dict[str, Any]]) -> Any:
+        if messages[-1].get("role") != "tool":
+            return {"tool": "read_file", "args": {"path": "README.md"}}
+        Path(gate, f"started-{os.getpid()}").touch()
+        while not Path(gate, "go").exists():
+            time.sleep(0.02)
+        return "done"
+
+    return reply
+
+
+async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    slow = hn.ScriptedProvider(_slow_second_step(str(gate)), name="slow")
+    shards = tmp_path / "shards"
+    sweep = asyncio.create_task(hn.sweep([f"t{i}" for i in range(6)], [slow], workspace=ws,
+                                         executor=client, shards=shards))  # fmt: skip
+    for _ in range(1500):
+        started = sorted(gate.glob("started-*"))
+        if started:
+            break
+        await asyncio.sleep(0.02)
+    victim = int(started[0].name.split("-")[1])
+    assert victim in client.run(os.getpid).values()
+    os.kill(victim, signal.SIGKILL)
+    (gate / "go").touch()
+    result = await asyncio.wait_for(sweep, 60)
+    assert all(r.outcome is not None for r in result.records) and len(result.records) == 6
+    lost = result.unfinished
+    assert [r.error_kind for r in lost] == ["worker_lost"]
+    (run,) = lost
+    assert run.shard and os.path.basename(run.shard).endswith(f"-{victim}.duckdb")
+    # The killed worker's shard kept the run's committed first step: read through
+    # Store.combine (read-only, the dead process's log as it left it), then as a Store.
+    combined = hn.Store.combine(shards)  # would refuse a run found in two shards
+    assert len(combined.steps(run.run_id)) == 1
+    with hn.Store(run.shard) as shard:
+        assert shard.get_run(run.run_id or "")["outcome"] is None  # type: ignore[index]
+        assert len(shard.steps(run.run_id)) == 1
+    stored = combined.runs(sweep=result.sweep_id)
+    assert len(stored) == 6 and stored["run_id"].is_unique
+    # Resumable from its shard (the dead worker's lease is taken over).
+    done = hn.ScriptedProvider(lambda m: "done", name="slow")
+    resumed = hn.resume_sync(run.run_id or "", done, store=run.shard)
+    assert resumed.outcome == hn.RunOutcome.FINISHED
+    assert combined.get_run(run.run_id or "")["outcome"] == "finished"  # type: ignore[index]
+    finished = result.runs[result.runs["outcome"] == "finished"]
+    assert len(finished) == 5 and run.run_id not in set(finished["run_id"])
+
+
+async def test_cancelling_a_sweep_on_the_cluster_starts_no_other_run(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    slow = hn.ScriptedProvider(_slow_second_step(str(gate)), name="slow")
+    shards = tmp_path / "shards"
+    tasks = [f"t{i}" for i in range(8)]
+    sweep = asyncio.create_task(hn.sweep(tasks, [slow], workspace=ws, concurrency=4,
+                                         executor=client, shards=shards))  # fmt: skip
+    for _ in range(1500):  # both workers are in a run
+        if len(list(gate.glob("started-*"))) == 2:
+            break
+        await asyncio.sleep(0.02)
+    sweep.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sweep
+    (gate / "go").touch()  # the two runs begun go on to their end (Dask does not stop them)
+    combined = hn.Store.combine(shards)
+    for _ in range(1500):
+        if combined.runs()["outcome"].notna().sum() == 2:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.5)  # time for a run the cancel missed to start (none may)
+    assert len(list((shards / "claims").iterdir())) == 2
+    assert len(combined.runs()) == 2
