@@ -14,6 +14,7 @@ Commands::
                   [--fallback NAME ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
+                  [--executor ADDRESS|local --shards DIR]
                   [run options: --model --base-url --verify --verify-cmd --max-steps
                   --max-seconds --max-cost --allow-write]
     harnessnb runs
@@ -66,7 +67,7 @@ from .launch._options import (
     contract_from,
     policy_from,
 )
-from .launch._sweep_options import SWEEP_OPTIONS, providers_from, sweep_kwargs
+from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
@@ -442,7 +443,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if event.kind == "finished":
             _out(f"{event.run_id}: {event.data.get('outcome')}", flush=True)
 
-    result = sweep_sync(contracts, providers, store=_store(args), on_event=finished, **kwargs)
+    def ended(row: Any) -> None:  # a run on a cluster worker, told here
+        _out(f"{row.run_id}: {row.outcome}", flush=True)
+
+    with cluster(args) as client:
+        if client is None:
+            result = sweep_sync(contracts, providers, store=_store(args), on_event=finished,
+                                **kwargs)  # fmt: skip
+        else:
+            result = sweep_sync(contracts, providers, executor=client, shards=args.shards,
+                                on_run=ended, **kwargs)  # fmt: skip
     _out(result.summary_text())
     return 0
 

@@ -206,3 +206,54 @@ async def test_cancelling_a_sweep_on_the_cluster_starts_no_other_run(
     await asyncio.sleep(0.5)  # time for a run the cancel missed to start (none may)
     assert len(list((shards / "claims").iterdir())) == 2
     assert len(combined.runs()) == 2
+
+
+def test_the_sweep_command_and_cell_run_on_a_cluster(
+    client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """``--executor ADDRESS --shards DIR`` on both faces: the runs happen on the
+    cluster's workers, told here as each ends, and their rows are in the shards."""
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from harnessnb import cli
+    from harnessnb.demo import make_demo_workspace
+
+    template = make_demo_workspace(tmp_path / "ws")
+    address = client.scheduler.address
+    shards = tmp_path / "shards"
+    code = cli.main(["sweep", "list the files", "--providers", "demo", "--repeats", "3",
+                     "--workspace", str(template), "--executor", address,
+                     "--shards", str(shards)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "demo: 3/3 | finished 3" in out, out
+    assert len([line for line in out.splitlines() if line.endswith(": finished")]) == 3
+    assert len(hn.Store.combine(shards).runs()) == 3
+    # Each half of the pair alone is a usage error (exit 2), nothing run.
+    assert cli.main(["sweep", "x", "--providers", "demo", "--workspace", str(template),
+                     "--executor", address]) == 2  # fmt: skip
+    assert "--executor needs --shards" in capsys.readouterr().err
+    assert cli.main(["sweep", "x", "--providers", "demo", "--workspace", str(template),
+                     "--shards", str(shards)]) == 2  # fmt: skip
+    assert cli.main(["sweep", "x", "--providers", "demo", "--workspace", str(template),
+                     "--executor", address, "--shards", str(shards),
+                     "--store", str(tmp_path / "s.duckdb")]) == 2  # fmt: skip
+    assert len(hn.Store.combine(shards).runs()) == 3
+
+    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "kernel.duckdb"))
+    monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harnessnb")
+    line = (f"sweep --providers demo --repeats 2 --workspace {template} --executor {address} "
+            f"--shards {tmp_path / 'cell-shards'} --out swept")  # fmt: skip
+    with capture_output() as shown:
+        shell.run_cell_magic("harness", line, "list the files\nsay hello\n")
+    result = shell.user_ns["swept"]
+    assert len(result.runs) == 4 and set(result.runs["outcome"]) == {"finished"}
+    assert len([row for row in shown.stdout.splitlines() if " · " in row]) == 4  # live rows
+    assert len(result.store.runs(sweep=result.sweep_id)) == 4
+    with pytest.raises(UsageError, match="--executor needs --shards"):
+        shell.run_cell_magic("harness", f"sweep --providers demo --workspace {template} "
+                             f"--executor {address}", "x")  # fmt: skip

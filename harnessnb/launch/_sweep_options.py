@@ -10,6 +10,8 @@ sweep options: each ``--providers`` name is one provider of the sweep.
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..rules._errors import ConfigError
@@ -19,7 +21,7 @@ from ._options import OUTPUT_OPTIONS, RUN_OPTIONS, Option, positive_float, posit
 if TYPE_CHECKING:
     from ..providers._completion import Provider
 
-__all__ = ["SWEEP_OPTIONS", "providers_from", "sweep_kwargs"]
+__all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs"]
 
 _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
              "--max-seconds", "--max-cost", "--store", "--allow-write")  # fmt: skip
@@ -36,6 +38,14 @@ SWEEP_OPTIONS: tuple[Option, ...] = (
            {"metavar": "USD", "type": positive_float}),
     Option("--keep-workspaces", "keep each run's copy of the workspace",
            {"action": "store_true"}),
+    Option("--executor",
+           "run on a Dask cluster: its scheduler's address (tcp://host:8786), or 'local' "
+           "for worker processes on this machine (pip install 'harnessnb[dask]'); "
+           "needs --shards", {"metavar": "ADDRESS"}),
+    Option("--shards",
+           "with --executor: the folder each worker process writes its store file in "
+           "(storage every worker sees); read back as one with hn.Store.combine(DIR)",
+           {"metavar": "DIR"}),
     *(o for o in RUN_OPTIONS if o.flag in _FROM_RUN),
     *(o for o in OUTPUT_OPTIONS if o.flag == "--out"),
 )  # fmt: skip
@@ -76,3 +86,43 @@ def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:
         "keep_workspaces": args.keep_workspaces,
         "policy": policy_from(args, layer),
     }
+
+
+@contextlib.contextmanager
+def cluster(args: argparse.Namespace) -> Iterator[Any]:
+    """The Dask ``Client`` that ``--executor`` names, closed after the sweep (with the
+    workers it started, for ``local``); None without ``--executor``.
+
+    Raises:
+        ConfigError: ``--shards`` without ``--executor`` or the reverse, ``--store`` with
+            it, Dask not installed, or a scheduler that cannot be reached.
+    """
+    address, shards = getattr(args, "executor", None), getattr(args, "shards", None)
+    if address is None:
+        if shards is not None:
+            raise ConfigError("--shards goes with --executor (a sweep on a Dask cluster)")
+        yield None
+        return
+    if shards is None:
+        raise ConfigError("--executor needs --shards DIR: the folder each worker writes in")
+    if getattr(args, "store", None) is not None:
+        raise ConfigError(
+            "--store and --executor: on a cluster every worker process writes its own "
+            "store file in --shards DIR (read them as one with hn.Store.combine(DIR))"
+        )
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError("--executor needs Dask: pip install 'harnessnb[dask]'") from None
+    connect: Any = distributed.Client  # untyped
+    try:
+        if address == "local":
+            client = connect(processes=True, dashboard_address=None)
+        else:
+            client = connect(address, timeout=10)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"--executor {address}: no Dask scheduler there ({exc})") from None
+    try:
+        yield client
+    finally:
+        client.close()

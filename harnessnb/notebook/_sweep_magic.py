@@ -18,7 +18,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ..launch._options import contract_from
-from ..launch._sweep_options import providers_from, sweep_kwargs
+from ..launch._sweep_options import cluster, providers_from, sweep_kwargs
 from ..loop._bridge import run_blocking
 from ..loop._driver import new_id
 from ..loop._sweep import sweep
@@ -60,10 +60,17 @@ def plan_sweep(
     sweep_id = new_id("sweep")
     live = _LiveTable(sweep_id, store, tasks, list(providers), args.repeats, shell)
     try:
-        result = run_blocking(
-            sweep(contracts, providers, store=store, approver=_REFUSE, sweep_id=sweep_id,
-                  on_run=live.add, **kwargs)
-        )  # fmt: skip
+        with cluster(args) as client:
+            where = (
+                {"store": store} if client is None else {"executor": client, "shards": args.shards}
+            )
+            result = run_blocking(
+                sweep(contracts, providers, approver=_REFUSE, sweep_id=sweep_id,
+                      on_run=live.add, **where, **kwargs)
+            )  # fmt: skip
+    except ConfigError as err:
+        live.close()
+        raise UsageError(f"%%harness sweep: {err.message}") from None
     except KeyboardInterrupt:
         live.close()
         raise RunInterrupted(
