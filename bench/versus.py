@@ -95,10 +95,12 @@ async def _runs(url: str, folder: Path, n: int) -> dict[str, float]:
     provider = hn.OpenAI("bench-model", api_key="unused", base_url=url + "/v1")
     await hn.run(hn.TaskContract("warm up", ws, max_steps=1), provider, store=store)
     started = time.perf_counter()
-    await asyncio.gather(*(
-        hn.run(hn.TaskContract(f"say hello {i}", ws, max_steps=1), provider, store=store)
-        for i in range(n)
-    ))
+    await asyncio.gather(
+        *(
+            hn.run(hn.TaskContract(f"say hello {i}", ws, max_steps=1), provider, store=store)
+            for i in range(n)
+        )
+    )
     elapsed = time.perf_counter() - started
     store.close()
     return {"100 runs (s)": elapsed}
@@ -122,7 +124,9 @@ def child(url: str, seq_n: int, conc_n: int, steps: int) -> None:
 def _start_server() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "harnessnb.chaos", "--port", "0"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
@@ -135,9 +139,23 @@ def _start_server() -> tuple[subprocess.Popen[str], str]:
 def _measure(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
-        [sys.executable, __file__, "--child", url, "--sequential", str(args.sequential),
-         "--concurrent", str(args.concurrent), "--steps", str(args.steps)],
-        env=env, cwd=tree, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            url,
+            "--sequential",
+            str(args.sequential),
+            "--concurrent",
+            str(args.concurrent),
+            "--steps",
+            str(args.steps),
+        ],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if done.returncode != 0:
         raise SystemExit(f"the bench failed in {tree}:\n{done.stderr}")
@@ -159,14 +177,15 @@ def main() -> None:
         return
     holder = Path(tempfile.mkdtemp(prefix="harnessnb-versus-"))
     old = holder / "old"
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), args.base],
-                   cwd=ROOT, check=True)
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-q", str(old), args.base], cwd=ROOT, check=True
+    )
     proc, url = _start_server()
     try:
         trees = {"old": old, "new": ROOT}
         results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
         for r in range(args.rounds):
-            for name in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
+            for name in ["old", "new"] if r % 2 == 0 else ["new", "old"]:
                 results[name].append(_measure(trees[name], url, args))
         report(results, args)
     finally:
@@ -177,8 +196,9 @@ def main() -> None:
 
 
 def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> None:
-    best = {name: {key: min(r[key] for r in rows) for key in rows[0]}
-            for name, rows in results.items()}
+    best = {
+        name: {key: min(r[key] for r in rows) for key in rows[0]} for name, rows in results.items()
+    }
     print(f"old = {args.base}, new = the working tree; best of {args.rounds} alternating rounds")
     print(f"{'measure':<20} {'old':>10} {'new':>10} {'new/old':>8}")
     for key in best["old"]:

@@ -227,6 +227,7 @@ def add_options(
 
 # ------------------------------------------------------------------ validation
 
+
 def _given(args: argparse.Namespace, scope: str) -> list[str]:
     """The flags of ``scope`` given in ``args``, in the order of ``RUN_OPTIONS``."""
     given = []

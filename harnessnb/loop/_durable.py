@@ -158,9 +158,7 @@ async def resume(
             reason="weaker_policy",
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
-        await store.queued.add_marker(
-            run_id, "skipped", f"already {row['outcome']}", clock.time()
-        )
+        await store.queued.add_marker(run_id, "skipped", f"already {row['outcome']}", clock.time())
         return _stored_result(row)
 
     driver = Driver(
@@ -181,9 +179,7 @@ async def resume(
     except BaseException:
         await driver.release()
         raise
-    await store.queued.add_marker(
-        run_id, "resume", f"at step {driver.step + 1}", clock.time()
-    )
+    await store.queued.add_marker(run_id, "resume", f"at step {driver.step + 1}", clock.time())
     return await driver.resume_from(pending)
 
 
@@ -300,22 +296,29 @@ def abandon_sync(
     abandon(run_id, reason, store=store)
 
 
-def _settle(run_id: str, status: str, output: str, marker: str, why: str,
-            store: Store | str | os.PathLike[str] | None) -> Settled:
+def _settle(
+    run_id: str,
+    status: str,
+    output: str,
+    marker: str,
+    why: str,
+    store: Store | str | os.PathLike[str] | None,
+) -> Settled:
     opened = _open(store)
     found = _unsettled(opened, run_id)
-    opened.settle_tool_call(run_id, int(found["step"]), int(found["seq"]), status=status,
-                            output=output)
-    opened.add_marker(run_id, marker, f"{found['tool']} at step {found['step']}{why}",
-                      time.time())
+    opened.settle_tool_call(
+        run_id, int(found["step"]), int(found["seq"]), status=status, output=output
+    )
+    opened.add_marker(run_id, marker, f"{found['tool']} at step {found['step']}{why}", time.time())
     return Settled(run_id, marker)
 
 
 # ------------------------------------------------------------------ record / replay
 
 
-def request_key(model: str | None, messages: Sequence[dict[str, Any]],
-                tools: Sequence[dict[str, Any]] | None) -> str:
+def request_key(
+    model: str | None, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> str:
     """The recording key: the request's content (never a counter, never a header).
 
     With ``model`` None the key covers messages and tools only, which is what a
@@ -353,13 +356,18 @@ class Record:
         return f"Record({self.inner!r})"
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         completion = await self.inner.complete(messages, tools, max_tokens, stream)
         payload = completion.to_dict()
-        for key in (request_key(self.inner.model, messages, tools),
-                    request_key(None, messages, tools)):
+        for key in (
+            request_key(self.inner.model, messages, tools),
+            request_key(None, messages, tools),
+        ):
             await asyncio.to_thread(self._append, key, payload)
         return completion
 
@@ -400,7 +408,10 @@ class Replay:
         return f"Replay({self.store!r}, model={self._model!r})"
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         started = time.time()

@@ -17,7 +17,6 @@ __all__ = ["RunResult", "usd"]
 _GOOD = {RunOutcome.SUCCESS, RunOutcome.FINISHED}
 
 
-
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """The end of a run.
@@ -170,4 +169,3 @@ def usd(dollars: float) -> str:
 
 def _verified_word(verified: bool | None) -> str:
     return {True: "yes", False: "no", None: "-"}[verified]
-

@@ -14,8 +14,7 @@ from typing import Any
 from ._approver import WidgetApprover
 from ._plots import plot_failures
 
-__all__ = ["WidgetApprover", "load_ipython_extension", "plot_failures",
-           "unload_ipython_extension"]
+__all__ = ["WidgetApprover", "load_ipython_extension", "plot_failures", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython: Any) -> None:

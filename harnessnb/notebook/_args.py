@@ -38,8 +38,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser(sub: str, description: str) -> _Parser:
-    return _Parser(prog=f"%harness {sub}", description=description, add_help=True,
-                   exit_on_error=False)
+    return _Parser(
+        prog=f"%harness {sub}", description=description, add_help=True, exit_on_error=False
+    )
 
 
 def _store_option(p: argparse.ArgumentParser) -> None:
@@ -64,8 +65,12 @@ def _build() -> dict[str, _Parser]:
     _out_option(runs)
 
     failures = _parser("failures", "Attempt failure rates as a DataFrame.")
-    failures.add_argument("--by", metavar="COLS", default="provider,kind",
-                          help="comma-separated grouping columns (default provider,kind)")
+    failures.add_argument(
+        "--by",
+        metavar="COLS",
+        default="provider,kind",
+        help="comma-separated grouping columns (default provider,kind)",
+    )
     _store_option(failures)
     _out_option(failures)
 
@@ -76,14 +81,19 @@ def _build() -> dict[str, _Parser]:
     replay = _parser("replay", "Run a recorded run again from its recordings (no network).")
     replay.add_argument("run_id", metavar="RUN_ID")
     _store_option(replay)
-    replay.add_argument("--into", metavar="PATH",
-                        help="store to record the replay in (default: in memory)")
-    replay.add_argument("--workspace", metavar="DIR",
-                        help="a copy of the workspace as it was before the run")
+    replay.add_argument(
+        "--into", metavar="PATH", help="store to record the replay in (default: in memory)"
+    )
+    replay.add_argument(
+        "--workspace", metavar="DIR", help="a copy of the workspace as it was before the run"
+    )
     add_options(replay, OUTPUT_OPTIONS, "notebook", mark=False)  # no `harnessnb replay`
 
-    sweep = _parser("sweep", "Run every task (one per line of the cell body) with every "
-                    "provider, --repeats times, --concurrency at once.")
+    sweep = _parser(
+        "sweep",
+        "Run every task (one per line of the cell body) with every "
+        "provider, --repeats times, --concurrency at once.",
+    )
     add_options(sweep, SWEEP_OPTIONS, "notebook")
 
     tb = _parser("tb", "The full traceback (or stored error) a card shortened.")

@@ -286,8 +286,9 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
     return handler(shell, args, cell)
 
 
-def _checked(sub: str, check: Callable[[argparse.Namespace], None],
-             args: argparse.Namespace) -> None:
+def _checked(
+    sub: str, check: Callable[[argparse.Namespace], None], args: argparse.Namespace
+) -> None:
     """Run a ``launch._options`` check; its ``ConfigError`` is a one-line usage error."""
     try:
         check(args)
@@ -383,7 +384,10 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         except StoreError:
             recorded = None  # resume itself reports why the run cannot be read
         provider, note = provider_for_resume(
-            recorded, args.provider, model=args.model, base_url=args.base_url,
+            recorded,
+            args.provider,
+            model=args.model,
+            base_url=args.base_url,
             fallbacks=args.fallback,
         )
     except HarnessError as err:
@@ -410,8 +414,9 @@ def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         raise
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return replay(args.run_id, source, store=target, workspace=args.workspace,
-                      on_event=on_event)
+        return replay(
+            args.run_id, source, store=target, workspace=args.workspace, on_event=on_event
+        )
 
     return _RunJob(shell, start, target, None, out=args.out, quiet=args.quiet)
 
@@ -545,8 +550,7 @@ _CALLS = (
     "get_ipython().run_line_magic('harness', ",
 )
 _AWAIT = (
-    "await __import__('harnessnb.notebook._magics', fromlist=['_'])"
-    ".harness_async(get_ipython(), "
+    "await __import__('harnessnb.notebook._magics', fromlist=['_']).harness_async(get_ipython(), "
 )
 
 
@@ -566,7 +570,7 @@ def await_harness_cells(lines: list[str]) -> list[str]:
     for line in lines:
         for call in _CALLS:
             if line.startswith(call):
-                line = _AWAIT + line[len(call):]
+                line = _AWAIT + line[len(call) :]
                 break
         out.append(line)
     return out

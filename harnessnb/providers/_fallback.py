@@ -87,7 +87,10 @@ class Fallback:
         return f"Fallback({', '.join(repr(p) for p in self._providers)})"
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         """The first answer in order; raises ``FallbackError`` when every provider failed."""

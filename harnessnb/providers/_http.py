@@ -506,7 +506,8 @@ class _Attempt:
                 model=p._model,
                 started_at=self.started_at,
                 latency_ms=latency,
-                ttft_ms=self.ttft_ms, base_url=p._base_url,
+                ttft_ms=self.ttft_ms,
+                base_url=p._base_url,
             )
         )
         return err
@@ -528,7 +529,10 @@ class _Attempt:
         )
         report_attempt(
             AttemptRecord.succeeded(
-                completion, started_at=self.started_at, latency_ms=latency, status=self.status,
+                completion,
+                started_at=self.started_at,
+                latency_ms=latency,
+                status=self.status,
                 base_url=p._base_url,
             )
         )

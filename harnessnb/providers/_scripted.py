@@ -80,7 +80,10 @@ class ScriptedProvider:
         return reply
 
     async def complete(
-        self, messages: Messages, tools: ToolSpecs = None, max_tokens: int | None = None,
+        self,
+        messages: Messages,
+        tools: ToolSpecs = None,
+        max_tokens: int | None = None,
         stream: bool | None = None,
     ) -> Completion:
         started = time.time()

@@ -277,9 +277,7 @@ def _describe(error: Any) -> list[str]:
         props = error.schema.get("properties", {})
         patterns = error.schema.get("patternProperties", {})
         allowed = ", ".join(props) or "none"
-        extra = [
-            n for n in value if n not in props and not any(re.search(p, n) for p in patterns)
-        ]
+        extra = [n for n in value if n not in props and not any(re.search(p, n) for p in patterns)]
         return [f"{where}: unexpected {name!r} (allowed: {allowed})" for name in extra]
     if keyword == "type":
         names = [expected] if isinstance(expected, str) else list(expected)
