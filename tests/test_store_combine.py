@@ -157,6 +157,7 @@ def test_bad_sources_are_typed_errors(tmp_path: Path, made: dict[str, object]) -
         hn.Store.combine(text)
     assert err.value.kind == "corrupt"
     assert (text / "notes.duckdb").read_text().startswith("hello")  # left as it was
+    assert sorted(p.name for p in text.iterdir()) == ["notes.duckdb"]  # nothing beside it
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     con = duckdb.connect(str(foreign / "other.duckdb"))
@@ -165,6 +166,7 @@ def test_bad_sources_are_typed_errors(tmp_path: Path, made: dict[str, object]) -
     with pytest.raises(hn.StoreError) as err:
         hn.Store.combine(foreign)
     assert err.value.kind == "foreign"
+    assert sorted(p.name for p in foreign.iterdir()) == ["other.duckdb"]
     shards = Path(str(made["shards"]))
     with pytest.raises(hn.ConfigError, match="named twice"):
         hn.Store.combine([shards / "a.duckdb", shards / "a.duckdb"])

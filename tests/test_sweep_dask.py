@@ -257,3 +257,20 @@ def test_the_sweep_command_and_cell_run_on_a_cluster(
     with pytest.raises(UsageError, match="--executor needs --shards"):
         shell.run_cell_magic("harness", f"sweep --providers demo --workspace {template} "
                              f"--executor {address}", "x")  # fmt: skip
+
+
+def test_a_shard_folder_that_cannot_be_read_as_one_fails_before_any_run(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    """The result reads every shard of the folder as one store: a file there that is
+    no store is refused before a run is paid for, and left as it was."""
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "notes.duckdb").write_text("not a database\n")
+    calls: list[int] = []
+    provider = hn.ScriptedProvider(lambda m: calls.append(1) or "done", name="fine")
+    with pytest.raises(hn.StoreError) as err:
+        hn.sweep_sync(["say hello"], [provider], workspace=ws, executor=client, shards=shards)
+    assert err.value.kind == "corrupt"
+    assert sorted(p.name for p in shards.iterdir()) == ["claims", "notes.duckdb"]
+    assert not list((shards / "claims").iterdir())  # no run was claimed, none ran

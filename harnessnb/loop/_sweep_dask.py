@@ -174,6 +174,10 @@ async def sweep_on_cluster(
             loop.call_soon_threadsafe(delivered, row)
             launch()
 
+    if await asyncio.to_thread(_holds_shards, folder):
+        # The end reads every shard of the folder as one store: a file there that cannot
+        # be read so (not a store, an old schema) fails now, before any run is paid for.
+        await asyncio.to_thread(_combined, folder)
     try:
         await asyncio.to_thread(drive)
     except asyncio.CancelledError:
@@ -204,6 +208,10 @@ def _row_of(future: Any, job: WorkerJob) -> SweepRun:
             return _unfinished(job, holder, type(exc).__name__)
         return crashed(job.contract, job.name, job.provider, job.repeat, job.run_id,
                        wrap_unknown(exc))  # fmt: skip
+
+
+def _holds_shards(folder: str) -> bool:
+    return any(name.endswith(".duckdb") for name in os.listdir(folder))
 
 
 def _combined(folder: str) -> Store:

@@ -133,6 +133,16 @@ def _attach(
     turns.append(turn)
     if os.path.getsize(path) == 0:
         return None
+    try:
+        return _attach_store(con, path, i)
+    except StoreError as exc:
+        if exc.kind in ("corrupt", "foreign", "newer"):
+            turns.remove(turn)
+            turn.discard()  # not a store of ours: leave nothing beside it
+        raise
+
+
+def _attach_store(con: duckdb.DuckDBPyConnection, path: str, i: int) -> str:
     with contextlib.suppress(FileNotFoundError):  # check_header removes empty files
         check_header(path)
     name = f"shard{i}"
