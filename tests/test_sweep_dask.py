@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -274,3 +275,27 @@ def test_a_shard_folder_that_cannot_be_read_as_one_fails_before_any_run(
     assert err.value.kind == "corrupt"
     assert sorted(p.name for p in shards.iterdir()) == ["claims", "notes.duckdb"]
     assert not list((shards / "claims").iterdir())  # no run was claimed, none ran
+
+
+def test_executor_local_starts_workers_here_and_stops_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb import cli
+    from harnessnb.demo import make_demo_workspace
+
+    template = make_demo_workspace(tmp_path / "ws")
+    shards = tmp_path / "shards"
+    before = set(multiprocessing.active_children())  # the module's cluster, if started
+    code = cli.main(["sweep", "list the files", "--providers", "demo", "--repeats", "2",
+                     "--workspace", str(template), "--executor", "local",
+                     "--shards", str(shards)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "demo: 2/2 | finished 2" in out, out
+    # the runs were made by worker processes, not this one: their shards name other pids
+    made = [p.name for p in shards.glob("*.duckdb")]
+    assert made and all(not p.endswith(f"-{os.getpid()}.duckdb") for p in made)
+    assert len(hn.Store.combine(shards).runs()) == 2
+    deadline = time.monotonic() + 10  # the workers it started are gone
+    while set(multiprocessing.active_children()) - before:
+        assert time.monotonic() < deadline, multiprocessing.active_children()
+        time.sleep(0.05)

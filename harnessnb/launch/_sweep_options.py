@@ -117,7 +117,8 @@ def cluster(args: argparse.Namespace) -> Iterator[Any]:
     connect: Any = distributed.Client  # untyped
     try:
         if address == "local":
-            client = connect(processes=True, dashboard_address=None)
+            # loopback only, any free port (its status page; 8787 may be taken)
+            client = connect(processes=True, dashboard_address="127.0.0.1:0")
         else:
             client = connect(address, timeout=10)
     except (OSError, TimeoutError, ValueError) as exc:
