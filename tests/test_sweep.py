@@ -314,6 +314,19 @@ def test_the_sweep_cell_magic_runs_one_task_per_line(
     assert len([line for line in out.stdout.splitlines() if " · " in line]) == 8
     assert len(result.store.runs(sweep=result.sweep_id)) == 8
     assert not (template / "NOTES.md").exists()
+    # Providers built in Python, named by the notebook's variables: one, and a dict.
+    with demo_server(seed=6) as one, demo_server(seed=7) as two, capture_output():
+        shell.user_ns["mine"] = provider_for(one, name="mine")
+        shell.user_ns["servers"] = {"a": provider_for(two, name="two"),
+                                    "b": hn.ScriptedProvider(lambda m: "done", name="s")}
+        shell.run_cell_magic("harness", f"sweep --providers mine,servers,demo --workspace "
+                             f"{template} --out named", "list the files\n")  # fmt: skip
+    named = shell.user_ns["named"]
+    assert sorted(named.runs["provider"]) == ["a", "b", "demo", "mine"]
+    assert len(one.requests) >= 1 and len(two.requests) >= 1  # the runs used those servers
+    shell.user_ns["text"] = "not a provider"
+    with pytest.raises(UsageError, match="'text' is a str, not a provider"):
+        shell.run_cell_magic("harness", f"sweep --providers text --workspace {template}", "x")
     with pytest.raises(UsageError, match="one task per line"):
         shell.run_cell_magic("harness", "sweep --providers demo", "\n  \n")
     with pytest.raises(UsageError, match="given twice"):

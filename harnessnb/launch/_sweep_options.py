@@ -28,7 +28,8 @@ _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd",
 
 SWEEP_OPTIONS: tuple[Option, ...] = (
     Option("--providers",
-           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once",
+           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once; "
+           "in a notebook also the name of a variable holding a provider or a dict of them",
            {"metavar": "A,B,C", "required": True}),
     Option("--repeats", "runs of each task with each provider (default 1)",
            {"metavar": "N", "type": positive_int, "default": 1}),
@@ -52,19 +53,53 @@ SWEEP_OPTIONS: tuple[Option, ...] = (
 """The options of ``harnessnb sweep`` and ``%%harness sweep``."""
 
 
-def providers_from(args: argparse.Namespace) -> dict[str, Provider]:
+def providers_from(
+    args: argparse.Namespace, namespace: dict[str, Any] | None = None
+) -> dict[str, Provider]:
     """``--providers a,b,c`` as name -> provider (``--model``/``--base-url`` apply to each).
+
+    A name that is no built-in provider is looked up in ``namespace`` (a notebook's
+    variables): a provider is swept under the variable's name, a dict of them under
+    its keys, so a cell can sweep providers built in Python (several local servers,
+    ``name=``, timeouts).
 
     Raises:
         ConfigError: an empty list, a name given twice, or what ``build_provider`` raises.
     """
-    names = [n.strip().lower() for n in str(args.providers).split(",") if n.strip()]
+    names = [n.strip() for n in str(args.providers).split(",") if n.strip()]
     if not names:
         raise ConfigError("--providers: name at least one provider", code="CONFIG_PROVIDER")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"--providers: {twice[0]!r} is given twice", code="CONFIG_PROVIDER")
-    return {n: build_provider(n, model=args.model, base_url=args.base_url) for n in names}
+    found: dict[str, Provider] = {}
+    for name in names:
+        for key, provider in _named_provider(name, args, namespace).items():
+            if key in found:
+                raise ConfigError(f"--providers: {key!r} is given twice", code="CONFIG_PROVIDER")
+            found[key] = provider
+    return found
+
+
+def _named_provider(
+    name: str, args: argparse.Namespace, namespace: dict[str, Any] | None
+) -> dict[str, Provider]:
+    if name.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
+        built = build_provider(name.lower(), model=args.model, base_url=args.base_url)
+        return {name.lower(): built}
+    value = namespace[name]
+    if isinstance(value, dict) and value and all(map(_is_provider, value.values())):
+        return {str(k): v for k, v in value.items()}
+    if _is_provider(value):
+        return {name: value}
+    raise ConfigError(
+        f"--providers: {name!r} is a {type(value).__name__}, not a provider (or a dict of "
+        f"them); built-in names: {', '.join(PROVIDER_NAMES)}",
+        code="CONFIG_PROVIDER",
+    )
+
+
+def _is_provider(value: object) -> bool:
+    return callable(getattr(value, "complete", None)) and isinstance(
+        getattr(value, "model", None), str
+    )
 
 
 def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:

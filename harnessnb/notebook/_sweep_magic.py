@@ -53,7 +53,7 @@ def plan_sweep(
     try:
         kwargs = sweep_kwargs(args, "notebook")
         contracts = [contract_from(args, task) for task in tasks]
-        providers = providers_from(args)
+        providers = providers_from(args, shell.user_ns)
     except ConfigError as err:
         raise UsageError(f"%%harness sweep: {err.message}") from None
     store = open_store(args.store)
