@@ -87,8 +87,10 @@ def sweep_counts(text: str) -> list[tuple[int, int]]:
 def test_the_saved_sweep_notebook_reports_200_runs() -> None:
     nb = nbformat.read(ROOT / "notebooks" / "05-sweep.ipynb", as_version=4)
     text = outputs(nb)
-    # the big sweep first, then the magic's small one (2 tasks x demo x 3 repeats)
-    assert sweep_counts(text) == [(200, 200), (6, 6)]
+    # the big sweep first, then the magic's small one (2 tasks x the notebook's four
+    # providers and the demo), then the cluster's (the same 200 runs)
+    assert sweep_counts(text) == [(200, 200), (10, 10)]
+    assert "limited: 2/2" in text and "demo: 2/2" in text
     assert "200 runs" in text and "reliable: 50/50" in text
 
 
@@ -135,7 +137,7 @@ def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path,
     text = outputs(nb)
     assert "Traceback" not in text
     if path.stem.startswith("05"):
-        assert sweep_counts(text) == [(200, 200), (6, 6)]  # every planned run ran
+        assert sweep_counts(text) == [(200, 200), (10, 10)]  # every planned run ran
     if path.stem.startswith("01"):
         assert "success" in text and "harnessnb-run" in text  # the card, as HTML
         assert "awaiting_approval" in text and "PROVIDER_AUTH" in text
