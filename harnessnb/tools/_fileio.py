@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -48,6 +49,8 @@ _BINARY_SNIFF = 8192
 _SCAN_LIMIT = 200_000  # files a hard-link check looks at before it gives up (and refuses)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# A write's temporary file: ``.<target name's hash>.<pid>.<random>`` + this.
+_TEMP_SUFFIX = ".harnessnb-tmp"
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -256,7 +259,9 @@ def replace_walked(walked: Walked, data: bytes, shown: str) -> bool:
             raise PermissionError(errno.EACCES, "not writable", shown)
         if _holds(folder, name, data):
             return False
-    temp = f".{secrets.token_hex(6)}.harnessnb-tmp"
+    tag = hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    _clear_stale_temps(folder, tag)
+    temp = f".{tag}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}"
     fd = os.open(temp, _TEMP_FLAGS, 0o666, dir_fd=folder)
     try:
         try:
@@ -272,6 +277,31 @@ def replace_walked(walked: Walked, data: bytes, shown: str) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=folder)
         raise
+    return True
+
+
+def _clear_stale_temps(folder: int, tag: str) -> None:
+    """Remove the temporary files a killed process left for the same target (its name's
+    ``tag``) in ``folder``: a write redone after a kill leaves nothing of the first."""
+    prefix = f".{tag}."
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            name = entry.name
+            if not (name.startswith(prefix) and name.endswith(_TEMP_SUFFIX)):
+                continue
+            pid = name[len(prefix) :].split(".", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=folder)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
     return True
 
 

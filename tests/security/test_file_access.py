@@ -508,3 +508,28 @@ def test_a_multi_name_file_is_refused_when_the_workspace_is_too_big_to_check(
     with pytest.raises(hn.RefusedError, match="too large to check"):
         guard.check(os.stat(ws / "also-readme.md"), "also-readme.md")
     guard.check(os.stat(ws / ".env"), ".env")  # one name: nothing to check
+
+
+async def test_a_write_clears_what_a_killed_write_of_the_same_file_left(ws: Path) -> None:
+    """A process killed between a write's temporary file and its rename leaves that
+    file behind; the next write of the same file (the redo after a resume) removes it.
+    Another file's, and a live process's, are left alone."""
+    import hashlib
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+
+    def temp(target: str, pid: int) -> Path:
+        tag = hashlib.sha1(target.encode()).hexdigest()[:12]
+        return ws / f".{tag}.{pid}.0badc0de.harnessnb-tmp"
+
+    left = temp("notes.md", dead.pid)
+    other = temp("other.md", dead.pid)
+    busy = temp("notes.md", os.getpid())  # a write still going in a live process
+    for path in (left, other, busy):
+        path.write_text("half a wri")
+    assert await invoke(ws, "write_file", {"path": "notes.md", "content": "# notes\n"}) == (
+        "wrote 8 bytes to notes.md"
+    )
+    assert (ws / "notes.md").read_text() == "# notes\n"
+    assert not left.exists() and other.exists() and busy.exists()
