@@ -97,9 +97,9 @@ def _named_provider(
 
 
 def _is_provider(value: object) -> bool:
-    return callable(getattr(value, "complete", None)) and isinstance(
-        getattr(value, "model", None), str
-    )
+    from ..providers._completion import Provider
+
+    return isinstance(value, Provider)
 
 
 def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:
