@@ -21,7 +21,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer
@@ -42,9 +44,10 @@ async def per_step(store: hn.Store, ws: Path, steps: int) -> list[float]:
     return times[1:]  # the first gap includes run creation
 
 
-def commit_floor(path: Path, n: int = 500) -> list[float]:
-    """Seconds of BEGIN + one row each into tool_calls, steps, attempts + COMMIT,
-    straight on DuckDB with the store's schema: what a step costs without harnessnb."""
+def floor_statements(path: Path) -> tuple[Any, Callable[[int], None]]:
+    """A DuckDB connection to ``path`` (made a store with the store's schema) and a
+    function committing one step's rows there straight on DuckDB: BEGIN, one row each
+    into tool_calls, steps and attempts, COMMIT. What a step costs without harnessnb."""
     import datetime as dt
     import json
 
@@ -75,13 +78,23 @@ def commit_floor(path: Path, n: int = 500) -> list[float]:
     for t in rows:
         names = ", ".join(quote(c) for c in COLUMNS[t])
         inserts[t] = f"INSERT INTO {t} ({names}) VALUES ({','.join('?' * len(COLUMNS[t]))})"
-    times = []
-    for step in range(base, base + n):
-        t0 = time.perf_counter()
+
+    def transaction(n: int) -> None:
         con.execute("BEGIN TRANSACTION")
         for table, values in rows.items():
-            con.execute(inserts[table], [values[0], step, *values[2:]])
+            con.execute(inserts[table], [values[0], base + n, *values[2:]])
         con.execute("COMMIT")
+
+    return con, transaction
+
+
+def commit_floor(path: Path, n: int = 500) -> list[float]:
+    """Seconds of each of ``n`` bare transactions of a step's rows (``floor_statements``)."""
+    con, transaction = floor_statements(path)
+    times = []
+    for step in range(n):
+        t0 = time.perf_counter()
+        transaction(step)
         times.append(time.perf_counter() - t0)
     con.close()
     return times

@@ -17,3 +17,27 @@ def test_bench_script_imports(script: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # runs no benchmark: each is behind __main__
     assert callable(getattr(module, "main", None))
+
+
+def test_the_floor_commits_one_row_per_table_a_step_writes(tmp_path: Path) -> None:
+    """bench/loop.py's floor (and bench/gil.py's writer) commit what a read-only step
+    commits: one row each into tool_calls, steps and attempts, durable per transaction."""
+    import duckdb
+
+    spec = importlib.util.spec_from_file_location("bench_loop_floor", BENCH / "loop.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "floor.duckdb"
+    con, transaction = module.floor_statements(path)
+    for n in range(3):
+        transaction(n)
+    con.close()
+    with duckdb.connect(str(path), read_only=True) as check:
+        for table in ("tool_calls", "steps", "attempts"):
+            assert check.execute(f"SELECT count(*) FROM {table}").fetchone() == (3,)
+    con, transaction = module.floor_statements(path)  # an existing floor file goes on
+    transaction(0)
+    con.close()
+    with duckdb.connect(str(path), read_only=True) as check:
+        assert check.execute("SELECT max(step) FROM steps").fetchone() == (3,)
