@@ -259,7 +259,7 @@ def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedPr
         )
 
 
-def test_approval_timeout_asks_on_the_terminal_then_stops_awaiting_approval(
+def test_approval_timeout_stops_awaiting_approval_and_resume_asks_again(
     tmp_path: Path,
 ) -> None:
     ws = make_demo_workspace(tmp_path / "ws")
@@ -274,6 +274,19 @@ def test_approval_timeout_asks_on_the_terminal_then_stops_awaiting_approval(
     assert not (ws / "NOTES.md").exists()
     with hn.Store(tmp_path / "s.duckdb") as store:
         assert store.runs()["outcome"].tolist() == ["awaiting_approval"]
+        run_id = store.runs()["run_id"][0]
+
+    # The resume asks the same question again; answered, the write is made once and the
+    # model is not asked again for the step that waited (one more call: the answer).
+    resume = ["resume", run_id, "--store", "s.duckdb", "--approval-timeout", "30"]
+    resumed = _harnessnb(resume, tmp_path, typed="y\n")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "harnessnb asks: write NOTES.md via write_file" in resumed.stdout
+    assert (ws / "NOTES.md").read_text().startswith("# Notes")
+    with hn.Store(tmp_path / "s.duckdb") as store:
+        assert store.runs()["outcome"].tolist() == ["finished"]
+        assert store.attempts()["step"].tolist() == [1, 2, 3, 4]
+        assert store.tool_calls()["status"].tolist() == ["ok", "ok", "ok"]
 
 
 def test_approval_timeout_takes_the_answer_typed_in_time(tmp_path: Path) -> None:

@@ -320,6 +320,8 @@ SETTLED_ROWS = [
     ("intent", "write", "reconcile"),
     ("needs_reconciliation", "write", "reconcile"),
     ("needs_reconciliation", "idempotent", "rerun"),
+    ("deferred", "write", "rerun"),  # it waited for approval and never ran: ask again
+    ("deferred", "read", "rerun"),
 ]
 
 

@@ -252,12 +252,16 @@ class Driver(StepTools):
 
         tool_rows: list[dict[str, Any]] = []
         tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
-        if tools.unreconciled is not None:
-            # The step stays uncommitted; the next resume picks it up again.
+        if tools.unreconciled is not None or tools.deferred:
+            # The step stays uncommitted; the next resume picks it up again (a call
+            # waiting for a person is asked again; the model is not).
             self.conversation.truncate(messages_before)
             self.tokens -= step_tokens
             self.step -= 1
-            return await self.finish(RunOutcome.NEEDS_RECONCILIATION, tools.unreconciled)
+            if tools.unreconciled is not None:
+                return await self.finish(RunOutcome.NEEDS_RECONCILIATION, tools.unreconciled)
+            await self.keep_begun(completion, tool_rows)
+            return await self.finish(RunOutcome.AWAITING_APPROVAL)
 
         checked = await self.checks.after_tools(
             self.step,

@@ -91,10 +91,13 @@ def settled_call(status: str | None, effect: str) -> SettledAction:
     """What a resumed step does with a tool call a previous process left a row for.
 
     A finished call (or one a person resolved or abandoned) is reused as it stands.
-    An intent with no completion is run again with its recorded key when it is READ
-    or IDEMPOTENT; a WRITE is never repeated on a guess: the run stops as
+    A call that waited for approval never ran: it is run again (the approver asked
+    again). An intent with no completion is run again with its recorded key when it
+    is READ or IDEMPOTENT; a WRITE is never repeated on a guess: the run stops as
     ``needs_reconciliation``.
     """
+    if status == "deferred":
+        return "rerun"
     if status not in ("intent", "needs_reconciliation"):
         return "reuse"
     return "reconcile" if effect == "write" else "rerun"

@@ -137,6 +137,17 @@ class StepTools:
             tool_rows.append(row)
         return done
 
+    async def keep_begun(self, completion: Completion, tool_rows: list[dict[str, Any]]) -> None:
+        """Keep the step whose call waits for approval as begun (its answer, the rows
+        of the calls made), for a resume to finish: ``keep_begun_step``."""
+        step = int(tool_rows[-1]["step"])
+        pending = {"completion": completion.to_dict()}
+        await self.patient(
+            lambda: self.store.queued.keep_begun_step(
+                self.run_id, step, pending, tool_rows, lease=self.lease
+            )
+        )
+
     def _intent_recorder(
         self, completion: Completion
     ) -> Callable[[dict[str, Any]], Awaitable[None]]:

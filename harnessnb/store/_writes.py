@@ -33,6 +33,7 @@ __all__ = [
     "commit_step",
     "create_run",
     "finish_run",
+    "keep_begun_step",
     "put_recording",
     "record_intent",
     "release_lease",
@@ -261,6 +262,34 @@ def record_intent(
             con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
 
     return WriteOp("record_intent", apply)
+
+
+def keep_begun_step(
+    run_id: str,
+    step: int,
+    pending: Mapping[str, Any],
+    tool_calls: list[dict[str, Any]],
+    *,
+    lease: Lease | None = None,
+) -> WriteOp[None]:
+    """Keep a step that stopped before its end (a call waits for a person's approval)
+    as begun, not committed: ``pending`` (its answer) for ``pending_step`` and the rows
+    of its calls so far, which replace the step's rows (its intents, settled since).
+    A resume finishes the step without asking the model again (``loop._durable``).
+
+    Raises:
+        ConflictError: ``lease`` is no longer current; nothing is written.
+    """
+    rows = [row("tool_calls", t, run_id=run_id) for t in tool_calls]
+    answer = [run_id, step, dumps(pending, text=False), to_ts(time.time())]
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        check_lease_of(con, run_id, lease)
+        con.execute("DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, step])
+        append_rows(con, "tool_calls", rows)
+        con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
+
+    return WriteOp("keep_begun_step", apply)
 
 
 def settle_tool_call(
