@@ -117,3 +117,29 @@ def test_no_answer_again_stops_again_and_a_later_resume_still_asks(tmp_path: Pat
     assert result.outcome is hn.RunOutcome.FINISHED
     assert approving.asked == ["write NOTES.md"]
     assert (ws / "NOTES.md").read_text() == "notes\n"
+
+
+def test_a_write_made_before_the_waiting_call_is_not_made_again(tmp_path: Path) -> None:
+    ws, store = _ws(tmp_path), tmp_path / "s.duckdb"
+    step = {
+        "tool_calls": [
+            {"name": "write_file", "arguments": {"path": "A.md", "content": "a\n"}},
+            {"name": "write_file", "arguments": {"path": "B.md", "content": "b\n"}},
+        ]
+    }
+    policy = hn.Policy.default().layer("app").allow_write("A.md")
+    waiting = Asked(hn.Decision.defer())
+    contract = hn.TaskContract("t", ws)
+    first = hn.run_sync(contract, hn.ScriptedProvider([step]), store=store, policy=policy,
+                        approver=waiting)  # fmt: skip
+    assert first.outcome is hn.RunOutcome.AWAITING_APPROVAL
+    assert waiting.asked == ["write B.md"]
+    (ws / "A.md").write_text("changed by a person meanwhile\n")
+
+    approving = Asked(hn.Decision.approve())
+    result = hn.resume_sync(first.run_id, hn.ScriptedProvider(["done"]), store=store,
+                            approver=approving)  # fmt: skip
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert approving.asked == ["write B.md"]
+    assert (ws / "A.md").read_text() == "changed by a person meanwhile\n"  # not redone
+    assert (ws / "B.md").read_text() == "b\n"
