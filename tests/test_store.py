@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -195,6 +197,55 @@ def test_missing_directory_is_an_io_error(tmp_path: Path) -> None:
     with pytest.raises(hn.StoreError) as info:
         Store(tmp_path / "no" / "such" / "dir.duckdb")
     assert info.value.kind == "io"
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "runs.duckdb"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "pipe":
+        os.mkfifo(path)
+    else:  # the same device as /dev/null, at a path of the test's own
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device needs root (CI runs as root)")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["folder", "pipe", "device"])
+def test_a_path_that_is_no_regular_file_is_refused_and_left_as_it_is(
+    tmp_path: Path, kind: str
+) -> None:
+    # A device such as /dev/null reads as zero bytes: it was taken for an empty file,
+    # unlinked and replaced by a database (as root, /dev/null itself); a pipe hung.
+    path = _special(tmp_path, kind)
+    before = os.stat(path)
+    caught: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            Store(path).runs()
+        except BaseException as exc:
+            caught.append(exc)
+
+    opener = threading.Thread(target=open_it, daemon=True)
+    opener.start()
+    opener.join(30)
+    if opener.is_alive():  # hung on the pipe: let it go, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("opening the store hung")
+    (error,) = caught
+    assert isinstance(error, hn.StoreError), error
+    assert (error.kind, error.path) == ("io", str(path))
+    assert "left untouched" in error.message and not error.retryable
+    after = os.stat(path)
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (
+        before.st_mode, before.st_ino, before.st_rdev,
+    )  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.duckdb"]  # no sidecar
+    with pytest.raises(hn.ConfigError, match="no store file"):
+        Store.combine([path])
 
 
 # ------------------------------------------------------------------ writes

@@ -146,7 +146,7 @@ def test_bad_sources_are_typed_errors(tmp_path: Path, made: dict[str, object]) -
     (tmp_path / "empty").mkdir()
     with pytest.raises(hn.ConfigError, match="holds no"):
         hn.Store.combine(tmp_path / "empty")
-    with pytest.raises(hn.ConfigError, match="does not exist"):
+    with pytest.raises(hn.ConfigError, match="no store file"):
         hn.Store.combine([tmp_path / "gone.duckdb"])
     with pytest.raises(hn.ConfigError, match="non-empty list"):
         hn.Store.combine([])

@@ -34,7 +34,8 @@ from typing import Final
 import duckdb
 
 from ..rules._errors import ConfigError, StoreError
-from ._conn import MEMORY, check_header, store_error
+from ._conn import MEMORY, store_error
+from ._files import check_header
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 from ._turn import FileTurn
 
@@ -80,7 +81,9 @@ def shard_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     paths = [os.fspath(p) for p in source]
     for path in paths:
         if not os.path.isfile(path):
-            raise ConfigError(f"Store.combine: the store file {path!r} does not exist")
+            raise ConfigError(
+                f"Store.combine: {path!r} is no store file (missing, or not a regular file)"
+            )
     real = [os.path.realpath(p) for p in paths]
     if len(set(real)) != len(real):
         raise ConfigError("Store.combine: a store file is named twice")

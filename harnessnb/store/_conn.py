@@ -42,6 +42,7 @@ import duckdb
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
+from ._files import check_header, check_kind
 from ._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from ._turn import FileTurn
 
@@ -72,8 +73,6 @@ _BACKOFF_FIRST_S: Final = 0.002
 _BACKOFF_CAP_S: Final = 0.025
 # The writer thread ends after this long with nothing to write (restarted on demand).
 _WRITER_IDLE_S: Final = 2.0
-# The first 12 bytes of a DuckDB file: an 8-byte checksum, then the magic "DUCK".
-_MAGIC: Final = b"DUCK"
 
 
 class SharedDb:
@@ -306,6 +305,7 @@ class SharedDb:
         return con
 
     def _open_file(self, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
+        check_kind(self.path)  # before the turn: nothing is made beside a device
         deadline = time.monotonic() + busy_timeout_s
         self._turn.take(busy_timeout_s)
         self.waits.append(self._turn.waited_s)
@@ -440,33 +440,6 @@ def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnecti
         yield con
     finally:
         con.execute("SET threads = 1")
-
-
-def check_header(path: str) -> None:
-    """Refuse, before DuckDB sees it, a file that is not a DuckDB database.
-
-    A file of zero bytes holds nothing to keep (``tempfile.mkstemp`` makes one): it
-    is removed so DuckDB can create the store in its place.
-    """
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(12)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
-    if not head:
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.getsize(path) == 0:
-                os.unlink(path)
-        return
-    if head[8:12] != _MAGIC:
-        raise StoreError(
-            f"{path} is not a DuckDB database (another format); it was left "
-            "untouched: pass another path or move the file away",
-            kind="corrupt",
-            path=path,
-        )
 
 
 def _existing(path: str) -> bool:

@@ -1,0 +1,66 @@
+"""What a store path may be: nothing yet (a store is created), or a regular file that
+is a DuckDB database. Checked before DuckDB, or the store's turn, touches the path:
+a folder, a device such as ``/dev/null``, a pipe or a socket is refused and left as
+it is; a file of another format is refused untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from typing import Final
+
+from ..rules._errors import StoreError
+
+__all__ = ["check_header", "check_kind"]
+
+# The first 12 bytes of a DuckDB file: an 8-byte checksum, then the magic "DUCK".
+_MAGIC: Final = b"DUCK"
+
+
+def check_kind(path: str) -> None:
+    """Refuse a path that is there but is no regular file: a folder, a device such as
+    ``/dev/null``, a pipe or a socket. A store is a file; a pipe would hang the open,
+    and an empty device must never be taken for an empty file and replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "no regular file (a device, pipe or socket)"
+        raise StoreError(
+            f"the store {path} is {what}, left untouched: a store is a file (pass a file "
+            "path; a missing one is created)",
+            kind="io",
+            path=path,
+        )
+
+
+def check_header(path: str) -> None:
+    """Refuse, before DuckDB sees it, a file that is not a DuckDB database.
+
+    A regular file of zero bytes holds nothing to keep (``tempfile.mkstemp`` makes
+    one): it is removed so DuckDB can create the store in its place.
+    """
+    check_kind(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
+    if not head:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.getsize(path) == 0:
+                os.unlink(path)
+        return
+    if head[8:12] != _MAGIC:
+        raise StoreError(
+            f"{path} is not a DuckDB database (another format); it was left "
+            "untouched: pass another path or move the file away",
+            kind="corrupt",
+            path=path,
+        )
