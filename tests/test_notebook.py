@@ -166,6 +166,9 @@ def test_the_awaiting_path_expands_the_line_too(shell: InteractiveShell, tmp_pat
         ("show no_such_run", "no run 'no_such_run'"),
         ("tb no_such_run", "no run 'no_such_run'"),
         ("run --provider local task", "needs --base-url"),
+        ("run --out 1bad task", "'1bad' is not a Python variable name"),
+        ("run --out class task", "'class' is not a Python variable name"),
+        ("runs --out my-frame", "not a Python variable name"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(

@@ -327,6 +327,9 @@ def test_the_sweep_cell_magic_runs_one_task_per_line(
     shell.user_ns["text"] = "not a provider"
     with pytest.raises(UsageError, match="'text' is a str, not a provider"):
         shell.run_cell_magic("harness", f"sweep --providers text --workspace {template}", "x")
+    with pytest.raises(UsageError, match=r"'nosuch' is neither a built-in provider .* nor a "
+                       "variable of the notebook"):  # fmt: skip
+        shell.run_cell_magic("harness", f"sweep --providers nosuch --workspace {template}", "x")
     with pytest.raises(UsageError, match="one task per line"):
         shell.run_cell_magic("harness", "sweep --providers demo", "\n  \n")
     with pytest.raises(UsageError, match="given twice"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import keyword
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -79,6 +80,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def variable_name(text: str) -> str:
+    """An argparse type: a name the result can be assigned to in the notebook."""
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name")
+    return text
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     """One ``--flag``: its argparse keywords, help, and where it belongs.
@@ -138,8 +146,8 @@ APPROVAL_TIMEOUT = Option(
     {"metavar": "S", "type": positive_float}, scope="loop")  # fmt: skip
 
 OUTPUT_OPTIONS = (
-    Option("--out", "assign the result to VAR in the notebook", {"metavar": "VAR"},
-           only="notebook"),
+    Option("--out", "assign the result to VAR in the notebook",
+           {"metavar": "VAR", "type": variable_name}, only="notebook"),
     Option("--quiet", "no live progress, and no card unless the run failed",
            {"action": "store_true"}, only="notebook"),
 )  # fmt: skip

@@ -82,6 +82,13 @@ def _named_provider(
     name: str, args: argparse.Namespace, namespace: dict[str, Any] | None
 ) -> dict[str, Provider]:
     if name.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
+        if namespace is not None and name.lower() not in PROVIDER_NAMES:
+            raise ConfigError(
+                f"--providers: {name!r} is neither a built-in provider "
+                f"({', '.join(PROVIDER_NAMES)}) nor a variable of the notebook holding a "
+                "provider or a dict of them",
+                code="CONFIG_PROVIDER",
+            )
         built = build_provider(name.lower(), model=args.model, base_url=args.base_url)
         return {name.lower(): built}
     value = namespace[name]

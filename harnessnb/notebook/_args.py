@@ -17,7 +17,14 @@ from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 
-from ..launch._options import OUTPUT_OPTIONS, RESUME_OPTIONS, RUN_OPTIONS, STORE, add_options
+from ..launch._options import (
+    OUTPUT_OPTIONS,
+    RESUME_OPTIONS,
+    RUN_OPTIONS,
+    STORE,
+    add_options,
+    variable_name,
+)
 from ..launch._sweep_options import SWEEP_OPTIONS
 
 __all__ = ["SUBCOMMANDS", "HelpShown", "expand_word", "help_text", "interpolate", "parse", "words"]
@@ -48,7 +55,7 @@ def _store_option(p: argparse.ArgumentParser) -> None:
 
 
 def _out_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="VAR", help="assign the DataFrame to VAR")
+    p.add_argument("--out", metavar="VAR", type=variable_name, help="assign the DataFrame to VAR")
 
 
 def _build() -> dict[str, _Parser]:
