@@ -198,3 +198,40 @@ def test_a_harness_cell_keeps_the_record_of_its_approval(
     records = [h for h in html if "harnessnb-approval-record" in h]
     assert len(records) == 1 and ">approved</span>" in records[0]
     assert not [o for o in nb.cells[1].outputs if WIDGET in o.get("data", {})]
+
+
+_NO_CLICK = _SETUP.replace("threading.Thread(target=click, daemon=True).start()\n", "")
+
+
+def test_a_run_left_awaiting_approval_is_asked_again_by_harness_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: with no answer the run stops ``awaiting_approval`` and ``%harness resume``
+    takes it up again, asking the same question (the model is not asked that step again)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(_NO_CLICK),
+        nbformat.v4.new_code_cell(
+            "%%harness run --provider openai --approval-timeout 0.5 --out R\nwrite the notes"
+        ),
+        nbformat.v4.new_code_cell(
+            "first = R.outcome.value\n"
+            "threading.Thread(target=click, daemon=True).start()"
+        ),
+        nbformat.v4.new_code_cell("%harness resume {R.run_id} --out R2"),
+        nbformat.v4.new_code_cell("print(first, R2.outcome.value, R2.steps)"),
+    ]
+    with ChaosServer(responder=_writer) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+        monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
+        NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+        calls = len(srv.requests)
+    (printed,) = [o.text for o in nb.cells[4].outputs if o.output_type == "stream"]
+    assert printed.strip() == "awaiting_approval finished 2"
+    assert calls == 2  # the write step once, then the answer: not the write step again
+    assert (tmp_path / "NOTES.md").read_text() == "# N\n"
+    html = [o.data["text/html"] for o in nb.cells[3].outputs if "text/html" in o.get("data", {})]
+    assert any("harnessnb-approval-record" in h and ">approved</span>" in h for h in html)
