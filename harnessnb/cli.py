@@ -11,7 +11,7 @@ Commands::
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--approval-timeout S]
+                  [--fallback NAME ...] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
                   [--executor ADDRESS|local --shards DIR]
@@ -490,6 +490,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from .launch._choose import provider_for_resume
 
     check_provider_options(args)
+    prices = prices_from(args)
     store = _store(args)
     provider, note = provider_for_resume(
         _recorded_run(store, args.run_id),
@@ -505,7 +506,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     approver = _approver(args)
     result = _drive(
         lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
-                            on_event=progress),
+                            on_event=progress, prices=prices),
         progress,
     )  # fmt: skip
     return _finish(result)

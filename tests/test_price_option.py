@@ -20,7 +20,8 @@ from IPython.utils.capture import capture_output
 
 import harnessnb as hn
 from harnessnb import cli
-from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.launch._choose import build_provider
 from harnessnb.notebook import _magics
 
 MODEL = "acme-custom-7b"  # no catalogue has it
@@ -182,6 +183,30 @@ def test_the_command_sweep_prices_each_run_with_price(
     assert f"${4 * one:.6f}" in out.stdout  # the sweep's spend
 
 
+def _escalated(server: ChaosServer, ws: Path, store: Any) -> str:
+    """A run of MODEL on ``server`` that a 503 escalated (resumable); its id."""
+    server.push(Fault.status(503))
+    contract = hn.TaskContract("look around", ws, max_retries=0)
+    provider = build_provider("local", model=MODEL, base_url=server.openai_url)
+    result = hn.run_sync(contract, provider, store=store)
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    return result.run_id
+
+
+def test_the_command_resume_prices_with_price(
+    tmp_path: Path, ws: Path, looker: ChaosServer
+) -> None:
+    store = tmp_path / "s.duckdb"
+    with hn.Store(store) as opened:
+        run_id = _escalated(looker, ws, opened)
+    out = _command(["resume", run_id, "--store", str(store), *_server(looker),
+                    "--price", f"{MODEL}=2,10"], tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    one = _price(2, 10)
+    # the 503 reported no usage (NULL); the resumed attempts are priced
+    assert _attempt_costs(store) == [("finished", [None, one, one])]
+
+
 # ------------------------------------------------------------------ the magics
 
 
@@ -217,6 +242,23 @@ def test_the_run_magic_prices_with_price_and_with_a_prices_variable(
     # Together they merge: --price wins for its model.
     assert _magic_costs(store, results["both"].run_id) == [_price(3, 0)] * 2
     assert results["price"].cost_usd == pytest.approx(2 * _price(2, 10))
+
+
+def test_the_resume_magic_prices_with_a_prices_variable(
+    shell: InteractiveShell, tmp_path: Path, ws: Path, looker: ChaosServer
+) -> None:
+    store = str(tmp_path / "m.duckdb")
+    run_id = _escalated(looker, ws, _magics._store(store))
+    shell.user_ns["mine"] = hn.Prices({MODEL: (1.0, 1.0)})
+    with capture_output():
+        shell.run_line_magic(
+            "harness",
+            shlex.join(["resume", run_id, "--store", store, *_server(looker), "--prices", "mine"]),
+        )
+    one = _price(1, 1)
+    assert _magic_costs(store, run_id)[1:] == [one, one]
+    with pytest.raises(UsageError, match="--prices: 'nowhere' is not defined"):
+        shell.run_line_magic("harness", f"resume {run_id} --store {store} --prices nowhere")
 
 
 def test_a_prices_variable_keeps_its_local_free_setting(

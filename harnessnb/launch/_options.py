@@ -12,10 +12,10 @@ the workspace, the ``--verify`` text) ``check_run_options`` checks, raising
 (the command once ran it as the default 12).
 
 ``--price MODEL=IN,OUT`` (repeatable; both faces) and ``--prices VAR`` (a notebook's
-``hn.Prices``; the magics only) become the run's ``prices=`` (``prices_from``): they
-add or override those models only, everything else priced as before (the catalogue,
-local servers free). Given together they merge: the variable's prices, then each
-``--price`` on top.
+``hn.Prices``; the magics only), on run, resume and sweep, become the run's ``prices=``
+(``prices_from``): they add or override those models only, everything else priced as
+before (the catalogue, local servers free). Given together they merge: the variable's
+prices, then each ``--price`` on top.
 """
 
 from __future__ import annotations
@@ -242,7 +242,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
 )  # fmt: skip
 """The options of ``harnessnb run`` and ``%harness run`` (TASK is each face's own)."""
 
-RESUME_OPTIONS: tuple[Option, ...] = (*PROVIDER_OPTIONS, STORE, APPROVAL_TIMEOUT, *OUTPUT_OPTIONS)
+RESUME_OPTIONS: tuple[Option, ...] = (
+    *PROVIDER_OPTIONS,
+    *PRICE_OPTIONS,
+    STORE,
+    APPROVAL_TIMEOUT,
+    *OUTPUT_OPTIONS,
+)
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
 
 _AGENT_GROUP = ("coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's "

@@ -380,6 +380,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     from ..rules._errors import StoreError
 
     _checked("resume", check_provider_options, args)
+    prices = _checked("resume", lambda a: prices_from(a, shell.user_ns), args)
     try:
         store = _store(args.store)
         try:
@@ -387,12 +388,9 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         except StoreError:
             recorded = None  # resume itself reports why the run cannot be read
         provider, note = provider_for_resume(
-            recorded,
-            args.provider,
-            model=args.model,
-            base_url=args.base_url,
+            recorded, args.provider, model=args.model, base_url=args.base_url,
             fallbacks=args.fallback,
-        )
+        )  # fmt: skip
     except HarnessError as err:
         _fail(err)
         raise
@@ -400,7 +398,8 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     approver = _approver(args)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event)
+        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event,
+                      prices=prices)  # fmt: skip
 
     return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
 
