@@ -7,16 +7,16 @@ Commands::
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
                   [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
                   [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
-                  [--max-cost USD] [--approval-timeout S]
+                  [--max-cost USD] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--approval-timeout S]
+                  [--fallback NAME ...] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
                   [--executor ADDRESS|local --shards DIR]
                   [run options: --model --base-url --verify --verify-cmd --max-steps
-                  --max-seconds --max-cost --allow-write]
+                  --max-seconds --max-cost --price --allow-write]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
@@ -66,6 +66,7 @@ from .launch._options import (
     check_run_options,
     contract_from,
     policy_from,
+    prices_from,
 )
 from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs
 from .launch._words import event_words, streamed_words
@@ -418,13 +419,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_agent(args)
     contract = contract_from(args, args.task)
     policy = policy_from(args, "cli")
+    prices = prices_from(args)
     provider = _provider(args)
     store = _store(args)
     progress = LineProgress()
     approver = _approver(args)
     result = _drive(
         lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
-                         on_event=progress),
+                         on_event=progress, prices=prices),
         progress,
     )  # fmt: skip
     return _finish(result)
@@ -488,6 +490,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from .launch._choose import provider_for_resume
 
     check_provider_options(args)
+    prices = prices_from(args)
     store = _store(args)
     provider, note = provider_for_resume(
         _recorded_run(store, args.run_id),
@@ -503,7 +506,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     approver = _approver(args)
     result = _drive(
         lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
-                            on_event=progress),
+                            on_event=progress, prices=prices),
         progress,
     )  # fmt: skip
     return _finish(result)

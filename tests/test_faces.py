@@ -82,11 +82,12 @@ def test_both_faces_list_the_same_options_apart_from_the_marked_ones(
     command_shared, command_only = split(command, "command", "notebook")
     notebook_shared, notebook_only = split(notebook, "notebook", "command")
     assert command_shared == notebook_shared
-    assert (command_only, notebook_only) == (set(), {"--out", "--quiet"})
-    assert {"--provider", "--model", "--base-url", "--fallback", "--store"} <= command_shared
+    assert (command_only, notebook_only) == (set(), {"--out", "--quiet", "--prices"})
+    assert {"--provider", "--model", "--base-url", "--fallback", "--price",
+            "--store"} <= command_shared  # fmt: skip
     if sub == "run":
         assert {"--workspace", "--verify", "--verify-cmd", "--max-steps", "--max-seconds",
-                "--max-cost", "--allow-write", "--agent", "--session", "--permission",
+                "--max-cost", "--price", "--allow-write", "--agent", "--session", "--permission",
                 "--timeout"} <= command_shared  # fmt: skip
     for flag in command_shared:  # one help text
         assert command[flag] == notebook[flag]

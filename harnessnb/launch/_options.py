@@ -10,6 +10,12 @@ the workspace, the ``--verify`` text) ``check_run_options`` checks, raising
 
 ``--max-steps 0`` is a usage error in both faces: zero model turns cannot run a task
 (the command once ran it as the default 12).
+
+``--price MODEL=IN,OUT`` (repeatable; both faces) and ``--prices VAR`` (a notebook's
+``hn.Prices``; the magics only), on run, resume and sweep, become the run's ``prices=``
+(``prices_from``): they add or override those models only, everything else priced as
+before (the catalogue, local servers free). Given together they merge: the variable's
+prices, then each ``--price`` on top.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import keyword
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -27,6 +34,7 @@ from ._choose import PROVIDER_NAMES, parse_verify, parse_verify_cmd
 if TYPE_CHECKING:
     from ..agents import AgentCLI
     from ..loop._contract import TaskContract
+    from ..providers._prices import Prices
     from ..rules._policy import Policy
 
 __all__ = [
@@ -35,6 +43,7 @@ __all__ = [
     "FACE_MARK",
     "OUTPUT_OPTIONS",
     "PERMISSIONS",
+    "PRICE_OPTIONS",
     "PROVIDER_OPTIONS",
     "RESUME_OPTIONS",
     "RUN_OPTIONS",
@@ -46,9 +55,11 @@ __all__ = [
     "check_provider_options",
     "check_run_options",
     "contract_from",
+    "model_price",
     "policy_from",
     "positive_float",
     "positive_int",
+    "prices_from",
 ]
 
 Face = Literal["command", "notebook"]
@@ -85,6 +96,36 @@ def variable_name(text: str) -> str:
     if not text.isidentifier() or keyword.iskeyword(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Python variable name")
     return text
+
+
+_PRICE_FIX = "write it as MODEL=IN,OUT, e.g. --price my-model=0.5,1.5"
+
+
+def model_price(text: str) -> tuple[str, tuple[float, float]]:
+    """An argparse type: ``MODEL=IN,OUT``, a model and its US dollars per million input
+    and output tokens (0 or more, finite), as ``hn.Prices`` takes them."""
+    model, equals, pair = text.rpartition("=")
+    model = model.strip()
+    numbers = pair.split(",")
+    if not equals or len(numbers) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: {_PRICE_FIX}")
+    if not model:
+        raise argparse.ArgumentTypeError(f"{text!r} names no model: {_PRICE_FIX}")
+    dollars = []
+    for number in numbers:
+        try:
+            value = float(number)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {number.strip()!r} is not a number of dollars; {_PRICE_FIX}"
+            ) from None
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {number.strip()!r} is no price (a finite number of dollars, 0 "
+                f"or more); {_PRICE_FIX}"
+            )
+        dollars.append(value)
+    return model, (dollars[0], dollars[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +186,19 @@ APPROVAL_TIMEOUT = Option(
     "waits until answered or interrupted; the command refuses what needs approval)",
     {"metavar": "S", "type": positive_float}, scope="loop")  # fmt: skip
 
+PRICE_OPTIONS = (
+    Option("--price",
+           "price MODEL in US dollars per million input and output tokens (repeatable), "
+           "for a model the catalogue lacks or to override it, on any server (a local one "
+           "too); other models are priced as before",
+           {"metavar": "MODEL=IN,OUT", "type": model_price, "action": "append",
+            "default": []}, scope="loop"),
+    Option("--prices",
+           "the name of a notebook variable holding an hn.Prices; merged with --price "
+           "(--price wins for its model)",
+           {"metavar": "VAR", "type": variable_name}, only="notebook", scope="loop"),
+)  # fmt: skip
+
 OUTPUT_OPTIONS = (
     Option("--out", "assign the result to VAR in the notebook",
            {"metavar": "VAR", "type": variable_name}, only="notebook"),
@@ -185,6 +239,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("--max-cost", "cost budget in US dollars, from the attempts' prices (default: "
            "none); ends the run cost_budget",
            {"metavar": "USD", "type": positive_float}, scope="loop"),
+    *PRICE_OPTIONS,
     STORE,
     Option("--allow-write", "workspace paths the agent may write without asking",
            {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
@@ -195,7 +250,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
 )  # fmt: skip
 """The options of ``harnessnb run`` and ``%harness run`` (TASK is each face's own)."""
 
-RESUME_OPTIONS: tuple[Option, ...] = (*PROVIDER_OPTIONS, STORE, APPROVAL_TIMEOUT, *OUTPUT_OPTIONS)
+RESUME_OPTIONS: tuple[Option, ...] = (
+    *PROVIDER_OPTIONS,
+    *PRICE_OPTIONS,
+    STORE,
+    APPROVAL_TIMEOUT,
+    *OUTPUT_OPTIONS,
+)
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
 
 _AGENT_GROUP = ("coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's "
@@ -309,6 +370,48 @@ def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
     if args.max_steps is not None:
         budgets["max_steps"] = args.max_steps
     return TaskContract(task, args.workspace, verification=_verification(args), **budgets)
+
+
+def prices_from(
+    args: argparse.Namespace, namespace: Mapping[str, Any] | None = None
+) -> Prices | None:
+    """The run's ``prices=``: None (the default prices) without ``--price``/``--prices``.
+
+    ``--prices VAR`` is looked up in ``namespace`` (a notebook's variables); each
+    ``--price`` adds or overrides its model on top, keeping the variable's
+    ``local_free``. A model given twice with ``--price`` is refused.
+
+    Raises:
+        ConfigError: a model priced twice, or ``--prices`` naming no variable or one
+            that is not an ``hn.Prices``.
+    """
+    from ..providers._prices import Prices
+
+    given: dict[str, tuple[float, float]] = {}
+    for model, pair in getattr(args, "price", None) or []:
+        if model in given:
+            raise ConfigError(f"--price: {model!r} is priced twice; give each model once")
+        given[model] = pair
+    name = getattr(args, "prices", None)
+    if name is None:
+        return Prices(given) if given else None
+    value = (namespace or {}).get(name, _MISSING)
+    if value is _MISSING:
+        raise ConfigError(
+            f"--prices: {name!r} is not defined in the notebook; define it first, e.g. "
+            f"{name} = hn.Prices({{'my-model': (0.5, 1.5)}})"
+        )
+    if not isinstance(value, Prices):
+        raise ConfigError(
+            f"--prices: {name!r} is a {type(value).__name__}, not an hn.Prices; e.g. "
+            f"{name} = hn.Prices({{'my-model': (0.5, 1.5)}})"
+        )
+    if not given:
+        return value
+    return Prices({**value.models, **given}, local_free=value.local_free)
+
+
+_MISSING = object()
 
 
 def policy_from(args: argparse.Namespace, layer: str) -> Policy:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs"]
 
 _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
-             "--max-seconds", "--max-cost", "--store", "--allow-write")  # fmt: skip
+             "--max-seconds", "--max-cost", "--price", "--prices", "--store",
+             "--allow-write")  # fmt: skip
 
 SWEEP_OPTIONS: tuple[Option, ...] = (
     Option("--providers",
@@ -109,15 +110,19 @@ def _is_provider(value: object) -> bool:
     return isinstance(value, Provider)
 
 
-def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:
-    """The keywords of ``hn.sweep`` from the checked options (less tasks and providers).
+def sweep_kwargs(
+    args: argparse.Namespace, layer: str, namespace: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The keywords of ``hn.sweep`` from the checked options (less tasks and providers);
+    ``namespace`` (a notebook's variables) is where ``--prices VAR`` is looked up.
 
     Raises:
-        ConfigError: a workspace that is not a folder, a bad ``--verify`` text.
+        ConfigError: a workspace that is not a folder, a bad ``--verify`` text, a bad
+            ``--price``/``--prices`` (``prices_from``).
     """
     import os
 
-    from ._options import policy_from
+    from ._options import policy_from, prices_from
 
     if not os.path.isdir(args.workspace):
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
@@ -127,6 +132,7 @@ def sweep_kwargs(args: argparse.Namespace, layer: str) -> dict[str, Any]:
         "max_cost_usd": args.max_sweep_cost,
         "keep_workspaces": args.keep_workspaces,
         "policy": policy_from(args, layer),
+        "prices": prices_from(args, namespace),
     }
 
 

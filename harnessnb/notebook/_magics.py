@@ -21,7 +21,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
@@ -33,6 +33,7 @@ from ..launch._options import (
     check_run_options,
     contract_from,
     policy_from,
+    prices_from,
 )
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
@@ -49,6 +50,8 @@ from ._sweep_magic import plan_sweep
 from ._wait import RunInterrupted, wait_awake
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
+
+_T = TypeVar("_T")
 
 Progress = TextProgress | WidgetProgress
 # Starts a run (``RunResult``) or a coding-agent CLI run (``AgentResult``).
@@ -286,12 +289,11 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
     return handler(shell, args, cell)
 
 
-def _checked(
-    sub: str, check: Callable[[argparse.Namespace], None], args: argparse.Namespace
-) -> None:
-    """Run a ``launch._options`` check; its ``ConfigError`` is a one-line usage error."""
+def _checked(sub: str, check: Callable[[argparse.Namespace], _T], args: argparse.Namespace) -> _T:
+    """Run a ``launch._options`` check (its answer returned); its ``ConfigError`` is a
+    one-line usage error."""
     try:
-        check(args)
+        return check(args)
     except ConfigError as err:
         raise UsageError(f"%harness {sub}: {err.message}") from None
 
@@ -304,6 +306,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     _checked("run", check_run_options, args)
     if args.agent:
         return _plan_agent_run(shell, args, task)
+    prices = _checked("run", lambda a: prices_from(a, shell.user_ns), args)
     try:
         contract = contract_from(args, task)
         provider, note = choose_provider(
@@ -319,7 +322,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return run_loop(contract, provider, store=store, policy=policy, approver=approver,
-                        on_event=on_event, run_id=run_id)  # fmt: skip
+                        on_event=on_event, run_id=run_id, prices=prices)  # fmt: skip
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
 
@@ -377,6 +380,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     from ..rules._errors import StoreError
 
     _checked("resume", check_provider_options, args)
+    prices = _checked("resume", lambda a: prices_from(a, shell.user_ns), args)
     try:
         store = _store(args.store)
         try:
@@ -384,12 +388,9 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         except StoreError:
             recorded = None  # resume itself reports why the run cannot be read
         provider, note = provider_for_resume(
-            recorded,
-            args.provider,
-            model=args.model,
-            base_url=args.base_url,
+            recorded, args.provider, model=args.model, base_url=args.base_url,
             fallbacks=args.fallback,
-        )
+        )  # fmt: skip
     except HarnessError as err:
         _fail(err)
         raise
@@ -397,7 +398,8 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     approver = _approver(args)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event)
+        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event,
+                      prices=prices)  # fmt: skip
 
     return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
 

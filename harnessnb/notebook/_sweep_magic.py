@@ -51,7 +51,7 @@ def plan_sweep(
     if not tasks:
         raise UsageError("%%harness sweep: write one task per line of the cell body")
     try:
-        kwargs = sweep_kwargs(args, "notebook")
+        kwargs = sweep_kwargs(args, "notebook", shell.user_ns)
         contracts = [contract_from(args, task) for task in tasks]
         providers = providers_from(args, shell.user_ns)
     except ConfigError as err:
