@@ -122,7 +122,8 @@ def test_prices_add_a_model_and_override_the_catalogue(ws: Path, store: hn.Store
 
 @pytest.mark.parametrize(
     "bad",
-    [{"m": (1.0,)}, {"m": (-1.0, 1.0)}, {"m": ("1", 2)}, {"m": (float("nan"), 1.0)}, {"": (1, 1)}],
+    [{"m": (1.0,)}, {"m": (-1.0, 1.0)}, {"m": ("1", 2)}, {"m": (float("nan"), 1.0)}, {"": (1, 1)},
+     {"m": (1.0, float("inf"))}],
 )
 def test_a_bad_price_is_a_config_error(bad: dict[str, Any]) -> None:
     with pytest.raises(hn.ConfigError, match="Price"):

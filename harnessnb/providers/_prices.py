@@ -60,8 +60,8 @@ class Price:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
                 raise ConfigError(f"Price({name}={value!r}): give a number of dollars")
-            if not value >= 0:  # NaN fails too
-                raise ConfigError(f"Price({name}={value!r}): a price is 0 or more")
+            if not 0 <= value < float("inf"):  # NaN fails too
+                raise ConfigError(f"Price({name}={value!r}): a price is 0 or more, and finite")
 
     def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
         """The price of this usage, in dollars."""
