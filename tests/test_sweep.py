@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,32 @@ async def test_cancelling_a_sweep_cancels_the_runs_in_flight(ws: Path, store: hn
     assert len(store.runs()) == 2  # the other four never started
 
 
+async def test_a_run_cancelled_while_its_workspace_is_copied_leaves_no_copy(
+    tmp_path: Path, store: hn.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy is made in a thread that a cancel cannot stop: once made, it is removed."""
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(3000):
+        (big / f"f{i}.txt").write_text("x\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    sweep = asyncio.create_task(hn.sweep(["a"], [Waiting()], workspace=big, store=store))
+    while not list(temp.iterdir()):  # the copy has begun
+        await asyncio.sleep(0.002)
+    (copy,) = temp.iterdir()
+    sweep.cancel()
+    assert len(list(copy.iterdir())) < 3000  # cancelled mid-copy
+    with pytest.raises(asyncio.CancelledError):
+        await sweep
+    for _ in range(1500):
+        if not copy.exists():
+            break
+        await asyncio.sleep(0.02)
+    assert list(temp.iterdir()) == [] and len(store.runs()) == 0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
@@ -317,8 +344,10 @@ def test_the_sweep_cell_magic_runs_one_task_per_line(
     # Providers built in Python, named by the notebook's variables: one, and a dict.
     with demo_server(seed=6) as one, demo_server(seed=7) as two, capture_output():
         shell.user_ns["mine"] = provider_for(one, name="mine")
-        shell.user_ns["servers"] = {"a": provider_for(two, name="two"),
-                                    "b": hn.ScriptedProvider(lambda m: "done", name="s")}
+        shell.user_ns["servers"] = {
+            "a": provider_for(two, name="two"),
+            "b": hn.ScriptedProvider(lambda m: "done", name="s"),
+        }
         shell.run_cell_magic("harness", f"sweep --providers mine,servers,demo --workspace "
                              f"{template} --out named", "list the files\n")  # fmt: skip
     named = shell.user_ns["named"]

@@ -20,7 +20,9 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.demo import demo_server
+from harnessnb.demo._chaos import ChaosServer, Fault
 from harnessnb.demo._model import provider_for
+from harnessnb.loop._sweep_dask import cancel_marker
 from harnessnb.tools._approval import PromptApprover
 
 distributed = pytest.importorskip("distributed")
@@ -181,32 +183,66 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
     assert len(finished) == 5 and run.run_id not in set(finished["run_id"])
 
 
-async def test_cancelling_a_sweep_on_the_cluster_starts_no_other_run(
+async def test_cancelling_a_sweep_on_the_cluster_stops_the_runs_begun(
     client: Any, ws: Path, tmp_path: Path
 ) -> None:
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    slow = hn.ScriptedProvider(_slow_second_step(str(gate)), name="slow")
+    """Both workers in a run hanging on the provider: the cancel records both runs
+    ``cancelled`` in their shards within seconds (leases released, workspace copies
+    removed), starts no other, and leaves each worker free for a next task; a new
+    sweep on the same folder, and one reusing the cancelled sweep's id, run to their end."""
     shards = tmp_path / "shards"
-    tasks = [f"t{i}" for i in range(8)]
-    sweep = asyncio.create_task(hn.sweep(tasks, [slow], workspace=ws, concurrency=4,
-                                         executor=client, shards=shards))  # fmt: skip
-    for _ in range(1500):  # both workers are in a run
-        if len(list(gate.glob("started-*"))) == 2:
-            break
-        await asyncio.sleep(0.02)
-    sweep.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await sweep
-    (gate / "go").touch()  # the two runs begun go on to their end (Dask does not stop them)
-    combined = hn.Store.combine(shards)
-    for _ in range(1500):
-        if combined.runs()["outcome"].notna().sum() == 2:
-            break
-        await asyncio.sleep(0.02)
+    tasks = [hn.TaskContract(f"t{i}", ws, max_seconds=600) for i in range(8)]
+    with ChaosServer() as srv:
+        srv.set_default(Fault.hang(seconds=120))
+        hangs = hn.OpenAI("m", api_key="sk-test", base_url=srv.openai_url)
+        sweep = asyncio.create_task(hn.sweep(tasks, {"hangs": hangs}, concurrency=4,
+                                             executor=client, shards=shards,
+                                             sweep_id="sweep_stopped"))  # fmt: skip
+        for _ in range(1500):  # both workers are in a run, waiting on the provider
+            if len(srv.requests) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert len(srv.requests) == 2
+        sweep.cancel()
+        cancelled_at = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await sweep
+        combined = hn.Store.combine(shards)
+        while combined.runs()["outcome"].notna().sum() < 2:
+            assert time.monotonic() - cancelled_at < 5, combined.runs()
+            await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)  # time for a run the cancel missed to start (none may)
-    assert len(list((shards / "claims").iterdir())) == 2
-    assert len(combined.runs()) == 2
+    runs = combined.runs()
+    assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
+    assert set(runs["sweep_id"]) == {"sweep_stopped"}
+    claims = sorted(p.name for p in (shards / "claims").iterdir())
+    assert claims == sorted(runs["run_id"])  # each run claimed once, no other claimed
+    leases = combined.sql("SELECT run_id, released FROM leases")
+    assert sorted(leases["run_id"]) == claims and leases["released"].all()
+    assert not any(os.path.exists(w) for w in runs["workspace"])  # the copies are gone
+    assert len(srv.requests) == 2  # no other run called the provider
+    for address in client.scheduler_info()["workers"]:  # no worker is stuck in a run
+        pid = client.submit(os.getpid, workers=[address], allow_other_workers=False,
+                            pure=False)  # fmt: skip
+        assert pid.result(timeout=10) in client.run(os.getpid).values()
+
+    fine = hn.ScriptedProvider(lambda m: "done", name="fine")
+    again = await asyncio.wait_for(hn.sweep(tasks[:4], [fine], executor=client,
+                                            shards=shards), 60)  # fmt: skip
+    assert set(again.runs["outcome"]) == {"finished"} and len(again.runs) == 4
+    assert (shards / "cancel" / "sweep_stopped").exists()  # keyed by id: not in its way
+    reused = await asyncio.wait_for(hn.sweep(tasks[:2], [fine], executor=client, shards=shards,
+                                             sweep_id="sweep_stopped"), 60)  # fmt: skip
+    assert set(reused.runs["outcome"]) == {"finished"} and len(reused.runs) == 2
+
+
+def test_a_cancel_marker_is_one_file_in_the_cancel_folder() -> None:
+    for sweep_id in ["sweep_1a2b", "../../etc/x", "..", "a/b", "é %41"]:
+        marker = cancel_marker("/shards", sweep_id)
+        assert os.path.dirname(marker) == "/shards/cancel" and os.path.basename(marker)
+        assert os.path.basename(marker) not in (".", "..")
+    assert cancel_marker("/s", "a/b") != cancel_marker("/s", "a%2Fb")
+    assert cancel_marker("/s", "sweep_1a2b-x") == "/s/cancel/sweep_1a2b-x"
 
 
 def test_the_sweep_command_and_cell_run_on_a_cluster(

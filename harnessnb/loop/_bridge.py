@@ -109,13 +109,20 @@ def loop_thread() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def run_blocking(coro: Coroutine[Any, Any, T], *, poll_s: float = 0.1) -> T:
+def run_blocking(
+    coro: Coroutine[Any, Any, T],
+    *,
+    poll_s: float = 0.1,
+    cancel_if: Callable[[], bool] | None = None,
+) -> T:
     """Run ``coro`` on the harness loop and block until it ends.
 
     A KeyboardInterrupt in the waiting thread cancels the coroutine, waits for it
     to wind down (so a run records ``cancelled`` and stays resumable), then
-    re-raises. Calling this from the harness loop itself would deadlock and is
-    refused.
+    re-raises. ``cancel_if``, asked in the waiting thread every ``poll_s`` seconds
+    while the coroutine runs, does the same when it returns True, then raises
+    ``asyncio.CancelledError``. Calling this from the harness loop itself would
+    deadlock and is refused.
     """
     loop = loop_thread()
     try:
@@ -140,7 +147,9 @@ def run_blocking(coro: Coroutine[Any, Any, T], *, poll_s: float = 0.1) -> T:
                 # Short waits keep the main thread able to receive KeyboardInterrupt.
                 return future.result(timeout=poll_s)
             except concurrent.futures.TimeoutError:
-                continue
+                if cancel_if is not None and cancel_if() and future.cancel():
+                    finished.wait(timeout=30)  # as below: the run records itself
+                    raise asyncio.CancelledError from None
     except KeyboardInterrupt:
         future.cancel()
         # The concurrent future reports "cancelled" at once; wait for the task's own

@@ -20,9 +20,20 @@ died is reported with its stored outcome.
 Providers travel to the workers by pickle (their keys with them, as they must); a
 task's key is ``harnessnb-<run_id>``, never anything of the provider. Events
 (``on_event``) and an approver that asks a person cannot cross to a worker: both are
-refused with an executor. Cancelling the sweep cancels the submitted runs that have
-not started; a run a worker has begun goes on to its end (Dask does not interrupt a
-running task).
+refused with an executor.
+
+Cancelling the sweep stops its runs on the workers too, though Dask does not
+interrupt a running task: the client writes ``<shards>/cancel/<sweep_id>`` and cancels
+the submitted tasks (those not started are dropped). A task drives its run on
+harnessnb's loop thread while Dask's thread waits for it, and that waiting thread
+looks for the marker every ``CANCEL_POLL_S`` (one ``stat``; the loop pays nothing):
+seen, it cancels the run, which records itself ``cancelled`` in the shard (its lease
+released, its workspace copy removed) as ``hn.run`` does, and the worker is free for
+its next task. A task that finds the marker before it claims its run does not start
+it. The marker lives in the shards folder because the client and every worker see
+that folder already (Dask's ``Event`` would need each task to reach the scheduler);
+it is named by the sweep's id, so an old cancelled sweep never stops a new one (a
+sweep given the id of a cancelled one removes its marker first).
 
 Dask is imported here only, on first use; ``import harnessnb`` does not load it.
 """
@@ -30,16 +41,18 @@ Dask is imported here only, on first use; ``import harnessnb`` does not load it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import socket
+import string
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import ConfigError, wrap_unknown
-from ._contract import TaskContract
+from ._contract import RunOutcome, TaskContract
 from ._driver import new_id
 from ._sweep_result import UNFINISHED, SweepRun
 from ._sweep_run import crashed, one_run
@@ -48,9 +61,17 @@ if TYPE_CHECKING:
     from ..providers._completion import Provider
     from ..store._store import Store
 
-__all__ = ["check_cluster_options", "run_on_worker", "sweep_on_cluster"]
+__all__ = [
+    "CANCEL_POLL_S",
+    "cancel_marker",
+    "check_cluster_options",
+    "run_on_worker",
+    "sweep_on_cluster",
+]
 
 _log = logging.getLogger("harnessnb.sweep")
+CANCEL_POLL_S: Final = 0.25
+"""How often a task on a worker looks for its sweep's cancel marker."""
 _INSTALL: Final = "pip install 'harnessnb[dask]'"
 # The shard store of this worker process, per shards folder (opened once, kept).
 _SHARDS: dict[str, Store] = {}
@@ -178,11 +199,15 @@ async def sweep_on_cluster(
         # The end reads every shard of the folder as one store: a file there that cannot
         # be read so (not a store, an old schema) fails now, before any run is paid for.
         await asyncio.to_thread(_combined, folder)
+    marker = cancel_marker(folder, options["sweep_id"])
+    with contextlib.suppress(FileNotFoundError):  # this id's earlier sweep was cancelled
+        os.unlink(marker)
     try:
         await asyncio.to_thread(drive)
     except asyncio.CancelledError:
         stop.set()
-        client.cancel(list(submitted))
+        _mark(marker)  # the runs begun stop (their tasks watch for it)
+        client.cancel(list(submitted))  # the runs not begun are dropped
         raise
     store = await asyncio.to_thread(_combined, folder)
     found = await asyncio.to_thread(_settle, [r for r in rows.values()
@@ -208,6 +233,25 @@ def _row_of(future: Any, job: WorkerJob) -> SweepRun:
             return _unfinished(job, holder, type(exc).__name__)
         return crashed(job.contract, job.name, job.provider, job.repeat, job.run_id,
                        wrap_unknown(exc))  # fmt: skip
+
+
+def cancel_marker(folder: str, sweep_id: str) -> str:
+    """``<folder>/cancel/<sweep_id>`` (the id's bytes other than ``A-Za-z0-9_-`` as
+    ``%XX``: any id is one file name there)."""
+    name = "".join(chr(b) if chr(b) in _NAME_SAFE else f"%{b:02X}" for b in sweep_id.encode())
+    return os.path.join(folder, "cancel", name)
+
+
+_NAME_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+def _mark(marker: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with open(marker, "w", encoding="utf-8"):
+            pass
+    except OSError as exc:  # the runs begun then go on to their end, as Dask's would
+        _log.warning("sweep: cannot write the cancel marker %s: %s", marker, exc)
 
 
 def _holds_shards(folder: str) -> bool:
@@ -256,6 +300,9 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
     another attempt of this task claimed the run first (its worker died)."""
     from ._bridge import run_blocking
 
+    marker = cancel_marker(job.shards, job.options["sweep_id"])
+    if os.path.exists(marker):  # the sweep was cancelled before this task began
+        return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat)
     store = shard_store(job.shards)
     claim = os.path.join(job.shards, "claims", job.run_id)
     try:
@@ -268,8 +315,13 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
     finally:
         os.close(fd)
     options = {**job.options, "store": store}
-    row = run_blocking(one_run(job.contract, job.name, job.provider, job.repeat, job.keep,
-                               options, run_id=job.run_id))  # fmt: skip
+    work = one_run(job.contract, job.name, job.provider, job.repeat, job.keep, options,
+                   run_id=job.run_id)  # fmt: skip
+    try:
+        row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
+    except asyncio.CancelledError:  # recorded ``cancelled`` in the shard by now
+        row = SweepRun(job.contract.task, job.name, job.provider.model, job.repeat,
+                       RunOutcome.CANCELLED.value, run_id=job.run_id)  # fmt: skip
     return dataclasses.replace(row, shard=store.path)
 
 

@@ -36,7 +36,7 @@ async def one_run(
     """One run in its own copy of the workspace; any error becomes its row."""
     run_id, folder = run_id or new_id("run"), None
     try:
-        folder = await asyncio.to_thread(_copy_workspace, os.fspath(contract.workspace))
+        folder = await _copied(os.fspath(contract.workspace))
         own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
     except HarnessError as exc:
@@ -75,6 +75,22 @@ def _error_kind(error: HarnessError | None) -> str | None:
     if kind is not None:
         return str(getattr(kind, "value", kind))
     return error.code or type(error).__name__
+
+
+async def _copied(template: str) -> str:
+    """``_copy_workspace`` in a thread; cancelled while it copies, the copy is removed
+    once made (the thread cannot be stopped; nothing would remove it otherwise)."""
+    copying = asyncio.ensure_future(asyncio.to_thread(_copy_workspace, template))
+    try:
+        return await asyncio.shield(copying)
+    except asyncio.CancelledError:
+        copying.add_done_callback(_drop_copy)
+        raise
+
+
+def _drop_copy(copying: asyncio.Future[str]) -> None:
+    if not copying.cancelled() and copying.exception() is None:
+        shutil.rmtree(copying.result(), ignore_errors=True)
 
 
 def _copy_workspace(template: str) -> str:
