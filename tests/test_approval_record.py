@@ -179,6 +179,21 @@ def _writer(req: ChaosRequest) -> Reply:
                               "arguments": {"path": "NOTES.md", "content": "# N\n"}}])  # fmt: skip
 
 
+def _execute_against_a_writer(
+    nb: Any, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """Execute ``nb`` in a real kernel in ``folder``, its ``--provider openai`` a chaos
+    server answering as ``_writer``; how many requests the server saw."""
+    with ChaosServer(responder=_writer) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("HARNESSNB_STORE", str(folder / "runs.duckdb"))
+        monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
+        NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
+                       resources={"metadata": {"path": str(folder)}}).execute()  # fmt: skip
+        return len(srv.requests)
+
+
 def test_a_harness_cell_keeps_the_record_of_its_approval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,13 +201,7 @@ def test_a_harness_cell_keeps_the_record_of_its_approval(
     nb = nbformat.v4.new_notebook()
     run = "%%harness run --provider openai\nwrite the notes"
     nb.cells = [nbformat.v4.new_code_cell(_SETUP), nbformat.v4.new_code_cell(run)]
-    with ChaosServer(responder=_writer) as srv:
-        monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
-        monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
-        NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    _execute_against_a_writer(nb, tmp_path, monkeypatch)
     assert (tmp_path / "NOTES.md").read_text() == "# N\n"
     html = [o.data["text/html"] for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
     records = [h for h in html if "harnessnb-approval-record" in h]
@@ -221,14 +230,7 @@ def test_a_run_left_awaiting_approval_is_asked_again_by_harness_resume(
         nbformat.v4.new_code_cell("%harness resume {R.run_id} --out R2"),
         nbformat.v4.new_code_cell("print(first, R2.outcome.value, R2.steps)"),
     ]
-    with ChaosServer(responder=_writer) as srv:
-        monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
-        monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
-        NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
-        calls = len(srv.requests)
+    calls = _execute_against_a_writer(nb, tmp_path, monkeypatch)
     (printed,) = [o.text for o in nb.cells[4].outputs if o.output_type == "stream"]
     assert printed.strip() == "awaiting_approval finished 2"
     assert calls == 2  # the write step once, then the answer: not the write step again
