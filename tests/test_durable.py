@@ -371,6 +371,39 @@ def test_record_then_replay_in_a_fresh_process_without_the_server(tmp_path: Path
     assert (tmp_path / "ws2" / "b.txt").read_text() == "copied"
 
 
+def test_replay_of_a_run_replays_that_run_not_an_earlier_one_asked_the_same(
+    tmp_path: Path,
+) -> None:
+    """Two runs of one task, recorded through one Record, ask the same first request and
+    get different answers; replaying the second run makes the second run's write."""
+    from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+
+    answered = []
+
+    def responder(req: ChaosRequest) -> Reply:
+        if any(m.get("role") == "tool" for m in req.messages):
+            return Reply(text="written")
+        answered.append(1)
+        name = f"run{len(answered)}.txt"
+        return Reply(tool_calls=[{"name": "write_file",
+                                  "arguments": {"path": name, "content": name}}])
+
+    for name in ("ws", "ws1", "ws2"):
+        (tmp_path / name).mkdir()
+    contract = hn.TaskContract("write a file", tmp_path / "ws")
+    policy = hn.Policy.default().layer("t").allow_write("*.txt")
+    with ChaosServer(responder=responder) as srv, Store(tmp_path / "rec.duckdb") as store:
+        provider = Record(hn.OpenAI("m", base_url=srv.openai_url), store)
+        for run_id in ("run_one", "run_two"):
+            done = hn.run_sync(contract, provider, store=store, policy=policy, run_id=run_id)
+            assert done.outcome is hn.RunOutcome.FINISHED
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["run1.txt", "run2.txt"]
+    for n, run_id in ((1, "run_one"), (2, "run_two")):
+        again = hn.replay_sync(run_id, tmp_path / "rec.duckdb", workspace=tmp_path / f"ws{n}")
+        assert again.outcome is hn.RunOutcome.FINISHED
+        assert [p.name for p in (tmp_path / f"ws{n}").iterdir()] == [f"run{n}.txt"]
+
+
 async def test_a_missing_recording_is_a_non_retryable_request_error() -> None:
     replay = Replay(Store(":memory:"))
     with pytest.raises(hn.ProviderError) as info:

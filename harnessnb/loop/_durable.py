@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from ..providers._completion import (
     Messages,
     Provider,
     ToolSpecs,
+    calling_run,
     report_attempt,
 )
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
@@ -317,24 +319,44 @@ def _settle(
 
 
 def request_key(
-    model: str | None, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    model: str | None,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    *,
+    run_id: str | None = None,
 ) -> str:
     """The recording key: the request's content (never a counter, never a header).
 
     With ``model`` None the key covers messages and tools only, which is what a
-    ``Replay`` that was not told the model looks up.
+    ``Replay`` that was not told the model looks up. With ``run_id`` it is the key of
+    that run's own request (the model left out: the run names the answer).
     """
+    if run_id is not None:
+        model = None
     body = {"model": model, "messages": list(messages), "tools": list(tools or [])}
     text = json.dumps(body, sort_keys=True, ensure_ascii=False, default=str)
-    prefix = "m" if model is not None else "c"
-    return f"{prefix}:{hashlib.sha256(text.encode()).hexdigest()}"
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if run_id is not None:
+        return f"{_run_prefix(run_id)}{digest}"
+    return f"{'m' if model is not None else 'c'}:{digest}"
+
+
+def _run_prefix(run_id: str) -> str:
+    return f"r:{run_id}:"
+
+
+# Record's read-then-write of a key's next seq, made one at a time in this process: two
+# runs asking the same request at once would both take the same seq, one answer lost.
+_recording_lock = threading.Lock()
 
 
 class Record:
     """Wraps a provider and records every successful completion in ``store``.
 
     Identical requests are recorded in order, so a replay answers them in the same
-    order. Nothing but the completion is stored: no header, no key.
+    order. A call made for a run is also recorded under that run, so ``replay`` of a run
+    answers as that run was answered, not as another run asking the same was. Nothing
+    but the completion is stored: no header, no key.
     """
 
     def __init__(self, provider: Provider, store: Store | str | os.PathLike[str]) -> None:
@@ -364,16 +386,18 @@ class Record:
     ) -> Completion:
         completion = await self.inner.complete(messages, tools, max_tokens, stream)
         payload = completion.to_dict()
-        for key in (
-            request_key(self.inner.model, messages, tools),
-            request_key(None, messages, tools),
-        ):
+        keys = [request_key(self.inner.model, messages, tools), request_key(None, messages, tools)]
+        run_id = calling_run()
+        if run_id is not None:
+            keys.append(request_key(None, messages, tools, run_id=run_id))
+        for key in keys:
             await asyncio.to_thread(self._append, key, payload)
         return completion
 
     def _append(self, key: str, payload: dict[str, Any]) -> None:
-        seq = len(self.store.get_recordings(key))
-        self.store.put_recording(key, seq, payload)
+        with _recording_lock:
+            seq = len(self.store.get_recordings(key))
+            self.store.put_recording(key, seq, payload)
 
 
 class Replay:
@@ -383,14 +407,24 @@ class Replay:
         store: The store holding the recordings.
         model: The model the recording was made with; None matches on messages and
             tools alone.
+        run_id: Answer as run ``run_id`` was answered, from the recordings made for it
+            (a run recorded before harnessnb kept them per run is matched by content).
 
     A request with no recording left is a non-retryable ``ProviderError`` (kind
     request) naming what was missing.
     """
 
-    def __init__(self, store: Store | str | os.PathLike[str], model: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        model: str | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> None:
         self.store = open_store(store)
         self._model = model
+        self._run_id = run_id
+        self._per_run: bool | None = None  # whether run_id has recordings of its own
         self._served: dict[str, int] = {}
 
     @property
@@ -405,7 +439,7 @@ class Replay:
         return []
 
     def __repr__(self) -> str:
-        return f"Replay({self.store!r}, model={self._model!r})"
+        return f"Replay({self.store!r}, model={self._model!r}, run_id={self._run_id!r})"
 
     async def complete(
         self,
@@ -415,7 +449,7 @@ class Replay:
         stream: bool | None = None,
     ) -> Completion:
         started = time.time()
-        key = request_key(self._model, messages, tools)
+        key = await self._key(messages, tools)
         recorded = await asyncio.to_thread(self.store.get_recordings, key)
         index = self._served.get(key, 0)
         if index >= len(recorded):
@@ -439,6 +473,18 @@ class Replay:
             )
         )
         return completion
+
+    async def _key(self, messages: Messages, tools: ToolSpecs) -> str:
+        if self._run_id is not None and self._per_run is None:
+            found = await asyncio.to_thread(
+                self.store.sql,
+                "SELECT count(*) AS n FROM recordings WHERE starts_with(key, ?)",
+                [_run_prefix(self._run_id)],
+            )
+            self._per_run = bool(found["n"].iloc[0])
+        if self._per_run:
+            return request_key(None, messages, tools, run_id=self._run_id)
+        return request_key(self._model, messages, tools)
 
 
 def _no_recording(messages: Messages, index: int, *, first: bool) -> str:
@@ -494,7 +540,7 @@ async def replay(
         n += 1
     return await run(
         contract,
-        Replay(src, model=row.get("model")),
+        Replay(src, model=row.get("model"), run_id=run_id),
         store=target,
         policy=policy,
         approver=approver,

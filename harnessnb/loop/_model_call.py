@@ -29,6 +29,7 @@ from ..providers._completion import (
     AttemptRecord,
     Completion,
     Provider,
+    calling_for,
     collect_attempts,
     shown_url,
     stream_text_to,
@@ -266,7 +267,7 @@ class ModelCalls:
         real_start = time.time()
         result: Completion | HarnessError
         deltas = TextDeltas(self.emit)
-        with collect_attempts() as records, stream_text_to(deltas):
+        with collect_attempts() as records, stream_text_to(deltas), calling_for(self.rows.run_id):
             try:
                 coro = self.provider.complete(messages, tools=self.tool_specs())
                 result = await asyncio.wait_for(coro, timeout=remaining)

@@ -44,6 +44,8 @@ __all__ = [
     "ToolCall",
     "ToolSpecs",
     "Usage",
+    "calling_for",
+    "calling_run",
     "collect_attempts",
     "report_attempt",
     "report_text",
@@ -277,6 +279,27 @@ def collect_attempts() -> Iterator[list[AttemptRecord]]:
         yield sink
     finally:
         _collector.reset(token)
+
+
+_calling_run: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "harnessnb_calling_run", default=None
+)
+
+
+@contextlib.contextmanager
+def calling_for(run_id: str) -> Iterator[None]:
+    """Model calls inside the block are made for run ``run_id`` (``Record`` files its
+    recordings under it, so a replay of the run answers as that run was answered)."""
+    token = _calling_run.set(run_id)
+    try:
+        yield
+    finally:
+        _calling_run.reset(token)
+
+
+def calling_run() -> str | None:
+    """The run the model call in progress is made for, or None outside a run."""
+    return _calling_run.get()
 
 
 TextSink: TypeAlias = Callable[[str, bool], Awaitable[None]]
