@@ -109,6 +109,17 @@ def test_missing_name_in_body_is_a_one_line_usage_error(
     assert srv.requests == []
 
 
+@pytest.mark.parametrize("field", ["{items[a]}", "{items:d}", "{items!z}", "{items.nope}"])
+def test_a_field_the_value_cannot_fill_is_a_one_line_usage_error(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path, field: str
+) -> None:
+    shell.user_ns["items"] = [1, 2]  # a list: no str index, no int format
+    with pytest.raises(UsageError, match="cannot fill in") as err:
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", f"list {field}")
+    assert "\n" not in str(err.value)
+    assert srv.requests == []
+
+
 def test_the_magic_line_expands_names_like_the_body(
     shell: InteractiveShell, srv: ChaosServer, tmp_path: Path
 ) -> None:

@@ -171,7 +171,7 @@ def interpolate(body: str, namespace: Mapping[str, Any]) -> str:
         return string.Formatter().vformat(body, (), _Strict(namespace))
     except UsageError:
         raise
-    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
         raise UsageError(
             f"%%harness: cannot fill in the cell's {{...}} fields ({exc}); write {{{{ and }}}} "
             "for literal braces"
