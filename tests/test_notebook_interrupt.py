@@ -59,13 +59,20 @@ class Kernel:
         self.km, self.kc = km, kc
 
     def run(
-        self, code: str, *, interrupt_when: Callable[[list[dict[str, Any]]], bool] | None = None
+        self,
+        code: str,
+        *,
+        interrupt_when: Callable[[list[dict[str, Any]]], bool] | None = None,
+        each: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> Cell:
+        """Execute ``code``; ``each`` sees the messages so far, as the frontend would."""
         msg_id = self.kc.execute(code)
         messages: list[dict[str, Any]] = []
         interrupted_at = None
         deadline = time.monotonic() + CELL_TIMEOUT_S
         while True:
+            if each is not None:
+                each(messages)
             if interrupt_when is not None and interrupted_at is None and interrupt_when(messages):
                 interrupted_at = time.time()
                 self.km.interrupt_kernel()
@@ -321,3 +328,55 @@ def test_interrupt_reaches_an_awaited_agent_run_at_once(
     assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
     assert cell.reply["status"] == "error" and cell.reply["ename"] == "CancelledError"
     assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]
+
+
+def _click_approve(kernel: Kernel) -> Callable[[list[dict[str, Any]]], None]:
+    """Click Approve as the page does: a comm message on the shell channel, once."""
+    clicked: list[str] = []
+
+    def each(messages: list[dict[str, Any]]) -> None:
+        for m in messages:
+            if not clicked and m["msg_type"] == "comm_open" and _approval_shown([m]):
+                clicked.append(m["content"]["comm_id"])
+                click = {"method": "custom", "content": {"event": "click"}}
+                msg = kernel.kc.session.msg("comm_msg", {"comm_id": clicked[0], "data": click})
+                kernel.kc.shell_channel.send(msg)
+
+    return each
+
+
+def _run_code(setup: Setup, call: str) -> str:
+    return (
+        f"contract = hn.TaskContract('write notes', {str(setup.ws)!r}, max_steps=3)\n"
+        f"provider = hn.OpenAI('m', base_url={setup.srv.openai_url!r})\n"
+        "policy = hn.Policy.default().layer('t').ask_write('NOTES.md')\n"
+        f"R = {call}(contract, provider, store={str(setup.store)!r}, policy=policy)\n"
+        "R.outcome.value"
+    )
+
+
+@pytest.mark.parametrize("setup", [_writes_notes], indirect=True)
+def test_a_click_in_the_page_reaches_an_awaited_run(kernel: Kernel, setup: Setup) -> None:
+    cell = kernel.run(_run_code(setup, "await hn.run"), each=_click_approve(kernel))
+
+    assert cell.reply["status"] == "ok", cell.text()
+    assert cell.outputs("execute_result")[0]["data"]["text/plain"] == "'finished'"
+    assert (setup.ws / "NOTES.md").read_text() == "# Notes\n"
+
+
+@pytest.mark.parametrize("setup", [_writes_notes], indirect=True)
+def test_run_sync_in_a_kernel_refuses_the_ask_it_could_never_hear_answered(
+    kernel: Kernel, setup: Setup
+) -> None:
+    # run_sync blocks the kernel's main thread, so a click would never reach the run:
+    # it used to show the buttons and wait for ever.
+    t0 = time.monotonic()
+    cell = kernel.run(_run_code(setup, "hn.run_sync"), each=_click_approve(kernel))
+
+    assert time.monotonic() - t0 < 10
+    assert cell.reply["status"] == "ok", cell.text()
+    assert not _approval_shown(cell.messages)  # no buttons nobody can click
+    assert not (setup.ws / "NOTES.md").exists()
+    ((status, error),) = setup.rows("SELECT status, output FROM tool_calls")
+    assert status != "ok"
+    assert "await hn.run" in error and "allow_write('NOTES.md')" in error

@@ -20,12 +20,20 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["AWAKE_S", "keep_awake", "loop_thread", "run_blocking", "stay_awake"]
+__all__ = [
+    "AWAKE_S",
+    "blocks_main_thread",
+    "keep_awake",
+    "loop_thread",
+    "run_blocking",
+    "stay_awake",
+]
 
 # How long the exit waits for cancelled runs to record themselves, and the loop to stop.
 EXIT_GRACE_S = 5.0
@@ -35,6 +43,18 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
+
+
+_main_waits: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "harnessnb_main_waits", default=False
+)
+
+
+def blocks_main_thread() -> bool:
+    """True inside a coroutine that ``run_blocking`` runs for the main thread, which
+    waits for it, blocked. In a kernel that thread is the cell's: no widget click
+    reaches the kernel until it returns (see ``notebook._approver``)."""
+    return _main_waits.get()
 
 
 AWAKE_S = 0.1
@@ -133,8 +153,11 @@ def run_blocking(
         coro.close()
         raise RuntimeError("run_sync was called from harnessnb's own loop; use `await` there")
     finished = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
 
     async def tracked() -> T:
+        if main:
+            _main_waits.set(True)  # this task's own context: the run's and its children's
         try:
             return await coro
         finally:

@@ -8,7 +8,9 @@ Quirk (blocked cells get no clicks): ipykernel handles a button click as a comm
 message on the shell channel, and a cell that blocks the kernel's main thread holds
 those back until it ends. A click therefore reaches a waiting approver when the cell
 awaits: ``await hn.run(...)``, or a ``%%harness`` cell in ipykernel, which the
-extension runs as an awaiting cell (see ``_magics.await_harness_cells``). With
+extension runs as an awaiting cell (see ``_magics.await_harness_cells``). Under
+``hn.run_sync`` (the main thread blocked in ``run_blocking``) no click could arrive, so
+no buttons are shown: the fallback answers, its refusal saying to await the run. With
 ``timeout`` set, an unanswered request defers: the run stops ``awaiting_approval``
 and can be resumed.
 
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from ..loop._bridge import blocks_main_thread
 from ..rules._html import Html, Tone, badge, bold, card, code, details, join, preview, text_block
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
@@ -39,13 +42,21 @@ __all__ = ["ApprovalPanel", "ApprovalRecord", "WidgetApprover", "refusal_hint"]
 Fallback = Literal["deny", "prompt"]
 
 
-def refusal_hint(request: ApprovalRequest) -> str:
-    """How to allow ``request`` without anyone clicking, for a refusal's message."""
+def refusal_hint(request: ApprovalRequest, *, blocked: bool = False) -> str:
+    """How to allow ``request`` without anyone clicking, for a refusal's message;
+    ``blocked``: a frontend is there, but the cell blocks it (``hn.run_sync``)."""
     allow = {"write": "allow_write", "exec": "allow_exec", "net": "allow_net", "read": "allow_read"}
     method = allow.get(request.act, "allow_write")
     flag = " (or %%harness run --allow-write GLOB)" if request.act == "write" else ""
+    why = (
+        f"refused to {request.act} {request.target}: hn.run_sync blocks the kernel, so no "
+        "click on Approve / Deny could reach the run (`await hn.run(...)` or %%harness run "
+        "shows them)"
+        if blocked
+        else f"no notebook frontend to ask whether to {request.act} {request.target}"
+    )
     return (
-        f"no notebook frontend to ask whether to {request.act} {request.target}: allow it "
+        f"{why}: allow it "
         f"with policy=hn.Policy.default().layer('app').{method}({request.target!r}){flag}"
     )
 
@@ -246,8 +257,9 @@ class WidgetApprover:
 
     async def __call__(self, request: ApprovalRequest) -> Decision:
         use_widgets = widget_frontend() if self.widgets is None else self.widgets
-        if not use_widgets:
-            return await self._without_frontend(request)
+        blocked = self.widgets is None and use_widgets and blocks_main_thread()
+        if not use_widgets or blocked:
+            return await self._without_frontend(request, blocked=blocked)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Decision] = loop.create_future()
 
@@ -274,9 +286,9 @@ class WidgetApprover:
         panel.settle(decision)
         return decision
 
-    async def _without_frontend(self, request: ApprovalRequest) -> Decision:
+    async def _without_frontend(self, request: ApprovalRequest, *, blocked: bool) -> Decision:
         if self.fallback == "deny":
-            return Decision.deny(refusal_hint(request))
+            return Decision.deny(refusal_hint(request, blocked=blocked))
         return await PromptApprover(self.timeout)(request)
 
 
