@@ -49,9 +49,9 @@ def refusal_hint(request: ApprovalRequest, *, blocked: bool = False) -> str:
     method = allow.get(request.act, "allow_write")
     flag = " (or %%harness run --allow-write GLOB)" if request.act == "write" else ""
     why = (
-        f"refused to {request.act} {request.target}: hn.run_sync blocks the kernel, so no "
-        "click on Approve / Deny could reach the run (`await hn.run(...)` or %%harness run "
-        "shows them)"
+        f"refused to {request.act} {request.target}: the cell blocks the kernel (hn.run_sync, "
+        "or %autoawait off), so no click on Approve / Deny could reach the run "
+        "(`await hn.run(...)` or %%harness run with autoawait on shows them)"
         if blocked
         else f"no notebook frontend to ask whether to {request.act} {request.target}"
     )
