@@ -294,6 +294,56 @@ def test_two_processes_resuming_one_run_exactly_one_drives(tmp_path: Path) -> No
         driver.kill()
 
 
+LIVE_COMMAND_RUN = """
+import harnessnb as hn
+policy = hn.Policy.default().layer("t").allow_exec("sh slow.sh")
+hn.run_sync(hn.TaskContract("go", {ws!r}), hn.OpenAI("m", base_url={url!r}), store={store!r},
+            policy=policy, run_id="run_live")
+"""
+
+
+def test_resolve_and_abandon_refuse_a_run_another_live_process_drives(tmp_path: Path) -> None:
+    """A person's decision is for a write left dangling, not for a command still running
+    in another process: that would record 'resolved' for what the run then does itself
+    (and a crash after would resume on the made-up output)."""
+    from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+
+    def responder(req: ChaosRequest) -> Reply:
+        if any(m.get("role") == "tool" for m in req.messages):
+            return Reply(text="ran it")
+        return Reply(tool_calls=[{"name": "run_command", "arguments": {"argv": ["sh", "slow.sh"]}}])
+
+    ws, path = tmp_path / "ws", tmp_path / "s.duckdb"
+    ws.mkdir()
+    (ws / "slow.sh").write_text("touch started\nexec sleep 60\n")
+    with ChaosServer(responder=responder) as srv:
+        code = LIVE_COMMAND_RUN.format(ws=str(ws), url=srv.openai_url, store=str(path))
+        driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 20
+            while not (ws / "started").exists():
+                assert driver.poll() is None and time.time() < deadline, driver.stderr
+                time.sleep(0.05)
+            for settle in (lambda: resolve("run_live", output="made up", store=path),
+                           lambda: abandon("run_live", "gave up", store=path)):
+                with pytest.raises(hn.ConflictError) as info:
+                    settle()
+                assert str(driver.pid) in (info.value.owner or "")
+            with Store(path) as store:
+                assert store.tool_calls("run_live")["status"].tolist() == ["intent"]
+                assert store.markers("run_live").empty
+            driver.send_signal(signal.SIGKILL)  # now the command is truly left dangling
+            driver.wait()
+        finally:
+            driver.kill()
+        abandon("run_live", "the process was killed", store=path)
+        with Store(path) as store:
+            assert store.tool_calls("run_live")["status"].tolist() == ["abandoned"]
+            again = resume_sync("run_live", hn.OpenAI("m", base_url=srv.openai_url), store=store)
+        assert again.outcome is hn.RunOutcome.FINISHED
+
+
 def test_a_stale_owner_is_refused_at_its_next_commit(tmp_path: Path) -> None:
     store = Store(":memory:")
     ws = tmp_path / "ws"

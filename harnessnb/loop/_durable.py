@@ -32,6 +32,7 @@ from ..providers._completion import (
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
 from ..rules._retry import Clock, SystemClock
 from ..rules._secrets import scrub
+from ..store._leases import owner_alive, owner_identity
 from ..store._open import open_store
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
@@ -307,11 +308,18 @@ def _settle(
     store: Store | str | os.PathLike[str] | None,
 ) -> Settled:
     opened = _open(store)
-    found = _unsettled(opened, run_id)
-    opened.settle_tool_call(
-        run_id, int(found["step"]), int(found["seq"]), status=status, output=output
-    )
-    opened.add_marker(run_id, marker, f"{found['tool']} at step {found['step']}{why}", time.time())
+    _unsettled(opened, run_id)
+    # Taken as a driver takes the run: a run another live process drives (or a run of
+    # this one: the owner differs) is refused with ConflictError; its write is not
+    # dangling but under way.
+    lease = opened.acquire_lease(run_id, f"{owner_identity()}:settle", owner_alive=owner_alive)
+    try:
+        found = _unsettled(opened, run_id)
+        step, seq = int(found["step"]), int(found["seq"])
+        opened.settle_tool_call(run_id, step, seq, status=status, output=output)
+        opened.add_marker(run_id, marker, f"{found['tool']} at step {step}{why}", time.time())
+    finally:
+        opened.release_lease(lease)
     return Settled(run_id, marker)
 
 
