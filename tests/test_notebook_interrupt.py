@@ -380,3 +380,20 @@ def test_run_sync_in_a_kernel_refuses_the_ask_it_could_never_hear_answered(
     ((status, error),) = setup.rows("SELECT status, output FROM tool_calls")
     assert status != "ok"
     assert "await hn.run" in error and "allow_write('NOTES.md')" in error
+
+
+def test_interrupt_cancels_a_run_sync_in_the_kernel(kernel: Kernel, setup: Setup) -> None:
+    # run_sync blocks the cell on harnessnb's loop thread; the button's SIGINT reaches it.
+    setup.srv.push(Fault.slow(20))
+    code = (
+        f"contract = hn.TaskContract('hi', {str(setup.ws)!r})\n"
+        f"provider = hn.OpenAI('m', base_url={setup.srv.openai_url!r})\n"
+        f"hn.run_sync(contract, provider, store={str(setup.store)!r})"
+    )
+    cell = kernel.run(code, interrupt_when=lambda _: len(setup.srv.requests) >= 1)
+
+    assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
+    assert cell.reply["status"] == "error" and cell.reply["ename"] == "KeyboardInterrupt"
+    assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]
+    after = kernel.run("1 + 1")
+    assert after.outputs("execute_result")[0]["data"]["text/plain"] == "2"
