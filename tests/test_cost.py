@@ -237,3 +237,14 @@ def test_a_replayed_run_costs_nothing(ws: Path, store: hn.Store) -> None:
     # The replay's attempts name the recorded leaf, but nothing was billed.
     assert store.attempts(replayed.run_id)["provider"].tolist() == ["openai", "openai"]
     assert costs(store, replayed.run_id) == ([0.0, 0.0], 0.0)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:4000/v1", "http://192.168.1.2/v1", "https://gw.c.proj.internal/v1"]
+)
+def test_a_server_on_a_private_network_is_free_unless_told_otherwise(url: str) -> None:
+    # As the README says: a gateway there costs $0 (so no budget stops it) until priced.
+    assert hn.Prices().cost_usd("openai", "gpt-4o", 10**6, 0, base_url=url) == 0.0
+    paid = hn.Prices(local_free=False).cost_usd("openai", "gpt-4o", 10**6, 0, base_url=url)
+    assert paid == hn.Prices().cost_usd("openai", "gpt-4o", 10**6, 0) and paid and paid > 0
+    assert hn.Prices().cost_usd("openai", "gpt-4o", 10**6, 0, base_url="https://api.openai.com/v1")
