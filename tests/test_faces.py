@@ -147,6 +147,7 @@ def _magic_error(shell: InteractiveShell, options: list[str]) -> str:
         (["--agent", "codex", "--max-seconds", "5"], "--max-seconds applies to harnessnb's"),
         (["--agent", "codex", "--allow-write", "x"], "(use --permission edit)"),
         (["--approval-timeout", "0"], "'0' must be more than 0"),
+        (["--approval-timeout", "inf"], "'inf' must be more than 0, and finite"),
         (["--agent", "codex", "--approval-timeout", "5"],
          "--approval-timeout applies to harnessnb's own loop"),
         (["--provider", "local"], "--provider local needs --base-url"),

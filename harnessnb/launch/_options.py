@@ -86,8 +86,8 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0, and finite")
     return value
 
 

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from ..loop._bridge import blocks_main_thread
+from ..rules._errors import ConfigError
 from ..rules._html import Html, Tone, badge, bold, card, code, details, join, preview, text_block
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
@@ -248,7 +250,15 @@ class WidgetApprover:
         if fallback not in ("deny", "prompt"):
             raise ValueError(f"fallback must be 'deny' or 'prompt', not {fallback!r}")
         self.fallback: Fallback = fallback
-        self.timeout = seconds(timeout)
+        try:
+            self.timeout = seconds(timeout)
+        except (TypeError, ValueError):
+            self.timeout = math.nan
+        if self.timeout is not None and not 0 < self.timeout < math.inf:
+            raise ConfigError(
+                f"WidgetApprover(timeout={timeout!r}): give a number of seconds above 0, or "
+                "None to wait until answered"
+            )
         self.widgets = widgets
         self.panels: list[ApprovalPanel] = []  # every request shown, newest last
 
