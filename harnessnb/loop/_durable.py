@@ -273,7 +273,8 @@ def resolve(
 ) -> Settled:
     """Say that the dangling write of ``run_id`` did land; ``output`` is what the model
     will see as its result. Then ``resume`` continues. Done at once (one short write);
-    the result may be awaited."""
+    the result may be awaited. A run another live process (or a run in this one) drives
+    is refused with ``ConflictError``: its write is under way, not dangling."""
     return _settle(run_id, "ok", str(output), "resolved", "", store)
 
 
