@@ -59,6 +59,7 @@ from ._completion import (
     Messages,
     ToolSpecs,
     report_attempt,
+    shown_url,
     text_sink,
 )
 from ._wire import (
@@ -169,6 +170,7 @@ class HTTPProvider(abc.ABC):
                 )
         self._api_key = api_key or None
         register(self._api_key)
+        register(urlsplit(self._base_url).password)  # a proxy's key in user:password@
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         self._stream = bool(stream)
@@ -257,9 +259,11 @@ class HTTPProvider(abc.ABC):
         return new
 
     def __repr__(self) -> str:
-        # Cheap and secret-free: the key is never part of the repr.
+        # Cheap and secret-free: the key is never part of the repr, nor the URL's
+        # user, password or query (``shown_url``).
+        url = shown_url(self._base_url)
         return (
-            f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, "
+            f"{type(self).__name__}(model={self._model!r}, base_url={url!r}, "
             f"timeout={self._timeout:g}{'' if self._stream else ', stream=False'})"
         )
 
