@@ -181,6 +181,29 @@ async def test_max_cost_usd_stops_launching_runs(ws: Path, store: hn.Store) -> N
     assert "3/5" in result.summary_text() and "max_cost_usd" in result.summary_text()
 
 
+async def test_a_spend_that_cannot_be_priced_stops_launching_under_max_cost_usd(
+    ws: Path, store: hn.Store
+) -> None:
+    # A model with no known price: its runs' cost is NULL, so the sweep cannot tell its
+    # spend. Under max_cost_usd it starts no more runs rather than spend unbounded (as
+    # a run's own max_cost_usd does); a run that used no tokens spent nothing.
+    unpriced = hn.ScriptedProvider(lambda m: "done", name="acme", model="mystery-model",
+                                   tokens_per_reply=(10**6, 0))  # fmt: skip
+    prices = hn.Prices(local_free=False)  # "scripted" would be free otherwise
+    tasks = [f"task {i}" for i in range(4)]
+    result = await hn.sweep(
+        tasks, [unpriced], workspace=ws, concurrency=1, store=store, prices=prices,
+        max_cost_usd=100.0,
+    )  # fmt: skip
+    assert result.runs["cost_usd"].isna().all() and len(result.runs) == 1
+    assert result.stopped == "max_cost_usd"
+    assert [r.outcome for r in result.records][1:] == [None, None, None]
+    free = await hn.sweep(["a", "b"], [hn.ScriptedProvider(lambda m: hn.ProviderError(
+        "down", kind=hn.ProviderErrorKind.TERMINAL))], workspace=ws, concurrency=1,
+        store=store, max_cost_usd=1.0)  # fmt: skip
+    assert free.stopped is None and len(free.runs) == 2  # failed runs: no tokens, no spend
+
+
 async def test_cancelling_a_sweep_cancels_the_runs_in_flight(ws: Path, store: hn.Store) -> None:
     started: list[str] = []
     both = asyncio.Event()
