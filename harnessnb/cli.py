@@ -74,7 +74,7 @@ from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
 from .loop._durable import resume_sync
 from .loop._events import DELTA_TAIL
-from .rules._errors import HarnessError, wrap_unknown
+from .rules._errors import ConfigError, HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
@@ -540,8 +540,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """``harnessnb failures [--by provider,kind]``."""
-    store = _store(args)
+    from .store._failures import FAILURE_GROUPS
+
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
+    bad = [c for c in by if c not in FAILURE_GROUPS]
+    if bad or len(set(by)) != len(by):  # a usage error, told before the store opens
+        raise ConfigError(
+            f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
+            f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
+        )
+    store = _store(args)
     table = store.failure_rates(by=by)
     if not len(table):
         _out(f"no attempts in {store.path}")

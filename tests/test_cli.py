@@ -236,8 +236,12 @@ def test_runs_and_failures_read_the_store(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["provider", "attempts", "failures", "failure_rate"]
     assert lines[1].split()[:3] == ["demo", "6", "3"]
-    assert cli.main(["failures", "--store", path, "--by", "nope"]) == 1
-    assert "StoreError" in capsys.readouterr().err
+    # a column that is no group is a usage error (exit 2), told before the store opens
+    missing = str(tmp_path / "typo.duckdb")
+    assert cli.main(["failures", "--store", missing, "--by", "provider,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "'nope'" in err and "provider, model, kind" in err
+    assert not os.path.exists(missing)
 
 
 def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
