@@ -153,8 +153,12 @@ class HTTPProvider(abc.ABC):
             raise ConfigError(f"{self.NAME}: a model name is required")
         self._model = model
         self._base_url = (base_url or self.DEFAULT_BASE_URL).rstrip("/")
-        if urlsplit(self._base_url).scheme not in ("http", "https"):
+        parts = urlsplit(self._base_url)
+        if parts.scheme not in ("http", "https"):
             raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
+        if parts.query or parts.fragment:  # the path is appended to it: it would follow them
+            raise ConfigError(f"{self.NAME}: base_url {shown_url(self._base_url)!r} may not "
+                              "carry a query or fragment (pass headers= for a key)")  # fmt: skip
         if api_key:  # a key read from a file ends in a newline, which breaks the header
             if not (api_key := api_key.strip()):
                 raise ConfigError(f"{self.NAME}: api_key= holds only whitespace",
