@@ -435,11 +435,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``harnessnb sweep TASK ... --providers a,b --workspace DIR``: exit 0 once every run
     ran (a failed run is a row of the sweep, not an error of the command)."""
+    from .loop._driver import new_id
     from .loop._sweep import sweep_sync
 
     kwargs = sweep_kwargs(args, "cli")
     contracts = [contract_from(args, task) for task in args.tasks]
     providers = providers_from(args)
+    kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
     def finished(event: RunEvent) -> None:
         if event.kind == "finished":
@@ -448,13 +450,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def ended(row: Any) -> None:  # a run on a cluster worker, told here
         _out(f"{row.run_id}: {row.outcome}", flush=True)
 
-    with cluster(args) as client:
-        if client is None:
-            result = sweep_sync(contracts, providers, store=_store(args), on_event=finished,
-                                **kwargs)  # fmt: skip
-        else:
-            result = sweep_sync(contracts, providers, executor=client, shards=args.shards,
-                                on_run=ended, **kwargs)  # fmt: skip
+    try:
+        with cluster(args) as client:
+            if client is None:
+                result = sweep_sync(contracts, providers, store=_store(args),
+                                    on_event=finished, **kwargs)  # fmt: skip
+            else:
+                result = sweep_sync(contracts, providers, executor=client,
+                                    shards=args.shards, on_run=ended, **kwargs)  # fmt: skip
+    except KeyboardInterrupt:
+        where = f"hn.Store.combine({args.shards!r})" if args.executor else "harnessnb runs"
+        _out(
+            f"\ncancelled: sweep {kwargs['sweep_id']}: the runs in flight are recorded "
+            f"cancelled and no other started (read them with `{where}`)",
+            file=sys.stderr,
+        )
+        raise
     _out(result.summary_text())
     return 0
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,39 @@ def test_ctrl_c_in_sweep_sync_cancels_the_runs_in_flight(ws: Path, tmp_path: Pat
         runs = store.runs()
     assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
     assert set(runs["sweep_id"]) == {"sweep_int"}
+    assert list(scratch.iterdir()) == []  # the two copies were removed
+
+
+def test_ctrl_c_in_the_sweep_command_exits_130_and_names_the_sweep(
+    ws: Path, tmp_path: Path
+) -> None:
+    from harnessnb.chaos import Fault
+
+    path, scratch = tmp_path / "s.duckdb", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    with ChaosServer() as srv:
+        srv.set_default(Fault.hang(seconds=60))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "harnessnb", "sweep", "a", "b", "c", "--providers", "local",
+             "--base-url", srv.openai_url, "--concurrency", "2", "--workspace", str(ws),
+             "--store", str(path)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while len(srv.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # both runs in flight: waiting on the server
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert child.returncode == 130 and "Traceback" not in err
+    sweep_id = re.search(r"cancelled: sweep (sweep_\w+):", err).group(1)  # type: ignore[union-attr]
+    with hn.Store(path) as store:
+        runs = store.runs(sweep=sweep_id)
+    assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}  # the third never started
     assert list(scratch.iterdir()) == []  # the two copies were removed
 
 
