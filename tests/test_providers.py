@@ -247,6 +247,20 @@ async def test_idle_timeout_says_idle_and_deadline_says_deadline(
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
+async def test_the_wait_for_the_first_chunk_is_bounded_by_the_deadline_not_the_idle_timeout(
+    name: str, srv: ChaosServer
+) -> None:
+    # A reasoning model behind chat completions sends the headers, then nothing until it
+    # has thought (minutes): that is no stream gone silent between chunks.
+    srv.push(Fault.stall_stream(after_events=0, seconds=0.8))
+    done = await make(name, srv, timeout=5.0, idle_timeout=0.2).complete(HI, stream=True)
+    assert done.text == "hi"
+    srv.push(Fault.stall_stream(after_events=0, seconds=3.0))
+    late, _ = await fail(make(name, srv, timeout=0.4, idle_timeout=0.2), True)
+    assert late.kind is hn.ProviderErrorKind.TIMEOUT and "deadline" in late.message
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
 async def test_short_stall_within_idle_timeout_completes(name: str, srv: ChaosServer) -> None:
     srv.push(Fault.stall_stream(after_events=1, seconds=0.1))
     done = await make(name, srv, idle_timeout=2.0).complete(HI, stream=True)

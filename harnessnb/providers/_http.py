@@ -11,7 +11,9 @@ Time limits:
     * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
       of it, stream included). Exceeding it is ``timeout``.
     * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
-      stream that stalls fails after seconds, not after the 600 s deadline.
+      stream that stalls fails after seconds, not after the 600 s deadline. The
+      wait for the first chunk (a reasoning model sends nothing while it thinks)
+      has the deadline alone.
 
 Streaming: answers are streamed unless the provider was built with ``stream=False``
 (or a call passes ``stream=False``), so time-to-first-token is measured, a silent
@@ -421,14 +423,15 @@ class _Attempt:
     ) -> None:
         loop = asyncio.get_running_loop()
         idle = self.p._idle_timeout
-        self.idle_armed = True
-        timer.reschedule(min(deadline, loop.time() + idle))
         frames = SSEFrames()
         sink = text_sink()
         shown = False  # a piece of text went to the sink already
         chunks = response.aiter_bytes()
         received = 0
         async for chunk in chunks:
+            # Armed from the first chunk on: the wait for it (a reasoning model thinking
+            # sends nothing) is bounded by the deadline alone, as a whole answer's is.
+            self.idle_armed = True
             timer.reschedule(min(deadline, loop.time() + idle))
             received += len(chunk)
             if received > MAX_STREAM_BYTES:
