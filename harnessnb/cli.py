@@ -503,14 +503,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
     check_provider_options(args)
     prices = prices_from(args)
     store = _store(args)
+    recorded = _recorded_run(store, args.run_id)
     provider, note = provider_for_resume(
-        _recorded_run(store, args.run_id),
+        recorded,
         args.provider,
         model=args.model,
         base_url=args.base_url,
         fallbacks=args.fallback,
     )
-    if note:
+    if note and recorded is not None:  # an unknown run: resume says so, not the choice
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
