@@ -166,6 +166,18 @@ async def test_every_run_writes_its_own_copy_of_the_workspace(ws: Path, store: h
         assert not os.path.exists(folder)
 
 
+async def test_a_run_that_cannot_start_is_a_row_and_its_reason_is_logged(
+    ws: Path, store: hn.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.mkfifo(ws / "pipe")  # a workspace that cannot be copied
+    with caplog.at_level("WARNING", logger="harnessnb"):
+        result = await hn.sweep(["a", "b"], [hn.ScriptedProvider(lambda m: "done")],
+                                workspace=ws, store=store)  # fmt: skip
+    assert result.runs["error_kind"].tolist() == ["UNKNOWN", "UNKNOWN"]
+    told = [r.getMessage() for r in caplog.records if "could not run" in r.getMessage()]
+    assert len(told) == 2 and all("named pipe" in line for line in told)
+
+
 async def test_max_cost_usd_stops_launching_runs(ws: Path, store: hn.Store) -> None:
     # One attempt per run, a million input tokens at $1 per million: each run costs $1.
     paid = hn.ScriptedProvider(lambda m: "done", name="paid", model="paid-model",
