@@ -74,7 +74,7 @@ from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
 from .loop._durable import resume_sync
 from .loop._events import DELTA_TAIL
-from .rules._errors import HarnessError, wrap_unknown
+from .rules._errors import ConfigError, HarnessError, wrap_unknown
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
@@ -435,11 +435,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``harnessnb sweep TASK ... --providers a,b --workspace DIR``: exit 0 once every run
     ran (a failed run is a row of the sweep, not an error of the command)."""
+    from .loop._driver import new_id
     from .loop._sweep import sweep_sync
 
     kwargs = sweep_kwargs(args, "cli")
     contracts = [contract_from(args, task) for task in args.tasks]
     providers = providers_from(args)
+    kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
     def finished(event: RunEvent) -> None:
         if event.kind == "finished":
@@ -448,13 +450,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def ended(row: Any) -> None:  # a run on a cluster worker, told here
         _out(f"{row.run_id}: {row.outcome}", flush=True)
 
-    with cluster(args) as client:
-        if client is None:
-            result = sweep_sync(contracts, providers, store=_store(args), on_event=finished,
-                                **kwargs)  # fmt: skip
-        else:
-            result = sweep_sync(contracts, providers, executor=client, shards=args.shards,
-                                on_run=ended, **kwargs)  # fmt: skip
+    try:
+        with cluster(args) as client:
+            if client is None:
+                result = sweep_sync(contracts, providers, store=_store(args),
+                                    on_event=finished, **kwargs)  # fmt: skip
+            else:
+                result = sweep_sync(contracts, providers, executor=client,
+                                    shards=args.shards, on_run=ended, **kwargs)  # fmt: skip
+    except KeyboardInterrupt:
+        where = f"hn.Store.combine({args.shards!r})" if args.executor else "harnessnb runs"
+        _out(
+            f"\ncancelled: sweep {kwargs['sweep_id']}: the runs in flight are recorded "
+            f"cancelled and no other started (read them with `{where}`)",
+            file=sys.stderr,
+        )
+        raise
     _out(result.summary_text())
     return 0
 
@@ -492,14 +503,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
     check_provider_options(args)
     prices = prices_from(args)
     store = _store(args)
+    recorded = _recorded_run(store, args.run_id)
     provider, note = provider_for_resume(
-        _recorded_run(store, args.run_id),
+        recorded,
         args.provider,
         model=args.model,
         base_url=args.base_url,
         fallbacks=args.fallback,
     )
-    if note:
+    if note and recorded is not None:  # an unknown run: resume says so, not the choice
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
@@ -540,8 +552,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """``harnessnb failures [--by provider,kind]``."""
-    store = _store(args)
+    from .store._failures import FAILURE_GROUPS
+
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
+    bad = [c for c in by if c not in FAILURE_GROUPS]
+    if bad or len(set(by)) != len(by):  # a usage error, told before the store opens
+        raise ConfigError(
+            f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
+            f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
+        )
+    store = _store(args)
     table = store.failure_rates(by=by)
     if not len(table):
         _out(f"no attempts in {store.path}")

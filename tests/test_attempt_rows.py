@@ -185,10 +185,13 @@ async def test_a_cancel_during_the_retry_wait_keeps_the_failed_attempts(
 
 
 def test_base_url_rows_keep_no_credentials() -> None:
-    provider = hn.OpenAI("m", base_url="http://user:pw@127.0.0.1:9/v1?key=sk-x#f")
+    provider = hn.OpenAI("m", base_url="http://user:pw@127.0.0.1:9/v1")
     from harnessnb.loop._model_call import provider_url
+    from harnessnb.providers._completion import shown_url
 
     assert provider_url(provider) == "http://127.0.0.1:9/v1"
+    # a provider refuses a query (ConfigError); another's URL is still kept without it
+    assert shown_url("http://user:pw@127.0.0.1:9/v1?key=sk-x#f") == "http://127.0.0.1:9/v1"
     assert provider.name == "openai"
 
 

@@ -201,7 +201,9 @@ def test_an_unknown_run_is_a_resume_error_exit_1(
 ) -> None:
     code = cli.main(["resume", "run_nope", "--store", str(tmp_path / "s.duckdb")])
     assert code == 1
-    assert "ResumeError [RESUME_UNKNOWN_RUN]" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "ResumeError [RESUME_UNKNOWN_RUN]" in err
+    assert "note:" not in out  # no provider chosen for a run that is not there
 
 
 def test_resume_continues_an_escalated_run_to_success(
@@ -236,8 +238,12 @@ def test_runs_and_failures_read_the_store(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["provider", "attempts", "failures", "failure_rate"]
     assert lines[1].split()[:3] == ["demo", "6", "3"]
-    assert cli.main(["failures", "--store", path, "--by", "nope"]) == 1
-    assert "StoreError" in capsys.readouterr().err
+    # a column that is no group is a usage error (exit 2), told before the store opens
+    missing = str(tmp_path / "typo.duckdb")
+    assert cli.main(["failures", "--store", missing, "--by", "provider,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and "'nope'" in err and "provider, model, kind" in err
+    assert not os.path.exists(missing)
 
 
 def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
@@ -374,3 +380,26 @@ def test_resume_uses_the_provider_the_run_was_recorded_with() -> None:
     fallback_run = {"provider": "fallback(openai,anthropic)", "model": "m"}
     assert provider_for_resume(fallback_run, env=env)[0].name == "openrouter"
     assert provider_for_resume(None, env=env)[0].name == "openrouter"
+
+
+def test_resume_of_a_local_run_asks_its_server_again_with_no_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb.chaos import ChaosServer, Fault
+
+    path, ws = str(tmp_path / "s.duckdb"), make_demo_workspace(tmp_path / "ws")
+    with hn.set_testing(True), ChaosServer() as srv:
+        srv.set_default(Fault.status(503))
+        code = cli.main(["run", "say hi", "--provider", "local", "--base-url", srv.openai_url,
+                         "--workspace", str(ws), "--store", path])  # fmt: skip
+        assert code == 3  # escalated_retryable: resumable
+        run_id = re.search(r"started (run_\w+)", capsys.readouterr().out).group(1)  # type: ignore[union-attr]
+        srv.set_default(None)
+        asked = len(srv.requests)
+        assert cli.main(["resume", run_id, "--store", path]) == 0  # no --provider, no key
+        out = capsys.readouterr().out
+        assert len(srv.requests) > asked
+    assert "recorded with: local" in out and f"resumed {run_id} with local" in out
+    with hn.Store(path) as store:
+        attempts = store.attempts(run_id)
+    assert set(attempts["base_url"]) == {srv.openai_url}

@@ -500,3 +500,23 @@ async def test_concurrent_runs_share_one_waker_and_leave_none(tmp_path: Path) ->
     assert seen and set(seen) == {1}
     await asyncio.sleep(0)  # let the cancelled waker finish
     assert wakers() == 0
+
+
+async def test_a_run_cancelled_before_its_start_is_written_is_cancelled_not_a_store_error(
+    ws: Path, tmp_path: Path
+) -> None:
+    # Ctrl-C right after `harnessnb run` starts: the run row's write is still queued
+    # behind another write, so the cancelled run has no row to mark. The cancellation
+    # must stay a cancellation (not a "no run in the store" StoreError nobody reads).
+    from harnessnb.store._batch import WriteOp
+
+    store = hn.Store(tmp_path / "runs.duckdb")
+    gate = threading.Event()
+    store.submit(WriteOp("hold", lambda con, batch: gate.wait(10)))
+    task = asyncio.ensure_future(hn.run(contract(ws), hn.ScriptedProvider(["ok"]), store=store))
+    await asyncio.sleep(0.2)  # the run waits for its start commit, queued behind "hold"
+    threading.Timer(0.2, gate.set).start()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(store.runs()) == 0  # the queued start was dropped: no run, nothing lost

@@ -247,6 +247,20 @@ async def test_idle_timeout_says_idle_and_deadline_says_deadline(
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
+async def test_the_wait_for_the_first_chunk_is_bounded_by_the_deadline_not_the_idle_timeout(
+    name: str, srv: ChaosServer
+) -> None:
+    # A reasoning model behind chat completions sends the headers, then nothing until it
+    # has thought (minutes): that is no stream gone silent between chunks.
+    srv.push(Fault.stall_stream(after_events=0, seconds=0.8))
+    done = await make(name, srv, timeout=5.0, idle_timeout=0.2).complete(HI, stream=True)
+    assert done.text == "hi"
+    srv.push(Fault.stall_stream(after_events=0, seconds=3.0))
+    late, _ = await fail(make(name, srv, timeout=0.4, idle_timeout=0.2), True)
+    assert late.kind is hn.ProviderErrorKind.TIMEOUT and "deadline" in late.message
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
 async def test_short_stall_within_idle_timeout_completes(name: str, srv: ChaosServer) -> None:
     srv.push(Fault.stall_stream(after_events=1, seconds=0.1))
     done = await make(name, srv, idle_timeout=2.0).complete(HI, stream=True)
@@ -581,3 +595,23 @@ def test_names_hosts_and_with_timeout() -> None:
 def test_bad_base_url_is_a_config_error() -> None:
     with pytest.raises(hn.ConfigError, match="base_url"):
         hn.OpenAI("m", base_url="ftp://example.com/v1")
+    # A query or fragment would end up in front of the path harnessnb appends (a 404
+    # that looks like the server's fault): refused up front, without showing the query.
+    for url in ("http://127.0.0.1:8000/v1?key=qk-secret-123456", "http://h/v1#x"):
+        for cls in (hn.OpenAI, hn.Anthropic):
+            with pytest.raises(hn.ConfigError, match="query or fragment") as caught:
+                cls("m", base_url=url)
+            assert "qk-secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("cls", [hn.OpenAI, hn.Anthropic])
+def test_a_key_carried_in_the_base_url_is_in_no_repr_and_scrubbed(cls: Any) -> None:
+    # A proxy's credentials in the URL (user:password@host) are a key too: the repr
+    # (shown in a notebook cell, saved in the .ipynb) keeps the server, not them.
+    from harnessnb.rules._secrets import scrub
+
+    secret = "pw-Zq93hunter2xyzw"
+    p = cls("m", base_url=f"https://bob:{secret}@proxy.example:8443/v1")
+    assert secret not in repr(p) and secret not in str(p)
+    assert "proxy.example:8443/v1" in repr(p)
+    assert secret not in scrub(f"could not reach https://bob:{secret}@proxy.example:8443")

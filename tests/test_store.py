@@ -649,3 +649,22 @@ def test_stores_on_one_path_share_one_connection_across_threads(tmp_path: Path) 
     a.close()
     assert b.get_run("t0") is not None  # b still holds the shared database
     b.close()
+
+
+def test_ctrl_c_during_a_query_is_a_keyboard_interrupt_and_the_store_goes_on(
+    tmp_path: Path,
+) -> None:
+    # DuckDB turns a SIGINT during a query on the main thread into RuntimeError("Query
+    # interrupted"); a Ctrl-C must stay a Ctrl-C (the command's exit 130, a notebook
+    # cell's interrupt), not an unknown error.
+    import signal
+
+    store = hn.Store(tmp_path / "runs.duckdb")
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.sql("SELECT count(*) FROM range(100000000000) t(a) WHERE a % 7 = 3")
+    finally:
+        timer.join()
+    assert len(store.runs()) == 0

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,18 @@ async def test_every_run_writes_its_own_copy_of_the_workspace(ws: Path, store: h
         assert not os.path.exists(folder)
 
 
+async def test_a_run_that_cannot_start_is_a_row_and_its_reason_is_logged(
+    ws: Path, store: hn.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.mkfifo(ws / "pipe")  # a workspace that cannot be copied
+    with caplog.at_level("WARNING", logger="harnessnb"):
+        result = await hn.sweep(["a", "b"], [hn.ScriptedProvider(lambda m: "done")],
+                                workspace=ws, store=store)  # fmt: skip
+    assert result.runs["error_kind"].tolist() == ["UNKNOWN", "UNKNOWN"]
+    told = [r.getMessage() for r in caplog.records if "could not run" in r.getMessage()]
+    assert len(told) == 2 and all("named pipe" in line for line in told)
+
+
 async def test_max_cost_usd_stops_launching_runs(ws: Path, store: hn.Store) -> None:
     # One attempt per run, a million input tokens at $1 per million: each run costs $1.
     paid = hn.ScriptedProvider(lambda m: "done", name="paid", model="paid-model",
@@ -179,6 +192,29 @@ async def test_max_cost_usd_stops_launching_runs(ws: Path, store: hn.Store) -> N
     assert [r.outcome for r in result.records][3:] == [None, None]
     assert len(store.runs(sweep=result.sweep_id)) == 3
     assert "3/5" in result.summary_text() and "max_cost_usd" in result.summary_text()
+
+
+async def test_a_spend_that_cannot_be_priced_stops_launching_under_max_cost_usd(
+    ws: Path, store: hn.Store
+) -> None:
+    # A model with no known price: its runs' cost is NULL, so the sweep cannot tell its
+    # spend. Under max_cost_usd it starts no more runs rather than spend unbounded (as
+    # a run's own max_cost_usd does); a run that used no tokens spent nothing.
+    unpriced = hn.ScriptedProvider(lambda m: "done", name="acme", model="mystery-model",
+                                   tokens_per_reply=(10**6, 0))  # fmt: skip
+    prices = hn.Prices(local_free=False)  # "scripted" would be free otherwise
+    tasks = [f"task {i}" for i in range(4)]
+    result = await hn.sweep(
+        tasks, [unpriced], workspace=ws, concurrency=1, store=store, prices=prices,
+        max_cost_usd=100.0,
+    )  # fmt: skip
+    assert result.runs["cost_usd"].isna().all() and len(result.runs) == 1
+    assert result.stopped == "max_cost_usd"
+    assert [r.outcome for r in result.records][1:] == [None, None, None]
+    free = await hn.sweep(["a", "b"], [hn.ScriptedProvider(lambda m: hn.ProviderError(
+        "down", kind=hn.ProviderErrorKind.TERMINAL))], workspace=ws, concurrency=1,
+        store=store, max_cost_usd=1.0)  # fmt: skip
+    assert free.stopped is None and len(free.runs) == 2  # failed runs: no tokens, no spend
 
 
 async def test_cancelling_a_sweep_cancels_the_runs_in_flight(ws: Path, store: hn.Store) -> None:
@@ -426,6 +462,39 @@ def test_ctrl_c_in_sweep_sync_cancels_the_runs_in_flight(ws: Path, tmp_path: Pat
         runs = store.runs()
     assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
     assert set(runs["sweep_id"]) == {"sweep_int"}
+    assert list(scratch.iterdir()) == []  # the two copies were removed
+
+
+def test_ctrl_c_in_the_sweep_command_exits_130_and_names_the_sweep(
+    ws: Path, tmp_path: Path
+) -> None:
+    from harnessnb.chaos import Fault
+
+    path, scratch = tmp_path / "s.duckdb", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    with ChaosServer() as srv:
+        srv.set_default(Fault.hang(seconds=60))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "harnessnb", "sweep", "a", "b", "c", "--providers", "local",
+             "--base-url", srv.openai_url, "--concurrency", "2", "--workspace", str(ws),
+             "--store", str(path)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while len(srv.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # both runs in flight: waiting on the server
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert child.returncode == 130 and "Traceback" not in err
+    sweep_id = re.search(r"cancelled: sweep (sweep_\w+):", err).group(1)  # type: ignore[union-attr]
+    with hn.Store(path) as store:
+        runs = store.runs(sweep=sweep_id)
+    assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}  # the third never started
     assert list(scratch.iterdir()) == []  # the two copies were removed
 
 

@@ -335,3 +335,32 @@ def test_executor_local_starts_workers_here_and_stops_them(
     while set(multiprocessing.active_children()) - before:
         assert time.monotonic() < deadline, multiprocessing.active_children()
         time.sleep(0.05)
+
+
+def test_ctrl_c_on_a_terminal_stops_the_command_sweep_on_local_workers_without_tracebacks(
+    ws: Path, tmp_path: Path
+) -> None:
+    # A terminal's Ctrl-C reaches the whole process group, the worker processes of
+    # `--executor local` too: they leave the cancelling to the sweep (no traceback each).
+    shards = tmp_path / "shards"
+    with ChaosServer() as srv:
+        srv.set_default(Fault.hang(seconds=60))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "harnessnb", "sweep", "a", "b", "c", "--providers", "local",
+             "--base-url", srv.openai_url, "--concurrency", "2", "--workspace", str(ws),
+             "--executor", "local", "--shards", str(shards)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while len(srv.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # both runs in flight on the workers
+            os.killpg(child.pid, signal.SIGINT)  # as a terminal does
+            out, _ = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 130, out
+    assert "Traceback" not in out and "cancelled: sweep sweep_" in out
+    runs = hn.Store.combine(shards).runs()
+    assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}

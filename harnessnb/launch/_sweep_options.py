@@ -166,7 +166,8 @@ def cluster(args: argparse.Namespace) -> Iterator[Any]:
     try:
         if address == "local":
             # loopback only, any free port (its status page; 8787 may be taken)
-            client = connect(processes=True, dashboard_address="127.0.0.1:0")
+            with _deaf_to_ctrl_c():
+                client = connect(processes=True, dashboard_address="127.0.0.1:0")
         else:
             client = connect(address, timeout=10)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -175,3 +176,22 @@ def cluster(args: argparse.Namespace) -> Iterator[Any]:
         yield client
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def _deaf_to_ctrl_c() -> Iterator[None]:
+    """Processes started in the block ignore SIGINT (Python keeps an ignored SIGINT
+    ignored). Ctrl-C on a terminal reaches the whole process group: the worker
+    processes of ``--executor local`` would die printing tracebacks, when the sweep
+    cancels their runs itself (the cancel marker) and closes them."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -474,9 +474,9 @@ class Driver(StepTools):
                 raise
             return await self.store_gave_out(exc)  # busy or full past the run's time
         except asyncio.CancelledError:
-            # Record the cancellation synchronously: the task is being torn down. A
-            # pending approval is recorded as not answered (the run's error). A store
-            # still busy or full leaves it unrecorded; the unrenewed lease expires.
+            # Record the cancellation synchronously (the task is being torn down); a
+            # pending approval as not answered. A store busy or full leaves it unrecorded
+            # (the lease expires); a run whose start was never written has no row.
             lease, self.lease = self.lease, None
             try:
                 self.model_calls.rows.settle_now()
@@ -489,7 +489,7 @@ class Driver(StepTools):
                     release=True,
                 )
             except StoreError as exc:
-                if not exc.retryable:
+                if not exc.retryable and exc.kind != "missing":
                     raise
             raise
         finally:

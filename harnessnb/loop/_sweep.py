@@ -4,9 +4,9 @@ Each run is an ordinary ``hn.run`` in the store, its ``sweep_id`` set, in a copy
 its task's workspace made for it (runs never share a folder; the template is never
 written). At most ``concurrency`` runs are driven at once (a semaphore); a run that
 fails is a row of the result, never the end of the sweep. ``max_cost_usd`` stops
-launching runs once the finished runs' spend reaches it. Cancelling the sweep
-(Ctrl-C in ``sweep_sync``) cancels the runs in flight, each recorded ``cancelled``,
-and starts no other.
+launching runs once the finished runs' spend reaches it (or cannot be priced).
+Cancelling the sweep (Ctrl-C in ``sweep_sync``) cancels the runs in flight, each
+recorded ``cancelled``, and starts no other.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ async def sweep(
             every run (events carry their run's ``run_id``).
         keep_workspaces: Keep each run's copy of its workspace (its path is the run's
             ``workspace`` in the store); by default each is removed after its run.
-        max_cost_usd: Start no run once the finished runs' spend reaches this.
+        max_cost_usd: Start no run once the finished runs' spend reaches this, or
+            cannot be priced (tokens of a model with no known price).
         sweep_id: Use this id instead of a fresh one (known before the sweep ends,
             e.g. to read a cancelled sweep's runs from the store).
         on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
@@ -158,7 +159,7 @@ async def _run_here(
             if plan.over_budget():
                 return unstarted
             row = await one_run(contract, name, provider, repeat, keep, options)
-        plan.spent += row.cost_usd or 0.0
+        plan.spent += row.spend
         if on_run is not None:
             try:
                 on_run(row)

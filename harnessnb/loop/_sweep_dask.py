@@ -191,7 +191,7 @@ async def sweep_on_cluster(
             if row.outcome is None:
                 continue  # cancelled before it started
             rows[i] = row
-            spent[0] += row.cost_usd or 0.0
+            spent[0] += row.spend
             loop.call_soon_threadsafe(delivered, row)
             launch()
 

@@ -4,6 +4,7 @@ rates, and a summary table (text and HTML) per provider."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -54,6 +55,16 @@ class SweepRun:
     retries: int = 0
     run_id: str | None = None
     shard: str | None = None
+
+    @property
+    def spend(self) -> float:
+        """What the run adds to its sweep's spend (``max_cost_usd``): its cost; nothing
+        when it used no tokens; without end when it used tokens no price is known for
+        (the spend cannot be checked: no more runs start, as a run's ``max_cost_usd``
+        ends it)."""
+        if self.cost_usd is not None:
+            return self.cost_usd
+        return math.inf if self.tokens else 0.0
 
 
 @dataclasses.dataclass(frozen=True)

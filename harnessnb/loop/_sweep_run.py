@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from ._result import RunResult
 
 __all__ = ["crashed", "one_run"]
+
+_log = logging.getLogger("harnessnb.sweep")
 
 
 async def one_run(
@@ -61,6 +64,9 @@ def crashed(
     run_id: str,
     exc: HarnessError,
 ) -> SweepRun:
+    # The row keeps the error's kind alone: its text goes to the log (a crash would
+    # otherwise be "UNKNOWN" and nothing more), scrubbed like every harnessnb log line.
+    _log.warning("sweep: %s (%s, repeat %d) could not run: %s", run_id, name, repeat, exc)
     outcome = RunOutcome.ESCALATED_TERMINAL.value
     return SweepRun(contract.task, name, provider.model, repeat, outcome,
                     error_kind=_error_kind(exc), run_id=run_id)  # fmt: skip

@@ -11,7 +11,9 @@ Time limits:
     * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
       of it, stream included). Exceeding it is ``timeout``.
     * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
-      stream that stalls fails after seconds, not after the 600 s deadline.
+      stream that stalls fails after seconds, not after the 600 s deadline. The
+      wait for the first chunk (a reasoning model sends nothing while it thinks)
+      has the deadline alone.
 
 Streaming: answers are streamed unless the provider was built with ``stream=False``
 (or a call passes ``stream=False``), so time-to-first-token is measured, a silent
@@ -59,6 +61,7 @@ from ._completion import (
     Messages,
     ToolSpecs,
     report_attempt,
+    shown_url,
     text_sink,
 )
 from ._wire import (
@@ -152,8 +155,12 @@ class HTTPProvider(abc.ABC):
             raise ConfigError(f"{self.NAME}: a model name is required")
         self._model = model
         self._base_url = (base_url or self.DEFAULT_BASE_URL).rstrip("/")
-        if urlsplit(self._base_url).scheme not in ("http", "https"):
+        parts = urlsplit(self._base_url)
+        if parts.scheme not in ("http", "https"):
             raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
+        if parts.query or parts.fragment:  # the path is appended to it: it would follow them
+            raise ConfigError(f"{self.NAME}: base_url {shown_url(self._base_url)!r} may not "
+                              "carry a query or fragment (pass headers= for a key)")  # fmt: skip
         if api_key:  # a key read from a file ends in a newline, which breaks the header
             if not (api_key := api_key.strip()):
                 raise ConfigError(f"{self.NAME}: api_key= holds only whitespace",
@@ -169,6 +176,7 @@ class HTTPProvider(abc.ABC):
                 )
         self._api_key = api_key or None
         register(self._api_key)
+        register(urlsplit(self._base_url).password)  # a proxy's key in user:password@
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         self._stream = bool(stream)
@@ -257,9 +265,11 @@ class HTTPProvider(abc.ABC):
         return new
 
     def __repr__(self) -> str:
-        # Cheap and secret-free: the key is never part of the repr.
+        # Cheap and secret-free: the key is never part of the repr, nor the URL's
+        # user, password or query (``shown_url``).
+        url = shown_url(self._base_url)
         return (
-            f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, "
+            f"{type(self).__name__}(model={self._model!r}, base_url={url!r}, "
             f"timeout={self._timeout:g}{'' if self._stream else ', stream=False'})"
         )
 
@@ -413,14 +423,15 @@ class _Attempt:
     ) -> None:
         loop = asyncio.get_running_loop()
         idle = self.p._idle_timeout
-        self.idle_armed = True
-        timer.reschedule(min(deadline, loop.time() + idle))
         frames = SSEFrames()
         sink = text_sink()
         shown = False  # a piece of text went to the sink already
         chunks = response.aiter_bytes()
         received = 0
         async for chunk in chunks:
+            # Armed from the first chunk on: the wait for it (a reasoning model thinking
+            # sends nothing) is bounded by the deadline alone, as a whole answer's is.
+            self.idle_armed = True
             timer.reschedule(min(deadline, loop.time() + idle))
             received += len(chunk)
             if received > MAX_STREAM_BYTES:

@@ -197,5 +197,5 @@ class _ScrubLogs(logging.Filter):
 
 
 # Filters do not follow propagation: each logger harnessnb logs through gets one.
-for _name in ("harnessnb", "harnessnb.tools"):
+for _name in ("harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices"):
     logging.getLogger(_name).addFilter(_ScrubLogs())

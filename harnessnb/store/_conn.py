@@ -124,9 +124,9 @@ class SharedDb:
         """The open connection, held under the lock for the duration of the block.
 
         Driver errors leave as ``StoreError``; a broken connection is dropped so the
-        next use reopens the file.
+        next use reopens the file. A Ctrl-C during a query leaves as KeyboardInterrupt.
         """
-        with self._lock:
+        with _interrupts(), self._lock:
             con = self._con if self._con is not None else self._open(busy_timeout_s)
             try:
                 yield con
@@ -469,6 +469,18 @@ def _migrated_copy(path: str) -> duckdb.DuckDBPyConnection:
         con.close()
         raise
     return con
+
+
+@contextlib.contextmanager
+def _interrupts() -> Iterator[None]:
+    """DuckDB turns a SIGINT during a query on the main thread into
+    ``RuntimeError("Query interrupted")``: give it back as the KeyboardInterrupt it was."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if str(exc) != "Query interrupted":
+            raise
+        raise KeyboardInterrupt from exc
 
 
 def store_error(exc: duckdb.Error, path: str) -> StoreError:

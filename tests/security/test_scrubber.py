@@ -133,6 +133,29 @@ def test_log_records_and_their_tracebacks_are_scrubbed(
     assert "[redacted]" in caplog.text
 
 
+def test_every_logger_harnessnb_logs_through_scrubs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Filters do not follow propagation: a logger without its own filter (a sweep's
+    # "on_run raised" traceback, say) would hand its record to the handlers unscrubbed.
+    import re
+    from pathlib import Path
+
+    import harnessnb
+
+    root = Path(harnessnb.__file__).parent
+    names = {m for f in root.rglob("*.py")
+             for m in re.findall(r'getLogger\("([\w.]+)"\)', f.read_text())}  # fmt: skip
+    assert {"harnessnb", "harnessnb.sweep", "harnessnb.prices"} <= names
+    monkeypatch.setenv("HN_TEST_API_KEY", ENV_CANARY)
+    for name in sorted(names):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="harnessnb"):
+            logging.getLogger(name).warning("failed with %s", ENV_CANARY)
+        assert caplog.records, name
+        assert ENV_CANARY not in caplog.text, name
+
+
 def test_progress_words_and_cards_of_any_text_are_scrubbed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
