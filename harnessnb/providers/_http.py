@@ -176,7 +176,7 @@ class HTTPProvider(abc.ABC):
                 )
         self._api_key = api_key or None
         register(self._api_key)
-        register(urlsplit(self._base_url).password)  # a proxy's key in user:password@
+        register(parts.password)  # a proxy's key in user:password@
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         self._stream = bool(stream)
