@@ -32,7 +32,7 @@ from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
+from ._store_wait import close_opened, gave_out_outcome, open_patiently, patiently, unopened_result
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
@@ -519,7 +519,9 @@ async def run(
         contract: The task, workspace, verification and budgets.
         provider: Any provider (``hn.OpenAI``, ``hn.Fallback(...)``, ``hn.ScriptedProvider``).
         store: Where the run is recorded: a ``Store`` or a path; None means the
-            default file store (``$HARNESSNB_STORE`` or ./runs.duckdb).
+            default file store (``$HARNESSNB_STORE`` or ./runs.duckdb). A store
+            opened here from a path (or the default) is closed when the run ends;
+            a ``Store`` given stays open.
         policy: None means ``Policy.default()``; provider hosts are allowed by an
             implicit layer beneath it.
         approver: Decides ``ask`` verdicts. None: the notebook widget when a frontend
@@ -546,34 +548,28 @@ async def run(
         if not exc.retryable:
             raise
         return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-    driver = Driver(
-        contract,
-        provider,
-        store=opened,
-        policy=policy if policy is not None else Policy.default(),
-        approver=approver,
-        tools=tools,
-        on_event=on_event,
-        clock=clock,
-        run_id=run_id,
-        prices=prices,
-    )
-    driver.sweep_id = sweep_id
     try:
-        return await driver.drive()
-    except (asyncio.CancelledError, HarnessError):
-        raise
-    except Exception as exc:  # a bug: keep the run on record, surface it typed
-        err = wrap_unknown(exc)
+        driver = Driver(contract, provider, store=opened, approver=approver, tools=tools,
+                        policy=policy if policy is not None else Policy.default(),
+                        on_event=on_event, clock=clock, run_id=run_id, prices=prices)  # fmt: skip
+        driver.sweep_id = sweep_id
         try:
-            driver.store.finish_run(
-                driver.run_id,
-                outcome=RunOutcome.ESCALATED_TERMINAL.value,
-                finished_at=driver.clock.time(),
-                error=err.to_dict(),
-            )
-        finally:
-            raise err from exc
+            return await driver.drive()
+        except (asyncio.CancelledError, HarnessError):
+            raise
+        except Exception as exc:  # a bug: keep the run on record, surface it typed
+            err = wrap_unknown(exc)
+            try:
+                driver.store.finish_run(
+                    driver.run_id,
+                    outcome=RunOutcome.ESCALATED_TERMINAL.value,
+                    finished_at=driver.clock.time(),
+                    error=err.to_dict(),
+                )
+            finally:
+                raise err from exc
+    finally:
+        await close_opened(opened, store)  # opened here (a path, the default): closed
 
 
 _approver_factory: Any = None
