@@ -1,5 +1,5 @@
 """A script that starts a run on harnessnb's loop thread and lets the interpreter exit
-while the run is still writing (as a script or a kernel that ends mid-run does).
+mid-run (as a script or a kernel that ends mid-run does).
 
     python exit_mid_run.py STORE WORKSPACE SECONDS [store|path|default] [writing|waiting]
 
