@@ -21,6 +21,12 @@ stream is cut by the idle timeout and each piece of text goes to ``report_text``
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
 
+Usage: every answer that arrived (a 2xx response, used or not) is billed, so its
+attempt carries tokens: those the answer reported, or, when it reported none, an
+estimate (``estimate_usage``: about four characters a token, the request's JSON for
+input and the answer's text and tool calls for output), flagged ``estimated``. A
+failure without an answer (an error status, a dropped connection) carries none.
+
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
 error message, and so the error of attempt rows, run rows and cards, is cut to
@@ -60,6 +66,7 @@ from ._completion import (
     Completion,
     Messages,
     ToolSpecs,
+    Usage,
     report_attempt,
     shown_url,
     text_sink,
@@ -74,6 +81,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "DEFAULT_IDLE_TIMEOUT",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_TEXT",
@@ -81,6 +89,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "HTTPProvider",
     "aclose_client",
+    "estimate_usage",
     "new_client",
     "seconds",
     "shared_client",
@@ -325,6 +334,23 @@ class HTTPProvider(abc.ABC):
         return None
 
 
+CHARS_PER_TOKEN = 4
+"""The estimate's rule of thumb: about four characters of English text (or JSON) a token."""
+
+
+def estimate_usage(request_bytes: int, answer_chars: int) -> Usage:
+    """Tokens of an answer that reported none: its request's JSON bytes and its answer's
+    characters (text and tool calls) at ``CHARS_PER_TOKEN``, rounded up; ``estimated``."""
+    return Usage(
+        -(-request_bytes // CHARS_PER_TOKEN), -(-answer_chars // CHARS_PER_TOKEN), estimated=True
+    )
+
+
+def _answer_chars(parsed: Parsed) -> int:
+    calls = sum(len(c.name) + len(json.dumps(c.arguments)) for c in parsed.tool_calls)
+    return len(parsed.text) + calls
+
+
 class _Attempt:
     """One HTTP attempt of one provider: send, read, classify, time and report."""
 
@@ -339,6 +365,7 @@ class _Attempt:
         self.ttft_ms: float | None = None
         self.idle_armed = False
         self.stream_refused = False  # the server said no to streaming
+        self.streamed_chars = 0  # answer text a stream brought so far (for an estimate)
 
     async def run(self) -> Completion:
         loop = asyncio.get_running_loop()
@@ -371,18 +398,28 @@ class _Attempt:
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
             scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message) from exc.__cause__
+            raise self._fail(exc.kind, exc.message, exc.usage) from exc.__cause__
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
             raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
         if not parsed.text and not parsed.tool_calls:
+            usage = self._billed(parsed.usage, 0)
+            said = "estimated" if usage.estimated else "reported"
             raise self._fail(
                 ProviderErrorKind.MALFORMED,
                 "answer holds neither text nor a tool call "
-                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
+                f"({usage.input_tokens} input, {usage.output_tokens} output tokens {said})",
+                usage,
             )
         return self._succeed(parsed)
+
+    def _billed(self, usage: Usage | None, answer_chars: int) -> Usage:
+        """What an answer that arrived cost: its reported usage, else an estimate."""
+        if usage is not None:
+            return usage
+        request_bytes = len(json.dumps(self.body, ensure_ascii=False).encode())
+        return estimate_usage(request_bytes, answer_chars)
 
     async def _send(self) -> Parsed:
         client = shared_client()
@@ -439,6 +476,7 @@ class _Attempt:
             for event, data in frames.feed(chunk):
                 if acc.feed(event, data) and self.ttft_ms is None:
                     self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                self.streamed_chars += len(acc.fresh)
                 if sink is not None and acc.fresh:
                     # A listener's failure is its own (the loop's logs it), never the answer's.
                     with contextlib.suppress(Exception):
@@ -490,9 +528,14 @@ class _Attempt:
         reason = httpx2.codes.get_reason_phrase(status)
         return self._fail(kind, f"HTTP {status} {reason}: {detail}")
 
-    def _fail(self, kind: ProviderErrorKind, text: str) -> ProviderError:
+    def _fail(
+        self, kind: ProviderErrorKind, text: str, usage: Usage | None = None
+    ) -> ProviderError:
         latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
+        # An answer that arrived was billed, used or not; an error status was not.
+        answered = self.status is not None and 200 <= self.status < 300
+        billed = self._billed(usage, self.streamed_chars) if answered else None
         headers = self.headers
         # Retry-After and x-should-retry mean something only on a response that failed.
         retry_after = parse_retry_after(headers) if headers else None
@@ -519,6 +562,7 @@ class _Attempt:
                 latency_ms=latency,
                 ttft_ms=self.ttft_ms,
                 base_url=p._base_url,
+                usage=billed,
             )
         )
         return err
@@ -530,7 +574,7 @@ class _Attempt:
         completion = Completion(
             text=parsed.text,
             tool_calls=parsed.tool_calls,
-            usage=parsed.usage,
+            usage=self._billed(parsed.usage, _answer_chars(parsed)),
             finish_reason=parsed.finish_reason,
             provider=p._name,
             model=p._model,
