@@ -192,9 +192,11 @@ class Driver(StepTools):
         if lease is not None:
             await self.patient(lambda: self.store.queued.release_lease(lease))
 
-    async def start(self) -> RunResult | None:
+    async def begin(self) -> None:
+        """Write the run row and take its lease, in one commit: a run is never
+        recorded undriven. From here the run is in the store (``run`` shows no id
+        before, and records an interrupt after)."""
         self.conversation = Conversation(initial_messages(self.contract))
-        # The run row and its lease in one commit: a run is never recorded undriven.
         row = {
             "run_id": self.run_id,
             "task": self.contract.task,
@@ -212,6 +214,12 @@ class Driver(StepTools):
                 row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
+
+    async def start(self) -> RunResult | None:
+        """The ``started`` event (the row written first, unless ``begin`` wrote it),
+        then the egress check: a provider the policy denies ends the run ``denied``."""
+        if self.lease is None:
+            await self.begin()
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
         if refusal is not None:
@@ -397,6 +405,25 @@ class Driver(StepTools):
         self.lease = None
         return await self.finished(outcome, error)
 
+    def record_cancelled(self) -> None:
+        """Record the run ``cancelled`` synchronously (its task is being torn down); a
+        pending approval as not answered. A store busy or full leaves it unrecorded
+        (the lease expires); a run whose start was never written has no row."""
+        lease, self.lease = self.lease, None
+        try:
+            self.model_calls.rows.settle_now()
+            self.store.finish_run(
+                self.run_id,
+                outcome=RunOutcome.CANCELLED.value,
+                finished_at=self.clock.time(),
+                error=self._unanswered(),
+                lease=lease,
+                release=True,
+            )
+        except StoreError as exc:
+            if not exc.retryable and exc.kind != "missing":
+                raise
+
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
 
@@ -451,15 +478,14 @@ class Driver(StepTools):
             commands=containment(),
         )
 
-    async def drive(self, pending: PendingStep | None = None) -> RunResult:
-        """Start the run (unless a resume holds its lease already) and take steps until
-        an outcome; a cancellation is recorded as ``cancelled`` and re-raised."""
+    async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:
+        """Start the run (``fresh``: its row written by ``begin``; else unless a resume
+        holds its lease already) and take steps until an outcome; a cancellation is
+        recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
-        awake = None
-        if threading.current_thread() is threading.main_thread():
-            awake = stay_awake()
+        awake = _awake_on_main_thread()
         try:
-            ended = await self.start() if self.lease is None else None
+            ended = await self.start() if fresh or self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
             if ended is None and pending is not None:
                 ended = await self.take_step(pending)
@@ -474,23 +500,7 @@ class Driver(StepTools):
                 raise
             return await self.store_gave_out(exc)  # busy or full past the run's time
         except asyncio.CancelledError:
-            # Record the cancellation synchronously (the task is being torn down); a
-            # pending approval as not answered. A store busy or full leaves it unrecorded
-            # (the lease expires); a run whose start was never written has no row.
-            lease, self.lease = self.lease, None
-            try:
-                self.model_calls.rows.settle_now()
-                self.store.finish_run(
-                    self.run_id,
-                    outcome=RunOutcome.CANCELLED.value,
-                    finished_at=self.clock.time(),
-                    error=self._unanswered(),
-                    lease=lease,
-                    release=True,
-                )
-            except StoreError as exc:
-                if not exc.retryable and exc.kind != "missing":
-                    raise
+            self.record_cancelled()
             raise
         finally:
             if renewer is not None:
@@ -540,27 +550,57 @@ async def run(
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
+
+    async def begin() -> Driver | RunResult:
+        try:
+            opened = await open_patiently(store, contract.budget_seconds, clock)
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
+        driver = Driver(
+            contract,
+            provider,
+            store=opened,
+            policy=policy if policy is not None else Policy.default(),
+            approver=approver,
+            tools=tools,
+            on_event=on_event,
+            clock=clock,
+            run_id=run_id,
+            prices=prices,
+        )
+        driver.sweep_id = sweep_id
+        try:
+            await driver.begin()
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            return await driver.store_gave_out(exc)  # busy or full past the run's time
+        return driver
+
+    # The start (open the store, build the driver, write the run row) is one piece
+    # an interrupt does not cut: a face shows the run's id once it is begun, so an
+    # interrupt at any moment must leave a run that ``resume`` finds.
+    beginning = asyncio.ensure_future(begin())
+    awake = _awake_on_main_thread()
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
-    except StoreError as exc:
-        if not exc.retryable:
-            raise
-        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-    driver = Driver(
-        contract,
-        provider,
-        store=opened,
-        policy=policy if policy is not None else Policy.default(),
-        approver=approver,
-        tools=tools,
-        on_event=on_event,
-        clock=clock,
-        run_id=run_id,
-        prices=prices,
-    )
-    driver.sweep_id = sweep_id
+        begun = await asyncio.shield(beginning)
+    except asyncio.CancelledError:
+        await _cancelled_in_start(beginning)
+        raise
+    except HarnessError:
+        raise
+    except Exception as exc:  # a bug: surfaced typed (no row was written to end)
+        raise wrap_unknown(exc) from exc
+    finally:
+        if awake is not None:
+            awake()
+    if isinstance(begun, RunResult):
+        return begun
+    driver = begun
     try:
-        return await driver.drive()
+        return await driver.drive(fresh=True)
     except (asyncio.CancelledError, HarnessError):
         raise
     except Exception as exc:  # a bug: keep the run on record, surface it typed
@@ -574,6 +614,29 @@ async def run(
             )
         finally:
             raise err from exc
+
+
+def _awake_on_main_thread() -> Callable[[], None] | None:
+    """Keep a main-thread loop woken while a run is awaited on it (``stay_awake``:
+    an interrupt gets through at once); its stop, or None on another thread."""
+    if threading.current_thread() is threading.main_thread():
+        return stay_awake()
+    return None
+
+
+async def _cancelled_in_start(beginning: asyncio.Future[Driver | RunResult]) -> None:
+    """An interrupt came during the start: let the start end (opening the store and
+    writing one row take moments), then record the run ``cancelled``. A second
+    interrupt stops the wait; a start that failed leaves the interrupt to report."""
+    try:
+        begun = await asyncio.shield(beginning)
+    except asyncio.CancelledError:
+        beginning.cancel()
+        return
+    except Exception:  # the start's own error: the interrupt is what the caller asked
+        return
+    if isinstance(begun, Driver):
+        begun.record_cancelled()
 
 
 _approver_factory: Any = None
