@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,16 +22,16 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
-from ._bridge import stay_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
+from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
+from ._store_wait import gave_out_outcome, patiently
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
@@ -193,9 +192,7 @@ class Driver(StepTools):
             await self.patient(lambda: self.store.queued.release_lease(lease))
 
     async def begin(self) -> None:
-        """Write the run row and take its lease, in one commit: a run is never
-        recorded undriven. From here the run is in the store (``run`` shows no id
-        before, and records an interrupt after)."""
+        """The run row and its lease in one commit: a run is never recorded undriven."""
         self.conversation = Conversation(initial_messages(self.contract))
         row = {
             "run_id": self.run_id,
@@ -406,9 +403,8 @@ class Driver(StepTools):
         return await self.finished(outcome, error)
 
     def record_cancelled(self) -> None:
-        """Record the run ``cancelled`` synchronously (its task is being torn down); a
-        pending approval as not answered. A store busy or full leaves it unrecorded
-        (the lease expires); a run whose start was never written has no row."""
+        """Record the run ``cancelled`` now (its task is being torn down), a pending
+        approval as not answered; a store busy or full leaves it to its lease's expiry."""
         lease, self.lease = self.lease, None
         try:
             self.model_calls.rows.settle_now()
@@ -483,7 +479,7 @@ class Driver(StepTools):
         holds its lease already) and take steps until an outcome; a cancellation is
         recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
-        awake = _awake_on_main_thread()
+        awake = awake_on_main_thread()
         try:
             ended = await self.start() if fresh or self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
@@ -550,52 +546,16 @@ async def run(
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
+    policy = policy if policy is not None else Policy.default()
 
-    async def begin() -> Driver | RunResult:
-        try:
-            opened = await open_patiently(store, contract.budget_seconds, clock)
-        except StoreError as exc:
-            if not exc.retryable:
-                raise
-            return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-        driver = Driver(
-            contract,
-            provider,
-            store=opened,
-            policy=policy if policy is not None else Policy.default(),
-            approver=approver,
-            tools=tools,
-            on_event=on_event,
-            clock=clock,
-            run_id=run_id,
-            prices=prices,
-        )
+    def build(opened: Store) -> Driver:
+        driver = Driver(contract, provider, store=opened, policy=policy, approver=approver,
+                        tools=tools, on_event=on_event, clock=clock, run_id=run_id,
+                        prices=prices)  # fmt: skip
         driver.sweep_id = sweep_id
-        try:
-            await driver.begin()
-        except StoreError as exc:
-            if not exc.retryable:
-                raise
-            return await driver.store_gave_out(exc)  # busy or full past the run's time
         return driver
 
-    # The start (open the store, build the driver, write the run row) is one piece
-    # an interrupt does not cut: a face shows the run's id once it is begun, so an
-    # interrupt at any moment must leave a run that ``resume`` finds.
-    beginning = asyncio.ensure_future(begin())
-    awake = _awake_on_main_thread()
-    try:
-        begun = await asyncio.shield(beginning)
-    except asyncio.CancelledError:
-        await _cancelled_in_start(beginning)
-        raise
-    except HarnessError:
-        raise
-    except Exception as exc:  # a bug: surfaced typed (no row was written to end)
-        raise wrap_unknown(exc) from exc
-    finally:
-        if awake is not None:
-            awake()
+    begun = await uncut(begin_run(store, contract, run_id, clock, build))
     if isinstance(begun, RunResult):
         return begun
     driver = begun
@@ -614,29 +574,6 @@ async def run(
             )
         finally:
             raise err from exc
-
-
-def _awake_on_main_thread() -> Callable[[], None] | None:
-    """Keep a main-thread loop woken while a run is awaited on it (``stay_awake``:
-    an interrupt gets through at once); its stop, or None on another thread."""
-    if threading.current_thread() is threading.main_thread():
-        return stay_awake()
-    return None
-
-
-async def _cancelled_in_start(beginning: asyncio.Future[Driver | RunResult]) -> None:
-    """An interrupt came during the start: let the start end (opening the store and
-    writing one row take moments), then record the run ``cancelled``. A second
-    interrupt stops the wait; a start that failed leaves the interrupt to report."""
-    try:
-        begun = await asyncio.shield(beginning)
-    except asyncio.CancelledError:
-        beginning.cancel()
-        return
-    except Exception:  # the start's own error: the interrupt is what the caller asked
-        return
-    if isinstance(begun, Driver):
-        begun.record_cancelled()
 
 
 _approver_factory: Any = None
