@@ -10,8 +10,11 @@ kernel each, through jupyter_client, with a real SIGINT (the interrupt button).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +112,57 @@ def test_a_run_stopped_before_its_row_shows_no_id(tmp_path: Path) -> None:
     line = job._stopped_line()
     assert "run_unwritten" not in line
     assert line == "cancelled before the run was recorded: nothing to resume"
+
+
+FIRST_RUN = """
+import asyncio, json, sys
+from typing import Annotated
+import harnessnb as hn
+
+@hn.tool
+def label(tag: Annotated[str, {"pattern": "^[a-z]+$"}]) -> str:
+    '''Label a thing.'''
+    return tag
+
+calls = []
+
+def on_event(event):
+    if event.kind == "tool_call":
+        calls.append([event.data["tool"], event.data["status"], event.data["error"]])
+
+provider = hn.ScriptedProvider([
+    {"tool": "label", "args": {"tag": "Bad Name"}},
+    {"tool": "read_file", "args": {"path": "a.txt", "colour": "red"}},
+    {"tool": "read_file", "args": {"path": "a.txt"}},
+    "done",
+])
+contract = hn.TaskContract("read a.txt", sys.argv[1])
+result = asyncio.run(hn.run(contract, provider, store=sys.argv[2], tools=[label],
+                            on_event=on_event))
+grammar = ("jsonschema", "lark", "rfc3987_syntax", "rfc3987", "uri_template", "webcolors")
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(grammar))
+print(json.dumps({"outcome": result.outcome.value, "calls": calls, "loaded": loaded}))
+"""
+
+
+def test_a_first_run_imports_neither_jsonschema_nor_a_grammar_library(tmp_path: Path) -> None:
+    # ``import jsonschema`` loads its format checkers, which import rfc3987-syntax and
+    # lark where JupyterLab installed them: seconds before a new kernel's first run.
+    # A fresh process's first run, with a user tool, bad arguments and good ones.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_RUN, str(ws), str(tmp_path / "runs.duckdb")],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    seen = json.loads(out)
+    assert seen["loaded"] == []
+    assert seen["outcome"] == "finished"
+    (label, status, error), (read, status2, error2), (_, status3, _) = seen["calls"]
+    assert (label, status, error["code"]) == ("label", "error", "TOOL_ARGS")
+    assert "tag: 'Bad Name' does not match the pattern '^[a-z]+$'" in error["message"]
+    assert (read, status2, error2["code"]) == ("read_file", "error", "TOOL_ARGS")
+    assert "unexpected 'colour' (allowed: path" in error2["message"]
+    assert status3 == "ok"
