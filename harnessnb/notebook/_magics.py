@@ -200,8 +200,8 @@ class _RunJob:
             row = self.store.get_run(self.run_id)
         except HarnessError:
             row = None
-        if row is None:
-            return f"cancelled — run {self.run_id}"
+        if row is None:  # stopped before its row was written: an id would promise a run
+            return "cancelled before the run was recorded: nothing to resume"
         if row.get("outcome") not in (RunOutcome.CANCELLED.value, None):
             return f"interrupted after run {self.run_id} had ended {row.get('outcome')}"
         step = int(row.get("steps") or 0) + 1  # the step it was in
