@@ -5,13 +5,13 @@ Commands::
     harnessnb --version
     harnessnb demo [--seed N] [--chaos | --no-chaos] [--stall] [--workspace DIR]
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
-                  [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
+                  [--fallback NAME[,NAME]] [--verify "FILE contains TEXT" | --verify-cmd CMD]
+                  [--allow-write GLOB[,GLOB]] [--max-steps N] [--max-seconds S]
                   [--max-cost USD] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--price MODEL=IN,OUT ...] [--approval-timeout S]
+                  [--fallback NAME[,NAME]] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
                   [--executor ADDRESS|local --shards DIR]
@@ -21,7 +21,8 @@ Commands::
     harnessnb failures [--by provider,kind]
 
 ``run`` and ``resume`` take the options of ``%harness run``/``resume``, defined once in
-``launch._options`` (less the notebook's ``--out`` and ``--quiet``).
+``launch._options`` (less the notebook's ``--out`` and ``--quiet``). A list option
+(``--allow-write``, ``--fallback``) is repeated, or takes values separated by commas.
 Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
 ``runs.duckdb`` in the working directory: the same store the notebook magics use).
 With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found

@@ -184,6 +184,54 @@ def test_run_verifies_and_allows_the_named_write(
     assert "\n  step 3/12: 1 tool call, " in out and "success" in out
 
 
+def test_a_list_option_before_the_task_does_not_swallow_it(tmp_path: Path) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "run", "--allow-write", "NOTES.md",
+         "summarise README.md into NOTES.md", "--workspace", str(ws), "--provider", "demo",
+         "--verify", "NOTES.md contains #", "--store", "s.duckdb"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (ws / "NOTES.md").read_text().startswith("# Notes")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--allow-write", "A.md", "--allow-write", "b/*", "--fallback", "demo",
+         "--fallback", "openai"],
+        ["--allow-write", "A.md,b/*", "--fallback", "demo,openai"],
+        ["--allow-write", "A.md", "--fallback", "demo,openai", "--allow-write", "b/*"],
+    ],
+)  # fmt: skip
+def test_list_options_repeat_or_take_commas_alike_in_both_faces(words: list[str]) -> None:
+    from harnessnb.notebook._args import parse
+
+    line = ["run", *words, "the", "task", "--workspace", "ws"]
+    _, magic = parse(" ".join(line))
+    command = cli.build_parser().parse_args([line[0], *words, "the task", "--workspace", "ws"])
+    for args in (magic, command):
+        assert (args.allow_write, args.fallback) == (["A.md", "b/*"], ["demo", "openai"])
+    assert command.task == "the task" and magic.task == ["the", "task"]
+
+
+def test_a_bad_list_value_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from IPython.core.error import UsageError
+
+    from harnessnb.notebook._args import parse
+
+    for words, said in ((["--fallback", "demo,nope"], "invalid choice: 'nope'"),
+                        (["--allow-write", "A.md,"], "'A.md,' has an empty value")):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            cli.main(["run", "x", "--workspace", ".", *words])
+        assert info.value.code == 2 and said in capsys.readouterr().err
+        with pytest.raises(UsageError, match=re.escape(said)):
+            parse(" ".join(["run", *words, "x"]))
+
+
 def test_a_config_error_is_a_short_card_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

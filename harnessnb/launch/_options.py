@@ -8,6 +8,10 @@ its help saying so ("(notebook only)", "(command only)"). What argparse cannot c
 the workspace, the ``--verify`` text) ``check_run_options`` checks, raising
 ``ConfigError``: the command shows it as a card (exit 2), the magic as a ``UsageError``.
 
+A list option (``--allow-write``, ``--fallback``) takes one value per flag, or several
+separated by commas, and is repeated for more: it never swallows the positional TASK
+after it (``harnessnb run --allow-write NOTES.md 'say hi'``).
+
 ``--max-steps 0`` is a usage error in both faces: zero model turns cannot run a task
 (the command once ran it as the default 12).
 
@@ -25,7 +29,7 @@ import dataclasses
 import keyword
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._errors import ConfigError
@@ -55,6 +59,7 @@ __all__ = [
     "check_provider_options",
     "check_run_options",
     "contract_from",
+    "listed",
     "model_price",
     "policy_from",
     "positive_float",
@@ -89,6 +94,28 @@ def positive_float(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0, and finite")
     return value
+
+
+def listed(choices: Sequence[str] = ()) -> Callable[[str], list[str]]:
+    """An argparse type for a list option (with ``action="extend"``): one value, or
+    several separated by commas, so ``--allow-write A,B`` is ``--allow-write A
+    --allow-write B``; each value one of ``choices`` when there are any. A flag takes
+    one word, so it never swallows the positional TASK that follows it."""
+
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has an empty value: give one per flag, or several separated by commas"
+            )
+        bad = [item for item in items if choices and item not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {bad[0]!r} (choose from {', '.join(choices)})"
+            )
+        return items
+
+    return parse
 
 
 def variable_name(text: str) -> str:
@@ -173,9 +200,11 @@ PROVIDER_OPTIONS = (
     Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
     Option("--base-url", "another server speaking the provider's protocol",
            {"metavar": "URL"}, scope="loop"),
-    Option("--fallback", "providers to fall back to, in order, after a retryable failure",
-           {"metavar": "NAME", "nargs": "+", "action": "extend", "default": [],
-            "choices": PROVIDER_NAMES}, scope="loop"),
+    Option("--fallback",
+           "providers to fall back to, in order, after a retryable failure (repeat the "
+           "flag, or separate names with commas)",
+           {"metavar": "NAME", "type": listed(PROVIDER_NAMES), "action": "extend",
+            "default": []}, scope="loop"),
 )  # fmt: skip
 
 APPROVAL_TIMEOUT = Option(
@@ -241,8 +270,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "USD", "type": positive_float}, scope="loop"),
     *PRICE_OPTIONS,
     STORE,
-    Option("--allow-write", "workspace paths the agent may write without asking",
-           {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
+    Option("--allow-write",
+           "workspace paths the agent may write without asking (repeat the flag, or "
+           "separate globs with commas)",
+           {"metavar": "GLOB", "type": listed(), "action": "extend", "default": []},
            scope="loop"),
     APPROVAL_TIMEOUT,
     *_AGENT_OPTIONS,
