@@ -80,6 +80,7 @@ from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
 from .rules._text import printable, shorten
+from .store._failures import FAILURE_GROUPS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"harnessnb {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required here: _main says what is missing, or names an unknown word.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub, common)
 
     # run and resume take the options of %harness run / resume (launch._options).
@@ -228,9 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
         "failures", parents=[common], help="failure rates from the store's attempts"
     )
     failures.add_argument(
-        "--by", default="provider,kind", metavar="COLS", help="comma-separated columns"
+        "--by",
+        default="provider,kind",
+        metavar="COLS",
+        help=f"comma-separated columns to group by, among {', '.join(FAILURE_GROUPS)} "
+        "(default provider,kind)",
     )
     failures.set_defaults(handler=cmd_failures)
+    for command in sub.choices.values():  # its own usage for its own errors (_main)
+        command.set_defaults(parser=command)
     return parser
 
 
@@ -299,7 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)  # exits 2 on a usage error
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)  # exits 2 on a usage error
+    if unknown:  # said by the command they were given to, with its usage (exit 2)
+        where: argparse.ArgumentParser = getattr(args, "parser", parser)
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
     try:
         code: int = args.handler(args)
         return code
@@ -553,8 +567,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """``harnessnb failures [--by provider,kind]``."""
-    from .store._failures import FAILURE_GROUPS
-
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     bad = [c for c in by if c not in FAILURE_GROUPS]
     if bad or len(set(by)) != len(by):  # a usage error, told before the store opens

@@ -150,6 +150,49 @@ def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
+def test_an_unknown_option_is_named_with_its_commands_usage(tmp_path: Path) -> None:
+    bogus = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "--bogus"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bogus.returncode == 2
+    assert bogus.stderr.startswith("usage: harnessnb [-h]")
+    assert bogus.stderr.endswith("harnessnb: error: unrecognized arguments: --bogus\n")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "said"),
+    [
+        (["failures", "--every", "1h"], "usage: harnessnb failures",
+         "harnessnb failures: error: unrecognized arguments: --every 1h"),
+        (["runs", "--bogus"], "usage: harnessnb runs",
+         "harnessnb runs: error: unrecognized arguments: --bogus"),
+        (["run", "x", "--workspace", ".", "--nope"], "usage: harnessnb run",
+         "harnessnb run: error: unrecognized arguments: --nope"),
+        ([], "usage: harnessnb [-h]",
+         "harnessnb: error: the following arguments are required: COMMAND"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_told_by_the_command_it_was_given_to(
+    argv: list[str], usage: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(usage) and err.rstrip().endswith(said)
+
+
+def test_failures_help_lists_the_columns_by_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    from harnessnb.store._failures import FAILURE_GROUPS
+
+    with pytest.raises(SystemExit):
+        cli.main(["failures", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"among {', '.join(FAILURE_GROUPS)} (default provider,kind)" in text
+
+
 def test_the_stall_demo_exits_5_and_shows_the_stalls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
