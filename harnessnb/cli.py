@@ -24,7 +24,9 @@ Commands::
 ``launch._options`` (less the notebook's ``--out`` and ``--quiet``). A list option
 (``--allow-write``, ``--fallback``) is repeated, or takes values separated by commas.
 Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
-``runs.duckdb`` in the working directory: the same store the notebook magics use).
+``runs.duckdb`` in the working directory: the same store the notebook magics use);
+``runs`` and ``failures`` only read it: on a store that is not there they say so and
+create nothing (no store file, no lock file).
 With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
 (OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model
 (rule-based, not an LLM), with a note saying so.
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -550,8 +553,23 @@ def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
     return row
 
 
+def _no_store(args: argparse.Namespace) -> bool:
+    """True, once said, when the store a read-only command would read is not there:
+    reading must not create it (nor its lock file)."""
+    from .store._open import default_store_path
+
+    path = args.store or default_store_path()
+    if path == ":memory:" or os.path.lexists(path):
+        return False
+    _out(f"no store at {path}: nothing has been recorded there (`harnessnb run` or "
+         "`harnessnb demo` makes one)")  # fmt: skip
+    return True
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     """``harnessnb runs``: the store's runs, oldest first."""
+    if _no_store(args):
+        return 0
     store = _store(args)
     runs = store.runs()
     if not len(runs):
@@ -574,6 +592,8 @@ def cmd_failures(args: argparse.Namespace) -> int:
             f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
             f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
         )
+    if _no_store(args):
+        return 0
     store = _store(args)
     table = store.failure_rates(by=by)
     if not len(table):

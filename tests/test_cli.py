@@ -319,8 +319,6 @@ def test_runs_and_failures_read_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = str(tmp_path / "s.duckdb")
-    assert cli.main(["runs", "--store", path]) == 0
-    assert "no runs in" in capsys.readouterr().out
     assert cli.main(["demo", "--store", path, "--workspace", str(tmp_path / "ws")]) == 0
     capsys.readouterr()
     assert cli.main(["runs", "--store", path]) == 0
@@ -335,6 +333,24 @@ def test_runs_and_failures_read_the_store(
     err = capsys.readouterr().err
     assert "ConfigError" in err and "'nope'" in err and "provider, model, kind" in err
     assert not os.path.exists(missing)
+
+
+def test_reading_a_missing_store_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for words in (["runs", "--store", "missing.duckdb"], ["failures"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "harnessnb", *words],
+            cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        store = "missing.duckdb" if "--store" in words else "runs.duckdb"
+        assert out.stdout.startswith(f"no store at {store}: nothing has been recorded there")
+        assert os.listdir(tmp_path) == []  # no store file, no lock file
+    with hn.Store(tmp_path / "empty.duckdb"):
+        pass  # a store with no runs is there: it says so
+    assert cli.main(["runs", "--store", str(tmp_path / "empty.duckdb")]) == 0
+    assert capsys.readouterr().out.startswith("no runs in ")
 
 
 def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
