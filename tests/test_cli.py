@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -285,6 +286,21 @@ def test_a_config_error_is_a_short_card_not_a_traceback(
     assert err.startswith("ConfigError [CONFIG_MISSING_KEY]: openai: environment variable "
                           "OPENAI_API_KEY is not set")
     assert "Traceback" not in err and len(err.splitlines()) <= 3
+
+
+def test_a_refused_connection_prints_its_cause_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = cli.main(["run", "say hi", "--workspace", str(tmp_path), "--provider", "local",
+                     "--base-url", f"http://127.0.0.1:{port}/v1",
+                     "--store", str(tmp_path / "s.duckdb")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 3 and "ProviderError [PROVIDER_TRANSPORT]" in out
+    card = out[out.index("ProviderError") :]
+    assert card.count("All connection attempts failed") == 1, card
 
 
 def test_an_unknown_run_is_a_resume_error_exit_1(
