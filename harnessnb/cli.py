@@ -84,6 +84,7 @@ from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
 from .rules._text import printable, shorten
 from .store._failures import FAILURE_GROUPS
+from .tools._gate import hints_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -317,8 +318,10 @@ def _main(argv: Sequence[str] | None) -> int:
         where.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.error("the following arguments are required: COMMAND")
+    face = "harnessnb sweep" if args.command == "sweep" else "harnessnb run"
     try:
-        code: int = args.handler(args)
+        with hints_name(face):  # a refusal's hint names this command, not the magic
+            code: int = args.handler(args)
         return code
     except KeyboardInterrupt:
         _out("cancelled", file=sys.stderr)

@@ -441,6 +441,31 @@ def test_without_approval_timeout_the_command_asks_nobody(
     assert not (ws / "NOTES.md").exists()
 
 
+def test_a_refusals_hint_names_the_command_it_is_read_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    path = tmp_path / "s.duckdb"
+    assert cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+                     "--provider", "demo", "--store", str(path)]) == 0  # fmt: skip
+    assert "To allow it, pass `--allow-write GLOB` to harnessnb run, or" in capsys.readouterr().out
+    with hn.Store(path) as store:
+        refused = store.tool_calls().query("status == 'refused'")["output"].tolist()
+    assert len(refused) == 1 and "`--allow-write GLOB` to harnessnb run, or" in refused[0]
+    assert "%%harness" not in refused[0]
+    # Outside the command (hn.run, the magic) the hint names the magic again; a command
+    # needing approval is told the one way there is (no face has an --allow-exec).
+    acts = iter([{"tool": "write_file", "args": {"path": "N.md", "content": "x"}},
+                 {"tool": "run_command", "args": {"argv": ["true"]}}, "done"])  # fmt: skip
+    scripted = hn.ScriptedProvider(lambda m: next(acts))
+    result = hn.run_sync(hn.TaskContract("write N.md", ws), scripted, store=path)
+    with hn.Store(path) as store:
+        write, run = store.tool_calls(result.run_id)["output"].tolist()
+    assert "`--allow-write GLOB` to %%harness run, or" in write
+    assert run.endswith('To allow it, pass policy=hn.Policy.default().layer("app")'
+                        '.allow_exec("GLOB") to hn.run.')  # fmt: skip
+
+
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(args: Any) -> int:
         raise KeyboardInterrupt
