@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
@@ -64,8 +63,10 @@ from .launch._options import (
     RESUME_OPTIONS,
     RUN_OPTIONS,
     STORE,
+    absent_store,
     add_options,
     agent_from,
+    approver_from,
     check_provider_options,
     check_run_options,
     contract_from,
@@ -247,8 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    """The installed package's version (the command may not import ``harnessnb`` itself:
-    that would pull the notebook layer in)."""
+    """The installed version (importing ``harnessnb`` itself would pull the notebook in)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -444,7 +444,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     provider = _provider(args)
     store = _store(args)
     progress = LineProgress()
-    approver = _approver(args)
+    approver = approver_from(args)
     result = _drive(
         lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
                          on_event=progress, prices=prices),
@@ -491,16 +491,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _approver(args: argparse.Namespace) -> Any:
-    """``--approval-timeout S``: ask on the terminal, S seconds at most; else None (an act
-    that needs approval is refused, with a hint saying how to allow it)."""
-    if args.approval_timeout is None:
-        return None
-    from .tools._approval import PromptApprover
-
-    return PromptApprover(args.approval_timeout)
-
-
 def _run_agent(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --agent CLI``: a coding-agent CLI instead of the loop."""
     from .agents import run_sync
@@ -536,7 +526,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
-    approver = _approver(args)
+    approver = approver_from(args)
     result = _drive(
         lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
                             on_event=progress, prices=prices),
@@ -556,22 +546,10 @@ def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
     return row
 
 
-def _no_store(args: argparse.Namespace) -> bool:
-    """True, once said, when the store a read-only command would read is not there:
-    reading must not create it (nor its lock file)."""
-    from .store._open import default_store_path
-
-    path = args.store or default_store_path()
-    if path == ":memory:" or os.path.lexists(path):
-        return False
-    _out(f"no store at {path}: nothing has been recorded there (`harnessnb run` or "
-         "`harnessnb demo` makes one)")  # fmt: skip
-    return True
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     """``harnessnb runs``: the store's runs, oldest first."""
-    if _no_store(args):
+    if absent := absent_store(args.store):
+        _out(absent)
         return 0
     store = _store(args)
     runs = store.runs()
@@ -595,7 +573,8 @@ def cmd_failures(args: argparse.Namespace) -> int:
             f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
             f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
         )
-    if _no_store(args):
+    if absent := absent_store(args.store):
+        _out(absent)
         return 0
     store = _store(args)
     table = store.failure_rates(by=by)

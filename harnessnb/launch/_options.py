@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..loop._contract import TaskContract
     from ..providers._prices import Prices
     from ..rules._policy import Policy
+    from ..tools._approval import Approver
 
 __all__ = [
     "AGENT_NAMES",
@@ -54,8 +55,10 @@ __all__ = [
     "STORE",
     "Face",
     "Option",
+    "absent_store",
     "add_options",
     "agent_from",
+    "approver_from",
     "check_provider_options",
     "check_run_options",
     "contract_from",
@@ -471,6 +474,30 @@ def policy_from(args: argparse.Namespace, layer: str) -> Policy:
 def _literal(text: str) -> str:
     """A glob pattern that matches ``text`` and nothing else."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def absent_store(path: str | None) -> str | None:
+    """For a command that only reads the store (``--store PATH``, None: the default):
+    the words saying it is not there, or None when it is. Reading must not create it,
+    nor its lock file."""
+    from ..store._open import default_store_path
+
+    path = path or default_store_path()
+    if path == ":memory:" or os.path.lexists(path):
+        return None
+    return (f"no store at {path}: nothing has been recorded there (`harnessnb run` or "
+            "`harnessnb demo` makes one)")  # fmt: skip
+
+
+def approver_from(args: argparse.Namespace) -> Approver | None:
+    """The command's ``--approval-timeout S``: ask on the terminal, S seconds at most;
+    else None (an act that needs approval is refused, with a hint saying how to allow
+    it)."""
+    if args.approval_timeout is None:
+        return None
+    from ..tools._approval import PromptApprover
+
+    return PromptApprover(args.approval_timeout)
 
 
 def agent_from(args: argparse.Namespace) -> AgentCLI:
