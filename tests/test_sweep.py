@@ -390,6 +390,28 @@ def test_the_sweep_command_runs_every_task_with_every_provider(
     assert "'demo' is given twice" in capsys.readouterr().err
 
 
+def test_the_sweep_command_sweeps_two_models_of_one_provider(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb import cli
+
+    path = tmp_path / "s.duckdb"
+    with demo_server(seed=3) as srv:
+        code = cli.main(["sweep", "list the files", "--providers", "local/m1,local/m2",
+                         "--base-url", srv.openai_url, "--workspace", str(tmp_path),
+                         "--store", str(path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "  local/m1: 1/1 |" in out and "  local/m2: 1/1 |" in out
+    with hn.Store(path) as store:
+        runs = store.runs()
+        assert sorted(runs["model"]) == ["m1", "m2"] and set(runs["provider"]) == {"local"}
+        assert sorted(store.attempts()["model"].unique()) == ["m1", "m2"]
+    for words in ("demo/other", "local/"):
+        assert cli.main(["sweep", "x", "--providers", words, "--workspace", str(tmp_path),
+                         "--store", str(path)]) == 2  # fmt: skip
+        assert "write PROVIDER/MODEL, e.g. openai/gpt-4o" in capsys.readouterr().err
+
+
 def test_the_sweep_cell_magic_runs_one_task_per_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,7 +29,8 @@ _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd",
 
 SWEEP_OPTIONS: tuple[Option, ...] = (
     Option("--providers",
-           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once; "
+           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once, "
+           "or PROVIDER/MODEL for one of its models (openai/gpt-4o,openai/gpt-4o-mini); "
            "in a notebook also the name of a variable holding a provider, or a dict or list "
            "of them",
            {"metavar": "A,B,C", "required": True}),
@@ -60,6 +61,9 @@ def providers_from(
 ) -> dict[str, Provider]:
     """``--providers a,b,c`` as name -> provider (``--model``/``--base-url`` apply to each).
 
+    ``PROVIDER/MODEL`` names a model of a built-in provider (``openai/gpt-4o,
+    openai/gpt-4o-mini``: two models of one provider), swept under that name.
+
     A name that is no built-in provider is looked up in ``namespace`` (a notebook's
     variables): a provider is swept under the variable's name, a dict of them under
     its keys, a list of them under the names ``hn.sweep`` gives a list
@@ -84,16 +88,21 @@ def providers_from(
 def _named_provider(
     name: str, args: argparse.Namespace, namespace: dict[str, Any] | None
 ) -> dict[str, Provider]:
-    if name.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
-        if namespace is not None and name.lower() not in PROVIDER_NAMES:
+    base, slash, model = (part.strip() for part in name.partition("/"))
+    if base.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
+        if namespace is not None and base.lower() not in PROVIDER_NAMES:
             raise ConfigError(
                 f"--providers: {name!r} is neither a built-in provider "
                 f"({', '.join(PROVIDER_NAMES)}) nor a variable of the notebook holding a "
                 "provider or a dict or list of them",
                 code="CONFIG_PROVIDER",
             )
-        built = build_provider(name.lower(), model=args.model, base_url=args.base_url)
-        return {name.lower(): built}
+        if slash and (not model or base.lower() == "demo"):
+            raise ConfigError(f"--providers: {name!r}: write PROVIDER/MODEL, e.g. "
+                              "openai/gpt-4o (the demo has one model)",
+                              code="CONFIG_PROVIDER")  # fmt: skip
+        built = build_provider(base, model=model or args.model, base_url=args.base_url)
+        return {f"{base.lower()}/{model}" if slash else base.lower(): built}
     value = namespace[name]
     if isinstance(value, dict) and value and all(map(_is_provider, value.values())):
         return {str(k): v for k, v in value.items()}
