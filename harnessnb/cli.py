@@ -509,12 +509,12 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
-    from .launch._choose import provider_for_resume
+    from .launch._choose import provider_for_resume, recorded_run
 
     check_provider_options(args)
     prices = prices_from(args)
     store = _store(args)
-    recorded = _recorded_run(store, args.run_id)
+    recorded = recorded_run(store, args.run_id)
     provider, note = provider_for_resume(
         recorded,
         args.provider,
@@ -533,17 +533,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
         progress,
     )  # fmt: skip
     return _finish(result)
-
-
-def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
-    """The stored row of ``run_id``, or None when it cannot be read (resume says why)."""
-    from .rules._errors import StoreError
-
-    try:
-        row: dict[str, Any] | None = store.get_run(run_id)
-    except StoreError:
-        return None
-    return row
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
