@@ -538,7 +538,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     """``harnessnb runs``: the store's runs, oldest first."""
     if absent := absent_store(args.store):
-        _out(absent)
+        _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
         return 0
     store = _store(args)
     runs = store.runs()
@@ -563,7 +563,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
             f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
         )
     if absent := absent_store(args.store):
-        _out(absent)
+        _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
         return 0
     store = _store(args)
     table = store.failure_rates(by=by)

@@ -369,6 +369,25 @@ def test_reading_a_missing_store_says_so_and_creates_nothing(
     assert capsys.readouterr().out.startswith("no runs in ")
 
 
+def test_the_magics_reading_a_missing_store_say_so_and_create_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harnessnb")
+    for line in ("runs", "failures --by provider", "show run_x"):
+        sub = line.split()[0]
+        run = "no run 'run_x': " if "run_x" in line else ""
+        for store, shown in (("--store gone.duckdb", "gone.duckdb"), ("", "runs.duckdb")):
+            said = rf"^%harness {sub}: {run}no store at {shown}: nothing has been recorded there"
+            with pytest.raises(UsageError, match=said + r" \(%%harness run makes one\)$"):
+                shell.run_line_magic("harness", f"{line} {store}")
+    assert os.listdir(tmp_path) == []
+
+
 def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
     """The command in a real process whose input stays open after ``typed`` (as a
     terminal nobody else types into): its output is read once it has exited."""

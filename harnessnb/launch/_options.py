@@ -485,8 +485,7 @@ def absent_store(path: str | None) -> str | None:
     path = path or default_store_path()
     if path == ":memory:" or os.path.lexists(path):
         return None
-    return (f"no store at {path}: nothing has been recorded there (`harnessnb run` or "
-            "`harnessnb demo` makes one)")  # fmt: skip
+    return f"no store at {path}: nothing has been recorded there"
 
 
 def approver_from(args: argparse.Namespace) -> Approver | None:
