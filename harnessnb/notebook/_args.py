@@ -27,6 +27,8 @@ from ..launch._options import (
     variable_name,
 )
 from ..launch._sweep_options import SWEEP_OPTIONS
+from ..rules._errors import StoreError
+from ..store._failures import FAILURE_GROUPS, failure_groups
 
 __all__ = [
     "SUBCOMMANDS",
@@ -86,7 +88,8 @@ def _build() -> dict[str, _Parser]:
         "--by",
         metavar="COLS",
         default="provider,kind",
-        help="comma-separated grouping columns (default provider,kind)",
+        help=f"comma-separated columns to group by, among {', '.join(FAILURE_GROUPS)} "
+        "(default provider,kind)",
     )
     _store_option(failures)
     _out_option(failures)
@@ -175,9 +178,6 @@ _READ_ONLY = ("runs", "failures", "show")
 def store_there(sub: str, args: argparse.Namespace) -> None:
     """For a subcommand that only reads the store: a ``UsageError`` when that store is
     not there (a bad ``failures --by`` is told first, as with a store)."""
-    from ..rules._errors import StoreError
-    from ..store._failures import failure_groups
-
     if sub not in _READ_ONLY:
         return
     if sub == "failures":
