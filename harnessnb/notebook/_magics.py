@@ -42,7 +42,7 @@ from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
 from ..rules._html import bold, panel
 from ..rules._text import printable
-from ._args import HelpShown, help_text, interpolate, parse, words
+from ._args import HelpShown, help_text, interpolate, parse, store_there, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
@@ -283,10 +283,10 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
         sub, args = parse(line, shell.user_ns)
     except HelpShown:
         return None
-    handler = _HANDLERS[sub]
     if cell is not None and sub not in ("run", "sweep") and cell.strip():
         raise UsageError(f"%%harness {sub}: only `run` and `sweep` take a cell body")
-    return handler(shell, args, cell)
+    store_there(sub, args)  # runs, failures, show: a missing store is said, not created
+    return _HANDLERS[sub](shell, args, cell)
 
 
 def _checked(sub: str, check: Callable[[argparse.Namespace], _T], args: argparse.Namespace) -> _T:
