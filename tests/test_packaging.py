@@ -104,6 +104,15 @@ def test_installed_wheel_imports_agents_and_runs_the_command(
     )
     assert helped.returncode == 0, helped.stderr
     assert "demo" in helped.stdout and "run" in helped.stdout
+    # The wheel has no notebooks/: the demo's next line points at the notebook online.
+    demo = subprocess.run(
+        [str(bindir / "harnessnb"), "demo", "--no-chaos", "--store", "d.duckdb"],
+        cwd=elsewhere, env=clean_env, capture_output=True, text=True, timeout=120,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    (line,) = [x for x in demo.stdout.splitlines() if x.startswith("next: ")]
+    assert line.endswith("or open https://github.com/harnessnb/harnessnb/blob/main/notebooks/"
+                         "01-quickstart.ipynb"), line
 
 
 def _requirements(lines: list[str]) -> set[str]:
