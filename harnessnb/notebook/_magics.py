@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import os
 import threading
 import traceback
@@ -38,9 +39,9 @@ from ..launch._options import (
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
-from ..loop._result import RunResult
+from ..loop._result import RunResult, StoredError
 from ..rules._errors import ConfigError, HarnessError, StoreError
-from ..rules._html import bold, panel
+from ..rules._html import Html, bold, panel, scrolling
 from ..rules._text import printable
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
@@ -444,9 +445,35 @@ def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> An
             raise UsageError(f"%harness failures: --by {args.by!r}: {err.message}") from None
         _fail(err)
         raise
+    frame = scrolling_frame(frame)
     if args.out:
         shell.user_ns[args.out] = frame
     return frame
+
+
+@functools.cache
+def _scrolling_frame_type() -> type[Any]:
+    import pandas as pd
+
+    class ScrollingFrame(pd.DataFrame):
+        """A DataFrame whose HTML scrolls sideways in its own box; what is made from it
+        (a selection, a sum) is a plain DataFrame again."""
+
+        @property
+        def _constructor(self) -> Any:
+            return pd.DataFrame
+
+        def _repr_html_(self) -> str | None:
+            inner: str | None = pd.DataFrame._repr_html_(self)  # type: ignore[attr-defined]
+            return None if inner is None else str(scrolling(Html(inner)))
+
+    return ScrollingFrame
+
+
+def scrolling_frame(frame: Any) -> Any:
+    """``frame``, shown in a box that scrolls when wider than the notebook (the failures
+    table, 13 columns, once made a 968 px notebook 1533 px wide)."""
+    return _scrolling_frame_type()(frame)
 
 
 def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
@@ -457,7 +484,11 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if row is None:
         raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
     attempts = store.attempts(args.run_id)
-    display(_shown_result(_stored_result(row), store, attempts))
+    shown = _shown_result(_stored_result(row), store, attempts)
+    error = row.get("error")  # a failed run's card shows its error, as the live one did
+    display(
+        dataclasses.replace(shown, stored_error=StoredError.from_dict(error)) if error else shown
+    )
     for title, frame in (
         ("steps", store.steps(args.run_id)),
         ("attempts", attempts),
