@@ -123,3 +123,20 @@ def test_wide_tables_scroll_inside_their_own_box() -> None:
     assert table.startswith("<div class='harnessnb-scroll' style='overflow-x:auto;max-width:100%'>")
     assert table.endswith("</table></div>") and ESCAPED in table
     assert _html.scrolling(SCRIPT).count(ESCAPED) == 1  # text handed in is escaped once
+
+
+def test_an_awaiting_approval_card_says_what_waits_not_that_it_was_done() -> None:
+    # The demo model's text comes with its write call: "Writing NOTES.md: ..." read as done.
+    result = hn.RunResult("r1", hn.RunOutcome.AWAITING_APPROVAL, 2, 302,
+                          text="Writing NOTES.md: a bullet list.")  # fmt: skip
+    bundle = result._repr_mimebundle_()
+    waiting = ("waiting: step 3's tool calls have not run; they wait for a person's approval "
+               "(resume the run to ask again)")  # fmt: skip
+    assert f"  {waiting}\n  planned, not done: Writing NOTES.md" in bundle["text/plain"]
+    assert "answer:" not in bundle["text/plain"]
+    html = re.sub(r"<[^>]+>", "|", bundle["text/html"]).replace("&#x27;", "'")
+    assert f"|{waiting}|" in html
+    assert "|planned, not done: Writing NOTES.md: a bullet list.|" in html
+    done = hn.RunResult("r2", hn.RunOutcome.SUCCESS, 3, 400, text="Wrote NOTES.md.")
+    assert "  answer: Wrote NOTES.md." in done.summary_text()
+    assert "waiting" not in done._repr_mimebundle_()["text/html"]

@@ -172,7 +172,11 @@ class RunResult:
             lines.append(f"  commands: {self.commands}")
         if self.verify_detail:
             lines.append(f"  check: {self.verify_detail}")
-        if self.text:
+        if self.outcome is RunOutcome.AWAITING_APPROVAL:
+            lines.append(f"  {self._waiting()}")
+            if self.text:
+                lines.append(f"  planned, not done: {shorten(self.text, 300)}")
+        elif self.text:
             lines.append(f"  answer: {shorten(self.text, 300)}")
         for row in self.step_rows[:_TEXT_STEPS]:
             lines.append("  " + _step_text(row))
@@ -188,6 +192,20 @@ class RunResult:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
+
+    def _waiting(self) -> str:
+        # The last text came with the step's tool calls, which have not run: the step
+        # waits uncommitted, so it must not read as done ("Writing NOTES.md...").
+        return (
+            f"waiting: step {self.steps + 1}'s tool calls have not run; they wait for a "
+            "person's approval (resume the run to ask again)"
+        )
+
+    def _answer_html(self) -> tuple[Html, ...]:
+        if self.outcome is RunOutcome.AWAITING_APPROVAL:
+            planned = text_block(f"planned, not done: {shorten(self.text, 2000)}", faint=True)
+            return (text_block(self._waiting()), planned if self.text else Html(""))
+        return (text_block(shorten(self.text, 2000)) if self.text else Html(""),)
 
     def _shown_error(self) -> HarnessError | StoredError | None:
         return self.error if self.error is not None else self.stored_error
@@ -213,7 +231,7 @@ class RunResult:
                 *([("commands", self.commands)] if self.commands else []),
             ]),
             text_block(f"check: {self.verify_detail}") if self.verify_detail else "",
-            text_block(shorten(self.text, 2000)) if self.text else "",
+            *self._answer_html(),
             _steps_html(self.step_rows),
             shown._card_html() if shown is not None else "",
             tone=tone,
