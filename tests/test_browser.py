@@ -150,7 +150,7 @@ def _stat_cards() -> list[tuple[str, str]]:
 
     import harnessnb as hn
     from harnessnb.loop._sweep_result import SweepResult
-    from harnessnb.notebook._magics import scrolling_frame
+    from harnessnb.notebook._tables import scrolling_frame
 
     cause = hn.ProviderError("no key", kind=hn.ProviderErrorKind.AUTH, status=401,
                              provider="openai")  # fmt: skip

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
-import functools
 import os
 import threading
 import traceback
@@ -41,13 +40,14 @@ from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
 from ..loop._result import RunResult, StoredError
 from ..rules._errors import ConfigError, HarnessError, StoreError
-from ..rules._html import Html, bold, panel, scrolling
+from ..rules._html import bold, panel
 from ..rules._text import printable
 from ._args import HelpShown, help_text, interpolate, parse, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
 from ._sweep_magic import plan_sweep
+from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
@@ -439,41 +439,15 @@ def _plan_runs(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
 def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     try:
-        frame = _store(args.store).failure_rates(by=by)
+        frame = scrolling_frame(_store(args.store).failure_rates(by=by))
     except StoreError as err:
         if err.kind == "query":
             raise UsageError(f"%harness failures: --by {args.by!r}: {err.message}") from None
         _fail(err)
         raise
-    frame = scrolling_frame(frame)
     if args.out:
         shell.user_ns[args.out] = frame
     return frame
-
-
-@functools.cache
-def _scrolling_frame_type() -> type[Any]:
-    import pandas as pd
-
-    class ScrollingFrame(pd.DataFrame):
-        """A DataFrame whose HTML scrolls sideways in its own box; what is made from it
-        (a selection, a sum) is a plain DataFrame again."""
-
-        @property
-        def _constructor(self) -> Any:
-            return pd.DataFrame
-
-        def _repr_html_(self) -> str | None:
-            inner: str | None = pd.DataFrame._repr_html_(self)  # type: ignore[attr-defined]
-            return None if inner is None else str(scrolling(Html(inner)))
-
-    return ScrollingFrame
-
-
-def scrolling_frame(frame: Any) -> Any:
-    """``frame``, shown in a box that scrolls when wider than the notebook (the failures
-    table, 13 columns, once made a 968 px notebook 1533 px wide)."""
-    return _scrolling_frame_type()(frame)
 
 
 def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
@@ -484,11 +458,7 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if row is None:
         raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
     attempts = store.attempts(args.run_id)
-    shown = _shown_result(_stored_result(row), store, attempts)
-    error = row.get("error")  # a failed run's card shows its error, as the live one did
-    display(
-        dataclasses.replace(shown, stored_error=StoredError.from_dict(error)) if error else shown
-    )
+    display(_shown_result(_stored_result(row), store, attempts, row.get("error")))
     for title, frame in (
         ("steps", store.steps(args.run_id)),
         ("attempts", attempts),
@@ -498,9 +468,8 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
         display(frame)
 
 
-def _shown_result(result: RunResult, store: Any, attempts: Any) -> RunResult:
-    """A stored run's card with what the store holds: its attempts counted from the
-    attempts table, the leaf providers that answered, the last checkpoint's counters."""
+def _shown_result(result: RunResult, store: Any, attempts: Any, error: Any) -> RunResult:
+    """A stored run's card: its attempts, answering leaves, checkpoint counters, error."""
     last = store.last_checkpoint(result.run_id)
     state = last["state"] if last else {}
     counts = state.get("counts") or {}
@@ -516,6 +485,7 @@ def _shown_result(result: RunResult, store: Any, attempts: Any) -> RunResult:
         verified=state.get("verified"),
         text=str(state.get("text") or ""),
         step_rows=step_rows(store, result.run_id),
+        stored_error=StoredError.from_dict(error) if error else None,
     )
 
 
