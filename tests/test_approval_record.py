@@ -62,7 +62,7 @@ def test_record_text_hides_secrets_and_control_characters(monkeypatch: pytest.Mo
         assert "\x1b" not in text
     assert "\\x1b[2J" in bundle["text/plain"]
     # the act's default asked (no rule matched): said in words, not "rule None in layer -"
-    assert "(asked by the policy's default for exec (no rule allows it))" in bundle["text/plain"]
+    assert "(asked by the policy's default for exec: no rule allows it)" in bundle["text/plain"]
 
 
 def test_settling_a_panel_keeps_its_record_and_says_so_in_the_status() -> None:

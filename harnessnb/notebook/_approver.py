@@ -207,7 +207,7 @@ def _asked_text(request: ApprovalRequest) -> str:
 def _rule_words(request: ApprovalRequest) -> str:
     """Who asked, in words: a rule of a layer, or the act's default (no rule matched)."""
     if request.rule is None:
-        return f"asked by the policy's default for {request.act} (no rule allows it)"
+        return f"asked by the policy's default for {request.act}: no rule allows it"
     return f"asked by the rule '{request.rule}' in the '{request.layer or '-'}' layer"
 
 
