@@ -149,7 +149,6 @@ def _stat_cards() -> list[tuple[str, str]]:
     import pandas as pd
 
     import harnessnb as hn
-    from harnessnb.loop._sweep_result import SweepResult
     from harnessnb.notebook._tables import scrolling_frame
 
     cause = hn.ProviderError("no key", kind=hn.ProviderErrorKind.AUTH, status=401,
@@ -161,7 +160,7 @@ def _stat_cards() -> list[tuple[str, str]]:
         for outcome, error in [(hn.RunOutcome.SUCCESS, None),
                                (hn.RunOutcome.ESCALATED_TERMINAL, cause)]
     ]  # fmt: skip
-    sweep = SweepResult("sweep_1", hn.Store(":memory:"), ())
+    sweep = hn.SweepResult("sweep_1", hn.Store(":memory:"), ())
     columns = ["provider", "kind", "attempts", "failures", "failure_rate", "failure_rate_low",
                "failure_rate_high", "retry_after_s_mean", "retry_after_s_p50",
                "retry_after_s_max", "cost_usd", "cost_per_success_usd", "unpriced_attempts"]
