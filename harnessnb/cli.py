@@ -54,7 +54,6 @@ import argparse
 import contextlib
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -378,18 +377,24 @@ def _finish(result: RunResult | AgentResult) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``harnessnb demo``: the quickstart task on the demo model, with seeded chaos."""
-    from .demo._model import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+    from .demo._model import make_demo_workspace, temporary_demo_workspace
 
-    workspace = make_demo_workspace(
-        args.workspace or Path(tempfile.mkdtemp(prefix="harnessnb-demo-")) / "project"
-    )
+    if args.workspace:
+        return _demo(args, make_demo_workspace(args.workspace), kept=True)
+    with temporary_demo_workspace() as workspace:  # removed when the demo ends
+        return _demo(args, workspace, kept=False)
+
+
+def _demo(args: argparse.Namespace, workspace: Path, *, kept: bool) -> int:
+    from .demo._model import DEMO_LABEL, demo_server, provider_for, quickstart_notebook
+
     rates = DEMO_CHAOS if args.chaos else None
     store = _store(args)
     chaos = ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()) if rates else "none"
     _out(f"harnessnb demo: {DEMO_TASK!r}")
     _out(f"  model      {DEMO_LABEL}, over loopback HTTP")
     _out(f"  chaos      {chaos} (seed {args.seed})")
-    _out(f"  workspace  {workspace}")
+    _out(f"  workspace  {workspace}" + ("" if kept else " (temporary: removed at the end)"))
     _out(f"  store      {store.path}")
     contract = TaskContract(
         DEMO_TASK,
@@ -422,7 +427,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _out(_indent(_to_text(stalls[["step", "signal", "action", "detail"]])))
     _out(
         f"\nnext: `harnessnb runs --store {store.path}`, `harnessnb failures`, "
-        "or open notebooks/01-quickstart.ipynb"
+        f"or open {quickstart_notebook()}"
     )
     return code
 
