@@ -1,4 +1,5 @@
-"""The HTTP client: one ``httpx2.AsyncClient`` per event loop, closed with its loop.
+"""The HTTP client: one ``httpx2.AsyncClient`` per event loop, closed with its loop;
+reading a response's body to a size, and draining it so its connection is reused.
 
 Split from ``providers/_http.py``, which is its only user (it re-exports
 ``shared_client`` and ``aclose_client``); the two files are all that knows httpx2.
@@ -7,6 +8,7 @@ Split from ``providers/_http.py``, which is its only user (it re-exports
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
 from collections.abc import AsyncIterator
@@ -14,10 +16,11 @@ from typing import NamedTuple
 
 import httpx2
 
-__all__ = ["aclose_client", "new_client", "shared_client"]
+__all__ = ["aclose_client", "drain", "new_client", "read_limited", "shared_client"]
 
 # A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
 _CONNECT_TIMEOUT = 10.0
+_DRAIN_TIMEOUT = 0.5
 
 # One client per event loop: an httpx2 pool's connections belong to the loop that
 # opened them, so a client must never be shared across loops (threads, asyncio.run).
@@ -91,3 +94,25 @@ async def aclose_client() -> None:
         entry = _clients.pop(loop, None)
     if entry is not None:
         await entry[0].aclose()
+
+
+async def read_limited(response: httpx2.Response, limit: int) -> bytes:
+    """The response's body, cut at ``limit`` bytes (read no further)."""
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
+async def drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows the last event (the chunk terminator) so the connection is reused.
+
+    A server that keeps the stream open, or drops it, after its last event does not
+    turn a complete answer into a failure: the connection is just not reused.
+    """
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+        async with asyncio.timeout(_DRAIN_TIMEOUT):
+            async for _ in chunks:
+                pass
