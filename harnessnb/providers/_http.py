@@ -24,6 +24,10 @@ asked again at once without it, and that provider instance never streams again.
 Cancels: an attempt a cancel cuts off in flight is reported too, as ``cancelled``
 (``AttemptRecord.cut_off``: the server may have billed it), and the cancel goes on.
 
+Pooled connections: a request that fails on a kept-alive connection the server had
+closed while idle (reset, or closed before any byte of an answer) is sent once more on
+a new connection inside the same attempt (``_client.post``): no failure, one attempt.
+
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
 error message, and so the error of attempt rows, run rows and cards, is cut to
@@ -57,7 +61,7 @@ from ..rules._errors import (
 )
 from ..rules._secrets import register, scrub, scrub_exception
 from ..rules._text import shorten
-from ._client import aclose_client, drain, new_client, read_limited, shared_client
+from ._client import aclose_client, drain, new_client, post, read_limited, shared_client
 from ._completion import (
     AttemptRecord,
     Completion,
@@ -398,23 +402,14 @@ class _Attempt:
         return parsed
 
     async def _send(self) -> Parsed:
-        client = shared_client()
-        request = client.build_request("POST", self.p._url, json=self.body, headers=self.p._headers)
-        # Sent as a stream so the status and request id are known even if the body dies.
-        response = await client.send(request, stream=True)
-        try:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
                 raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
             return self._parse_json(await _read_answer(response))
-        finally:
-            await response.aclose()
 
     async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
-        client = shared_client()
-        async with client.stream(
-            "POST", self.p._url, json=self.body, headers=self.p._headers
-        ) as response:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
                 raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
