@@ -81,7 +81,7 @@ def test_v2_store_is_migrated_to_a_runs_view_keeping_every_run(tmp_path: Path) -
     _v2_file(path)
     with Store(path) as s:
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3, 4, 5, 6, 7]
+        assert versions == [1, 2, 3, 4, 5, 6, 7, 8]
         views = s.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal")
         assert views["view_name"].tolist() == ["runs"]
         assert list(s.runs().columns) == list(COLUMNS["runs"])

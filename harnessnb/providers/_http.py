@@ -21,6 +21,13 @@ stream is cut by the idle timeout and each piece of text goes to ``report_text``
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
 
+Cancels: an attempt a cancel cuts off in flight is reported too, as ``cancelled``
+(``AttemptRecord.cut_off``: the server may have billed it), and the cancel goes on.
+
+Pooled connections: a request that fails on a kept-alive connection the server had
+closed while idle (reset, or closed before any byte of an answer) is sent once more on
+a new connection inside the same attempt (``_client.post``): no failure, one attempt.
+
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
 error message, and so the error of attempt rows, run rows and cards, is cut to
@@ -37,7 +44,7 @@ import datetime
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
@@ -54,7 +61,7 @@ from ..rules._errors import (
 )
 from ..rules._secrets import register, register_header, scrub, scrub_exception
 from ..rules._text import shorten
-from ._client import aclose_client, new_client, shared_client
+from ._client import aclose_client, drain, new_client, post, read_limited, shared_client
 from ._completion import (
     AttemptRecord,
     Completion,
@@ -99,7 +106,6 @@ MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 
 # Error bodies are read for their message only; a huge HTML error page is cut short.
 _ERROR_BODY_LIMIT = 64 * 1024
-_DRAIN_TIMEOUT = 0.5
 
 
 def seconds(value: float | datetime.timedelta) -> float:
@@ -344,6 +350,23 @@ class _Attempt:
         self.stream_refused = False  # the server said no to streaming
 
     async def run(self) -> Completion:
+        try:
+            parsed = await self._answer()
+        except asyncio.CancelledError:
+            # Cut off in flight (the run cancelled, a Ctrl-C): the server may have read
+            # and billed the request, so it is a row, marked cancelled, not a failure.
+            report_attempt(self._cut_off())
+            raise
+        if not parsed.text and not parsed.tool_calls:
+            raise self._fail(
+                ProviderErrorKind.MALFORMED,
+                "answer holds neither text nor a tool call "
+                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
+            )
+        return self._succeed(parsed)
+
+    async def _answer(self) -> Parsed:
+        """Send and read the answer; every failure becomes a ``ProviderError``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.p._timeout
         try:
@@ -379,35 +402,20 @@ class _Attempt:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
             raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
-        if not parsed.text and not parsed.tool_calls:
-            raise self._fail(
-                ProviderErrorKind.MALFORMED,
-                "answer holds neither text nor a tool call "
-                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
-            )
-        return self._succeed(parsed)
+        return parsed
 
     async def _send(self) -> Parsed:
-        client = shared_client()
-        request = client.build_request("POST", self.p._url, json=self.body, headers=self.p._headers)
-        # Sent as a stream so the status and request id are known even if the body dies.
-        response = await client.send(request, stream=True)
-        try:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
+                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
             return self._parse_json(await _read_answer(response))
-        finally:
-            await response.aclose()
 
     async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
-        client = shared_client()
-        async with client.stream(
-            "POST", self.p._url, json=self.body, headers=self.p._headers
-        ) as response:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
+                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
             ctype = response.headers.get("content-type", "")
             if not ctype.startswith("text/event-stream"):
                 # A server may answer a stream request with one JSON body (an error in
@@ -450,7 +458,7 @@ class _Attempt:
                 if acc.done:
                     # The answer is complete: its own deadline no longer applies.
                     timer.reschedule(None)
-                    await _drain(chunks)
+                    await drain(chunks)
                     return
         if (last := frames.last()) is not None:  # a last event without its blank line
             acc.feed(*last)
@@ -526,6 +534,19 @@ class _Attempt:
         )
         return err
 
+    def _cut_off(self) -> AttemptRecord:
+        headers = self.headers
+        return AttemptRecord.cut_off(
+            provider=self.p._name,
+            model=self.p._model,
+            started_at=self.started_at,
+            latency_ms=(time.perf_counter() - self.t0) * 1000.0,
+            status=self.status,
+            ttft_ms=self.ttft_ms,
+            request_id=request_id_from(headers) if headers else None,
+            base_url=self.p._base_url,
+        )
+
     def _succeed(self, parsed: Parsed) -> Completion:
         latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
@@ -553,33 +574,12 @@ class _Attempt:
         return completion
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what follows the last event (the chunk terminator) so the connection is reused.
-
-    A server that keeps the stream open, or drops it, after its last event does not
-    turn a complete answer into a failure: the connection is just not reused.
-    """
-    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
-        async with asyncio.timeout(_DRAIN_TIMEOUT):
-            async for _ in chunks:
-                pass
-
-
 async def _read_answer(response: httpx2.Response) -> bytes:
     """The whole answer body, or a malformed ``WireError`` past ``MAX_ANSWER_BYTES``."""
-    body = await _read_limited(response, MAX_ANSWER_BYTES + 1)
+    body = await read_limited(response, MAX_ANSWER_BYTES + 1)
     if len(body) > MAX_ANSWER_BYTES:
         raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
     return body
-
-
-async def _read_limited(response: httpx2.Response, limit: int = _ERROR_BODY_LIMIT) -> bytes:
-    out = bytearray()
-    async for chunk in response.aiter_bytes():
-        out += chunk
-        if len(out) >= limit:
-            break
-    return bytes(out[:limit])
 
 
 def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
