@@ -434,9 +434,12 @@ class _AgentRun:
              "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
             for i, call in enumerate(turn.tool_calls, start=1)
         ]  # fmt: skip
-        # A failure with no kind (cancelled, or a harnessnb bug) is no provider outcome to
-        # count: the step keeps the usage, the failure rates are not skewed either way.
-        if error is None or kind is not None:
+        # A cancel cut the CLI's request off in flight: a row marked ``cancelled`` (in
+        # no failure rate). A failure with no kind (a harnessnb bug) is no provider
+        # outcome to count: the step keeps the usage, the failure rates are not skewed.
+        if isinstance(error, Cancelled):
+            attempts.append({**attempt, "cancelled": True})
+        elif error is None or kind is not None:
             attempts.append(attempt)
         return step, attempts, tools
 

@@ -21,11 +21,13 @@ stream is cut by the idle timeout and each piece of text goes to ``report_text``
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
 
-Usage: every answer that arrived (a 2xx response, used or not) is billed, so its
-attempt carries tokens: those the answer reported, or, when it reported none, an
-estimate (``estimate_usage``: about four characters a token, the request's JSON for
-input and the answer's text and tool calls for output), flagged ``estimated``. A
-failure without an answer (an error status, a dropped connection) carries none.
+Usage: every answer that arrived (a 2xx response, used or not) is billed: its attempt
+carries the tokens it reported, else an estimate (``_usage.estimate_usage``). A failure
+without an answer (an error status, a dropped connection) carries none.
+
+An attempt a cancel cuts off in flight is reported too, as ``cancelled`` (the server
+may have billed it). A request a pooled connection closed while idle dropped is sent
+again inside the attempt (``_client.post``).
 
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
@@ -43,7 +45,7 @@ import datetime
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
@@ -58,9 +60,18 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
-from ..rules._secrets import register, scrub, scrub_exception
+from ..rules._retry import timeout_seconds
+from ..rules._secrets import register, register_header, scrub, scrub_exception
 from ..rules._text import shorten
-from ._client import aclose_client, new_client, shared_client
+from ._client import (
+    aclose_client,
+    drain,
+    error_kind,
+    new_client,
+    post,
+    read_limited,
+    shared_client,
+)
 from ._completion import (
     AttemptRecord,
     Completion,
@@ -71,6 +82,7 @@ from ._completion import (
     shown_url,
     text_sink,
 )
+from ._usage import answer_chars, estimate_usage
 from ._wire import (
     Parsed,
     SSEFrames,
@@ -81,7 +93,6 @@ from ._wire import (
 )
 
 __all__ = [
-    "CHARS_PER_TOKEN",
     "DEFAULT_IDLE_TIMEOUT",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_TEXT",
@@ -89,9 +100,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "HTTPProvider",
     "aclose_client",
-    "estimate_usage",
     "new_client",
-    "seconds",
     "shared_client",
 ]
 
@@ -108,23 +117,11 @@ MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 
 # Error bodies are read for their message only; a huge HTML error page is cut short.
 _ERROR_BODY_LIMIT = 64 * 1024
-_DRAIN_TIMEOUT = 0.5
-
-
-def seconds(value: float | datetime.timedelta) -> float:
-    """A duration in seconds from a float or a ``timedelta``; must be positive."""
-    out = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    if not out > 0:
-        raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
-    return out
 
 
 def _env(var: str) -> str | None:
     value = os.environ.get(var, "").strip()
     return value or None
-
-
-# ------------------------------------------------------------- the base provider
 
 
 class HTTPProvider(abc.ABC):
@@ -186,8 +183,11 @@ class HTTPProvider(abc.ABC):
         self._api_key = api_key or None
         register(self._api_key)
         register(parts.password)  # a proxy's key in user:password@
-        self._timeout = seconds(timeout)
-        self._idle_timeout = seconds(idle_timeout)
+        register(parts.username)  # ... or a key as the user name alone
+        for header, value in (headers or {}).items():
+            register_header(header, value)
+        self._timeout = timeout_seconds(timeout)
+        self._idle_timeout = timeout_seconds(idle_timeout)
         self._stream = bool(stream)
         self._stream_refused = False  # the server rejected a streamed request once
         try:
@@ -268,9 +268,9 @@ class HTTPProvider(abc.ABC):
     ) -> Self:
         """A new provider like this one with another deadline (and idle timeout)."""
         new = copy.copy(self)
-        new._timeout = seconds(timeout)
+        new._timeout = timeout_seconds(timeout)
         if idle_timeout is not None:
-            new._idle_timeout = seconds(idle_timeout)
+            new._idle_timeout = timeout_seconds(idle_timeout)
         return new
 
     def __repr__(self) -> str:
@@ -334,23 +334,6 @@ class HTTPProvider(abc.ABC):
         return None
 
 
-CHARS_PER_TOKEN = 4
-"""The estimate's rule of thumb: about four characters of English text (or JSON) a token."""
-
-
-def estimate_usage(request_bytes: int, answer_chars: int) -> Usage:
-    """Tokens of an answer that reported none: its request's JSON bytes and its answer's
-    characters (text and tool calls) at ``CHARS_PER_TOKEN``, rounded up; ``estimated``."""
-    return Usage(
-        -(-request_bytes // CHARS_PER_TOKEN), -(-answer_chars // CHARS_PER_TOKEN), estimated=True
-    )
-
-
-def _answer_chars(parsed: Parsed) -> int:
-    calls = sum(len(c.name) + len(json.dumps(c.arguments)) for c in parsed.tool_calls)
-    return len(parsed.text) + calls
-
-
 class _Attempt:
     """One HTTP attempt of one provider: send, read, classify, time and report."""
 
@@ -368,6 +351,26 @@ class _Attempt:
         self.streamed_chars = 0  # answer text a stream brought so far (for an estimate)
 
     async def run(self) -> Completion:
+        try:
+            parsed = await self._answer()
+        except asyncio.CancelledError:
+            # Cut off in flight (the run cancelled, a Ctrl-C): the server may have read
+            # and billed the request, so it is a row, marked cancelled, not a failure.
+            report_attempt(self._cut_off())
+            raise
+        if not parsed.text and not parsed.tool_calls:
+            usage = self._billed(parsed.usage, 0)
+            said = "estimated" if usage.estimated else "reported"
+            raise self._fail(
+                ProviderErrorKind.MALFORMED,
+                "answer holds neither text nor a tool call "
+                f"({usage.input_tokens} input, {usage.output_tokens} output tokens {said})",
+                usage,
+            )
+        return self._succeed(parsed)
+
+    async def _answer(self) -> Parsed:
+        """Send and read the answer; every failure becomes a ``ProviderError``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.p._timeout
         try:
@@ -390,7 +393,7 @@ class _Attempt:
             ) from exc
         except httpx2.HTTPError as exc:
             scrub_exception(exc)  # it may quote a header, the key in it
-            kind, text = _http_error_kind(exc)
+            kind, text = error_kind(exc)
             raise self._fail(kind, text) from exc
         except httpx2.InvalidURL as exc:
             scrub_exception(exc)
@@ -403,16 +406,7 @@ class _Attempt:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
             raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
-        if not parsed.text and not parsed.tool_calls:
-            usage = self._billed(parsed.usage, 0)
-            said = "estimated" if usage.estimated else "reported"
-            raise self._fail(
-                ProviderErrorKind.MALFORMED,
-                "answer holds neither text nor a tool call "
-                f"({usage.input_tokens} input, {usage.output_tokens} output tokens {said})",
-                usage,
-            )
-        return self._succeed(parsed)
+        return parsed
 
     def _billed(self, usage: Usage | None, answer_chars: int) -> Usage:
         """What an answer that arrived cost: its reported usage, else an estimate."""
@@ -422,26 +416,17 @@ class _Attempt:
         return estimate_usage(request_bytes, answer_chars)
 
     async def _send(self) -> Parsed:
-        client = shared_client()
-        request = client.build_request("POST", self.p._url, json=self.body, headers=self.p._headers)
-        # Sent as a stream so the status and request id are known even if the body dies.
-        response = await client.send(request, stream=True)
-        try:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
+                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
             return self._parse_json(await _read_answer(response))
-        finally:
-            await response.aclose()
 
     async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
-        client = shared_client()
-        async with client.stream(
-            "POST", self.p._url, json=self.body, headers=self.p._headers
-        ) as response:
+        async with post(self.p._url, self.body, self.p._headers) as response:
             self._took(response)
             if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
+                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
             ctype = response.headers.get("content-type", "")
             if not ctype.startswith("text/event-stream"):
                 # A server may answer a stream request with one JSON body (an error in
@@ -485,7 +470,7 @@ class _Attempt:
                 if acc.done:
                     # The answer is complete: its own deadline no longer applies.
                     timer.reschedule(None)
-                    await _drain(chunks)
+                    await drain(chunks)
                     return
         if (last := frames.last()) is not None:  # a last event without its blank line
             acc.feed(*last)
@@ -567,6 +552,19 @@ class _Attempt:
         )
         return err
 
+    def _cut_off(self) -> AttemptRecord:
+        headers = self.headers
+        return AttemptRecord.cut_off(
+            provider=self.p._name,
+            model=self.p._model,
+            started_at=self.started_at,
+            latency_ms=(time.perf_counter() - self.t0) * 1000.0,
+            status=self.status,
+            ttft_ms=self.ttft_ms,
+            request_id=request_id_from(headers) if headers else None,
+            base_url=self.p._base_url,
+        )
+
     def _succeed(self, parsed: Parsed) -> Completion:
         latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
@@ -574,7 +572,7 @@ class _Attempt:
         completion = Completion(
             text=parsed.text,
             tool_calls=parsed.tool_calls,
-            usage=self._billed(parsed.usage, _answer_chars(parsed)),
+            usage=self._billed(parsed.usage, answer_chars(parsed)),
             finish_reason=parsed.finish_reason,
             provider=p._name,
             model=p._model,
@@ -594,45 +592,9 @@ class _Attempt:
         return completion
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what follows the last event (the chunk terminator) so the connection is reused.
-
-    A server that keeps the stream open, or drops it, after its last event does not
-    turn a complete answer into a failure: the connection is just not reused.
-    """
-    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
-        async with asyncio.timeout(_DRAIN_TIMEOUT):
-            async for _ in chunks:
-                pass
-
-
 async def _read_answer(response: httpx2.Response) -> bytes:
     """The whole answer body, or a malformed ``WireError`` past ``MAX_ANSWER_BYTES``."""
-    body = await _read_limited(response, MAX_ANSWER_BYTES + 1)
+    body = await read_limited(response, MAX_ANSWER_BYTES + 1)
     if len(body) > MAX_ANSWER_BYTES:
         raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
     return body
-
-
-async def _read_limited(response: httpx2.Response, limit: int = _ERROR_BODY_LIMIT) -> bytes:
-    out = bytearray()
-    async for chunk in response.aiter_bytes():
-        out += chunk
-        if len(out) >= limit:
-            break
-    return bytes(out[:limit])
-
-
-def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
-    """The kind of an httpx2 failure that produced no usable response."""
-    name = type(exc).__name__
-    detail = str(exc) or name
-    if isinstance(exc, httpx2.TimeoutException):
-        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
-    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
-        # Our own request could not be sent as given: no retry can cure that.
-        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
-    if isinstance(exc, httpx2.DecodingError):
-        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
-    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
-    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"

@@ -482,9 +482,13 @@ def test_cancel_kills_the_whole_process_group_and_records_cancelled(clis: CLIs) 
     row = clis.store.get_run("run_cancel")
     assert row is not None and row["outcome"] == "cancelled"
     assert row["error"]["code"] == "AGENT_CANCELLED"
-    # The step is kept (with what the stream said); a cancel is no provider outcome.
+    # The step is kept (with what the stream said); the request the cancel cut off is a
+    # row marked cancelled, with no kind: a cancel is no provider outcome.
     assert clis.store.steps("run_cancel")["decision"].tolist() == ["cancelled"]
-    assert clis.store.attempts("run_cancel").empty
+    rows = clis.store.attempts("run_cancel")
+    assert rows["cancelled"].tolist() == [True] and rows["kind"].isna().all()
+    assert rows["provider"].tolist() == ["claude-code"]
+    assert clis.store.failure_rates(by="provider").empty
 
 
 def test_a_grandchild_left_running_after_a_good_answer_is_killed(clis: CLIs) -> None:

@@ -178,7 +178,7 @@ def test_an_answer_reporting_its_usage_is_not_estimated(ws: Path) -> None:
 
 
 def test_the_estimate_is_four_characters_a_token_rounded_up() -> None:
-    from harnessnb.providers._http import estimate_usage
+    from harnessnb.providers._usage import estimate_usage
 
     assert estimate_usage(4001, 9) == hn.Usage(1001, 3, estimated=True)
     assert estimate_usage(0, 0) == hn.Usage(0, 0, estimated=True)
