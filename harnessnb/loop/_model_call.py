@@ -49,7 +49,7 @@ from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._events import TextDeltas
-from ._outcome import provider_failure_outcome
+from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
     from ..store._store import Store
@@ -216,6 +216,9 @@ class ModelCalls:
             err = result
             if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
                 return Failure(ended, err)
+            if over_cost(self.cost_usd, self.contract.max_cost_usd):
+                # Billed answers that could not be used count too: no retry past the budget.
+                return Failure(RunOutcome.COST_BUDGET, err)
             assert isinstance(err, ProviderError)  # anything else ended the run above
             if err.kind is ProviderErrorKind.CONTEXT_OVERFLOW and not shrunk:
                 smaller = shrink_messages(messages)
@@ -357,6 +360,7 @@ class ModelCalls:
             "started_at": started_at,
             "base_url": rec.base_url,
             "cancelled": rec.cancelled,
+            "usage_estimated": rec.usage_estimated,
         }
 
     def _cost(self, rec: AttemptRecord) -> float | None:

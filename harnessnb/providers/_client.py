@@ -18,12 +18,14 @@ from typing import Any, NamedTuple
 
 import httpx2
 
+from ..rules._errors import ProviderErrorKind
 from ..rules._secrets import scrub_loggers
 
 __all__ = [
     "HTTP_LOGGERS",
     "aclose_client",
     "drain",
+    "error_kind",
     "new_client",
     "post",
     "read_limited",
@@ -215,3 +217,18 @@ async def post(
             response = await _send(fresh, url, body, headers, _ConnectionUse())
         stack.push_async_callback(response.aclose)
         yield response
+
+
+def error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
+    """The kind of an httpx2 failure that produced no usable response."""
+    name = type(exc).__name__
+    detail = str(exc) or name
+    if isinstance(exc, httpx2.TimeoutException):
+        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
+    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
+        # Our own request could not be sent as given: no retry can cure that.
+        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
+    if isinstance(exc, httpx2.DecodingError):
+        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
+    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
+    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"

@@ -73,10 +73,12 @@ class ToolCall:
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """Token counts as the provider reported them (0 when it did not)."""
+    """Token counts of one answer: as the provider reported them, or, when its answer
+    reported none, estimated (``estimated``; see ``providers._usage``)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -164,6 +166,7 @@ class AttemptRecord:
     error: str | None = None
     base_url: str | None = None  # its server, no credentials (None: not over HTTP)
     cancelled: bool = False  # cut off by a cancel in flight: neither success nor failure
+    usage_estimated: bool = False  # the answer reported no usage: the tokens are estimated
 
     @classmethod
     def succeeded(
@@ -187,6 +190,7 @@ class AttemptRecord:
             output_tokens=completion.usage.output_tokens,
             request_id=completion.request_id,
             base_url=None if base_url is None else shown_url(base_url),
+            usage_estimated=completion.usage.estimated,
         )
 
     @classmethod
@@ -229,8 +233,10 @@ class AttemptRecord:
         latency_ms: float,
         ttft_ms: float | None = None,
         base_url: str | None = None,
+        usage: Usage | None = None,
     ) -> AttemptRecord:
-        """The record of an attempt that failed with ``error``."""
+        """The record of an attempt that failed with ``error``; ``usage`` is what an
+        answer that arrived but could not be used was billed (None: nothing billed)."""
         return cls(
             provider=provider,
             model=model,
@@ -243,6 +249,9 @@ class AttemptRecord:
             request_id=error.request_id,
             error=error.message,
             base_url=None if base_url is None else shown_url(base_url),
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            usage_estimated=usage is not None and usage.estimated,
         )
 
 

@@ -21,12 +21,13 @@ stream is cut by the idle timeout and each piece of text goes to ``report_text``
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
 
-Cancels: an attempt a cancel cuts off in flight is reported too, as ``cancelled``
-(``AttemptRecord.cut_off``: the server may have billed it), and the cancel goes on.
+Usage: every answer that arrived (a 2xx response, used or not) is billed: its attempt
+carries the tokens it reported, else an estimate (``_usage.estimate_usage``). A failure
+without an answer (an error status, a dropped connection) carries none.
 
-Pooled connections: a request that fails on a kept-alive connection the server had
-closed while idle (reset, or closed before any byte of an answer) is sent once more on
-a new connection inside the same attempt (``_client.post``): no failure, one attempt.
+An attempt a cancel cuts off in flight is reported too, as ``cancelled`` (the server
+may have billed it). A request a pooled connection closed while idle dropped is sent
+again inside the attempt (``_client.post``).
 
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
@@ -59,18 +60,29 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
+from ..rules._retry import timeout_seconds
 from ..rules._secrets import register, register_header, scrub, scrub_exception
 from ..rules._text import shorten
-from ._client import aclose_client, drain, new_client, post, read_limited, shared_client
+from ._client import (
+    aclose_client,
+    drain,
+    error_kind,
+    new_client,
+    post,
+    read_limited,
+    shared_client,
+)
 from ._completion import (
     AttemptRecord,
     Completion,
     Messages,
     ToolSpecs,
+    Usage,
     report_attempt,
     shown_url,
     text_sink,
 )
+from ._usage import answer_chars, estimate_usage
 from ._wire import (
     Parsed,
     SSEFrames,
@@ -89,7 +101,6 @@ __all__ = [
     "HTTPProvider",
     "aclose_client",
     "new_client",
-    "seconds",
     "shared_client",
 ]
 
@@ -108,20 +119,9 @@ MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
 _ERROR_BODY_LIMIT = 64 * 1024
 
 
-def seconds(value: float | datetime.timedelta) -> float:
-    """A duration in seconds from a float or a ``timedelta``; must be positive."""
-    out = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    if not out > 0:
-        raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
-    return out
-
-
 def _env(var: str) -> str | None:
     value = os.environ.get(var, "").strip()
     return value or None
-
-
-# ------------------------------------------------------------- the base provider
 
 
 class HTTPProvider(abc.ABC):
@@ -186,8 +186,8 @@ class HTTPProvider(abc.ABC):
         register(parts.username)  # ... or a key as the user name alone
         for header, value in (headers or {}).items():
             register_header(header, value)
-        self._timeout = seconds(timeout)
-        self._idle_timeout = seconds(idle_timeout)
+        self._timeout = timeout_seconds(timeout)
+        self._idle_timeout = timeout_seconds(idle_timeout)
         self._stream = bool(stream)
         self._stream_refused = False  # the server rejected a streamed request once
         try:
@@ -268,9 +268,9 @@ class HTTPProvider(abc.ABC):
     ) -> Self:
         """A new provider like this one with another deadline (and idle timeout)."""
         new = copy.copy(self)
-        new._timeout = seconds(timeout)
+        new._timeout = timeout_seconds(timeout)
         if idle_timeout is not None:
-            new._idle_timeout = seconds(idle_timeout)
+            new._idle_timeout = timeout_seconds(idle_timeout)
         return new
 
     def __repr__(self) -> str:
@@ -348,6 +348,7 @@ class _Attempt:
         self.ttft_ms: float | None = None
         self.idle_armed = False
         self.stream_refused = False  # the server said no to streaming
+        self.streamed_chars = 0  # answer text a stream brought so far (for an estimate)
 
     async def run(self) -> Completion:
         try:
@@ -358,10 +359,13 @@ class _Attempt:
             report_attempt(self._cut_off())
             raise
         if not parsed.text and not parsed.tool_calls:
+            usage = self._billed(parsed.usage, 0)
+            said = "estimated" if usage.estimated else "reported"
             raise self._fail(
                 ProviderErrorKind.MALFORMED,
                 "answer holds neither text nor a tool call "
-                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
+                f"({usage.input_tokens} input, {usage.output_tokens} output tokens {said})",
+                usage,
             )
         return self._succeed(parsed)
 
@@ -389,7 +393,7 @@ class _Attempt:
             ) from exc
         except httpx2.HTTPError as exc:
             scrub_exception(exc)  # it may quote a header, the key in it
-            kind, text = _http_error_kind(exc)
+            kind, text = error_kind(exc)
             raise self._fail(kind, text) from exc
         except httpx2.InvalidURL as exc:
             scrub_exception(exc)
@@ -397,12 +401,19 @@ class _Attempt:
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
             scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message) from exc.__cause__
+            raise self._fail(exc.kind, exc.message, exc.usage) from exc.__cause__
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
             raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
         return parsed
+
+    def _billed(self, usage: Usage | None, answer_chars: int) -> Usage:
+        """What an answer that arrived cost: its reported usage, else an estimate."""
+        if usage is not None:
+            return usage
+        request_bytes = len(json.dumps(self.body, ensure_ascii=False).encode())
+        return estimate_usage(request_bytes, answer_chars)
 
     async def _send(self) -> Parsed:
         async with post(self.p._url, self.body, self.p._headers) as response:
@@ -450,6 +461,7 @@ class _Attempt:
             for event, data in frames.feed(chunk):
                 if acc.feed(event, data) and self.ttft_ms is None:
                     self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                self.streamed_chars += len(acc.fresh)
                 if sink is not None and acc.fresh:
                     # A listener's failure is its own (the loop's logs it), never the answer's.
                     with contextlib.suppress(Exception):
@@ -501,9 +513,14 @@ class _Attempt:
         reason = httpx2.codes.get_reason_phrase(status)
         return self._fail(kind, f"HTTP {status} {reason}: {detail}")
 
-    def _fail(self, kind: ProviderErrorKind, text: str) -> ProviderError:
+    def _fail(
+        self, kind: ProviderErrorKind, text: str, usage: Usage | None = None
+    ) -> ProviderError:
         latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
+        # An answer that arrived was billed, used or not; an error status was not.
+        answered = self.status is not None and 200 <= self.status < 300
+        billed = self._billed(usage, self.streamed_chars) if answered else None
         headers = self.headers
         # Retry-After and x-should-retry mean something only on a response that failed.
         retry_after = parse_retry_after(headers) if headers else None
@@ -530,6 +547,7 @@ class _Attempt:
                 latency_ms=latency,
                 ttft_ms=self.ttft_ms,
                 base_url=p._base_url,
+                usage=billed,
             )
         )
         return err
@@ -554,7 +572,7 @@ class _Attempt:
         completion = Completion(
             text=parsed.text,
             tool_calls=parsed.tool_calls,
-            usage=parsed.usage,
+            usage=self._billed(parsed.usage, answer_chars(parsed)),
             finish_reason=parsed.finish_reason,
             provider=p._name,
             model=p._model,
@@ -580,18 +598,3 @@ async def _read_answer(response: httpx2.Response) -> bytes:
     if len(body) > MAX_ANSWER_BYTES:
         raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
     return body
-
-
-def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
-    """The kind of an httpx2 failure that produced no usable response."""
-    name = type(exc).__name__
-    detail = str(exc) or name
-    if isinstance(exc, httpx2.TimeoutException):
-        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
-    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
-        # Our own request could not be sent as given: no retry can cure that.
-        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
-    if isinstance(exc, httpx2.DecodingError):
-        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
-    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
-    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"
