@@ -1,0 +1,239 @@
+"""Escapes an attack round found (issue #25), each tried again as the attacker did it:
+a scripted model calls ``run_command`` and the file tools through a real ``hn.run_sync``
+on every backend this machine has (bubblewrap, Landlock, none), as the caller (root
+here) and, for bubblewrap, as an unprivileged user.
+
+The unprivileged runs start the very argv the harness builds (``confine``) under
+``setpriv`` as ``nobody``: the harness's interpreter may live where ``nobody`` cannot
+read it (a pyenv under ``/root``), so the whole run cannot switch user, but the
+sandbox it builds is the same (the namespace uid is ``nobody``'s own either way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.tools._sandbox import confine
+from tests.security.test_sandbox import CONTAINED, FAKE_KEY, needs_bwrap
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the attacks ran as root)")
+can_switch = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to run a command as an unprivileged user",
+)
+
+
+@pytest.fixture
+def ws() -> Iterator[Path]:
+    """A workspace an unprivileged user can reach too (pytest's tmp_path is 0700)."""
+    top = Path(tempfile.mkdtemp(prefix="harnessnb-escape-", dir="/var/tmp"))
+    top.chmod(0o755)
+    root = top / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("hello sandbox\n")
+    yield root
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def store() -> Iterator[hn.Store]:
+    s = hn.Store(":memory:")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    name: str = request.param
+    monkeypatch.setenv("HARNESSNB_SANDBOX", name)
+    return name
+
+
+def _secrets(ws: Path) -> None:
+    """The secrets of the attack: the table's, nested, and a user's ``deny_read``."""
+    for rel in (".aws/credentials", ".ssh/id_ed25519", "a/b/.aws/credentials"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(f"{FAKE_KEY}\n")
+    (ws / "data" / "private").mkdir(parents=True)
+    (ws / "data" / "private" / "key.txt").write_text(f"{FAKE_KEY}\n")
+
+
+def _policy() -> hn.Policy:
+    """Only what the attacker was given: ``mv`` and ``cat`` (and the user's own rule)."""
+    return (
+        hn.Policy.default()
+        .layer("app")
+        .allow_exec("mv")
+        .allow_exec("cat")
+        .allow_exec("python3")
+        .deny_read("data/private")
+    )
+
+
+_RENAMES = [
+    ["mv", ".aws", "x"],
+    ["mv", ".ssh", "y"],
+    ["mv", "a/b/.aws", "a/b/z"],
+    ["mv", "a", "q"],
+    ["mv", "data", "d2"],
+    ["mv", "data/private", "data/open"],
+]
+_READS = [
+    "x/credentials",
+    "y/id_ed25519",
+    "a/b/z/credentials",
+    "q/b/.aws/credentials",
+    "q/b/z/credentials",
+    "d2/private/key.txt",
+    "data/open/key.txt",
+    "d2/open/key.txt",
+]
+
+
+def _run(ws: Path, store: hn.Store, calls: list[dict[str, Any]], policy: hn.Policy) -> list[str]:
+    provider = hn.ScriptedProvider([*calls, "done", "done"])
+    contract = hn.TaskContract("probe", ws, max_steps=len(calls) + 2)
+    result = hn.run_sync(contract, provider, store=store, policy=policy)
+    rows = store.tool_calls(result.run_id).sort_values(["step", "seq"])
+    return [str(o) for o in rows["output"].tolist()]
+
+
+def _command(argv: list[str]) -> dict[str, Any]:
+    return {"tool": "run_command", "args": {"argv": argv}}
+
+
+# ---------------------------------------------------------------- 1. renaming a secret away
+
+
+@pytest.mark.parametrize("backend", CONTAINED, indirect=True)
+def test_renaming_a_secrets_folder_never_unmasks_it(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    _secrets(ws)
+    calls = [_command(argv) for argv in _RENAMES]
+    calls += [{"tool": "read_file", "args": {"path": rel}} for rel in _READS]
+    calls += [_command(["cat", rel]) for rel in _READS]
+    calls += [{"tool": "grep", "args": {"pattern": "sk-fake", "path": "."}}]
+    outputs = _run(ws, store, calls, _policy())
+    if backend == "none":  # uncontained: the command itself reads anything (README)
+        outputs = outputs[: len(_RENAMES) + len(_READS)] + outputs[-1:]
+    assert all(FAKE_KEY not in out for out in outputs), outputs
+    if backend != "none":  # the sandbox refuses the renames themselves
+        assert all(out.startswith("exit code 1") for out in outputs[: len(_RENAMES)])
+        assert (ws / ".aws" / "credentials").read_text() == f"{FAKE_KEY}\n"
+        assert (ws / "data" / "private" / "key.txt").read_text() == f"{FAKE_KEY}\n"
+
+
+def _as_nobody(ws: Path, argv: list[str], policy: hn.Policy) -> str:
+    """``argv`` confined as the harness confines it, started as ``nobody``."""
+    with _scratch_beside(ws):
+        child = confine(argv, workspace=ws, policy=policy, backend="bubblewrap")
+    try:
+        for folder, dirs, files in os.walk(child.scratch):
+            for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                os.chown(name, NOBODY, NOBODY)
+        switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+        done = subprocess.run(
+            [*switch, "--", *child.argv],
+            cwd=ws,
+            env=child.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        child.close()
+    assert "bwrap:" not in done.stderr, done.stderr  # the sandbox itself started
+    return f"exit code {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+@contextlib.contextmanager
+def _scratch_beside(ws: Path) -> Iterator[None]:
+    """The command's scratch folder made where ``nobody`` can reach it, and ``nobody``'s
+    home (whose credential files are masked) one it can reach too."""
+    kept, home = tempfile.tempdir, os.environ.get("HOME")
+    tempfile.tempdir = os.environ["HOME"] = str(ws.parent)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = kept
+        if home is not None:
+            os.environ["HOME"] = home
+
+
+def _give_to_nobody(ws: Path) -> None:
+    for folder, dirs, files in os.walk(ws):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.chown(name, NOBODY, NOBODY)
+
+
+@needs_bwrap
+@can_switch
+def test_renaming_a_secrets_folder_never_unmasks_it_as_an_ordinary_user(ws: Path) -> None:
+    _secrets(ws)
+    _give_to_nobody(ws)
+    outputs = [_as_nobody(ws, argv, _policy()) for argv in _RENAMES]
+    outputs += [_as_nobody(ws, ["cat", rel], _policy()) for rel in _READS]
+    assert all(FAKE_KEY not in out for out in outputs), outputs
+    assert all(out.startswith("exit code 1") for out in outputs[: len(_RENAMES)])
+    assert (ws / ".aws" / "credentials").exists() and (ws / "data" / "private").is_dir()
+
+
+# ---------------------------------------------------------------- 2. /proc/sys as root
+
+# Each sysctl is written with the value it already holds: a regression shows as a
+# write that succeeded, never as a changed host.
+_SYSCTL_WRITE = """
+import sys
+for name in ("kernel/domainname", "kernel/core_pattern"):
+    path = "/proc/sys/" + name
+    value = open(path).read()
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as exc:
+        print(name, "refused", exc.strerror)
+    else:
+        print(name, "WRITTEN")
+"""
+
+
+@as_root
+@pytest.mark.parametrize("backend", CONTAINED, indirect=True)
+def test_a_command_run_by_root_cannot_write_the_hosts_sysctls(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    outputs = _run(ws, store, [_command(["python3", "-c", _SYSCTL_WRITE])], _policy())
+    assert "WRITTEN" not in outputs[0], outputs[0]
+    assert outputs[0].count("refused") == 2, outputs[0]
+
+
+@needs_bwrap
+@can_switch
+def test_a_command_run_by_an_ordinary_user_cannot_write_sysctls_either(ws: Path) -> None:
+    _give_to_nobody(ws)
+    out = _as_nobody(ws, ["python3", "-c", _SYSCTL_WRITE], _policy())
+    assert "WRITTEN" not in out and out.count("refused") == 2, out
+
+
+@needs_bwrap
+@as_root
+@pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
+def test_under_bubblewrap_root_runs_commands_as_an_unprivileged_uid(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    outputs = _run(ws, store, [_command(["python3", "-c", "import os; print(os.getuid())"])],
+                   _policy())  # fmt: skip
+    assert outputs[0] == f"exit code 0\n{NOBODY}\n"
