@@ -27,7 +27,9 @@ Landlock ABI once per process):
   host's ``/tmp`` and ``/dev`` (the usual devices excepted), the real home's
   credential files and the workspace's secret paths (hard links included); write only
   in the workspace and a private scratch ``TMPDIR`` holding ``HOME``; no capabilities;
-  ``no_new_privs``; a new session. Without network: no IPv4/IPv6 socket at all (a
+  ``no_new_privs``; a new session; its own PID namespace and ``/proc`` where the
+  kernel allows it (root), else a subreaper launcher; every process it starts killed
+  at the end of the call (``tools/_landlock_exec``). Without network: no IPv4/IPv6 socket at all (a
   seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
   abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
   Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
@@ -36,7 +38,9 @@ Landlock ABI once per process):
   is readable from the next command on; entries beside a secret cannot be removed or
   renamed (a renamed secret would lose the name that denies it).
 * ``none``: the command runs uncontained (only the minimal environment and a private
-  ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
+  ``HOME``/``TMPDIR`` apply); every surface says "uncontained". It still starts
+  through the launcher (no ruleset): its own PID namespace where the kernel allows
+  it, and nothing it starts outlives the call.
 
 Tried in that order. ``HARNESSNB_SANDBOX=none|bubblewrap|landlock`` (read at each call)
 forces a backend, for tests and for people who know their machine.
@@ -322,7 +326,9 @@ def confine(
         (tmp / "home").mkdir(parents=True)
         if backend == "none":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
-            return Confined(list(argv), run_env, "none", True, sandbox_label("none"), scratch)
+            secret_paths(root, policy)  # their identities noted before any rename
+            launch = [sys.executable, "-I", "-S", _LAUNCHER, "-", "--", *argv]
+            return Confined(launch, run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy)
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,8 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
-from harnessnb.tools._sandbox import confine
-from tests.security.test_sandbox import CONTAINED, FAKE_KEY, needs_bwrap
+from harnessnb.tools._sandbox import _LAUNCHER, confine
+from tests.security.test_sandbox import BACKENDS, CONTAINED, FAKE_KEY, needs_bwrap
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the attacks ran as root)")
@@ -237,3 +239,110 @@ def test_under_bubblewrap_root_runs_commands_as_an_unprivileged_uid(
     outputs = _run(ws, store, [_command(["python3", "-c", "import os; print(os.getuid())"])],
                    _policy())  # fmt: skip
     assert outputs[0] == f"exit code 0\n{NOBODY}\n"
+
+
+# ---------------------------------------------------------------- 10, 12. process trees
+
+
+def _alive(marker: str) -> list[str]:
+    """Command lines of live processes holding ``marker`` (zombies show none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                line = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+                if marker.encode() in line:
+                    found.append(line.decode(errors="replace"))
+    return found
+
+
+def _unique_sleep() -> str:
+    """A ``sleep`` duration no other process uses: its command line is the marker."""
+    return str(600_000 + secrets.randbelow(100_000))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_nothing_a_command_starts_outlives_its_call_whatever_setsid_does(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    daemon, bomb = _unique_sleep(), _unique_sleep()
+    spawn = f"for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep {bomb} & done; wait"
+    script = (
+        f"setsid sh -c 'while :; do echo x >> beat.txt; sleep {daemon}; done' "
+        f"</dev/null >/dev/null 2>&1 & setsid sh -c '{spawn}' </dev/null >/dev/null 2>&1 & "
+        "sleep 0.3; echo started"
+    )
+    outputs = _run(ws, store, [_command(["sh", "-c", script])], hn.Policy.permissive())
+    assert outputs[0] == "exit code 0\nstarted\n", outputs[0]
+    assert _alive(f"sleep {daemon}") == [] and _alive(f"sleep {bomb}") == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_command_ignoring_sigterm_ends_with_its_tree_by_the_time_budget(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    child, leader = _unique_sleep(), _unique_sleep()
+    script = (
+        f"trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep {child}; :' </dev/null "
+        f">/dev/null 2>&1 & echo started; sleep {leader}; :"
+    )
+    provider = hn.ScriptedProvider([_command(["sh", "-c", script]), "done", "done"])
+    contract = hn.TaskContract("probe", ws, max_steps=3, max_seconds=2)
+    started = time.monotonic()
+    result = hn.run_sync(contract, provider, store=store, policy=hn.Policy.permissive())
+    took = time.monotonic() - started
+    assert result.outcome is hn.RunOutcome.TIME_BUDGET, result.outcome
+    assert took < 2 + 1, took  # the budget, to within a second
+    assert _alive(f"sleep {child}") == [] and _alive(f"sleep {leader}") == []
+
+
+_SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@can_switch
+@pytest.mark.skipif(not os.access(_SYSTEM_PYTHON, os.X_OK), reason="needs /usr/bin/python3")
+def test_an_ordinary_users_command_leaves_nothing_behind_either(ws: Path) -> None:
+    """Without a PID namespace (an ordinary user may not make one) the launcher is the
+    subreaper every orphan of the command comes to, and kills them all at its end."""
+    daemon = _unique_sleep()
+    _give_to_nobody(ws)
+    script = f"setsid sh -c 'sleep {daemon}; :' </dev/null >/dev/null 2>&1 & echo started"
+    switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+    done = subprocess.run(
+        [*switch, _SYSTEM_PYTHON, "-I", "-S", _LAUNCHER, "-", "--", "sh", "-c", script],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": os.defpath},
+    )
+    assert (done.returncode, done.stdout) == (0, "started\n"), done.stderr
+    assert _alive(f"sleep {daemon}") == []
+
+
+# ---------------------------------------------------------------- 8, 9. the harness's /proc
+
+_LIST_PROCESSES = """
+import os
+for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        print(pid, open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode())
+    except OSError as exc:
+        print(pid, "unreadable", exc.strerror)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_command_cannot_read_the_harness_command_line(
+    ws: Path, store: hn.Store, backend: str
+) -> None:
+    if backend != "bubblewrap" and os.geteuid() != 0:
+        pytest.skip("an ordinary user's command gets no PID namespace here (README)")
+    ours = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    outputs = _run(ws, store, [_command(["python3", "-c", _LIST_PROCESSES])],
+                   hn.Policy.permissive())  # fmt: skip
+    assert outputs[0].startswith("exit code 0\n"), outputs[0]
+    assert ours.strip() not in outputs[0]
+    pids = [line.split()[0] for line in outputs[0].splitlines()[1:] if line[:1].isdigit()]
+    assert len(pids) < 5, outputs[0]  # its own few processes only
