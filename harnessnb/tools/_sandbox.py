@@ -65,6 +65,7 @@ from typing import Any
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
 from . import _landlock, _landlock_exec
+from ._workspace import note_secret
 
 __all__ = [
     "BACKENDS",
@@ -570,6 +571,8 @@ class _Walk:
             if not (is_dir or is_file):
                 continue  # symlinks, FIFOs, sockets: judged under their target's name
             is_denied = inside_denied or self.policy.explain("read", entry_rel).denied
+            if is_denied:
+                note_secret(st, self.root, entry_rel)  # known by identity if renamed
             if is_denied and not inside_denied:
                 denied.append(entry.path)
             if is_dir:
