@@ -245,9 +245,11 @@ def test_a_command_run_by_an_ordinary_user_cannot_write_sysctls_either(ws: Path)
 def test_under_bubblewrap_root_runs_commands_as_an_unprivileged_uid(
     ws: Path, store: hn.Store, backend: str
 ) -> None:
-    outputs = _run(ws, store, [_command(["python3", "-c", "import os; print(os.getuid())"])],
-                   _policy())  # fmt: skip
+    calls = [_command(["python3", "-c", "import os; print(os.getuid())"]),
+             _command(["unshare", "--user", "--map-root-user", "true"])]  # fmt: skip
+    outputs = _run(ws, store, calls, _policy().layer("more").allow_exec("unshare"))
     assert outputs[0] == f"exit code 0\n{NOBODY}\n"
+    assert not outputs[1].startswith("exit code 0"), outputs[1]  # no namespace of its own
 
 
 # ---------------------------------------------------------------- 10, 12. process trees
