@@ -7,8 +7,9 @@ which ``tools/_sandbox`` runs as::
     python -I -S .../_landlock_exec.py PLAN -- PROGRAM ARG...   (Landlock)
     python -I -S .../_landlock_exec.py - -- PROGRAM ARG...      (none: no ruleset)
 
-The command's tree: where the kernel allows it (root: CAP_SYS_ADMIN) the launcher
-unshares a PID and a mount namespace and forks their init, which makes the mounts
+The command's tree: where the kernel allows it (root: CAP_SYS_ADMIN; an ordinary
+user: through a user namespace mapping only its own ids) the launcher unshares a PID
+and a mount namespace and forks their init, which makes the mounts
 private and mounts a fresh ``/proc`` (the command sees its own processes only, never
 the harness's command line) and dies with the launcher (``PR_SET_PDEATHSIG``), taking
 the whole namespace with it. Elsewhere the launcher is a child subreaper, so every
@@ -346,7 +347,7 @@ def _drop_capabilities() -> None:
 
 # ------------------------------------------------------------------ the command's tree
 
-_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER = 0x00020000, 0x20000000, 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
@@ -358,9 +359,24 @@ _MAX_KILL_ROUNDS = 1000
 
 
 def _own_pid_namespace() -> bool:
-    """Unshare a PID and a mount namespace (root only: CAP_SYS_ADMIN); the next child
-    forked is their init. False where the kernel refuses (an ordinary user)."""
-    return int(_libc().unshare(ctypes.c_int(_CLONE_NEWPID | _CLONE_NEWNS))) == 0
+    """Unshare a PID and a mount namespace; the next child forked is their init. Root
+    may (CAP_SYS_ADMIN); an ordinary user through a user namespace of its own, where
+    the kernel allows one, mapping only its own uid and gid to themselves. False where
+    the kernel refuses both."""
+    libc = _libc()
+    if int(libc.unshare(ctypes.c_int(_CLONE_NEWPID | _CLONE_NEWNS))) == 0:
+        return True
+    uid, gid = os.getuid(), os.getgid()
+    if int(libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS))) != 0:
+        return False
+    try:  # until the maps are written the process has no uid here: nothing may run
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+            with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
+                f.write(text)
+    except OSError:
+        os._exit(_EXIT_SANDBOX)
+    return True
 
 
 def _mount_own_proc() -> None:

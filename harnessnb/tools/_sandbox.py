@@ -22,15 +22,16 @@ Landlock ABI once per process):
   D-Bus) masked the same way; no capabilities, even when the caller is root.
 * ``landlock``: the kernel reports a Landlock ABI (Linux >= 5.13; no user namespace
   needed, so it works where bwrap cannot, e.g. a Binder container). The command
-  starts through ``tools/_landlock_exec``, which confines itself and execs it; the
+  starts through ``tools/_landlock_exec``, which confines itself and runs it; the
   rules come from ``tools/_landlock``. Read and execute on the filesystem except the
   host's ``/tmp`` and ``/dev`` (the usual devices excepted), the real home's
   credential files and the workspace's secret paths (hard links included); write only
   in the workspace and a private scratch ``TMPDIR`` holding ``HOME``; no capabilities;
   ``no_new_privs``; a new session; its own PID namespace and ``/proc`` where the
-  kernel allows it (root), else a subreaper launcher; every process it starts killed
-  at the end of the call (``tools/_landlock_exec``). Without network: no IPv4/IPv6 socket at all (a
-  seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
+  kernel allows it (root, or a user namespace), else a subreaper launcher; every
+  process it starts killed at the end of the call. Without network: no IPv4/IPv6
+  socket at all (a seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI
+  >= 4) and no
   abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
   Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
   blocked`` below ABI 4). Landlock grants by allow-list and cannot hide names: a
