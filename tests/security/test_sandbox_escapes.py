@@ -365,6 +365,31 @@ def test_an_ordinary_users_command_leaves_nothing_behind_either(ws: Path, namesp
         assert seen >= 10, seen  # the host's: why README says to keep secrets off argv
 
 
+@can_switch
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit")
+@pytest.mark.skipif(not os.access(_SYSTEM_PYTHON, os.X_OK), reason="needs /usr/bin/python3")
+def test_a_fork_bomb_that_fills_its_process_limit_ends_with_the_call(ws: Path) -> None:
+    """A real fork bomb, as ``nobody`` and capped at 40 processes (``RLIMIT_NPROC``, so
+    the machine's other users are untouched): it fills its limit, the command ends,
+    and the launcher kills every copy before it returns."""
+    marker = f"harnessnb-bomb-{_unique_sleep()}"
+    _give_to_nobody(ws)
+    bomb = "b() { b | b & }; b; sleep 1; echo ended"
+    switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+    launch = [_SYSTEM_PYTHON, "-I", "-S", _LAUNCHER, "-", "--", "sh", "-c", bomb, marker]
+    done = subprocess.run(
+        ["prlimit", "--nproc=40:40", *switch, *launch],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": os.defpath},
+    )
+    assert "fork" in done.stderr.lower(), done.stderr  # it did reach its limit
+    assert _alive(marker) == []
+
+
 # ---------------------------------------------------------------- 8, 9. the harness's /proc
 
 _LIST_PROCESSES = """
