@@ -163,7 +163,7 @@ class HarnessError(Exception):
         hint = self._hint()
         if hint:
             lines.append(hint)
-        causes = _causes(self)
+        causes = _told(self)
         if causes:
             lines.append(f"caused by {_first_line(causes[0])}")
         return lines[:3]
@@ -176,12 +176,12 @@ class HarnessError(Exception):
         for key, value in self._shown_fields().items():
             if value is not None:
                 lines.append(f"  {key}: {value}")
-        for cause in _causes(self):
+        for cause in _told(self):
             lines.append(f"  caused by {cause}")
         return "\n".join(lines)
 
     def _card_html(self) -> Html:
-        causes = _causes(self)
+        causes = _told(self)
         return card(
             "harnessnb-error",
             [type(self).__name__, code(self.code), self._badge_html()],
@@ -202,6 +202,17 @@ def _first_line(text: str) -> str:
 def _causes(err: BaseException) -> list[str]:
     """The cause chain as ``Type: message`` lines, scrubbed (a cause may quote a key)."""
     return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in _cause_chain(err)]
+
+
+def _told(err: BaseException) -> list[str]:
+    """The causes a card shows: each once, none that the message already says (an HTTP
+    client's error and its transport's often carry the same words)."""
+    said = str(err)
+    shown: list[str] = []
+    for line in _causes(err):
+        if line not in shown and line not in said:
+            shown.append(line)
+    return shown
 
 
 def _cause_chain(err: BaseException) -> list[BaseException]:
