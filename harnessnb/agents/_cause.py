@@ -91,6 +91,8 @@ _WORDS: dict[str, ProviderErrorKind] = {
     "insufficient_quota": K.RATE_LIMITED,
 }  # fmt: skip
 _QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
+# Failures before any answer arrived: the connection, or the wait for it.
+_CONNECTION = frozenset({K.TRANSPORT, K.TIMEOUT})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +145,8 @@ def cause_of(
     ``detail`` is the CLI's message, ``status`` the HTTP status it gave (else one found
     in ``detail``), ``word`` its own classification (``rate_limit``, ``transport``...).
     The wording decides an overflow whatever the status; then the status; then the
-    CLI's word; then the wording.
+    CLI's word (a generic server word with no status yields to wording that names the
+    connection or a timeout); then the wording.
     """
     status = status if status and 100 <= status < 600 else status_code(detail)
     word = (word or "").strip().lower()
@@ -156,6 +159,11 @@ def cause_of(
             kind = K.RATE_LIMITED  # payment required: a quota, not a key
     elif word in _WORDS:
         kind = _WORDS[word]
+        worded = _by_wording(detail) if kind is K.SERVER and status is None else None
+        if worded in _CONNECTION:
+            # Claude Code's "server_error" for "Unable to connect to API (ECONNRESET)":
+            # with no status no server answered, and the words say what failed.
+            kind = worded
     else:
         kind = _by_wording(detail)
     quota = status == 402 or word in _QUOTA_WORDS or quota_exhausted(detail)
@@ -172,10 +180,19 @@ def retry_cause(
     word: str | None = None,
     retry_after: float | None = None,
 ) -> Cause:
-    """The cause of a request the CLI reported failing; a server failure when it did
-    not say which (the CLI retries it, so it took it for one)."""
+    """The cause of a request the CLI reported failing, when it did not say which: with
+    no HTTP status the connection failed (``transport``, as the HTTP providers classify a
+    cut stream; Claude Code's ``"error": "unknown"`` with ``"error_status": null``), with
+    one the server did (``server``: the CLI retries it, so it took it for one)."""
     found = cause_of(detail, status, word, retry_after)
-    return found or Cause(K.SERVER, status, retry_after, detail)
+    if found is not None:
+        return found
+    return Cause(_unexplained(status), status, retry_after, detail)
+
+
+def _unexplained(status: int | None) -> ProviderErrorKind:
+    """The kind of a failure nothing explains: no status means no answer arrived."""
+    return K.TRANSPORT if status is None else K.SERVER
 
 
 def _by_wording(detail: str) -> ProviderErrorKind | None:
