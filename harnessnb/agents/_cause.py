@@ -50,9 +50,11 @@ _OVERFLOW = re.compile(
 # subscription window ("usage limit reached, try again at 5pm" is a rate limit).
 _QUOTA = re.compile(
     r"insufficient_quota|quota exceeded|exceeded (your )?(current )?quota|billing|"
-    r"credit balance|out of credits|payment required",
+    r"credit balance|out of credits",
     re.IGNORECASE,
 )
+# HTTP 402's own words: auth, as the status is in the one table (rules._errors).
+_PAYMENT = re.compile(r"payment required", re.IGNORECASE)
 _RATE = re.compile(
     r"rate[ _-]?limit|too many requests|usage limit|hit your ([\w-]+ )?limit|limit reached|"
     r"resource_exhausted",
@@ -154,9 +156,7 @@ def cause_of(
     if overflow(detail) or word in ("context_length_exceeded", "forced_compaction"):
         kind = K.CONTEXT_OVERFLOW
     elif status is not None and status >= 400:
-        kind = classify_status(status, detail)
-        if status == 402:
-            kind = K.RATE_LIMITED  # payment required: a quota, not a key
+        kind = classify_status(status, detail)  # the one table: 402 is auth, as for HTTP
     elif word in _WORDS:
         kind = _WORDS[word]
         worded = _by_wording(detail) if kind is K.SERVER and status is None else None
@@ -166,7 +166,7 @@ def cause_of(
             kind = worded
     else:
         kind = _by_wording(detail)
-    quota = status == 402 or word in _QUOTA_WORDS or quota_exhausted(detail)
+    quota = word in _QUOTA_WORDS or quota_exhausted(detail)
     if quota and kind in (None, K.REQUEST, K.RATE_LIMITED):
         kind = K.RATE_LIMITED  # e.g. Anthropic's 400 "credit balance is too low"
     if kind is None:
@@ -196,7 +196,7 @@ def _unexplained(status: int | None) -> ProviderErrorKind:
 
 
 def _by_wording(detail: str) -> ProviderErrorKind | None:
-    if auth_failure(detail):
+    if auth_failure(detail) or _PAYMENT.search(detail):
         return K.AUTH
     if _QUOTA.search(detail) or _RATE.search(detail):
         return K.RATE_LIMITED

@@ -63,7 +63,10 @@ LONG = " ".join(["while contacting the upstream service the request failed"] * 1
         ("authentication_failed (HTTP 401)", 401, "authentication_failed", K.AUTH, True),
         ("You exceeded your current quota, please check your plan", 429, None,
          K.RATE_LIMITED, True),
-        ("Payment required", 402, None, K.RATE_LIMITED, True),
+        # 402 is auth, as in the one status table (rules._errors), said or only worded
+        ("Payment required", 402, None, K.AUTH, True),
+        ("API Error: 402 Payment Required", None, None, K.AUTH, True),
+        ("Payment required", None, None, K.AUTH, True),
         ("Credit balance is too low", 400, None, K.RATE_LIMITED, True),
         ("Quota exceeded. Check your plan and billing details.", None, None,
          K.RATE_LIMITED, True),
