@@ -94,6 +94,21 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
         pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
 
 
+async def test_two_models_of_one_provider_are_named_by_model_on_the_cluster(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    with demo_server(rates={"server": 1.0}) as down, demo_server() as up:
+        models = [hn.OpenAI("big", base_url=down.openai_url, api_key="sk-test"),
+                  hn.OpenAI("small", base_url=up.openai_url, api_key="sk-test")]  # fmt: skip
+        result = await hn.sweep(["say hello"], models, workspace=ws, repeats=2,
+                                executor=client, shards=tmp_path / "shards")  # fmt: skip
+    assert sorted(result.runs["provider"]) == ["openai/big"] * 2 + ["openai/small"] * 2
+    rates = result.failure_rates(by="provider").set_index("provider")
+    assert sorted(rates.index) == ["openai/big", "openai/small"]
+    assert rates.loc["openai/big", "failure_rate"] == 1.0
+    assert rates.loc["openai/small", "failures"] == 0
+
+
 async def test_what_cannot_go_with_an_executor_is_refused(
     client: Any, ws: Path, tmp_path: Path
 ) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,16 +22,16 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
-from ._bridge import stay_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
+from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import gave_out_outcome, open_patiently, patiently, unopened_result
+from ._store_wait import gave_out_outcome, patiently
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
@@ -192,9 +191,9 @@ class Driver(StepTools):
         if lease is not None:
             await self.patient(lambda: self.store.queued.release_lease(lease))
 
-    async def start(self) -> RunResult | None:
+    async def begin(self) -> None:
+        """The run row and its lease in one commit: a run is never recorded undriven."""
         self.conversation = Conversation(initial_messages(self.contract))
-        # The run row and its lease in one commit: a run is never recorded undriven.
         row = {
             "run_id": self.run_id,
             "task": self.contract.task,
@@ -212,6 +211,12 @@ class Driver(StepTools):
                 row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
+
+    async def start(self) -> RunResult | None:
+        """The ``started`` event (the row written first, unless ``begin`` wrote it),
+        then the egress check: a provider the policy denies ends the run ``denied``."""
+        if self.lease is None:
+            await self.begin()
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
         if refusal is not None:
@@ -397,6 +402,24 @@ class Driver(StepTools):
         self.lease = None
         return await self.finished(outcome, error)
 
+    def record_cancelled(self) -> None:
+        """Record the run ``cancelled`` now (its task is being torn down), a pending
+        approval as not answered; a store busy or full leaves it to its lease's expiry."""
+        lease, self.lease = self.lease, None
+        try:
+            self.model_calls.rows.settle_now()
+            self.store.finish_run(
+                self.run_id,
+                outcome=RunOutcome.CANCELLED.value,
+                finished_at=self.clock.time(),
+                error=self._unanswered(),
+                lease=lease,
+                release=True,
+            )
+        except StoreError as exc:
+            if not exc.retryable and exc.kind != "missing":
+                raise
+
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
 
@@ -451,15 +474,14 @@ class Driver(StepTools):
             commands=containment(),
         )
 
-    async def drive(self, pending: PendingStep | None = None) -> RunResult:
-        """Start the run (unless a resume holds its lease already) and take steps until
-        an outcome; a cancellation is recorded as ``cancelled`` and re-raised."""
+    async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:
+        """Start the run (``fresh``: its row written by ``begin``; else unless a resume
+        holds its lease already) and take steps until an outcome; a cancellation is
+        recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
-        awake = None
-        if threading.current_thread() is threading.main_thread():
-            awake = stay_awake()
+        awake = awake_on_main_thread()
         try:
-            ended = await self.start() if self.lease is None else None
+            ended = await self.start() if fresh or self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
             if ended is None and pending is not None:
                 ended = await self.take_step(pending)
@@ -474,23 +496,7 @@ class Driver(StepTools):
                 raise
             return await self.store_gave_out(exc)  # busy or full past the run's time
         except asyncio.CancelledError:
-            # Record the cancellation synchronously (the task is being torn down); a
-            # pending approval as not answered. A store busy or full leaves it unrecorded
-            # (the lease expires); a run whose start was never written has no row.
-            lease, self.lease = self.lease, None
-            try:
-                self.model_calls.rows.settle_now()
-                self.store.finish_run(
-                    self.run_id,
-                    outcome=RunOutcome.CANCELLED.value,
-                    finished_at=self.clock.time(),
-                    error=self._unanswered(),
-                    lease=lease,
-                    release=True,
-                )
-            except StoreError as exc:
-                if not exc.retryable and exc.kind != "missing":
-                    raise
+            self.record_cancelled()
             raise
         finally:
             if renewer is not None:
@@ -540,27 +546,21 @@ async def run(
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
+    policy = policy if policy is not None else Policy.default()
+
+    def build(opened: Store) -> Driver:
+        driver = Driver(contract, provider, store=opened, policy=policy, approver=approver,
+                        tools=tools, on_event=on_event, clock=clock, run_id=run_id,
+                        prices=prices)  # fmt: skip
+        driver.sweep_id = sweep_id
+        return driver
+
+    begun = await uncut(begin_run(store, contract, run_id, clock, build))
+    if isinstance(begun, RunResult):
+        return begun
+    driver = begun
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
-    except StoreError as exc:
-        if not exc.retryable:
-            raise
-        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-    driver = Driver(
-        contract,
-        provider,
-        store=opened,
-        policy=policy if policy is not None else Policy.default(),
-        approver=approver,
-        tools=tools,
-        on_event=on_event,
-        clock=clock,
-        run_id=run_id,
-        prices=prices,
-    )
-    driver.sweep_id = sweep_id
-    try:
-        return await driver.drive()
+        return await driver.drive(fresh=True)
     except (asyncio.CancelledError, HarnessError):
         raise
     except Exception as exc:  # a bug: keep the run on record, surface it typed

@@ -14,7 +14,22 @@ from typing import NamedTuple
 
 import httpx2
 
-__all__ = ["aclose_client", "new_client", "shared_client"]
+from ..rules._secrets import scrub_loggers
+
+__all__ = ["HTTP_LOGGERS", "aclose_client", "new_client", "shared_client"]
+
+# The client library's loggers (httpcore2 makes its own when a connection first logs):
+# at DEBUG they print the headers a server echoes, so each one scrubs like harnessnb's.
+HTTP_LOGGERS = (
+    "httpx2",
+    "httpcore2",
+    "httpcore2.connection",
+    "httpcore2.http11",
+    "httpcore2.http2",
+    "httpcore2.proxy",
+    "httpcore2.socks",
+)
+scrub_loggers(*HTTP_LOGGERS)
 
 # A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
 _CONNECT_TIMEOUT = 10.0

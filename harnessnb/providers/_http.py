@@ -52,7 +52,7 @@ from ..rules._errors import (
     parse_should_retry,
     request_id_from,
 )
-from ..rules._secrets import register, scrub, scrub_exception
+from ..rules._secrets import register, register_header, scrub, scrub_exception
 from ..rules._text import shorten
 from ._client import aclose_client, new_client, shared_client
 from ._completion import (
@@ -177,6 +177,9 @@ class HTTPProvider(abc.ABC):
         self._api_key = api_key or None
         register(self._api_key)
         register(parts.password)  # a proxy's key in user:password@
+        register(parts.username)  # ... or a key as the user name alone
+        for header, value in (headers or {}).items():
+            register_header(header, value)
         self._timeout = seconds(timeout)
         self._idle_timeout = seconds(idle_timeout)
         self._stream = bool(stream)

@@ -1,5 +1,6 @@
-"""How a ``HarnessError`` crosses a process boundary (a Dask worker's error reaching the
-client): pickled with its fields, rebuilt without ``__init__``, scrubbed on the way out.
+"""An error's cause chain, and how a ``HarnessError`` crosses a process boundary (a Dask
+worker's error reaching the client): pickled with its fields, rebuilt without
+``__init__``, scrubbed on the way out.
 
 The sender scrubs (it knows its keys; the receiver may not): every string of the
 error's state, and the messages of its live cause chain in place, since Dask pickles
@@ -13,12 +14,24 @@ from typing import Any, Final, TypeVar
 
 from ._secrets import scrub, scrub_exception
 
-__all__ = ["CAUSE_LINES", "rebuild", "reduce_error"]
+__all__ = ["CAUSE_LINES", "cause_chain", "rebuild", "reduce_error"]
 
 # The attribute an unpickled error keeps its cause chain's lines in.
 CAUSE_LINES: Final = "_cause_lines"
 
 E = TypeVar("E", bound=BaseException)
+
+
+def cause_chain(err: BaseException) -> list[BaseException]:
+    """The exceptions ``err`` was raised from or during, nearest first (at most 10)."""
+    chain: list[BaseException] = []
+    seen: set[int] = {id(err)}
+    cur = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    while cur is not None and id(cur) not in seen and len(chain) < 10:
+        chain.append(cur)
+        seen.add(id(cur))
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return chain
 
 
 def reduce_error(err: BaseException, causes: list[str]) -> tuple[Any, ...]:

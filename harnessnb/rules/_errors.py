@@ -37,7 +37,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._error_pickle import CAUSE_LINES, reduce_error
+from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
 from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
@@ -168,7 +168,7 @@ class HarnessError(Exception):
         hint = self._hint()
         if hint:
             lines.append(hint)
-        causes = _causes(self)
+        causes = _told(self)
         if causes:
             lines.append(f"caused by {_first_line(causes[0])}")
         return lines[:3]
@@ -190,12 +190,12 @@ class HarnessError(Exception):
         for key, value in self._shown_fields().items():
             if value is not None:
                 lines.append(f"  {key}: {value}")
-        for cause in _causes(self):
+        for cause in _told(self):
             lines.append(f"  caused by {cause}")
         return "\n".join(lines)
 
     def _card_html(self) -> Html:
-        causes = _causes(self)
+        causes = _told(self)
         return card(
             "harnessnb-error",
             [type(self).__name__, code(self.code), self._badge_html()],
@@ -219,18 +219,18 @@ def _causes(err: BaseException) -> list[str]:
     pickled = getattr(err, CAUSE_LINES, None)
     if pickled is not None:
         return list(pickled)
-    return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in _cause_chain(err)]
+    return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in cause_chain(err)]
 
 
-def _cause_chain(err: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    seen: set[int] = {id(err)}
-    cur = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
-    while cur is not None and id(cur) not in seen and len(chain) < 10:
-        chain.append(cur)
-        seen.add(id(cur))
-        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
-    return chain
+def _told(err: BaseException) -> list[str]:
+    """The causes a card shows: each once, none that the message already says (an HTTP
+    client's error and its transport's often carry the same words)."""
+    said = str(err)
+    shown: list[str] = []
+    for line in _causes(err):
+        if line not in shown and line not in said:
+            shown.append(line)
+    return shown
 
 
 def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError:

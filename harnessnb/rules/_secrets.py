@@ -12,9 +12,10 @@ What counts as secret:
       found by their shape.
 
 A value is removed as given, stripped of surrounding whitespace (a key read from a
-file ends in a newline), JSON-escaped and URL-encoded. Values shorter than
-``MIN_SECRET_CHARS`` once stripped are ignored: removing every "abc" from a text would
-hide more than it protects.
+file ends in a newline), JSON-escaped (``\\/`` for ``/`` too, as some encoders write it)
+and URL-encoded (``%2f`` and ``%2F`` alike: the hex digits match in either case).
+Values shorter than ``MIN_SECRET_CHARS`` once stripped are ignored: removing every "abc"
+from a text would hide more than it protects.
 
 ``scrub`` is for text shown to a person (messages, cards, the CLI, logs);
 ``scrub_values`` is for text that must otherwise stay verbatim (a checkpoint handed
@@ -39,8 +40,10 @@ __all__ = [
     "REDACTED",
     "is_secret_name",
     "register",
+    "register_header",
     "scrub",
     "scrub_exception",
+    "scrub_loggers",
     "scrub_values",
     "scrubber",
 ]
@@ -93,6 +96,21 @@ def register(value: str | None) -> None:
             if value not in _registered:
                 _registered.add(value)
                 _version += 1
+
+
+# Header names whose values are credentials (Authorization, X-Api-Key, Cookie, ...).
+_SECRET_HEADER: Final = re.compile(r"(?i)auth|key|token|secret|password|cookie|session")
+
+
+def register_header(name: str, value: str) -> None:
+    """Register an HTTP header's value when its name says it is a credential: the whole
+    value and, for ``Scheme credentials`` (``Bearer sk-...``), the credentials alone."""
+    if not _SECRET_HEADER.search(name):
+        return
+    register(value)
+    scheme, _, credentials = value.strip().partition(" ")
+    if credentials and scheme.isalpha():
+        register(credentials)
 
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:
@@ -196,13 +214,31 @@ def _forms(value: str) -> set[str]:
                 repr(v)[1:-1],
             }
         )
+    # JSON may escape "/" as "\/" (PHP's encoder and others do).
+    out.update({f.replace("/", "\\/") for f in out if "/" in f})
     return {f for f in out if len(f.strip()) >= MIN_SECRET_CHARS}
+
+
+_PERCENT: Final = re.compile(r"%([0-9A-F])([0-9A-F])")
+
+
+def _form_pattern(form: str) -> str:
+    """``form`` as a regex: literal, except that each ``%XX`` escape matches its hex
+    digits in either case (``quote`` writes upper case; browsers and proxies may not)."""
+    escaped = re.escape(form)  # "%" and hex digits are left as they are
+    return _PERCENT.sub(
+        lambda m: (
+            "%"
+            + "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in m.group(1) + m.group(2))
+        ),
+        escaped,
+    )
 
 
 def _compile(values: Iterable[str]) -> re.Pattern[str]:
     forms = {f for v in values for f in _forms(v)}
     # Longest first, so a value's whole spelling goes before a shorter one inside it.
-    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+    return re.compile("|".join(_form_pattern(f) for f in sorted(forms, key=len, reverse=True)))
 
 
 class _ScrubLogs(logging.Filter):
@@ -216,6 +252,19 @@ class _ScrubLogs(logging.Filter):
         return True
 
 
-# Filters do not follow propagation: each logger harnessnb logs through gets one.
-for _name in ("harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices"):
-    logging.getLogger(_name).addFilter(_ScrubLogs())
+def scrub_loggers(*names: str) -> None:
+    """Scrub every record of the loggers ``names`` and of their children that exist now.
+
+    Filters do not follow propagation (a filter on ``"httpcore2"`` never sees a record of
+    ``"httpcore2.http11"``), so each logger gets its own, once.
+    """
+    existing = list(logging.Logger.manager.loggerDict)
+    for name in names:
+        for each in [name, *(n for n in existing if n.startswith(name + "."))]:
+            logger = logging.getLogger(each)
+            if not any(isinstance(f, _ScrubLogs) for f in logger.filters):
+                logger.addFilter(_ScrubLogs())
+
+
+# Each logger harnessnb logs through; the HTTP module adds its client library's.
+scrub_loggers("harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices")
