@@ -3,9 +3,11 @@
 What counts as secret:
     * every value handed to ``register`` (each provider registers its key when it is
       built);
-    * the value of every environment variable whose name looks secret (``*_API_KEY``,
-      ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_KEY``), read when text is scrubbed,
-      so a variable set later is covered too;
+    * the value of every environment variable whose name looks secret
+      (``is_secret_name``: a word of it is KEY, APIKEY, TOKEN, SECRET, PASSWORD,
+      CREDENTIAL, COOKIE or AUTH, as in ``OPENAI_API_KEY``, ``AWS_BEARER_TOKEN_BEDROCK``,
+      ``NPM_CONFIG__AUTH``; ``*PASSWORD*`` anywhere), read when text is scrubbed, so a
+      variable set later is covered too;
     * with ``scrub`` (not ``scrub_values``), bearer tokens and ``sk-...`` style keys
       found by their shape.
 
@@ -49,8 +51,15 @@ __all__ = [
 REDACTED: Final = "[redacted]"
 MIN_SECRET_CHARS: Final = 8
 
-# Environment variable names whose values are credentials.
-_SECRET_NAME: Final = re.compile(r"(?i)(_API_KEY|_TOKEN|_SECRET|_KEY)$|PASSWORD")
+# Words of an environment variable's name that make its value a credential: whole
+# words only (KEYBOARD_LAYOUT and TOKENIZERS_PARALLELISM are not secret).
+_SECRET_WORDS: Final = frozenset(
+    {"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+     "CREDENTIAL", "CREDENTIALS", "COOKIE", "COOKIES", "AUTH"}
+)  # fmt: skip
+# A last word that makes the value a place, not the secret (SSH_AUTH_SOCK, *_KEY_FILE).
+_PLACE_WORDS: Final = frozenset({"SOCK", "SOCKET", "FILE", "PATH", "DIR", "URL"})
+_WORD: Final = re.compile(r"[A-Za-z0-9]+")
 # Credentials found by their shape; the prefix is kept so a reader sees what was there.
 _SHAPES: Final = re.compile(
     r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+|\b(sk-(?:ant-|or-|proj-)?)[A-Za-z0-9_-]{8,}"
@@ -64,8 +73,19 @@ _cache: tuple[int, tuple[object, ...], re.Pattern[str] | None] = (-1, (), None)
 
 
 def is_secret_name(name: str) -> bool:
-    """True for an environment variable name whose value is treated as secret."""
-    return bool(_SECRET_NAME.search(name))
+    """True for an environment variable name whose value is treated as secret.
+
+    The one rule, for the scrubber's reading of the environment and for the variables a
+    coding-agent CLI is given: a word of the name (split at ``_`` and other
+    punctuation, any case) is a credential's (KEY, TOKEN, SECRET, CREDENTIALS, AUTH...)
+    and its last word does not make it a place (``SSH_AUTH_SOCK``, ``*_KEY_FILE``); or
+    it holds PASSWORD anywhere.
+    """
+    upper = name.upper()
+    if "PASSWORD" in upper:
+        return True
+    words = _WORD.findall(upper)
+    return bool(words) and words[-1] not in _PLACE_WORDS and not _SECRET_WORDS.isdisjoint(words)
 
 
 def register(value: str | None) -> None:
