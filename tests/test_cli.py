@@ -381,7 +381,7 @@ def test_the_magics_reading_a_missing_store_say_so_and_create_nothing(
     monkeypatch.chdir(tmp_path)
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "harnessnb")
-    for line in ("runs", "failures --by provider", "show run_x"):
+    for line in ("runs", "failures --by provider", "show run_x", "tb run_x"):
         sub = line.split()[0]
         run = "no run 'run_x': " if "run_x" in line else ""
         for store, shown in (("--store gone.duckdb", "gone.duckdb"), ("", "runs.duckdb")):

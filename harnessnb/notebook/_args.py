@@ -171,15 +171,16 @@ def parse(line: str, user_ns: Mapping[str, Any] | None = None) -> tuple[str, arg
 
 
 # Subcommands that only read the store: where there is none they say so and create
-# nothing (``tb`` looks in the kernel's own errors first, so it is not checked here).
+# nothing (``tb`` looks in the kernel's own errors first, so it is checked ``late``).
 _READ_ONLY = ("runs", "failures", "show")
 
 
-def store_there(sub: str, args: argparse.Namespace) -> None:
+def store_there(sub: str, args: argparse.Namespace, *, late: bool = False) -> Any:
     """For a subcommand that only reads the store: a ``UsageError`` when that store is
-    not there (a bad ``failures --by`` is told first, as with a store)."""
-    if sub not in _READ_ONLY:
-        return
+    not there (a bad ``failures --by`` is told first, as with a store). ``tb`` is checked
+    ``late``, once the kernel's own errors did not have the run. Returns ``args.store``."""
+    if sub not in _READ_ONLY and not (late and sub == "tb"):
+        return args.store
     if sub == "failures":
         try:
             failure_groups(tuple(c.strip() for c in args.by.split(",") if c.strip()), "")
@@ -188,6 +189,7 @@ def store_there(sub: str, args: argparse.Namespace) -> None:
     if absent := absent_store(args.store):
         run = f"no run {args.run_id!r}: " if getattr(args, "run_id", None) else ""
         raise UsageError(f"%harness {sub}: {run}{absent} (%%harness run makes one)")
+    return args.store
 
 
 class _Strict(dict[str, Any]):

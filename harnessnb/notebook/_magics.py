@@ -494,7 +494,7 @@ def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if err is not None:
         print(printable("".join(traceback.format_exception(err)), lines=True), end="")
         return
-    store = _store(args.store)
+    store = _store(store_there("tb", args, late=True))  # a missing store: said, not made
     row = store.get_run(args.run_id)
     if row is None:
         raise UsageError(f"%harness tb: no run {args.run_id!r} in {store.path}")
