@@ -26,7 +26,7 @@ from ._driver import new_id
 from ._store_wait import open_patiently
 from ._sweep_dask import check_cluster_options, sweep_on_cluster
 from ._sweep_result import Signature, SweepResult, SweepRun, apart, labels
-from ._sweep_run import one_run
+from ._sweep_run import one_run, unfit_template_entry
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
@@ -206,6 +206,10 @@ def _plan(
     for c in contracts:
         if not os.path.isdir(c.workspace):
             raise ConfigError(f"sweep: the workspace {c.workspace!r} is not a folder that exists")
+    for template in dict.fromkeys(str(c.workspace) for c in contracts):
+        if (unfit := unfit_template_entry(template)) is not None:
+            raise ConfigError(f"sweep: the workspace holds {unfit!r}, which is not a regular "
+                              "file, folder or symlink; a run's copy cannot hold it")  # fmt: skip
     jobs = [
         (c, name, provider, repeat)
         for repeat in range(repeats)
