@@ -1,19 +1,21 @@
-"""The one module that speaks HTTP: deadlines, SSE, streaming and failure mapping.
+"""HTTP providers: ``HTTPProvider``, what every provider over HTTP shares.
 
 Every HTTP provider subclasses ``HTTPProvider``, which makes one attempt per
-``complete`` call (providers never retry), reports it with ``report_attempt``
-and turns every failure into a ``ProviderError`` through the table in
-``_errors``. Subclasses only convert messages to their wire format and parse the
-answer back; swapping the HTTP client library means editing this file and
-``_client.py`` (the client per event loop) alone.
+``complete`` call (providers never retry): an ``_attempt.Attempt`` that sends it,
+reports it with ``report_attempt`` and turns every failure into a ``ProviderError``
+through the table in ``_errors``. Subclasses only convert messages to their wire
+format and parse the answer back; swapping the HTTP client library means editing
+``_client.py`` (the client per event loop) and ``_attempt.py`` alone.
 
 Time limits:
     * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
       of it, stream included). Exceeding it is ``timeout``.
-    * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
-      stream that stalls fails after seconds, not after the 600 s deadline. The
-      wait for the first chunk (a reasoning model sends nothing while it thinks)
-      has the deadline alone.
+    * ``first_event_timeout`` (190 s) bounds the wait from a stream's headers to its
+      first complete event: long, since a reasoning model sends nothing while it
+      thinks (3 minutes pass), yet three silent attempts end within 10 minutes.
+    * ``idle_timeout`` bounds the silence between two events of a stream, so a
+      stream that stalls fails after seconds, not after the 600 s deadline. A byte,
+      an empty chunk or a comment that completes no event is silence.
 
 Streaming: answers are streamed unless the provider was built with ``stream=False``
 (or a call passes ``stream=False``), so time-to-first-token is measured, a silent
@@ -38,61 +40,25 @@ error message, and so the error of attempt rows, run rows and cards, is cut to
 from __future__ import annotations
 
 import abc
-import asyncio
-import contextlib
 import copy
 import datetime
-import json
 import os
-import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 import httpx2
 
-from ..rules._errors import (
-    ConfigError,
-    ProviderError,
-    ProviderErrorKind,
-    classify_status,
-    parse_retry_after,
-    parse_should_retry,
-    request_id_from,
-)
+from ..rules._errors import ConfigError, ProviderError
 from ..rules._retry import timeout_seconds
-from ..rules._secrets import register, register_header, scrub, scrub_exception
-from ..rules._text import shorten
-from ._client import (
-    aclose_client,
-    drain,
-    error_kind,
-    new_client,
-    post,
-    read_limited,
-    shared_client,
-)
-from ._completion import (
-    AttemptRecord,
-    Completion,
-    Messages,
-    ToolSpecs,
-    Usage,
-    report_attempt,
-    shown_url,
-    text_sink,
-)
-from ._usage import answer_chars, estimate_usage
-from ._wire import (
-    Parsed,
-    SSEFrames,
-    StreamAccumulator,
-    WireError,
-    error_text,
-    rejects_streaming,
-)
+from ..rules._secrets import register, register_header
+from ._attempt import MAX_ANSWER_BYTES, MAX_ERROR_TEXT, MAX_STREAM_BYTES, Attempt, Endpoint
+from ._client import aclose_client, new_client, shared_client
+from ._completion import Completion, Messages, ToolSpecs, shown_url
+from ._wire import Parsed, StreamAccumulator
 
 __all__ = [
+    "DEFAULT_FIRST_EVENT_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_TEXT",
@@ -108,15 +74,12 @@ REQUEST_TIMEOUT = 600.0
 """Deadline of one provider attempt, in seconds (the official SDKs' default)."""
 
 DEFAULT_IDLE_TIMEOUT = 60.0
-"""Longest silence allowed between two chunks of a stream, in seconds."""
+"""Longest silence allowed between two events of a stream, in seconds."""
 
-MAX_ANSWER_BYTES = 16 * 1024 * 1024  # some four million tokens: no real answer is near
-# A stream's JSON framing is 50-100x the text of each token chunk, so its cap is wider.
-MAX_STREAM_BYTES = 8 * MAX_ANSWER_BYTES
-MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
-
-# Error bodies are read for their message only; a huge HTML error page is cut short.
-_ERROR_BODY_LIMIT = 64 * 1024
+DEFAULT_FIRST_EVENT_TIMEOUT = 190.0
+"""Longest wait from a stream's headers to its first event, in seconds: a reasoning model
+that thinks for 3 minutes is waited for, and three attempts of a server that sends its
+headers then nothing end within 10 minutes (the default 2 retries included)."""
 
 
 def _env(var: str) -> str | None:
@@ -188,6 +151,7 @@ class HTTPProvider(abc.ABC):
             register_header(header, value)
         self._timeout = timeout_seconds(timeout)
         self._idle_timeout = timeout_seconds(idle_timeout)
+        self._first_event_timeout = DEFAULT_FIRST_EVENT_TIMEOUT
         self._stream = bool(stream)
         self._stream_refused = False  # the server rejected a streamed request once
         try:
@@ -248,6 +212,10 @@ class HTTPProvider(abc.ABC):
         return self._idle_timeout
 
     @property
+    def first_event_timeout(self) -> float:
+        return self._first_event_timeout
+
+    @property
     def base_url(self) -> str:
         return self._base_url
 
@@ -265,13 +233,26 @@ class HTTPProvider(abc.ABC):
         timeout: float | datetime.timedelta,
         *,
         idle_timeout: float | datetime.timedelta | None = None,
+        first_event_timeout: float | datetime.timedelta | None = None,
     ) -> Self:
-        """A new provider like this one with another deadline (and idle timeout)."""
+        """A new provider like this one with another deadline (and idle and first-event
+        timeouts: a model that thinks longer than 190 s before it streams needs more)."""
         new = copy.copy(self)
         new._timeout = timeout_seconds(timeout)
         if idle_timeout is not None:
             new._idle_timeout = timeout_seconds(idle_timeout)
+        if first_event_timeout is not None:
+            new._first_event_timeout = timeout_seconds(first_event_timeout)
         return new
+
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(
+            label=self.NAME, name=self._name, model=self._model, url=self._url,
+            base_url=self._base_url, headers=self._headers, timeout=self._timeout,
+            idle_timeout=self._idle_timeout, first_event_timeout=self._first_event_timeout,
+            parse_body=self._parse_body, stream_accumulator=self._stream_accumulator,
+            error_object=self._error_object,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         # Cheap and secret-free: the key is never part of the repr, nor the URL's
@@ -296,7 +277,7 @@ class HTTPProvider(abc.ABC):
         """
         streamed = (self._stream if stream is None else stream) and not self._stream_refused
         body = self._request_body(messages, tools, max_tokens, streamed)
-        attempt = _Attempt(self, body, streamed)
+        attempt = Attempt(self._endpoint(), body, streamed)
         try:
             return await attempt.run()
         except ProviderError:
@@ -304,7 +285,7 @@ class HTTPProvider(abc.ABC):
                 raise
         self._stream_refused = True
         body = self._request_body(messages, tools, max_tokens, False)
-        return await _Attempt(self, body, False).run()
+        return await Attempt(self._endpoint(), body, False).run()
 
     # -- what a protocol supplies
 
@@ -332,269 +313,3 @@ class HTTPProvider(abc.ABC):
         if isinstance(body, Mapping):
             return body.get("error")
         return None
-
-
-class _Attempt:
-    """One HTTP attempt of one provider: send, read, classify, time and report."""
-
-    def __init__(self, provider: HTTPProvider, body: dict[str, Any], stream: bool) -> None:
-        self.p = provider
-        self.body = body
-        self.stream = stream
-        self.started_at = time.time()
-        self.t0 = time.perf_counter()
-        self.status: int | None = None
-        self.headers: Mapping[str, str] = {}
-        self.ttft_ms: float | None = None
-        self.idle_armed = False
-        self.stream_refused = False  # the server said no to streaming
-        self.streamed_chars = 0  # answer text a stream brought so far (for an estimate)
-
-    async def run(self) -> Completion:
-        try:
-            parsed = await self._answer()
-        except asyncio.CancelledError:
-            # Cut off in flight (the run cancelled, a Ctrl-C): the server may have read
-            # and billed the request, so it is a row, marked cancelled, not a failure.
-            report_attempt(self._cut_off())
-            raise
-        if not parsed.text and not parsed.tool_calls:
-            usage = self._billed(parsed.usage, 0)
-            said = "estimated" if usage.estimated else "reported"
-            raise self._fail(
-                ProviderErrorKind.MALFORMED,
-                "answer holds neither text nor a tool call "
-                f"({usage.input_tokens} input, {usage.output_tokens} output tokens {said})",
-                usage,
-            )
-        return self._succeed(parsed)
-
-    async def _answer(self) -> Parsed:
-        """Send and read the answer; every failure becomes a ``ProviderError``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.p._timeout
-        try:
-            async with asyncio.timeout_at(deadline) as timer:
-                if self.stream:
-                    parsed = await self._send_streamed(timer, deadline)
-                else:
-                    parsed = await self._send()
-        except TimeoutError as exc:
-            # The idle timer fired when it was armed for earlier than the deadline.
-            when = timer.when()
-            if self.idle_armed and when is not None and when < deadline:
-                raise self._fail(
-                    ProviderErrorKind.TIMEOUT,
-                    f"stream went silent for {self.p._idle_timeout:g} s (idle timeout)",
-                ) from exc
-            raise self._fail(
-                ProviderErrorKind.TIMEOUT,
-                f"no complete answer within the {self.p._timeout:g} s deadline",
-            ) from exc
-        except httpx2.HTTPError as exc:
-            scrub_exception(exc)  # it may quote a header, the key in it
-            kind, text = error_kind(exc)
-            raise self._fail(kind, text) from exc
-        except httpx2.InvalidURL as exc:
-            scrub_exception(exc)
-            raise self._fail(ProviderErrorKind.REQUEST, f"invalid URL: {exc}") from exc
-        except WireError as exc:
-            # Not chained to the WireError itself: its text is unscrubbed server output.
-            scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message, exc.usage) from exc.__cause__
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            # A stream event of an odd shape; unchained: the parser's text quotes the body.
-            name = type(exc).__name__
-            raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
-        return parsed
-
-    def _billed(self, usage: Usage | None, answer_chars: int) -> Usage:
-        """What an answer that arrived cost: its reported usage, else an estimate."""
-        if usage is not None:
-            return usage
-        request_bytes = len(json.dumps(self.body, ensure_ascii=False).encode())
-        return estimate_usage(request_bytes, answer_chars)
-
-    async def _send(self) -> Parsed:
-        async with post(self.p._url, self.body, self.p._headers) as response:
-            self._took(response)
-            if response.status_code >= 300:
-                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
-            return self._parse_json(await _read_answer(response))
-
-    async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
-        async with post(self.p._url, self.body, self.p._headers) as response:
-            self._took(response)
-            if response.status_code >= 300:
-                raise self._status_error(await read_limited(response, _ERROR_BODY_LIMIT))
-            ctype = response.headers.get("content-type", "")
-            if not ctype.startswith("text/event-stream"):
-                # A server may answer a stream request with one JSON body (an error in
-                # a 200, or a server that does not stream): read it as such.
-                return self._parse_json(await _read_answer(response))
-            acc = self.p._stream_accumulator()
-            await self._read_sse(response, acc, timer, deadline)
-            return acc.result()
-
-    async def _read_sse(
-        self,
-        response: httpx2.Response,
-        acc: StreamAccumulator,
-        timer: asyncio.Timeout,
-        deadline: float,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        idle = self.p._idle_timeout
-        frames = SSEFrames()
-        sink = text_sink()
-        shown = False  # a piece of text went to the sink already
-        chunks = response.aiter_bytes()
-        received = 0
-        async for chunk in chunks:
-            # Armed from the first chunk on: the wait for it (a reasoning model thinking
-            # sends nothing) is bounded by the deadline alone, as a whole answer's is.
-            self.idle_armed = True
-            timer.reschedule(min(deadline, loop.time() + idle))
-            received += len(chunk)
-            if received > MAX_STREAM_BYTES:
-                raise WireError.malformed(f"stream larger than the {MAX_STREAM_BYTES} byte cap")
-            for event, data in frames.feed(chunk):
-                if acc.feed(event, data) and self.ttft_ms is None:
-                    self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
-                self.streamed_chars += len(acc.fresh)
-                if sink is not None and acc.fresh:
-                    # A listener's failure is its own (the loop's logs it), never the answer's.
-                    with contextlib.suppress(Exception):
-                        await sink(acc.fresh, not shown)
-                    shown = True
-                if acc.done:
-                    # The answer is complete: its own deadline no longer applies.
-                    timer.reschedule(None)
-                    await drain(chunks)
-                    return
-        if (last := frames.last()) is not None:  # a last event without its blank line
-            acc.feed(*last)
-
-    def _parse_json(self, content: bytes) -> Parsed:
-        try:
-            body = json.loads(content)
-        except ValueError as exc:
-            raise WireError.malformed(f"200 body is not JSON ({len(content)} bytes)") from exc
-        error = self.p._error_object(body)
-        if error is not None:
-            raise WireError.from_error_object(error, "error in a 200 body")
-        try:
-            return self.p._parse_body(body)
-        except WireError:
-            raise
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise WireError.malformed(f"unreadable 200 body ({type(exc).__name__})") from exc
-
-    def _took(self, response: httpx2.Response) -> None:
-        self.status = response.status_code
-        self.headers = response.headers
-
-    def _status_error(self, content: bytes) -> ProviderError:
-        status = self.status or 0
-        try:
-            body: Any = json.loads(content) if content else None
-        except ValueError:
-            body = None
-        error = self.p._error_object(body)
-        if error is not None:
-            detail = error_text(error)
-        else:
-            detail = scrub(content.decode("utf-8", "replace")).strip()[:300] or "(empty body)"
-        if 300 <= status < 400:
-            where = self.headers.get("location", "elsewhere")
-            detail = f"redirect to {where} not followed ({detail})"
-        kind = classify_status(status, detail)
-        self.stream_refused = self.stream and rejects_streaming(status, detail)
-        reason = httpx2.codes.get_reason_phrase(status)
-        return self._fail(kind, f"HTTP {status} {reason}: {detail}")
-
-    def _fail(
-        self, kind: ProviderErrorKind, text: str, usage: Usage | None = None
-    ) -> ProviderError:
-        latency = (time.perf_counter() - self.t0) * 1000.0
-        p = self.p
-        # An answer that arrived was billed, used or not; an error status was not.
-        answered = self.status is not None and 200 <= self.status < 300
-        billed = self._billed(usage, self.streamed_chars) if answered else None
-        headers = self.headers
-        # Retry-After and x-should-retry mean something only on a response that failed.
-        retry_after = parse_retry_after(headers) if headers else None
-        # Scrubbed, then cut: a cut must never leave half a key behind.
-        # shorten scrubs before it cuts: the key, registered when the provider was built,
-        # is removed even where a server echoed it into the text.
-        message = shorten(f"{p.NAME} {p._model}: {text}", MAX_ERROR_TEXT)
-        err = ProviderError(
-            message,
-            kind=kind,
-            status=self.status,
-            retry_after=retry_after,
-            provider=p._name,
-            request_id=request_id_from(headers) if headers else None,
-            should_retry=parse_should_retry(headers) if headers else None,
-            model=p._model,
-        )
-        report_attempt(
-            AttemptRecord.failed(
-                err,
-                provider=p._name,
-                model=p._model,
-                started_at=self.started_at,
-                latency_ms=latency,
-                ttft_ms=self.ttft_ms,
-                base_url=p._base_url,
-                usage=billed,
-            )
-        )
-        return err
-
-    def _cut_off(self) -> AttemptRecord:
-        headers = self.headers
-        return AttemptRecord.cut_off(
-            provider=self.p._name,
-            model=self.p._model,
-            started_at=self.started_at,
-            latency_ms=(time.perf_counter() - self.t0) * 1000.0,
-            status=self.status,
-            ttft_ms=self.ttft_ms,
-            request_id=request_id_from(headers) if headers else None,
-            base_url=self.p._base_url,
-        )
-
-    def _succeed(self, parsed: Parsed) -> Completion:
-        latency = (time.perf_counter() - self.t0) * 1000.0
-        p = self.p
-        request_id = request_id_from(self.headers)
-        completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.tool_calls,
-            usage=self._billed(parsed.usage, answer_chars(parsed)),
-            finish_reason=parsed.finish_reason,
-            provider=p._name,
-            model=p._model,
-            request_id=request_id,
-            ttft_ms=self.ttft_ms,
-            latency_ms=latency,
-        )
-        report_attempt(
-            AttemptRecord.succeeded(
-                completion,
-                started_at=self.started_at,
-                latency_ms=latency,
-                status=self.status,
-                base_url=p._base_url,
-            )
-        )
-        return completion
-
-
-async def _read_answer(response: httpx2.Response) -> bytes:
-    """The whole answer body, or a malformed ``WireError`` past ``MAX_ANSWER_BYTES``."""
-    body = await read_limited(response, MAX_ANSWER_BYTES + 1)
-    if len(body) > MAX_ANSWER_BYTES:
-        raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
-    return body
