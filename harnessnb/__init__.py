@@ -67,6 +67,7 @@ _LAZY: dict[str, str] = {
     "Price": ".providers._prices",
     "Prices": ".providers._prices",
     "RunEvent": ".loop._events",
+    "unscrubbed_events": ".loop._events",
     "resume": ".loop._durable",
     "resume_sync": ".loop._durable",
     "resolve": ".loop._durable",
@@ -97,7 +98,7 @@ if TYPE_CHECKING:
         resume,
         resume_sync,
     )
-    from .loop._events import RunEvent
+    from .loop._events import RunEvent, unscrubbed_events
     from .loop._result import RunResult
     from .loop._sweep import sweep, sweep_sync
     from .loop._sweep_result import SweepResult
@@ -182,6 +183,7 @@ __all__ = [
     "sweep",
     "sweep_sync",
     "tool",
+    "unscrubbed_events",
 ]
 
 

@@ -5,13 +5,13 @@ Commands::
     harnessnb --version
     harnessnb demo [--seed N] [--chaos | --no-chaos] [--stall] [--workspace DIR]
     harnessnb run TASK --workspace DIR [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--verify "FILE contains TEXT" | --verify-cmd CMD]
-                  [--allow-write GLOB ...] [--max-steps N] [--max-seconds S]
+                  [--fallback NAME[,NAME]] [--verify "FILE contains TEXT" | --verify-cmd CMD]
+                  [--allow-write GLOB[,GLOB]] [--max-steps N] [--max-seconds S]
                   [--max-cost USD] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb run TASK --workspace DIR --agent claude|codex|copilot [--session NAME]
                   [--permission read_only|edit|bypass] [--timeout S] [--model M]
     harnessnb resume RUN_ID [--provider NAME] [--model M] [--base-url URL]
-                  [--fallback NAME ...] [--price MODEL=IN,OUT ...] [--approval-timeout S]
+                  [--fallback NAME[,NAME]] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
                   [--executor ADDRESS|local --shards DIR]
@@ -21,9 +21,12 @@ Commands::
     harnessnb failures [--by provider,kind]
 
 ``run`` and ``resume`` take the options of ``%harness run``/``resume``, defined once in
-``launch._options`` (less the notebook's ``--out`` and ``--quiet``).
+``launch._options`` (less the notebook's ``--out`` and ``--quiet``). A list option
+(``--allow-write``, ``--fallback``) is repeated, or takes values separated by commas.
 Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
-``runs.duckdb`` in the working directory: the same store the notebook magics use).
+``runs.duckdb`` in the working directory: the same store the notebook magics use);
+``runs`` and ``failures`` only read it: on a store that is not there they say so and
+create nothing (no store file, no lock file).
 With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
 (OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model
 (rule-based, not an LLM), with a note saying so.
@@ -51,7 +54,6 @@ import argparse
 import contextlib
 import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -60,8 +62,10 @@ from .launch._options import (
     RESUME_OPTIONS,
     RUN_OPTIONS,
     STORE,
+    absent_store,
     add_options,
     agent_from,
+    approver_from,
     check_provider_options,
     check_run_options,
     contract_from,
@@ -79,6 +83,8 @@ from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
 from .rules._text import printable, shorten
+from .store._failures import FAILURE_GROUPS
+from .tools._gate import hints_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -201,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"harnessnb {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required here: _main says what is missing, or names an unknown word.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub, common)
 
     # run and resume take the options of %harness run / resume (launch._options).
@@ -227,15 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
         "failures", parents=[common], help="failure rates from the store's attempts"
     )
     failures.add_argument(
-        "--by", default="provider,kind", metavar="COLS", help="comma-separated columns"
+        "--by",
+        default="provider,kind",
+        metavar="COLS",
+        help=f"comma-separated columns to group by, among {', '.join(FAILURE_GROUPS)} "
+        "(default provider,kind)",
     )
     failures.set_defaults(handler=cmd_failures)
+    for command in sub.choices.values():  # its own usage for its own errors (_main)
+        command.set_defaults(parser=command)
     return parser
 
 
 def _version() -> str:
-    """The installed package's version (the command may not import ``harnessnb`` itself:
-    that would pull the notebook layer in)."""
+    """The installed version (importing ``harnessnb`` itself would pull the notebook in)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -298,9 +310,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)  # exits 2 on a usage error
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)  # exits 2 on a usage error
+    if unknown:  # said by the command they were given to, with its usage (exit 2)
+        where: argparse.ArgumentParser = getattr(args, "parser", parser)
+        where.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
+    face = "harnessnb sweep" if args.command == "sweep" else "harnessnb run"
     try:
-        code: int = args.handler(args)
+        with hints_name(face):  # a refusal's hint names this command, not the magic
+            code: int = args.handler(args)
         return code
     except KeyboardInterrupt:
         _out("cancelled", file=sys.stderr)
@@ -357,18 +377,24 @@ def _finish(result: RunResult | AgentResult) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``harnessnb demo``: the quickstart task on the demo model, with seeded chaos."""
-    from .demo._model import DEMO_LABEL, demo_server, make_demo_workspace, provider_for
+    from .demo._model import make_demo_workspace, temporary_demo_workspace
 
-    workspace = make_demo_workspace(
-        args.workspace or Path(tempfile.mkdtemp(prefix="harnessnb-demo-")) / "project"
-    )
+    if args.workspace:
+        return _demo(args, make_demo_workspace(args.workspace), kept=True)
+    with temporary_demo_workspace() as workspace:  # removed when the demo ends
+        return _demo(args, workspace, kept=False)
+
+
+def _demo(args: argparse.Namespace, workspace: Path, *, kept: bool) -> int:
+    from .demo._model import DEMO_LABEL, demo_server, provider_for, quickstart_notebook
+
     rates = DEMO_CHAOS if args.chaos else None
     store = _store(args)
     chaos = ", ".join(f"{k} {v:.0%}" for k, v in DEMO_CHAOS.items()) if rates else "none"
     _out(f"harnessnb demo: {DEMO_TASK!r}")
     _out(f"  model      {DEMO_LABEL}, over loopback HTTP")
     _out(f"  chaos      {chaos} (seed {args.seed})")
-    _out(f"  workspace  {workspace}")
+    _out(f"  workspace  {workspace}" + ("" if kept else " (temporary: removed at the end)"))
     _out(f"  store      {store.path}")
     contract = TaskContract(
         DEMO_TASK,
@@ -401,7 +427,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _out(_indent(_to_text(stalls[["step", "signal", "action", "detail"]])))
     _out(
         f"\nnext: `harnessnb runs --store {store.path}`, `harnessnb failures`, "
-        "or open notebooks/01-quickstart.ipynb"
+        f"or open {quickstart_notebook()}"
     )
     return code
 
@@ -423,7 +449,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     provider = _provider(args)
     store = _store(args)
     progress = LineProgress()
-    approver = _approver(args)
+    approver = approver_from(args)
     result = _drive(
         lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
                          on_event=progress, prices=prices),
@@ -470,16 +496,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _approver(args: argparse.Namespace) -> Any:
-    """``--approval-timeout S``: ask on the terminal, S seconds at most; else None (an act
-    that needs approval is refused, with a hint saying how to allow it)."""
-    if args.approval_timeout is None:
-        return None
-    from .tools._approval import PromptApprover
-
-    return PromptApprover(args.approval_timeout)
-
-
 def _run_agent(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --agent CLI``: a coding-agent CLI instead of the loop."""
     from .agents import run_sync
@@ -498,12 +514,12 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
-    from .launch._choose import provider_for_resume
+    from .launch._choose import provider_for_resume, recorded_run
 
     check_provider_options(args)
     prices = prices_from(args)
     store = _store(args)
-    recorded = _recorded_run(store, args.run_id)
+    recorded = recorded_run(store, args.run_id)
     provider, note = provider_for_resume(
         recorded,
         args.provider,
@@ -515,7 +531,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
-    approver = _approver(args)
+    approver = approver_from(args)
     result = _drive(
         lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
                             on_event=progress, prices=prices),
@@ -524,19 +540,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _finish(result)
 
 
-def _recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
-    """The stored row of ``run_id``, or None when it cannot be read (resume says why)."""
-    from .rules._errors import StoreError
-
-    try:
-        row: dict[str, Any] | None = store.get_run(run_id)
-    except StoreError:
-        return None
-    return row
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     """``harnessnb runs``: the store's runs, oldest first."""
+    if absent := absent_store(args.store):
+        _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
+        return 0
     store = _store(args)
     runs = store.runs()
     if not len(runs):
@@ -552,8 +560,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_failures(args: argparse.Namespace) -> int:
     """``harnessnb failures [--by provider,kind]``."""
-    from .store._failures import FAILURE_GROUPS
-
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     bad = [c for c in by if c not in FAILURE_GROUPS]
     if bad or len(set(by)) != len(by):  # a usage error, told before the store opens
@@ -561,6 +567,9 @@ def cmd_failures(args: argparse.Namespace) -> int:
             f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
             f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
         )
+    if absent := absent_store(args.store):
+        _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
+        return 0
     store = _store(args)
     table = store.failure_rates(by=by)
     if not len(table):

@@ -39,7 +39,8 @@ def test_record_says_what_was_asked_and_what_was_decided(
     bundle = ApprovalRecord(request(), decision, "", AT)._repr_mimebundle_()
     assert set(bundle) == {"text/plain", "text/html"}
     assert bundle["text/plain"].splitlines() == [
-        "harnessnb asked to write NOTES.md via write_file (asked by rule write:* in layer app)",
+        "harnessnb asked to write NOTES.md via write_file "
+        "(asked by the rule 'write:*' in the 'app' layer)",
         f"  {line}",
     ]
     html = bundle["text/html"]
@@ -60,7 +61,8 @@ def test_record_text_hides_secrets_and_control_characters(monkeypatch: pytest.Mo
         assert "sk-secret-value-1234567890" not in text
         assert "\x1b" not in text
     assert "\\x1b[2J" in bundle["text/plain"]
-    assert "asked by rule the default for this act in layer -" in bundle["text/plain"]
+    # the act's default asked (no rule matched): said in words, not "rule None in layer -"
+    assert "(asked by the policy's default for exec: no rule allows it)" in bundle["text/plain"]
 
 
 def test_settling_a_panel_keeps_its_record_and_says_so_in_the_status() -> None:
@@ -142,7 +144,8 @@ def test_a_panel_saved_while_waiting_falls_back_to_what_was_asked(executed: Any)
     (output,) = executed.cells[3].outputs
     assert WIDGET in output.data  # live: the buttons
     assert output.data["text/plain"].startswith(
-        "harnessnb asked to write NOTES.md via write_file (asked by rule write:* in layer app)"
+        "harnessnb asked to write NOTES.md via write_file "
+        "(asked by the rule 'write:*' in the 'app' layer)"
     )
     assert "waiting for Approve / Deny" in output.data["text/plain"]
     assert "VBox(" not in output.data["text/plain"]

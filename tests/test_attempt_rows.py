@@ -1,7 +1,8 @@
 """Every attempt is a row when it happens: a real ``harnessnb run`` process stopped by
 SIGINT or SIGKILL after failed attempts leaves one row per request the server saw; a
 local server is recorded as ``local`` with its URL; its run resumes with no API key
-and numbers its attempts on from the last one; no attempt row is written twice."""
+and numbers its attempts on from the last one; no attempt row is written twice; the
+request a cancel cuts off is a row marked ``cancelled``, in no failure rate."""
 
 from __future__ import annotations
 
@@ -182,6 +183,76 @@ async def test_a_cancel_during_the_retry_wait_keeps_the_failed_attempts(
             ["openai", "server", 503, srv.openai_url]
         ]
         assert store.runs()["outcome"].tolist() == ["cancelled"]
+
+
+async def test_an_attempt_a_cancel_cuts_off_is_a_row_in_no_failure_rate(
+    ws: Path, tmp_path: Path
+) -> None:
+    """The server has (and may bill) the request the cancel cuts off: it is a row,
+    marked ``cancelled``, with no kind, and no provider's failure rate counts it."""
+    import asyncio
+
+    with ChaosServer(responder=answer) as srv, hn.Store(tmp_path / "s.duckdb") as store:
+        # A 503 retried, then the answer (a tool call); the next step's request is held.
+        srv.push(Fault.status(503), Fault.slow(0.0), Fault.hang(30))
+        provider = hn.OpenAI("m", base_url=srv.openai_url)
+        task = asyncio.ensure_future(hn.run(hn.TaskContract("list", ws), provider, store=store))
+        while len(srv.requests) < 3:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the server holds the third request
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        rows = store.attempts()
+        assert len(rows) == len(srv.requests) == 3
+        assert rows["attempt"].tolist() == [1, 2, 3]
+        assert rows["step"].tolist() == [1, 1, 2]
+        assert kinds(rows) == ["server", None, None]
+        assert rows["cancelled"].tolist() == [False, False, True]
+        assert rows["status"].tolist()[:2] == [503, 200] and rows["status"].isna().tolist()[2]
+        assert set(rows["base_url"]) == {srv.openai_url}
+        assert store.runs()["outcome"].tolist() == ["cancelled"]
+        # One failure out of the two attempts the provider answered.
+        rates = store.failure_rates(by="provider")
+        assert rates[["provider", "attempts", "failures"]].values.tolist() == [["openai", 2, 1]]
+        by_kind = store.failure_rates()
+        assert by_kind["attempts"].tolist() == [2] and by_kind["failures"].tolist() == [1]
+
+
+async def test_an_attempt_the_time_budget_cuts_off_is_a_timeout_not_a_cancel(
+    ws: Path, tmp_path: Path
+) -> None:
+    with ChaosServer() as srv, hn.Store(tmp_path / "s.duckdb") as store:
+        srv.set_default(Fault.hang(10))
+        provider = hn.OpenAI("m", base_url=srv.openai_url)
+        contract = hn.TaskContract("hi", ws, max_seconds=0.3)
+        result = await hn.run(contract, provider, store=store)
+        assert result.outcome is hn.RunOutcome.TIME_BUDGET
+        rows = store.attempts()
+        assert len(rows) == len(srv.requests) == 1
+        assert kinds(rows) == ["timeout"] and rows["cancelled"].tolist() == [False]
+        assert rows["provider"].tolist() == ["openai"]
+
+
+def test_a_store_from_before_cancelled_attempts_keeps_its_rows_counted(tmp_path: Path) -> None:
+    import duckdb
+
+    from harnessnb.store._schema import MIGRATIONS
+
+    path = tmp_path / "v7.duckdb"
+    con = duckdb.connect(str(path))
+    for version in range(1, 8):
+        for statement in MIGRATIONS[version]:
+            con.execute(statement)
+        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con.execute("INSERT INTO attempts (run_id, attempt, provider, kind) VALUES "
+                "('old', 1, 'openai', 'server'), ('old', 2, 'openai', NULL)")  # fmt: skip
+    con.close()
+    with hn.Store(path) as store:
+        rows = store.attempts("old")
+        assert rows["cancelled"].tolist() == [False, False]
+        rates = store.failure_rates(by="provider")
+        assert rates[["provider", "attempts", "failures"]].values.tolist() == [["openai", 2, 1]]
 
 
 def test_base_url_rows_keep_no_credentials() -> None:

@@ -115,3 +115,92 @@ def _only_files(route: Any) -> None:
         route.continue_()
     else:
         route.abort()
+
+
+# Each stat's box, its line height and its row; the wide table's box and the page.
+_LAYOUT = """
+() => ({
+  // a stat: a bold label and its value, in the card's row of stats (found by shape,
+  // not by class, so the same measure holds for any markup); its lines are the distinct
+  // tops of its text's boxes (a Range's client rects, one per line per text run)
+  stats: [...document.querySelectorAll('.harnessnb-card b')].map(b => b.parentElement)
+      .filter(e => e.firstElementChild.tagName === 'B' && e.children.length === 1
+                   && /^(TR|DIV)$/.test(e.parentElement.tagName)
+                   && e.parentElement.children.length > 1).map(e => {
+    const range = document.createRange(); range.selectNodeContents(e);
+    const rects = [...range.getClientRects()].filter(r => r.width > 0);
+    const tops = rects.map(r => r.top);
+    const r = e.getBoundingClientRect();
+    return {text: e.textContent, spread: Math.max(...tops) - Math.min(...tops),
+            glyph: Math.min(...rects.map(x => x.height)), top: Math.round(r.top),
+            card: e.closest('.harnessnb-card').className};
+  }),
+  boxes: [...document.querySelectorAll('.harnessnb-scroll')].map(e => ({
+    client: e.clientWidth, scroll: e.scrollWidth,
+    room: e.parentElement.getBoundingClientRect().width,
+    overflow: getComputedStyle(e).overflowX})),
+  page: document.documentElement.scrollWidth, view: window.innerWidth,
+})
+"""
+
+
+def _stat_cards() -> list[tuple[str, str]]:
+    """The cards with stats, as a run in a notebook shows them, and a wide failures table."""
+    import pandas as pd
+
+    import harnessnb as hn
+    from harnessnb.notebook._tables import scrolling_frame
+
+    cause = hn.ProviderError("no key", kind=hn.ProviderErrorKind.AUTH, status=401,
+                             provider="openai")  # fmt: skip
+    runs = [
+        hn.RunResult("run_51c57599c555485d", outcome, 3, 421, verified=True, elapsed=0.04,
+                     providers=("demo",), attempts=3, cost_usd=0.0, task="summarise README.md",
+                     commands="sandbox: bubblewrap", error=error)
+        for outcome, error in [(hn.RunOutcome.SUCCESS, None),
+                               (hn.RunOutcome.ESCALATED_TERMINAL, cause)]
+    ]  # fmt: skip
+    sweep = hn.SweepResult("sweep_1", hn.Store(":memory:"), ())
+    columns = ["provider", "kind", "attempts", "failures", "failure_rate", "failure_rate_low",
+               "failure_rate_high", "retry_after_s_mean", "retry_after_s_p50",
+               "retry_after_s_max", "cost_usd", "cost_per_success_usd", "unpriced_attempts"]
+    wide = scrolling_frame(pd.DataFrame([["local", "rate_limited", 7, 4, 0.571429, 0.250458,
+                                          0.84178, 1.0, 1.0, 1.0, 0.0, 0.0, 0]], columns=columns))
+    return [(f"run-{r.outcome.value}", r._repr_mimebundle_()["text/html"]) for r in runs] + [
+        ("sweep", sweep._repr_mimebundle_()["text/html"]),
+        ("failures", wide._repr_html_()),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("theme", ["lab-light", "lab-dark"])
+def test_each_stat_stays_on_one_line_and_wide_tables_scroll_in_their_box(
+    theme: str, tmp_path: Path
+) -> None:
+    # JupyterLab wrapped each stat of the run card over two lines ("commands sandbox:" /
+    # "bubblewrap", "time 0.0" / "s"), and the failures table made the page 1533 px wide.
+    from playwright.sync_api import sync_playwright
+    from test_theme_contrast import _keep, _page
+
+    page = _page(theme, _stat_cards(), tmp_path)
+    shot = tmp_path / f"stats-{theme}.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            # About a notebook column at a narrow window: the stats must wrap between them.
+            tab = browser.new_page(viewport={"width": 640, "height": 900})
+            tab.route("**/*", _only_files)
+            tab.goto(page.as_uri(), wait_until="load")
+            layout: Any = tab.evaluate(_LAYOUT)
+            tab.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    _keep(shot)
+    stats = layout["stats"]
+    assert len(stats) >= 2 * 11 + 3  # two run cards and the sweep's
+    two_lines = [s for s in stats if s["spread"] >= s["glyph"] / 2]
+    assert not two_lines, two_lines  # label and value of each stat on one line
+    run_rows = {s["top"] for s in stats if "harnessnb-run" in s["card"]}
+    assert len(run_rows) >= 4  # the row wrapped between stats (2 rows a card at least)
+    (table,) = [b for b in layout["boxes"] if b["scroll"] > 700]
+    assert table["overflow"] == "auto" and table["client"] <= table["room"]
+    assert layout["page"] <= layout["view"]  # nothing widened the page

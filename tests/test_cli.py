@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -150,6 +151,52 @@ def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert info.value.code == 2
 
 
+def test_an_unknown_option_is_named_with_its_commands_usage(tmp_path: Path) -> None:
+    bogus = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "--bogus"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bogus.returncode == 2
+    assert bogus.stderr.startswith("usage: harnessnb [-h]")
+    assert bogus.stderr.endswith("harnessnb: error: unrecognized arguments: --bogus\n")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "said"),
+    [
+        (["failures", "--every", "1h"], "usage: harnessnb failures",
+         "harnessnb failures: error: unrecognized arguments: --every 1h"),
+        (["runs", "--bogus"], "usage: harnessnb runs",
+         "harnessnb runs: error: unrecognized arguments: --bogus"),
+        (["run", "x", "--workspace", ".", "--nope"], "usage: harnessnb run",
+         "harnessnb run: error: unrecognized arguments: --nope"),
+        ([], "usage: harnessnb [-h]",
+         "harnessnb: error: the following arguments are required: COMMAND"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_told_by_the_command_it_was_given_to(
+    argv: list[str], usage: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert err.startswith(usage) and err.rstrip().endswith(said)
+
+
+def test_failures_help_lists_the_columns_by_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    from harnessnb.notebook._args import PARSERS
+    from harnessnb.store._failures import FAILURE_GROUPS
+
+    with pytest.raises(SystemExit):
+        cli.main(["failures", "--help"])
+    for text in (capsys.readouterr().out, PARSERS["failures"].format_help()):  # both faces
+        assert f"among {', '.join(FAILURE_GROUPS)} (default provider,kind)" in " ".join(
+            text.split()
+        )
+
+
 def test_the_stall_demo_exits_5_and_shows_the_stalls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -184,6 +231,54 @@ def test_run_verifies_and_allows_the_named_write(
     assert "\n  step 3/12: 1 tool call, " in out and "success" in out
 
 
+def test_a_list_option_before_the_task_does_not_swallow_it(tmp_path: Path) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    out = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "run", "--allow-write", "NOTES.md",
+         "summarise README.md into NOTES.md", "--workspace", str(ws), "--provider", "demo",
+         "--verify", "NOTES.md contains #", "--store", "s.duckdb"],
+        cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (ws / "NOTES.md").read_text().startswith("# Notes")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--allow-write", "A.md", "--allow-write", "b/*", "--fallback", "demo",
+         "--fallback", "openai"],
+        ["--allow-write", "A.md,b/*", "--fallback", "demo,openai"],
+        ["--allow-write", "A.md", "--fallback", "demo,openai", "--allow-write", "b/*"],
+    ],
+)  # fmt: skip
+def test_list_options_repeat_or_take_commas_alike_in_both_faces(words: list[str]) -> None:
+    from harnessnb.notebook._args import parse
+
+    line = ["run", *words, "the", "task", "--workspace", "ws"]
+    _, magic = parse(" ".join(line))
+    command = cli.build_parser().parse_args([line[0], *words, "the task", "--workspace", "ws"])
+    for args in (magic, command):
+        assert (args.allow_write, args.fallback) == (["A.md", "b/*"], ["demo", "openai"])
+    assert command.task == "the task" and magic.task == ["the", "task"]
+
+
+def test_a_bad_list_value_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from IPython.core.error import UsageError
+
+    from harnessnb.notebook._args import parse
+
+    for words, said in ((["--fallback", "demo,nope"], "invalid choice: 'nope'"),
+                        (["--allow-write", "A.md,"], "'A.md,' has an empty value")):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            cli.main(["run", "x", "--workspace", ".", *words])
+        assert info.value.code == 2 and said in capsys.readouterr().err
+        with pytest.raises(UsageError, match=re.escape(said)):
+            parse(" ".join(["run", *words, "x"]))
+
+
 def test_a_config_error_is_a_short_card_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -194,6 +289,21 @@ def test_a_config_error_is_a_short_card_not_a_traceback(
     assert err.startswith("ConfigError [CONFIG_MISSING_KEY]: openai: environment variable "
                           "OPENAI_API_KEY is not set")
     assert "Traceback" not in err and len(err.splitlines()) <= 3
+
+
+def test_a_refused_connection_prints_its_cause_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = cli.main(["run", "say hi", "--workspace", str(tmp_path), "--provider", "local",
+                     "--base-url", f"http://127.0.0.1:{port}/v1",
+                     "--store", str(tmp_path / "s.duckdb")])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 3 and "ProviderError [PROVIDER_TRANSPORT]" in out
+    card = out[out.index("ProviderError") :]
+    assert card.count("All connection attempts failed") == 1, card
 
 
 def test_an_unknown_run_is_a_resume_error_exit_1(
@@ -228,8 +338,6 @@ def test_runs_and_failures_read_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = str(tmp_path / "s.duckdb")
-    assert cli.main(["runs", "--store", path]) == 0
-    assert "no runs in" in capsys.readouterr().out
     assert cli.main(["demo", "--store", path, "--workspace", str(tmp_path / "ws")]) == 0
     capsys.readouterr()
     assert cli.main(["runs", "--store", path]) == 0
@@ -244,6 +352,43 @@ def test_runs_and_failures_read_the_store(
     err = capsys.readouterr().err
     assert "ConfigError" in err and "'nope'" in err and "provider, model, kind" in err
     assert not os.path.exists(missing)
+
+
+def test_reading_a_missing_store_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for words in (["runs", "--store", "missing.duckdb"], ["failures"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "harnessnb", *words],
+            cwd=tmp_path, env=keyless_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert (out.returncode, out.stderr) == (0, ""), out.stderr
+        store = "missing.duckdb" if "--store" in words else "runs.duckdb"
+        assert out.stdout.startswith(f"no store at {store}: nothing has been recorded there")
+        assert os.listdir(tmp_path) == []  # no store file, no lock file
+    with hn.Store(tmp_path / "empty.duckdb"):
+        pass  # a store with no runs is there: it says so
+    assert cli.main(["runs", "--store", str(tmp_path / "empty.duckdb")]) == 0
+    assert capsys.readouterr().out.startswith("no runs in ")
+
+
+def test_the_magics_reading_a_missing_store_say_so_and_create_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "harnessnb")
+    for line in ("runs", "failures --by provider", "show run_x", "tb run_x"):
+        sub = line.split()[0]
+        run = "no run 'run_x': " if "run_x" in line else ""
+        for store, shown in (("--store gone.duckdb", "gone.duckdb"), ("", "runs.duckdb")):
+            said = rf"^%harness {sub}: {run}no store at {shown}: nothing has been recorded there"
+            with pytest.raises(UsageError, match=said + r" \(%%harness run makes one\)$"):
+                shell.run_line_magic("harness", f"{line} {store}")
+    assert os.listdir(tmp_path) == []
 
 
 def _harnessnb(args: list[str], cwd: Path, typed: str) -> subprocess.CompletedProcess[str]:
@@ -316,6 +461,31 @@ def test_without_approval_timeout_the_command_asks_nobody(
     assert code == 6  # the refusal went to the model, which ran out of steps
     assert "refused: write NOTES.md" in out and "harnessnb asks" not in out
     assert not (ws / "NOTES.md").exists()
+
+
+def test_a_refusals_hint_names_the_command_it_is_read_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = make_demo_workspace(tmp_path / "ws")
+    path = tmp_path / "s.duckdb"
+    assert cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
+                     "--provider", "demo", "--store", str(path)]) == 0  # fmt: skip
+    assert "To allow it, pass `--allow-write GLOB` to harnessnb run, or" in capsys.readouterr().out
+    with hn.Store(path) as store:
+        refused = store.tool_calls().query("status == 'refused'")["output"].tolist()
+    assert len(refused) == 1 and "`--allow-write GLOB` to harnessnb run, or" in refused[0]
+    assert "%%harness" not in refused[0]
+    # Outside the command (hn.run, the magic) the hint names the magic again; a command
+    # needing approval is told the one way there is (no face has an --allow-exec).
+    acts = iter([{"tool": "write_file", "args": {"path": "N.md", "content": "x"}},
+                 {"tool": "run_command", "args": {"argv": ["true"]}}, "done"])  # fmt: skip
+    scripted = hn.ScriptedProvider(lambda m: next(acts))
+    result = hn.run_sync(hn.TaskContract("write N.md", ws), scripted, store=path)
+    with hn.Store(path) as store:
+        write, run = store.tool_calls(result.run_id)["output"].tolist()
+    assert "`--allow-write GLOB` to %%harness run, or" in write
+    assert run.endswith('To allow it, pass policy=hn.Policy.default().layer("app")'
+                        '.allow_exec("GLOB") to hn.run.')  # fmt: skip
 
 
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,53 @@ def test_make_demo_workspace_refuses_a_folder_it_did_not_make(
     assert _snapshot(tmp_path) == before
     with pytest.raises(hn.ConfigError, match="not a folder"):
         make_demo_workspace(tmp_path / next(iter(mine)))
+
+
+def _demo_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from harnessnb import cli
+
+    code = cli.main(["demo", "--no-chaos", *args])
+    return code, capsys.readouterr().out
+
+
+def test_the_demo_removes_its_temporary_workspace_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every `harnessnb demo` once left a harnessnb-demo-* folder in the temp folder.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    code, out = _demo_cli(["--store", str(tmp_path / "s.duckdb")], capsys)
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("  workspace  ")]
+    assert line.startswith(f"  workspace  {temp}{os.sep}harnessnb-demo-")
+    assert line.endswith(" (temporary: removed at the end)")
+    assert "Summary of README.md" in out  # the notes were shown before the folder went
+    assert list(temp.iterdir()) == []
+
+
+def test_a_workspace_given_to_the_demo_is_kept_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ws = tmp_path / "mine"
+    code, out = _demo_cli(["--store", str(tmp_path / "s.duckdb"), "--workspace", str(ws)], capsys)
+    assert code == 0
+    assert f"  workspace  {ws}\n" in out
+    assert (ws / "NOTES.md").read_text() == NOTES
+
+
+def test_the_next_line_points_at_the_notebook_only_where_it_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb.demo._model import QUICKSTART_URL, quickstart_notebook
+
+    assert quickstart_notebook(tmp_path) == QUICKSTART_URL  # a wheel: no notebooks/
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01-quickstart.ipynb").write_text("{}")
+    assert quickstart_notebook(tmp_path) == str(tmp_path / "notebooks" / "01-quickstart.ipynb")
+    # this source checkout has the notebook: the demo names it by a path that exists
+    code, out = _demo_cli(["--store", str(tmp_path / "s.duckdb")], capsys)
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("next: ")]
+    shown = Path(line.rsplit(" or open ", 1)[1])
+    assert shown.is_file() and shown.name == "01-quickstart.ipynb"

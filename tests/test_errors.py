@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import collections.abc
 import email.utils
+import importlib
+import inspect
+import pickle
+import pkgutil
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -245,3 +254,106 @@ def test_store_and_cli_cards_show_kind_and_retryable_in_a_badge() -> None:
     assert ">busy, retryable<" in store
     cli = ag.RateLimited("quota", agent="codex", bin="codex", detail="q")
     assert ">codex: rate_limited, retryable<" in cli._repr_mimebundle_()["text/html"]
+
+
+# ------------------------------------------------------------- pickling, .retryable
+
+
+def _every_error_class() -> list[type[hn.HarnessError]]:
+    """Every HarnessError subclass in harnessnb (each module imported first)."""
+    import harnessnb
+
+    for module in pkgutil.walk_packages(harnessnb.__path__, "harnessnb."):
+        if module.name != "harnessnb.__main__":
+            importlib.import_module(module.name)
+
+    def walk(cls: type[hn.HarnessError]) -> Iterator[type[hn.HarnessError]]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from walk(sub)
+
+    found = {c for c in walk(hn.HarnessError) if c.__module__.startswith("harnessnb.")}
+    return [hn.HarnessError, *sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")]
+
+
+def _sample(hint: Any, name: str) -> Any:
+    """A value of type ``hint`` for the parameter ``name``, not its default."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return _sample(args[0], name)  # the first type of an optional or a union
+    if typing.get_origin(hint) is collections.abc.Sequence and args == [hn.ProviderError]:
+        return [hn.ProviderError("leaf a failed", kind=K.SERVER, status=503, provider="a"),
+                hn.ProviderError("leaf b failed", kind=K.TIMEOUT, provider="b")]  # fmt: skip
+    samples: dict[Any, Any] = {str: f"{name} value", int: 7, float: 2.5, bool: True,
+                               K: K.RATE_LIMITED, StoreErrorKind: StoreErrorKind.FULL}  # fmt: skip
+    if hint not in samples:
+        raise AssertionError(f"no sample for a {hint!r} parameter ({name}): add one here")
+    return samples[hint]
+
+
+def _with_every_field(cls: type[hn.HarnessError]) -> hn.HarnessError:
+    hints = typing.get_type_hints(cls.__init__)
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = {n: _sample(hints[n], n) for n in params if n not in ("self", "message")}
+    if "message" in params:
+        return cls(f"{cls.__name__} happened", **kwargs)
+    return cls(**kwargs)
+
+
+ERROR_CLASSES = _every_error_class()
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__qualname__)
+def test_every_error_pickles_round_trip_with_its_fields(cls: type[hn.HarnessError]) -> None:
+    err = _with_every_field(cls)
+    try:
+        raise err from OSError("the connection was reset")
+    except hn.HarnessError as raised:
+        err = raised
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is cls
+    assert (str(back), back.message, back.code) == (str(err), err.message, err.code)
+    assert back.retryable is err.retryable and isinstance(err.retryable, bool)
+    assert back.to_dict() == err.to_dict()  # every shown field, and the cause chain
+    assert back.to_dict()["causes"] == ["OSError: the connection was reset"]
+    assert repr(back) == repr(err)
+    for name in inspect.signature(cls.__init__).parameters:
+        if name not in ("self", "message") and hasattr(err, name):
+            want, got = getattr(err, name), getattr(back, name)
+            if isinstance(want, list):  # errors compare by what they say
+                want, got = [w.to_dict() for w in want], [g.to_dict() for g in got]
+            assert got == want, name
+
+
+def test_the_error_classes_enumerated_include_every_tree() -> None:
+    import harnessnb.agents as ag
+    from harnessnb.providers._fallback import FallbackError
+
+    names = {c.__name__ for c in ERROR_CLASSES}
+    assert {"ProviderError", "ConfigError", "RefusedError", "ResumeError", "SandboxError",
+            "StoreError", "ConflictError", "ToolError"} <= names  # fmt: skip
+    assert set(ag._errors.__all__) <= names and FallbackError.__name__ in names
+
+
+def test_every_error_has_retryable_false_unless_its_class_says_a_retry_may_help() -> None:
+    assert hn.HarnessError("x").retryable is False
+    assert hn.ConfigError("no key").retryable is False
+    assert hn.RefusedError("no", act="write", target="a").retryable is False
+    assert hn.ResumeError("gone", reason="missing").retryable is False
+    assert hn.SandboxError("too big", reason="too_big").retryable is False
+    assert hn.ConflictError("held", run_id="r", owner="o").retryable is False
+
+
+def test_a_pickled_error_carries_no_secret_from_its_message_fields_or_causes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = "sk-pickle-secret-0123456789"
+    monkeypatch.setenv("HN_PICKLE_API_KEY", key)
+    err = hn.ProviderError(f"refused {key}", kind=K.AUTH, status=401, request_id=key)
+    err.model = f"model {key}"  # a field set after init, unscrubbed
+    err.__cause__ = ValueError(f"the server said: invalid key {key}")
+    data = pickle.dumps(err)
+    assert key.encode() not in data and b"pickle-secret" not in data
+    back = pickle.loads(data)
+    assert back.to_dict()["causes"] == ["ValueError: the server said: invalid key [redacted]"]
+    assert key not in repr(back.to_dict()) and back.model == "model [redacted]"

@@ -18,6 +18,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import harnessnb as hn
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "harnessnb-tests"
@@ -94,6 +96,44 @@ def test_the_saved_sweep_notebook_reports_200_runs() -> None:
     assert "200 runs" in text and "reliable: 50/50" in text
 
 
+# Failure kinds a notebook's text may name in code (`rate_limited`): a claim its outputs
+# must show. HTTP statuses it names ("HTTP 503", "503s") likewise.
+KINDS = {kind.value for kind in hn.ProviderErrorKind}
+
+
+def claims(nb: nbformat.NotebookNode) -> list[str]:
+    """What the notebook's text says happened: each HTTP status (``HTTP 503``, ``503s``,
+    ``429 (...)``) and each failure kind in code, as a word its outputs must contain."""
+    text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    statuses = re.findall(r"\b(?:HTTP )?([45]\d\d)(?=s\b|\b)", text)
+    kinds = [k for k in re.findall(r"`(\w+)`", text) if k in KINDS]
+    return sorted(set(statuses) | set(kinds))
+
+
+def unshown_claims(nb: nbformat.NotebookNode) -> list[str]:
+    text = outputs(nb)
+    return [c for c in claims(nb) if not re.search(rf"(?<![\w.]){c}(?![\w.])", text)]
+
+
+def test_claims_are_found_in_text_and_checked_against_outputs() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("15% are HTTP 503, and 429s with `rate_limited`; "
+                                      "`kind` is no kind, nor 2024 a status"),
+        nbformat.v4.new_code_cell("x", outputs=[nbformat.v4.new_output(
+            "stream", name="stdout", text="local rate_limited 429 2.503")]),
+    ]  # fmt: skip
+    assert claims(nb) == ["429", "503", "rate_limited"]
+    assert unshown_claims(nb) == ["503"]  # 2.503 is not a 503
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_texts_claim_only_what_their_saved_outputs_show(path: Path) -> None:
+    # 01 said its flaky server's 503s were counted; its seed never sent one.
+    nb = nbformat.read(path, as_version=4)
+    assert unshown_claims(nb) == [], path.name
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
@@ -130,18 +170,29 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path,
-                                              kernel_env: None) -> None:
+def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path, kernel_env: None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "tmp"  # the kernel's temporary folder (it inherits TMPDIR)
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    where = tmp_path / "notebooks"
     started = time.monotonic()
-    nb = execute(path.name, tmp_path)
+    nb = execute(path.name, where)
     text = outputs(nb)
     assert "Traceback" not in text
+    assert unshown_claims(nb) == []  # what the text says happened, the outputs show
+    # Notebooks 02-05 once left harnessnb-* folders (up to 21 MB) in the temp folder.
+    assert sorted(p.name for p in temp.glob("harnessnb-*")) == []
+    # Each notebook its own store: only 01 uses the default runs.duckdb (05's sweep
+    # magic once put its runs there too, into 01's tables).
+    made = sorted(p.name for p in where.glob("*.duckdb"))
+    assert made == (["runs.duckdb"] if path.stem.startswith("01") else [])
     if path.stem.startswith("05"):
         assert sweep_counts(text) == [(200, 200), (10, 10)]  # every planned run ran
     if path.stem.startswith("01"):
         assert "success" in text and "harnessnb-run" in text  # the card, as HTML
         assert "awaiting_approval" in text and "PROVIDER_AUTH" in text
-        assert (tmp_path / "runs.duckdb").exists()  # the default store, in the cwd
+        assert (where / "runs.duckdb").exists()  # the default store, in the cwd
     assert time.monotonic() - started < 90
 
 

@@ -105,3 +105,38 @@ def test_no_module_but_the_html_one_escapes_or_picks_colours(path: Path) -> None
 def test_shorten_keeps_what_fits_and_marks_the_cut(text: str, limit: int, shown: str) -> None:
     assert shorten(text, limit) == shown
     assert len(shorten(text, limit)) <= max(limit, 0)
+
+
+def test_each_stat_keeps_its_label_and_value_on_one_line_and_the_row_wraps_between() -> None:
+    # In JupyterLab the run card's one-row table wrapped inside a stat ("time 0.0" / "s").
+    html = _html.facts([("commands", "sandbox: bubblewrap"), ("time", "0.0 s")])
+    stats = re.findall(r"<span class='harnessnb-stat' style='([^']*)'>(.*?)</span>", html)
+    assert [(style, body) for style, body in stats] == [
+        ("white-space:nowrap", "<b>commands</b> sandbox: bubblewrap"),
+        ("white-space:nowrap", "<b>time</b> 0.0 s"),
+    ]
+    assert "display:flex;flex-wrap:wrap" in html and "<table" not in html
+
+
+def test_wide_tables_scroll_inside_their_own_box() -> None:
+    table = _html.grid(["a", "b"], [[1, SCRIPT]])
+    assert table.startswith("<div class='harnessnb-scroll' style='overflow-x:auto;max-width:100%'>")
+    assert table.endswith("</table></div>") and ESCAPED in table
+    assert _html.scrolling(SCRIPT).count(ESCAPED) == 1  # text handed in is escaped once
+
+
+def test_an_awaiting_approval_card_says_what_waits_not_that_it_was_done() -> None:
+    # The demo model's text comes with its write call: "Writing NOTES.md: ..." read as done.
+    result = hn.RunResult("r1", hn.RunOutcome.AWAITING_APPROVAL, 2, 302,
+                          text="Writing NOTES.md: a bullet list.")  # fmt: skip
+    bundle = result._repr_mimebundle_()
+    waiting = ("waiting: step 3's tool calls have not run; they wait for a person's approval "
+               "(resume the run to ask again)")  # fmt: skip
+    assert f"  {waiting}\n  planned, not done: Writing NOTES.md" in bundle["text/plain"]
+    assert "answer:" not in bundle["text/plain"]
+    html = re.sub(r"<[^>]+>", "|", bundle["text/html"]).replace("&#x27;", "'")
+    assert f"|{waiting}|" in html
+    assert "|planned, not done: Writing NOTES.md: a bullet list.|" in html
+    done = hn.RunResult("r2", hn.RunOutcome.SUCCESS, 3, 400, text="Wrote NOTES.md.")
+    assert "  answer: Wrote NOTES.md." in done.summary_text()
+    assert "waiting" not in done._repr_mimebundle_()["text/html"]

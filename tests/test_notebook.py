@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -471,6 +472,33 @@ def test_show_counts_what_the_store_holds(
     assert len(attempts) == 3  # two 503s, then the answer
     assert "attempts 3, retries 2" in card and "providers openai;" in card
     assert "answer: hi" in card
+
+
+def test_show_of_a_failed_run_shows_its_error_card(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    srv.set_default(Fault.status(401))
+    with capture_output(), pytest.raises(hn.ProviderError):
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
+    run_id = shell.user_ns["R"].run_id
+    with capture_output() as cap:
+        shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
+    text, html = cap.outputs[0].data["text/plain"], cap.outputs[0].data["text/html"]
+    assert "escalated_terminal" in text
+    assert "ProviderError [PROVIDER_AUTH]" in text and "status: 401" in text
+    assert "harnessnb-error" in html and "auth, HTTP 401, not retryable" in html
+
+
+def test_the_failures_table_scrolls_in_its_own_box(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
+) -> None:
+    with capture_output():
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "hi")
+    rates = shell.run_line_magic("harness", f"failures --store {tmp_path / 'runs.duckdb'}")
+    html = rates._repr_html_()
+    assert html.startswith("<div class='harnessnb-scroll' style='overflow-x:auto;max-width:100%'>")
+    assert "<table" in html and "failure_rate_high" in html
+    assert type(rates[["provider"]]) is pd.DataFrame  # what is made from it is plain again
 
 
 def test_replay_runs_a_recorded_run_again_without_the_network(

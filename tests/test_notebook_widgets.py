@@ -253,7 +253,10 @@ def test_plot_failures_draws_bars_by_provider_and_kind_with_intervals() -> None:
         "provider": ["a", "a", "b"], "kind": ["server", "rate_limited", None],
         "attempts": [10, 10, 4], "failures": [2, 1, 0], "failure_rate": [0.2, 0.1, 0.0],
     })
-    axes = plot_failures(frame)
+    import matplotlib.pyplot as plt
+
+    assert plot_failures(frame) is None  # a cell ending in it echoes no <Axes ...> line
+    axes = plt.gca()
     # a provider with no failure is shown, at zero, not dropped
     assert [t.get_text() for t in axes.get_xticklabels()] == ["a", "b"]
     assert sorted(t.get_text() for t in axes.get_legend().get_texts()) == [
@@ -272,13 +275,16 @@ def test_plot_failures_says_when_there_is_nothing_to_draw(tmp_path: Path) -> Non
     import matplotlib
 
     matplotlib.use("Agg")
-    empty = plot_failures(hn.Store(tmp_path / "empty.duckdb"))
+    import matplotlib.pyplot as plt
+
+    _, (empty, calm) = plt.subplots(1, 2)
+    plot_failures(hn.Store(tmp_path / "empty.duckdb"), ax=empty)
     assert "no attempts recorded yet" in empty.get_title()
     assert empty.get_ylim() == (0.0, 1.0)
     store = hn.Store(tmp_path / "calm.duckdb")
     store.create_run(run_row("r1"))
     store.add_attempts("r1", [attempt(1, 0), attempt(1, 1, provider="anthropic")])
-    calm = plot_failures(store)
+    plot_failures(store, ax=calm)
     assert "no failures in 2 attempts" in calm.get_title()
     assert [t.get_text() for t in calm.get_xticklabels()] == ["anthropic", "openai"]
     assert calm.get_ylim()[0] == 0.0

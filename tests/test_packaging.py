@@ -104,3 +104,39 @@ def test_installed_wheel_imports_agents_and_runs_the_command(
     )
     assert helped.returncode == 0, helped.stderr
     assert "demo" in helped.stdout and "run" in helped.stdout
+    # The wheel has no notebooks/: the demo's next line points at the notebook online.
+    demo = subprocess.run(
+        [str(bindir / "harnessnb"), "demo", "--no-chaos", "--store", "d.duckdb"],
+        cwd=elsewhere, env=clean_env, capture_output=True, text=True, timeout=120,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    (line,) = [x for x in demo.stdout.splitlines() if x.startswith("next: ")]
+    assert line.endswith("or open https://github.com/harnessnb/harnessnb/blob/main/notebooks/"
+                         "01-quickstart.ipynb"), line
+
+
+def _requirements(lines: list[str]) -> set[str]:
+    """Requirement lines, normalised (name canonicalised, extras and specifiers sorted)."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    out = set()
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line or line == ".":  # "." is harnessnb itself (Binder installs the checkout)
+            continue
+        req = Requirement(line)
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        out.add(f"{canonicalize_name(req.name)}{extras}{req.specifier}")
+    return out
+
+
+def test_the_notebooks_extra_installs_what_binder_installs() -> None:
+    # `pip install -e '.[notebooks]'` once lacked Dask, which 05-sweep needs: Binder had it.
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["notebooks"]
+    binder = (ROOT / "binder" / "requirements.txt").read_text().splitlines()
+    assert _requirements(extra) == _requirements(binder)
+    assert any(r.startswith("dask[distributed]") for r in _requirements(extra))

@@ -72,6 +72,7 @@ INTENDED = {
     "sweep",
     "sweep_sync",
     "tool",
+    "unscrubbed_events",
 }
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 import harnessnb as hn
 from harnessnb.store import _conn
+from harnessnb.store._batch import WriteOp
 
 
 def users(path: Path) -> int:
@@ -98,6 +100,36 @@ async def test_a_cancelled_run_closes_the_store_it_opened(ws: Path, tmp_path: Pa
     assert users(path) == 0
     with hn.Store(path) as store:
         assert store.runs()["outcome"].astype(object).tolist() == ["cancelled"]
+
+
+async def test_a_run_cancelled_during_its_start_closes_the_store_it_opened(
+    ws: Path, tmp_path: Path
+) -> None:
+    # The start is uncut: it ends, the run is recorded cancelled, and then the store
+    # the start opened is closed too (it was left open).
+    path = tmp_path / "runs.duckdb"
+    began, gate = threading.Event(), threading.Event()
+
+    def hold(con: object, batch: object) -> None:
+        began.set()
+        gate.wait(10)
+
+    with hn.Store(path) as mine:
+        mine.submit(WriteOp("hold", hold))  # the file's writer is busy: the start waits
+        assert began.wait(10)
+        run = hn.run(contract(ws), hn.ScriptedProvider(["done"]), store=path)
+        task = asyncio.ensure_future(run)
+        for _ in range(1000):  # until the run has opened its own Store of the file
+            if users(path) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert users(path) == 2
+        task.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert users(path) == 1  # mine alone
+        assert mine.runs()["outcome"].astype(object).tolist() == ["cancelled"]
 
 
 def test_run_sync_closes_the_store_it_opened(ws: Path, tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 7
+    assert Store.schema_version == SCHEMA_VERSION == 9
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
                       "leases", "recordings", "pending_steps", "markers",
                       "agent_sessions"}  # fmt: skip
     assert views == {"runs"}
-    assert versions == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]
+    assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 
 
 def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         _commit(s, "old", 2)
         assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3, 4, 5, 6, 7]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
         assert (s.get_run("old")["steps"], s.get_run("old")["tokens"]) == (2, 170)  # type: ignore[index]
 
 
@@ -117,7 +117,7 @@ def test_v4_store_gains_the_sandbox_column_its_old_tool_rows_null(tmp_path: Path
         s.commit_step("old", row, **kwargs)
         calls = s.tool_calls("old").sort_values(["step", "seq"])
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-    assert versions == [1, 2, 3, 4, 5, 6, 7]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
     assert [v if isinstance(v, str) else None for v in calls["sandbox"]] == [
         None, "bubblewrap", None]  # fmt: skip
     assert calls["output"].tolist()[0] == "exit code 0"  # the old row kept
@@ -136,12 +136,13 @@ def test_newer_store_is_refused_with_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "future.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    con.execute("INSERT INTO schema_version VALUES (8, now()::TIMESTAMP)")
+    con.execute("INSERT INTO schema_version VALUES (?, now()::TIMESTAMP)", [SCHEMA_VERSION + 1])
     con.close()
     with pytest.raises(hn.StoreError) as info:
         Store(path)
     assert info.value.kind == "newer"
-    assert "schema version 8" in info.value.message and "newer" in info.value.message
+    assert f"schema version {SCHEMA_VERSION + 1}" in info.value.message
+    assert "newer" in info.value.message
     assert info.value.path == str(path)
     assert not info.value.retryable
 

@@ -194,7 +194,7 @@ def test_an_older_shard_says_how_to_upgrade(tmp_path: Path) -> None:
             con.execute(statement)
         con.execute("INSERT INTO schema_version VALUES (?, now())", [version])
     con.close()
-    with pytest.raises(hn.StoreError, match=r"version 6, older than 7: open it once as hn\.Store"):
+    with pytest.raises(hn.StoreError, match=r"version 6, older than 8: open it once as hn\.Store"):
         hn.Store.combine(shards)
     hn.Store(old).close()  # migrates it
     assert len(hn.Store.combine(shards).runs()) == 0

@@ -18,7 +18,7 @@ import harnessnb as hn
 from harnessnb import Store
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
-from harnessnb.store._schema import COLUMNS, MIGRATIONS
+from harnessnb.store._schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION
 from harnessnb.store._writes import commit_step
 from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
 
@@ -81,7 +81,7 @@ def test_v2_store_is_migrated_to_a_runs_view_keeping_every_run(tmp_path: Path) -
     _v2_file(path)
     with Store(path) as s:
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == [1, 2, 3, 4, 5, 6, 7]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
         views = s.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal")
         assert views["view_name"].tolist() == ["runs"]
         assert list(s.runs().columns) == list(COLUMNS["runs"])

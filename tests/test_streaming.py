@@ -19,7 +19,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.cli import LineProgress
-from harnessnb.loop._events import DELTA_INTERVAL, TextDeltas
+from harnessnb.loop._events import DELTA_INTERVAL, DELTA_TAIL, EventSink, TextDeltas
 from harnessnb.notebook._progress import TextProgress, WidgetProgress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -252,24 +252,35 @@ async def test_delta_events_are_throttled_and_a_retry_starts_the_text_over() -> 
         sent.append({"kind": kind, **data})
 
     deltas = TextDeltas(emit, clock=lambda: now[0])
-    await deltas("He", True)
-    for piece in ("l", "l", "o"):  # within the interval: held
+    await deltas("He", True)  # a word still arriving: held until whitespace ends it
+    for piece in ("l", "l", "o"):
         now[0] += DELTA_INTERVAL / 10
         await deltas(piece, False)
     now[0] += DELTA_INTERVAL
-    await deltas(" world", False)
-    await deltas("Again", True)  # a new attempt: what was held is void
+    await deltas(" wor", False)
+    await deltas("ld", False)  # within the interval: held
+    await deltas("Again ", True)  # a new attempt: what was held is void
     now[0] += DELTA_INTERVAL
     await deltas("!", False)
+    await deltas.flush()  # the answer is complete: its last word goes too
     assert sent == [
-        {"kind": "delta", "text": "He", "restart": True},
-        {"kind": "delta", "text": "llo world", "restart": False},
-        {"kind": "delta", "text": "Again!", "restart": True},
+        {"kind": "delta", "text": "Hello ", "restart": True},
+        {"kind": "delta", "text": "Again ", "restart": True},
+        {"kind": "delta", "text": "!", "restart": False},
     ]
-    await deltas("x" * 5000, False)
-    now[0] += DELTA_INTERVAL
+
+
+async def test_only_the_tail_of_a_long_delta_reaches_a_callback() -> None:
+    seen: list[hn.RunEvent] = []
+    sink = EventSink(seen.append)
+
+    async def emit(kind: str, **data: Any) -> None:
+        await sink.emit(hn.RunEvent(kind, "run_1", 1, 0.0, data))  # type: ignore[arg-type]
+
+    deltas = TextDeltas(emit, clock=lambda: 0.0)
+    await deltas("x" * 5000, False)  # a word longer than any key is not held
     await deltas.flush()
-    assert len(sent[-1]["text"]) == 400  # only the tail travels
+    assert [len(e.data["text"]) for e in seen] == [DELTA_TAIL]
 
 
 async def test_the_command_shows_streamed_text_on_a_terminal_and_not_in_a_pipe(

@@ -303,6 +303,49 @@ def test_two_providers_with_one_name_need_a_dict(ws: Path, store: hn.Store) -> N
     assert "&lt;i&gt;b&lt;/i&gt;" in page and "<i>" not in page  # names are escaped
 
 
+async def test_two_models_of_one_provider_are_named_by_model(ws: Path, store: hn.Store) -> None:
+    # The most common sweep, models of one provider given as a list: each is named by
+    # what tells it apart, in the rows and in the failure rates (real HTTP: the first
+    # model's server fails every attempt).
+    with demo_server(rates={"server": 1.0}) as down, demo_server() as up:
+        big = hn.OpenAI("gpt-4o", base_url=down.openai_url, api_key="sk-test")
+        small = hn.OpenAI("gpt-4o-mini", base_url=up.openai_url, api_key="sk-test")
+        other = hn.ScriptedProvider(lambda m: "done", name="scripted")
+        result = await hn.sweep(["say hello"], [big, small, other], workspace=ws,
+                                repeats=2, store=store)  # fmt: skip
+    names = ["openai/gpt-4o", "openai/gpt-4o-mini", "scripted"]
+    assert sorted(result.runs["provider"]) == sorted(names * 2)
+    rates = result.failure_rates(by="provider").set_index("provider")
+    assert sorted(rates.index) == names and not {"model", "base_url"} & set(rates.columns)
+    assert rates.loc["openai/gpt-4o", "failure_rate"] == 1.0
+    assert rates.loc["openai/gpt-4o-mini", "failures"] == 0
+    by_kind = result.failure_rates()
+    assert by_kind.loc[by_kind["provider"] == "openai/gpt-4o", "kind"].tolist() == ["server"]
+    assert "  openai/gpt-4o-mini: 2/2 |" in result.summary_text()
+    # the store's own table keeps what the attempts recorded
+    assert set(store.failure_rates(by="provider")["provider"]) == {"openai", "scripted"}
+
+
+async def test_one_model_on_two_servers_is_named_by_server_and_twins_are_refused(
+    ws: Path, store: hn.Store
+) -> None:
+    with demo_server(rates={"server": 1.0}) as down, demo_server() as up:
+        there = hn.OpenAI("m", base_url=down.openai_url, api_key="sk-test")
+        here = hn.OpenAI("m", base_url=up.openai_url, api_key="sk-test")
+        result = await hn.sweep(["say hello"], [there, here], workspace=ws, store=store)
+        names = [f"openai/m@{down.openai_url}", f"openai/m@{up.openai_url}"]
+        assert list(result.runs["provider"]) == names
+        rates = result.failure_rates(by=("provider", "model")).set_index("provider")
+        assert rates.loc[names[0], "failure_rate"] == 1.0
+        assert rates.loc[names[1], "failures"] == 0
+        assert list(rates.columns[:2]) == ["model", "attempts"]  # no column added
+        twin = hn.OpenAI("m", base_url=up.openai_url, api_key="sk-other")
+        with pytest.raises(hn.ConfigError, match=r"two providers are the same \(name "
+                           r"'openai', model 'm', base URL .*pass a dict"):  # fmt: skip
+            await hn.sweep(["say hello"], [here, twin], workspace=ws, store=store)
+    assert len(store.runs()) == 2  # the refused sweep ran nothing
+
+
 def test_a_store_from_before_sweeps_migrates_its_runs_untagged(tmp_path: Path) -> None:
     path = tmp_path / "v6.duckdb"
     con = duckdb.connect(str(path))
@@ -347,6 +390,28 @@ def test_the_sweep_command_runs_every_task_with_every_provider(
     assert "'demo' is given twice" in capsys.readouterr().err
 
 
+def test_the_sweep_command_sweeps_two_models_of_one_provider(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb import cli
+
+    path = tmp_path / "s.duckdb"
+    with demo_server(seed=3) as srv:
+        code = cli.main(["sweep", "list the files", "--providers", "local/m1,local/m2",
+                         "--base-url", srv.openai_url, "--workspace", str(tmp_path),
+                         "--store", str(path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "  local/m1: 1/1 |" in out and "  local/m2: 1/1 |" in out
+    with hn.Store(path) as store:
+        runs = store.runs()
+        assert sorted(runs["model"]) == ["m1", "m2"] and set(runs["provider"]) == {"local"}
+        assert sorted(store.attempts()["model"].unique()) == ["m1", "m2"]
+    for words in ("demo/other", "local/"):
+        assert cli.main(["sweep", "x", "--providers", words, "--workspace", str(tmp_path),
+                         "--store", str(path)]) == 2  # fmt: skip
+        assert "write PROVIDER/MODEL, e.g. openai/gpt-4o" in capsys.readouterr().err
+
+
 def test_the_sweep_cell_magic_runs_one_task_per_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -389,6 +454,13 @@ def test_the_sweep_cell_magic_runs_one_task_per_line(
     named = shell.user_ns["named"]
     assert sorted(named.runs["provider"]) == ["a", "b", "demo", "mine"]
     assert len(one.requests) >= 1 and len(two.requests) >= 1  # the runs used those servers
+    # A list of them: named as hn.sweep names a list (two models of one provider).
+    shell.user_ns["models"] = [hn.ScriptedProvider(lambda m: "done", model=model)
+                               for model in ("m1", "m2")]  # fmt: skip
+    with capture_output():
+        shell.run_cell_magic("harness", f"sweep --providers models --workspace {template} "
+                             "--out listed", "list the files\n")  # fmt: skip
+    assert sorted(shell.user_ns["listed"].runs["provider"]) == ["scripted/m1", "scripted/m2"]
     shell.user_ns["text"] = "not a provider"
     with pytest.raises(UsageError, match="'text' is a str, not a provider"):
         shell.run_cell_magic("harness", f"sweep --providers text --workspace {template}", "x")

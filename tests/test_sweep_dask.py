@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,21 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
         pd.testing.assert_frame_equal(merged.runs(), remote.store.runs())
         pd.testing.assert_frame_equal(merged.attempts(), remote.store.attempts())
         pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
+
+
+async def test_two_models_of_one_provider_are_named_by_model_on_the_cluster(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    with demo_server(rates={"server": 1.0}) as down, demo_server() as up:
+        models = [hn.OpenAI("big", base_url=down.openai_url, api_key="sk-test"),
+                  hn.OpenAI("small", base_url=up.openai_url, api_key="sk-test")]  # fmt: skip
+        result = await hn.sweep(["say hello"], models, workspace=ws, repeats=2,
+                                executor=client, shards=tmp_path / "shards")  # fmt: skip
+    assert sorted(result.runs["provider"]) == ["openai/big"] * 2 + ["openai/small"] * 2
+    rates = result.failure_rates(by="provider").set_index("provider")
+    assert sorted(rates.index) == ["openai/big", "openai/small"]
+    assert rates.loc["openai/big", "failure_rate"] == 1.0
+    assert rates.loc["openai/small", "failures"] == 0
 
 
 async def test_what_cannot_go_with_an_executor_is_refused(
@@ -364,3 +380,37 @@ def test_ctrl_c_on_a_terminal_stops_the_command_sweep_on_local_workers_without_t
     assert "Traceback" not in out and "cancelled: sweep sweep_" in out
     runs = hn.Store.combine(shards).runs()
     assert len(runs) == 2 and set(runs["outcome"]) == {"cancelled"}
+
+
+# A key only the worker knows (registered there, no token shape): the client's scrubber
+# cannot hide it, so only the worker's scrub on the way out can.
+WORKER_KEY = "worker-only-secret-0123456789"
+
+
+def _fail_on_the_worker() -> None:
+    from harnessnb.rules._secrets import register
+
+    register(WORKER_KEY)
+    try:
+        raise ConnectionResetError(f"reset while sending key {WORKER_KEY}")
+    except ConnectionResetError as exc:
+        raise hn.ProviderError(
+            "the model is overloaded", kind=hn.ProviderErrorKind.SERVER, status=529,
+            retry_after=3.0, provider="anthropic", request_id="req-42", model="claude-x",
+        ) from exc  # fmt: skip
+
+
+def test_a_provider_error_raised_on_a_worker_reaches_the_client_with_its_fields(
+    client: Any,
+) -> None:
+    future = client.submit(_fail_on_the_worker, pure=False)
+    with pytest.raises(hn.ProviderError) as raised:
+        future.result(timeout=60)
+    err = raised.value
+    assert type(err) is hn.ProviderError and err.code == "PROVIDER_SERVER"
+    assert (err.kind, err.status, err.retry_after, err.provider, err.request_id, err.model) == (
+        hn.ProviderErrorKind.SERVER, 529, 3.0, "anthropic", "req-42", "claude-x")  # fmt: skip
+    assert err.retryable and str(err) == "the model is overloaded"
+    assert err.to_dict()["causes"] == ["ConnectionResetError: reset while sending key [redacted]"]
+    # Dask sends the live cause chain too (tblib): what Python prints of it is scrubbed
+    assert WORKER_KEY not in "".join(traceback.format_exception(err))

@@ -34,7 +34,7 @@ from harnessnb import (
 from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
 from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
 from harnessnb.tools._protocol import ToolContext, ToolOutput, bound_output
-from harnessnb.tools._schema import validate_args
+from harnessnb.tools._schema import schema_problems, validate_args
 from harnessnb.tools._workspace import Workspace
 
 # ---------------------------------------------------------------- @tool schemas
@@ -278,6 +278,48 @@ def test_a_tool_whose_schema_is_not_json_schema_is_refused_up_front(ws: Workspac
         @tool
         def f(n: Annotated[int, {"minimum": "one"}]) -> None:
             pass
+
+
+def test_every_built_in_schema_passes_the_check_the_first_run_skips() -> None:
+    # The built-in schemas are trusted at run time (``shipped``: a first run compiles
+    # no meta-schema); this is the check they would get.
+    for t in builtin_tools():
+        assert schema_problems(t.parameters) == [], t.name
+
+
+def test_a_later_drafts_assertion_is_refused_not_skipped(ws: Workspace) -> None:
+    # fastjsonschema enforces drafts 4 to 7: prefixItems would silently check nothing.
+    class Pairs(Ticket):
+        name = "pairs"
+        parameters = {  # noqa: RUF012
+            "type": "object",
+            "properties": {"pair": {"type": "array", "prefixItems": [{"type": "string"}]}},
+        }
+
+    with pytest.raises(ConfigError, match=r"tool 'pairs'.*'prefixItems' is a keyword of a later"):
+        make(ws, Pairs())
+
+
+def test_a_ref_to_another_document_is_refused_unfetched(ws: Workspace) -> None:
+    from harnessnb.chaos import ChaosServer
+
+    with ChaosServer() as srv:
+
+        class Remote(Ticket):
+            name = "remote"
+            parameters = {  # noqa: RUF012
+                "type": "object",
+                "properties": {"n": {"$ref": f"{srv.url}/schema.json"}},
+            }
+
+        with pytest.raises(ConfigError, match=r"tool 'remote'.*names another document"):
+            make(ws, Remote())
+        assert srv.requests == []
+
+
+def test_format_stays_an_annotation() -> None:
+    schema = {"type": "object", "properties": {"to": {"type": "string", "format": "email"}}}
+    assert validate_args(schema, {"to": "not an address"}) == []
 
 
 # ---------------------------------------------------------------- bounding and results

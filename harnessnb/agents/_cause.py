@@ -50,9 +50,11 @@ _OVERFLOW = re.compile(
 # subscription window ("usage limit reached, try again at 5pm" is a rate limit).
 _QUOTA = re.compile(
     r"insufficient_quota|quota exceeded|exceeded (your )?(current )?quota|billing|"
-    r"credit balance|out of credits|payment required",
+    r"credit balance|out of credits",
     re.IGNORECASE,
 )
+# HTTP 402's own words: auth, as the status is in the one table (rules._errors).
+_PAYMENT = re.compile(r"payment required", re.IGNORECASE)
 _RATE = re.compile(
     r"rate[ _-]?limit|too many requests|usage limit|hit your ([\w-]+ )?limit|limit reached|"
     r"resource_exhausted",
@@ -91,6 +93,8 @@ _WORDS: dict[str, ProviderErrorKind] = {
     "insufficient_quota": K.RATE_LIMITED,
 }  # fmt: skip
 _QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
+# Failures before any answer arrived: the connection, or the wait for it.
+_CONNECTION = frozenset({K.TRANSPORT, K.TIMEOUT})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +147,8 @@ def cause_of(
     ``detail`` is the CLI's message, ``status`` the HTTP status it gave (else one found
     in ``detail``), ``word`` its own classification (``rate_limit``, ``transport``...).
     The wording decides an overflow whatever the status; then the status; then the
-    CLI's word; then the wording.
+    CLI's word (a generic server word with no status yields to wording that names the
+    connection or a timeout); then the wording.
     """
     status = status if status and 100 <= status < 600 else status_code(detail)
     word = (word or "").strip().lower()
@@ -151,14 +156,17 @@ def cause_of(
     if overflow(detail) or word in ("context_length_exceeded", "forced_compaction"):
         kind = K.CONTEXT_OVERFLOW
     elif status is not None and status >= 400:
-        kind = classify_status(status, detail)
-        if status == 402:
-            kind = K.RATE_LIMITED  # payment required: a quota, not a key
+        kind = classify_status(status, detail)  # the one table: 402 is auth, as for HTTP
     elif word in _WORDS:
         kind = _WORDS[word]
+        worded = _by_wording(detail) if kind is K.SERVER and status is None else None
+        if worded in _CONNECTION:
+            # Claude Code's "server_error" for "Unable to connect to API (ECONNRESET)":
+            # with no status no server answered, and the words say what failed.
+            kind = worded
     else:
         kind = _by_wording(detail)
-    quota = status == 402 or word in _QUOTA_WORDS or quota_exhausted(detail)
+    quota = word in _QUOTA_WORDS or quota_exhausted(detail)
     if quota and kind in (None, K.REQUEST, K.RATE_LIMITED):
         kind = K.RATE_LIMITED  # e.g. Anthropic's 400 "credit balance is too low"
     if kind is None:
@@ -172,14 +180,23 @@ def retry_cause(
     word: str | None = None,
     retry_after: float | None = None,
 ) -> Cause:
-    """The cause of a request the CLI reported failing; a server failure when it did
-    not say which (the CLI retries it, so it took it for one)."""
+    """The cause of a request the CLI reported failing, when it did not say which: with
+    no HTTP status the connection failed (``transport``, as the HTTP providers classify a
+    cut stream; Claude Code's ``"error": "unknown"`` with ``"error_status": null``), with
+    one the server did (``server``: the CLI retries it, so it took it for one)."""
     found = cause_of(detail, status, word, retry_after)
-    return found or Cause(K.SERVER, status, retry_after, detail)
+    if found is not None:
+        return found
+    return Cause(_unexplained(status), status, retry_after, detail)
+
+
+def _unexplained(status: int | None) -> ProviderErrorKind:
+    """The kind of a failure nothing explains: no status means no answer arrived."""
+    return K.TRANSPORT if status is None else K.SERVER
 
 
 def _by_wording(detail: str) -> ProviderErrorKind | None:
-    if auth_failure(detail):
+    if auth_failure(detail) or _PAYMENT.search(detail):
         return K.AUTH
     if _QUOTA.search(detail) or _RATE.search(detail):
         return K.RATE_LIMITED

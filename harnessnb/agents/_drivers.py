@@ -32,7 +32,7 @@ from ._classify import status_code
 from ._codex_config import codex_auth_hint, codex_model
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
-from ._turn import Turn, clip, to_int
+from ._turn import Turn, to_int
 
 __all__ = ["AgentCLI", "ClaudeCode", "Codex", "Copilot", "Invocation", "Permission", "driver"]
 
@@ -276,7 +276,7 @@ class ClaudeCode(AgentCLI):
         elif kind == "result":
             turn.done = True
             if isinstance(obj.get("result"), str):
-                turn.text = clip(obj["result"], self.limits.capture_bytes)
+                turn.answer(obj["result"])
             turn.add_usage(obj.get("usage"), replace=True)
             if obj.get("total_cost_usd") is not None:
                 turn.usage["cost_usd"] = obj.get("total_cost_usd")

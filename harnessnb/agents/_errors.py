@@ -332,7 +332,8 @@ class NotAuthenticated(_WithCause):
 
 class AgentError(_WithCause):
     """The turn failed for the reason ``.kind`` names; retryable when that kind is
-    (a server failure, a dropped stream, the CLI's own request timeout)."""
+    (a server failure, a dropped stream, the CLI's own request timeout). With neither a
+    kind nor a status, ``transport``."""
 
     CODE = "AGENT_TURN_FAILED"
 
@@ -357,7 +358,9 @@ class AgentError(_WithCause):
             return self._kind
         if self.status is not None:
             return classify_status(self.status, self.detail)
-        return ProviderErrorKind.SERVER
+        # No status and nothing the CLI said named it: no answer arrived, the connection
+        # failed (as ``_cause.retry_cause`` reads a status-less retry).
+        return ProviderErrorKind.TRANSPORT
 
     @property
     def retryable(self) -> bool:

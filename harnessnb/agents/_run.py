@@ -19,7 +19,6 @@ import dataclasses
 import errno
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -36,7 +35,7 @@ from ..rules._errors import (
     ProviderErrorKind,
     wrap_unknown,
 )
-from ..rules._secrets import scrub
+from ..rules._secrets import is_secret_name, scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store
 from ._cause import Cause
@@ -259,7 +258,7 @@ class _AgentRun:
         env = agent.environment()
         path = env.get("PATH", os.defpath)
         # Keys and tokens are secret; a base URL or a model name is not.
-        self.secrets = [v for k, v in env.items() if _SECRET_NAME.search(k)]
+        self.secrets = self.turn.secrets = [v for k, v in env.items() if is_secret_name(k)]
         self.hint = agent.auth_hint(env)
         self.turn.model = agent.configured_model(env)
         exe = shutil.which(agent.bin, path=path)
@@ -434,9 +433,12 @@ class _AgentRun:
              "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
             for i, call in enumerate(turn.tool_calls, start=1)
         ]  # fmt: skip
-        # A failure with no kind (cancelled, or a harnessnb bug) is no provider outcome to
-        # count: the step keeps the usage, the failure rates are not skewed either way.
-        if error is None or kind is not None:
+        # A cancel cut the CLI's request off in flight: a row marked ``cancelled`` (in
+        # no failure rate). A failure with no kind (a harnessnb bug) is no provider
+        # outcome to count: the step keeps the usage, the failure rates are not skewed.
+        if isinstance(error, Cancelled):
+            attempts.append({**attempt, "cancelled": True})
+        elif error is None or kind is not None:
             attempts.append(attempt)
         return step, attempts, tools
 
@@ -477,8 +479,6 @@ class _AgentRun:
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
-# Variables whose values are credentials (the rest, a base URL or a model, are shown).
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
 
 
 def _reported_cost(usage: dict[str, Any]) -> float | None:

@@ -1,4 +1,7 @@
-"""What a CLI's structured stream said, accumulated line by line, within bounds."""
+"""What a CLI's structured stream said, accumulated line by line, within bounds.
+
+Every text kept is scrubbed (``rules._secrets``, with the run's own secrets) before it
+is cut to its bound (``rules._text.clip``): a key cut in two is no longer found."""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ import time
 from typing import Any
 
 from ..loop._events import EventKind
+from ..rules._secrets import scrub, scrub_values
+from ..rules._text import clip
 from ._cause import Cause
 from ._process import Limits
 
-__all__ = ["Turn", "clip", "to_int"]
+__all__ = ["Turn", "to_int"]
 
-_CUT = "…(truncated)"
 # Tool calls kept per run; later ones are counted, not kept.
 _MAX_TOOL_CALLS = 1000
 
@@ -32,6 +36,7 @@ class Turn:
         rate_limit: (detail, resets_at) when the stream reported a rejected quota.
         reports: the failed requests the CLI reported while retrying (``Cause``, time).
         unparsed: Lines that were not JSON objects; ``first_unparsed`` the first one.
+        secrets: The values of the CLI's secret-named variables, scrubbed like a key.
     """
 
     limits: Limits
@@ -59,6 +64,18 @@ class Turn:
     partial: list[str] = dataclasses.field(default_factory=list)
     _partial_bytes: int = 0
     events: list[tuple[EventKind, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    secrets: list[str] = dataclasses.field(default_factory=list)
+
+    # ---------------------------------------------------------------- bounds
+
+    def shown(self, text: str, limit: int) -> str:
+        """Text for a person (an event, a message): scrubbed, token shapes too, then cut."""
+        return clip(scrub(text, self.secrets), limit)
+
+    def kept(self, text: str, limit: int) -> str:
+        """Text kept as the CLI gave it (its answer, tool arguments): secret values
+        removed, then cut; a token's shape in code is left alone."""
+        return clip(scrub_values(text, self.secrets), limit)
 
     # ------------------------------------------------------------- recording
 
@@ -76,7 +93,7 @@ class Turn:
         self.emit("retry", kind=cause.kind.value, status=cause.status,
                   attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
                   delay=delay_s or 0.0, retry_after=cause.retry_after, provider=None,
-                  detail=clip(cause.detail, 300) or None)  # fmt: skip
+                  detail=self.shown(cause.detail, 300) or None)  # fmt: skip
         if cause.fatal and self.stop is None:
             self.stop = cause
 
@@ -95,7 +112,7 @@ class Turn:
         ``progress`` False for a message the CLI made up to say a request failed.
         """
         self.retrying = self.retrying and not progress
-        text = clip(text, self.limits.capture_bytes)
+        text = self.kept(text, self.limits.capture_bytes)
         self.text = text
         self.messages += 1
         room = self.limits.capture_bytes - self._partial_bytes
@@ -104,12 +121,16 @@ class Turn:
             self.partial.append(kept)
             self._partial_bytes += len(kept)
 
+    def answer(self, text: str) -> None:
+        """The final answer as the CLI's result event gives it (no message counted)."""
+        self.text = self.kept(text, self.limits.capture_bytes)
+
     def tool_started(self, call_id: str | None, tool: str, args: Any) -> None:
         self.retrying = False
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
-        call = {"id": call_id, "tool": clip(tool, 200),
-                "args": clip(shown, self.limits.event_bytes), "status": "started",
+        call = {"id": call_id, "tool": self.shown(tool, 200),
+                "args": self.kept(shown, self.limits.event_bytes), "status": "started",
                 "output_bytes": None}  # fmt: skip
         if len(self.tool_calls) < _MAX_TOOL_CALLS:
             self.tool_calls.append(call)
@@ -129,9 +150,9 @@ class Turn:
         for call in reversed(self.tool_calls):
             if call["id"] == call_id and call["status"] in ("started", "error"):
                 call["status"] = "refused"
-                self.emit("refused", act=call["tool"], target=clip(call["args"], 200),
+                self.emit("refused", act=call["tool"], target=self.shown(call["args"], 200),
                           rule="the CLI's permission mode", layer="agent",
-                          reason=clip(reason, 300))  # fmt: skip
+                          reason=self.shown(reason, 300))  # fmt: skip
                 return
 
     def add_usage(self, usage: Any, *, replace: bool = False) -> None:
@@ -155,7 +176,7 @@ class Turn:
     def unreadable(self, line: str) -> None:
         self.unparsed += 1
         if not self.first_unparsed:
-            self.first_unparsed = clip(line, 300)
+            self.first_unparsed = self.shown(line, 300)
 
     @property
     def tokens(self) -> int:
@@ -163,13 +184,6 @@ class Turn:
 
     def partial_text(self) -> str:
         return "\n".join(self.partial)
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, marked when cut."""
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - len(_CUT))] + _CUT
 
 
 def to_int(value: Any) -> int:

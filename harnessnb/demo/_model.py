@@ -30,8 +30,9 @@ import dataclasses
 import json
 import os
 import re
+import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +50,8 @@ __all__ = [
     "demo_provider",
     "demo_server",
     "make_demo_workspace",
+    "quickstart_notebook",
+    "temporary_demo_workspace",
 ]
 
 DEMO_LABEL = "harnessnb demo model (rule-based, not an LLM)"
@@ -525,6 +528,27 @@ def make_demo_workspace(path: str | os.PathLike[str]) -> Path:
     (root / "src" / "greet.py").write_text(_GREET, encoding="utf-8")
     (root / "src" / "cli.py").write_text(_CLI, encoding="utf-8")
     return root
+
+
+@contextlib.contextmanager
+def temporary_demo_workspace() -> Iterator[Path]:
+    """The demo project in a new ``harnessnb-demo-*`` temporary folder, removed with
+    whatever the run wrote there when the block ends (an error or Ctrl-C included)."""
+    with tempfile.TemporaryDirectory(prefix="harnessnb-demo-", ignore_cleanup_errors=True) as tmp:
+        yield make_demo_workspace(Path(tmp) / "project")
+
+
+QUICKSTART_URL = "https://github.com/harnessnb/harnessnb/blob/main/notebooks/01-quickstart.ipynb"
+"""The quickstart notebook online: where a wheel's user reads on (a wheel has no notebooks)."""
+
+
+def quickstart_notebook(checkout: Path | None = None) -> str:
+    """Where the quickstart notebook is for this install: its path in a source checkout
+    (``checkout``, default the folder above the package, holds ``notebooks/``), else
+    ``QUICKSTART_URL``."""
+    root = Path(__file__).resolve().parents[2] if checkout is None else checkout
+    notebook = root / "notebooks" / "01-quickstart.ipynb"
+    return str(notebook) if notebook.is_file() else QUICKSTART_URL
 
 
 def _check_demo_folder(root: Path) -> None:

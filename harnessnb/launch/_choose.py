@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from ..rules._errors import ConfigError
+from ..rules._errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
     from ..loop._contract import Command, FileContains
@@ -27,6 +27,7 @@ __all__ = [
     "parse_verify",
     "parse_verify_cmd",
     "provider_for_resume",
+    "recorded_run",
 ]
 
 PROVIDER_NAMES = ("openai", "openrouter", "anthropic", "local", "demo")
@@ -89,6 +90,16 @@ class ProviderWords(TypedDict, total=False):
     base_url: str | None
     fallbacks: Sequence[str]
     env: Mapping[str, str] | None
+
+
+def recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
+    """The stored row of ``run_id`` for ``provider_for_resume``, or None when it cannot
+    be read (the resume itself says why)."""
+    try:
+        row: dict[str, Any] | None = store.get_run(run_id)
+    except StoreError:
+        return None
+    return row
 
 
 def provider_for_resume(

@@ -8,6 +8,10 @@ its help saying so ("(notebook only)", "(command only)"). What argparse cannot c
 the workspace, the ``--verify`` text) ``check_run_options`` checks, raising
 ``ConfigError``: the command shows it as a card (exit 2), the magic as a ``UsageError``.
 
+A list option (``--allow-write``, ``--fallback``) takes one value per flag, or several
+separated by commas, and is repeated for more: it never swallows the positional TASK
+after it (``harnessnb run --allow-write NOTES.md 'say hi'``).
+
 ``--max-steps 0`` is a usage error in both faces: zero model turns cannot run a task
 (the command once ran it as the default 12).
 
@@ -25,7 +29,7 @@ import dataclasses
 import keyword
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._errors import ConfigError
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from ..loop._contract import TaskContract
     from ..providers._prices import Prices
     from ..rules._policy import Policy
+    from ..tools._approval import Approver
 
 __all__ = [
     "AGENT_NAMES",
@@ -50,11 +55,14 @@ __all__ = [
     "STORE",
     "Face",
     "Option",
+    "absent_store",
     "add_options",
     "agent_from",
+    "approver_from",
     "check_provider_options",
     "check_run_options",
     "contract_from",
+    "listed",
     "model_price",
     "policy_from",
     "positive_float",
@@ -89,6 +97,28 @@ def positive_float(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0, and finite")
     return value
+
+
+def listed(choices: Sequence[str] = ()) -> Callable[[str], list[str]]:
+    """An argparse type for a list option (with ``action="extend"``): one value, or
+    several separated by commas, so ``--allow-write A,B`` is ``--allow-write A
+    --allow-write B``; each value one of ``choices`` when there are any. A flag takes
+    one word, so it never swallows the positional TASK that follows it."""
+
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has an empty value: give one per flag, or several separated by commas"
+            )
+        bad = [item for item in items if choices and item not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {bad[0]!r} (choose from {', '.join(choices)})"
+            )
+        return items
+
+    return parse
 
 
 def variable_name(text: str) -> str:
@@ -173,9 +203,11 @@ PROVIDER_OPTIONS = (
     Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
     Option("--base-url", "another server speaking the provider's protocol",
            {"metavar": "URL"}, scope="loop"),
-    Option("--fallback", "providers to fall back to, in order, after a retryable failure",
-           {"metavar": "NAME", "nargs": "+", "action": "extend", "default": [],
-            "choices": PROVIDER_NAMES}, scope="loop"),
+    Option("--fallback",
+           "providers to fall back to, in order, after a retryable failure (repeat the "
+           "flag, or separate names with commas)",
+           {"metavar": "NAME", "type": listed(PROVIDER_NAMES), "action": "extend",
+            "default": []}, scope="loop"),
 )  # fmt: skip
 
 APPROVAL_TIMEOUT = Option(
@@ -241,8 +273,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "USD", "type": positive_float}, scope="loop"),
     *PRICE_OPTIONS,
     STORE,
-    Option("--allow-write", "workspace paths the agent may write without asking",
-           {"metavar": "GLOB", "nargs": "+", "action": "extend", "default": []},
+    Option("--allow-write",
+           "workspace paths the agent may write without asking (repeat the flag, or "
+           "separate globs with commas)",
+           {"metavar": "GLOB", "type": listed(), "action": "extend", "default": []},
            scope="loop"),
     APPROVAL_TIMEOUT,
     *_AGENT_OPTIONS,
@@ -440,6 +474,29 @@ def policy_from(args: argparse.Namespace, layer: str) -> Policy:
 def _literal(text: str) -> str:
     """A glob pattern that matches ``text`` and nothing else."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def absent_store(path: str | None) -> str | None:
+    """For a command that only reads the store (``--store PATH``, None: the default):
+    the words saying it is not there, or None when it is. Reading must not create it,
+    nor its lock file."""
+    from ..store._open import default_store_path
+
+    path = path or default_store_path()
+    if path == ":memory:" or os.path.lexists(path):
+        return None
+    return f"no store at {path}: nothing has been recorded there"
+
+
+def approver_from(args: argparse.Namespace) -> Approver | None:
+    """The command's ``--approval-timeout S``: ask on the terminal, S seconds at most;
+    else None (an act that needs approval is refused, with a hint saying how to allow
+    it)."""
+    if args.approval_timeout is None:
+        return None
+    from ..tools._approval import PromptApprover
+
+    return PromptApprover(args.approval_timeout)
 
 
 def agent_from(args: argparse.Namespace) -> AgentCLI:

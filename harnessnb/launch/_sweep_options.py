@@ -29,8 +29,10 @@ _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd",
 
 SWEEP_OPTIONS: tuple[Option, ...] = (
     Option("--providers",
-           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once; "
-           "in a notebook also the name of a variable holding a provider or a dict of them",
+           f"comma-separated providers to sweep ({', '.join(PROVIDER_NAMES)}), each once, "
+           "or PROVIDER/MODEL for one of its models (openai/gpt-4o,openai/gpt-4o-mini); "
+           "in a notebook also the name of a variable holding a provider, or a dict or list "
+           "of them",
            {"metavar": "A,B,C", "required": True}),
     Option("--repeats", "runs of each task with each provider (default 1)",
            {"metavar": "N", "type": positive_int, "default": 1}),
@@ -59,10 +61,14 @@ def providers_from(
 ) -> dict[str, Provider]:
     """``--providers a,b,c`` as name -> provider (``--model``/``--base-url`` apply to each).
 
+    ``PROVIDER/MODEL`` names a model of a built-in provider (``openai/gpt-4o,
+    openai/gpt-4o-mini``: two models of one provider), swept under that name.
+
     A name that is no built-in provider is looked up in ``namespace`` (a notebook's
     variables): a provider is swept under the variable's name, a dict of them under
-    its keys, so a cell can sweep providers built in Python (several local servers,
-    ``name=``, timeouts).
+    its keys, a list of them under the names ``hn.sweep`` gives a list
+    (``openai/gpt-4o``, ``openai/gpt-4o-mini``), so a cell can sweep providers built in
+    Python (several models or local servers, ``name=``, timeouts).
 
     Raises:
         ConfigError: an empty list, a name given twice, or what ``build_provider`` raises.
@@ -82,24 +88,33 @@ def providers_from(
 def _named_provider(
     name: str, args: argparse.Namespace, namespace: dict[str, Any] | None
 ) -> dict[str, Provider]:
-    if name.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
-        if namespace is not None and name.lower() not in PROVIDER_NAMES:
+    base, slash, model = (part.strip() for part in name.partition("/"))
+    if base.lower() in PROVIDER_NAMES or namespace is None or name not in namespace:
+        if namespace is not None and base.lower() not in PROVIDER_NAMES:
             raise ConfigError(
                 f"--providers: {name!r} is neither a built-in provider "
                 f"({', '.join(PROVIDER_NAMES)}) nor a variable of the notebook holding a "
-                "provider or a dict of them",
+                "provider or a dict or list of them",
                 code="CONFIG_PROVIDER",
             )
-        built = build_provider(name.lower(), model=args.model, base_url=args.base_url)
-        return {name.lower(): built}
+        if slash and (not model or base.lower() == "demo"):
+            raise ConfigError(f"--providers: {name!r}: write PROVIDER/MODEL, e.g. "
+                              "openai/gpt-4o (the demo has one model)",
+                              code="CONFIG_PROVIDER")  # fmt: skip
+        built = build_provider(base, model=model or args.model, base_url=args.base_url)
+        return {f"{base.lower()}/{model}" if slash else base.lower(): built}
     value = namespace[name]
     if isinstance(value, dict) and value and all(map(_is_provider, value.values())):
         return {str(k): v for k, v in value.items()}
+    if isinstance(value, list | tuple) and value and all(map(_is_provider, value)):
+        from ..loop._sweep import provider_names
+
+        return provider_names(value)
     if _is_provider(value):
         return {name: value}
     raise ConfigError(
-        f"--providers: {name!r} is a {type(value).__name__}, not a provider (or a dict of "
-        f"them); built-in names: {', '.join(PROVIDER_NAMES)}",
+        f"--providers: {name!r} is a {type(value).__name__}, not a provider (or a dict or "
+        f"list of them); built-in names: {', '.join(PROVIDER_NAMES)}",
         code="CONFIG_PROVIDER",
     )
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,16 +22,16 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
-from ._bridge import stay_awake
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._result import RunResult
+from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import close_opened, gave_out_outcome, open_patiently, patiently, unopened_result
+from ._store_wait import close_opened, gave_out_outcome, patiently
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
@@ -73,6 +72,7 @@ class Driver(StepTools):
         clock: Clock,
         run_id: str,
         prices: Prices | None = None,
+        sweep_id: str | None = None,
     ) -> None:
         """``approver`` None means the notebook's widget when a frontend registered one;
         ``prices`` None the default prices (the catalogue, local servers free)."""
@@ -123,7 +123,7 @@ class Driver(StepTools):
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
-        self.sweep_id: str | None = None  # the sweep the run belongs to (``hn.sweep``)
+        self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -192,9 +192,9 @@ class Driver(StepTools):
         if lease is not None:
             await self.patient(lambda: self.store.queued.release_lease(lease))
 
-    async def start(self) -> RunResult | None:
+    async def begin(self) -> None:
+        """The run row and its lease in one commit: a run is never recorded undriven."""
         self.conversation = Conversation(initial_messages(self.contract))
-        # The run row and its lease in one commit: a run is never recorded undriven.
         row = {
             "run_id": self.run_id,
             "task": self.contract.task,
@@ -212,6 +212,12 @@ class Driver(StepTools):
                 row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
+
+    async def start(self) -> RunResult | None:
+        """The ``started`` event (the row written first, unless ``begin`` wrote it),
+        then the egress check: a provider the policy denies ends the run ``denied``."""
+        if self.lease is None:
+            await self.begin()
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
         if refusal is not None:
@@ -397,6 +403,24 @@ class Driver(StepTools):
         self.lease = None
         return await self.finished(outcome, error)
 
+    def record_cancelled(self) -> None:
+        """Record the run ``cancelled`` now (its task is being torn down), a pending
+        approval as not answered; a store busy or full leaves it to its lease's expiry."""
+        lease, self.lease = self.lease, None
+        try:
+            self.model_calls.rows.settle_now()
+            self.store.finish_run(
+                self.run_id,
+                outcome=RunOutcome.CANCELLED.value,
+                finished_at=self.clock.time(),
+                error=self._unanswered(),
+                lease=lease,
+                release=True,
+            )
+        except StoreError as exc:
+            if not exc.retryable and exc.kind != "missing":
+                raise
+
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
 
@@ -451,15 +475,14 @@ class Driver(StepTools):
             commands=containment(),
         )
 
-    async def drive(self, pending: PendingStep | None = None) -> RunResult:
-        """Start the run (unless a resume holds its lease already) and take steps until
-        an outcome; a cancellation is recorded as ``cancelled`` and re-raised."""
+    async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:
+        """Start the run (``fresh``: its row written by ``begin``; else unless a resume
+        holds its lease already) and take steps until an outcome; a cancellation is
+        recorded as ``cancelled`` and re-raised."""
         renewer: asyncio.Task[None] | None = None
-        awake = None
-        if threading.current_thread() is threading.main_thread():
-            awake = stay_awake()
+        awake = awake_on_main_thread()
         try:
-            ended = await self.start() if self.lease is None else None
+            ended = await self.start() if fresh or self.lease is None else None
             renewer = asyncio.create_task(self.keep_lease())
             if ended is None and pending is not None:
                 ended = await self.take_step(pending)
@@ -474,23 +497,7 @@ class Driver(StepTools):
                 raise
             return await self.store_gave_out(exc)  # busy or full past the run's time
         except asyncio.CancelledError:
-            # Record the cancellation synchronously (the task is being torn down); a
-            # pending approval as not answered. A store busy or full leaves it unrecorded
-            # (the lease expires); a run whose start was never written has no row.
-            lease, self.lease = self.lease, None
-            try:
-                self.model_calls.rows.settle_now()
-                self.store.finish_run(
-                    self.run_id,
-                    outcome=RunOutcome.CANCELLED.value,
-                    finished_at=self.clock.time(),
-                    error=self._unanswered(),
-                    lease=lease,
-                    release=True,
-                )
-            except StoreError as exc:
-                if not exc.retryable and exc.kind != "missing":
-                    raise
+            self.record_cancelled()
             raise
         finally:
             if renewer is not None:
@@ -519,9 +526,7 @@ async def run(
         contract: The task, workspace, verification and budgets.
         provider: Any provider (``hn.OpenAI``, ``hn.Fallback(...)``, ``hn.ScriptedProvider``).
         store: Where the run is recorded: a ``Store`` or a path; None means the
-            default file store (``$HARNESSNB_STORE`` or ./runs.duckdb). A store
-            opened here from a path (or the default) is closed when the run ends;
-            a ``Store`` given stays open.
+            default file store (``$HARNESSNB_STORE`` or ./runs.duckdb).
         policy: None means ``Policy.default()``; provider hosts are allowed by an
             implicit layer beneath it.
         approver: Decides ``ask`` verdicts. None: the notebook widget when a frontend
@@ -542,34 +547,33 @@ async def run(
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
+    policy = policy if policy is not None else Policy.default()
+
+    def build(opened: Store) -> Driver:
+        return Driver(contract, provider, store=opened, policy=policy, approver=approver,
+                      tools=tools, on_event=on_event, clock=clock, run_id=run_id,
+                      prices=prices, sweep_id=sweep_id)  # fmt: skip
+
+    driver = await uncut(begin_run(store, contract, run_id, clock, build), store)
+    if isinstance(driver, RunResult):
+        return driver
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
-    except StoreError as exc:
-        if not exc.retryable:
-            raise
-        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-    try:
-        driver = Driver(contract, provider, store=opened, approver=approver, tools=tools,
-                        policy=policy if policy is not None else Policy.default(),
-                        on_event=on_event, clock=clock, run_id=run_id, prices=prices)  # fmt: skip
-        driver.sweep_id = sweep_id
+        return await driver.drive(fresh=True)
+    except (asyncio.CancelledError, HarnessError):
+        raise
+    except Exception as exc:  # a bug: keep the run on record, surface it typed
+        err = wrap_unknown(exc)
         try:
-            return await driver.drive()
-        except (asyncio.CancelledError, HarnessError):
-            raise
-        except Exception as exc:  # a bug: keep the run on record, surface it typed
-            err = wrap_unknown(exc)
-            try:
-                driver.store.finish_run(
-                    driver.run_id,
-                    outcome=RunOutcome.ESCALATED_TERMINAL.value,
-                    finished_at=driver.clock.time(),
-                    error=err.to_dict(),
-                )
-            finally:
-                raise err from exc
+            driver.store.finish_run(
+                driver.run_id,
+                outcome=RunOutcome.ESCALATED_TERMINAL.value,
+                finished_at=driver.clock.time(),
+                error=err.to_dict(),
+            )
+        finally:
+            raise err from exc
     finally:
-        await close_opened(opened, store)  # opened here (a path, the default): closed
+        await close_opened(driver.store, store)  # opened from a path or the default: closed
 
 
 _approver_factory: Any = None

@@ -2,7 +2,15 @@
 
 ``TextDeltas`` turns the pieces of a streamed answer into ``delta`` events, at most
 one per ``DELTA_INTERVAL`` and each with only the tail of the new text: cheap to
-send, and never stored anywhere.
+send, and never stored anywhere. A delta ends on whitespace (the word being streamed
+waits for the next one), so no secret is ever split across two events, where no
+scrubber could see it whole; a word longer than any key (512 characters) is sent as it
+comes.
+
+Events are scrubbed before any callback sees them (``EventSink``): tool arguments,
+streamed text and errors through the one scrubber, and only then is a delta's text cut
+to its tail. A caller who needs the raw values wraps its callback in
+``unscrubbed_events``.
 """
 
 from __future__ import annotations
@@ -12,9 +20,19 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-__all__ = ["DELTA_INTERVAL", "DELTA_TAIL", "EventKind", "EventSink", "RunEvent", "TextDeltas"]
+from ..rules._secrets import scrubber
+
+__all__ = [
+    "DELTA_INTERVAL",
+    "DELTA_TAIL",
+    "EventKind",
+    "EventSink",
+    "RunEvent",
+    "TextDeltas",
+    "unscrubbed_events",
+]
 
 log = logging.getLogger("harnessnb")
 
@@ -63,6 +81,9 @@ DELTA_INTERVAL = 0.1
 DELTA_TAIL = 400
 """Characters of streamed text a ``delta`` event carries at most (the newest)."""
 
+# A word longer than this is sent though no whitespace ended it yet (no key is this long).
+_WORD_HELD_MAX = 512
+
 
 class TextDeltas:
     """Streamed text in, throttled ``delta`` events out (through ``emit``).
@@ -86,17 +107,53 @@ class TextDeltas:
             self._restart = True
         self._held.append(piece)
         if self._clock() - self._last >= DELTA_INTERVAL:
-            await self.flush()
+            await self.flush(complete=False)
 
-    async def flush(self) -> None:
+    async def flush(self, *, complete: bool = True) -> None:
+        """Send what is held; with ``complete=False`` (the answer goes on) the word still
+        being streamed stays held, unless it is already longer than any key."""
         if not self._held:
             return
-        text = "".join(self._held)[-DELTA_TAIL:]
-        restart = self._restart
+        text = "".join(self._held)
         self._held.clear()
+        if not complete:
+            end = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+            word = text[end + 1 :]
+            if word and len(word) <= _WORD_HELD_MAX:
+                self._held.append(word)
+                text = text[: end + 1]
+                if not text:
+                    return
+        restart = self._restart
         self._restart = False
         self._last = self._clock()
+        # Whole: the sink scrubs it, then keeps the tail (a cut first could halve a key).
         await self._emit("delta", text=text, restart=restart)
+
+
+_C = TypeVar("_C", bound=Callable[..., Any])
+
+
+def unscrubbed_events(callback: _C) -> _C:
+    """Mark an ``on_event`` callback to receive events with secret values left in.
+
+    Every other callback gets them through the one scrubber (tool arguments, streamed
+    text, errors): use this only where the raw text is what you need and goes nowhere a
+    person or a file could see it.
+    """
+    callback.__harnessnb_unscrubbed__ = True  # type: ignore[attr-defined]
+    return callback
+
+
+def _scrubbed(value: Any, clean: Callable[[str], str]) -> Any:
+    kind = type(value)
+    if kind is str:  # exactly str: an enum value (a kind, an outcome) is no secret
+        return clean(value)
+    if kind is dict:
+        return {k: _scrubbed(v, clean) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_scrubbed(v, clean) for v in value)
+    return value
 
 
 class EventSink:
@@ -106,10 +163,17 @@ class EventSink:
     def __init__(self, callback: Callback | None) -> None:
         self._callback = callback
         self._warned = False
+        self._raw = bool(getattr(callback, "__harnessnb_unscrubbed__", False))
 
     async def emit(self, event: RunEvent) -> None:
         if self._callback is None:
             return
+        if not self._raw and event.data:
+            event = dataclasses.replace(event, data=_scrubbed(event.data, scrubber()))
+        if event.kind == "delta":  # scrubbed whole above; only then cut to its tail
+            text = event.data.get("text")
+            if isinstance(text, str) and len(text) > DELTA_TAIL:
+                event = dataclasses.replace(event, data={**event.data, "text": text[-DELTA_TAIL:]})
         try:
             result = self._callback(event)
             if inspect.isawaitable(result):

@@ -11,7 +11,9 @@ cost budget.
 An attempt's row is written when its call ends (``AttemptRows``): queued for the
 store's writer at once, committed before a retry's wait, never part of the step's
 commit. So the failed attempts before a cancel, a crash or a kill are in the store,
-and no row is written twice.
+and no row is written twice. The attempt a cancel cuts off in flight is a row too,
+``cancelled`` (the server may have billed it), counted in no failure rate; one the
+run's time budget cuts off is a ``timeout``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._events import TextDeltas
-from ._outcome import provider_failure_outcome
+from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
     from ..store._store import Store
@@ -214,6 +216,9 @@ class ModelCalls:
             err = result
             if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
                 return Failure(ended, err)
+            if over_cost(self.cost_usd, self.contract.max_cost_usd):
+                # Billed answers that could not be used count too: no retry past the budget.
+                return Failure(RunOutcome.COST_BUDGET, err)
             assert isinstance(err, ProviderError)  # anything else ended the run above
             if err.kind is ProviderErrorKind.CONTEXT_OVERFLOW and not shrunk:
                 smaller = shrink_messages(messages)
@@ -279,12 +284,17 @@ class ModelCalls:
                     model=self.provider.model,
                     code="RUN_TIME_BUDGET",
                 )
+                # The budget, not a person, cut the attempt: it is the provider's timeout.
+                records[:] = [_timed_out(rec, result) for rec in records]
             except ProviderError as exc:
                 result = exc
             except HarnessError as exc:
                 result = exc
             except asyncio.CancelledError:
-                # The legs that ended before the cancel (a Fallback's) are written now.
+                # The legs that ended before the cancel (a Fallback's) and the one it cut
+                # off (``cancelled``) are written now.
+                if not records:  # a provider that reports nothing: its cut-off call
+                    records.append(_cut_off_record(self.provider, real_start))
                 self.rows.send(self._attempt_rows(records, step, call_start))
                 self.rows.settle_now()
                 raise
@@ -349,6 +359,8 @@ class ModelCalls:
             "error": rec.error,
             "started_at": started_at,
             "base_url": rec.base_url,
+            "cancelled": rec.cancelled,
+            "usage_estimated": rec.usage_estimated,
         }
 
     def _cost(self, rec: AttemptRecord) -> float | None:
@@ -379,6 +391,24 @@ def provider_url(provider: Provider) -> str | None:
     Fallback, a scripted or custom provider)."""
     url = getattr(provider, "base_url", None)
     return shown_url(url) if isinstance(url, str) and url else None
+
+
+def _timed_out(rec: AttemptRecord, err: ProviderError) -> AttemptRecord:
+    """An attempt the run's time budget cut off, as the timeout it was."""
+    if not rec.cancelled:
+        return rec
+    return dataclasses.replace(rec, cancelled=False, kind=err.kind.value, error=err.message)
+
+
+def _cut_off_record(provider: Provider, started: float) -> AttemptRecord:
+    """The row of a call a cancel cut off, for a provider that reported none itself."""
+    return AttemptRecord.cut_off(
+        provider=provider.name,
+        model=provider.model,
+        started_at=started,
+        latency_ms=(time.time() - started) * 1000,
+        base_url=provider_url(provider),
+    )
 
 
 def _synthetic_record(

@@ -15,17 +15,18 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
 from ._contract import TaskContract
 from ._driver import new_id
 from ._store_wait import open_patiently
 from ._sweep_dask import check_cluster_options, sweep_on_cluster
-from ._sweep_result import SweepResult, SweepRun
-from ._sweep_run import one_run
+from ._sweep_result import Signature, SweepResult, SweepRun, apart, labels
+from ._sweep_run import one_run, unfit_template_entry
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from ..tools._protocol import Tool
     from ._events import Callback
 
-__all__ = ["sweep", "sweep_sync"]
+__all__ = ["provider_names", "sweep", "sweep_sync"]
 
 _log = logging.getLogger("harnessnb.sweep")
 
@@ -47,7 +48,7 @@ class _Plan:
 
     jobs: list[tuple[TaskContract, str, Provider, int]]
     max_cost_usd: float | None
-    aliases: tuple[tuple[str, str], ...] = ()
+    aliases: tuple[tuple[tuple[str | None, ...], str], ...] = ()
     spent: float = 0.0
     stopped: str | None = None
 
@@ -87,9 +88,10 @@ async def sweep(
     Args:
         tasks: Task texts or ``TaskContract``s. A text runs in ``workspace`` with the
             contract's defaults.
-        providers: A list of providers (each reported under its ``name``, which must
-            then be distinct) or a dict name -> provider (reported under the key).
-            A provider is shared by all its runs: give a ``ScriptedProvider`` a reply
+        providers: A list (each reported under its ``name``, ``/model`` added when two
+            share a name, ``@base_url`` when two share both; two the same in all three
+            are refused) or a dict name -> provider (reported under the key). A
+            provider is shared by all its runs: give a ``ScriptedProvider`` a reply
             function, not a list, which the runs would consume between them.
         workspace: The folder a task given as text runs in (a template: copied).
         repeats: Runs of each task with each provider.
@@ -204,6 +206,10 @@ def _plan(
     for c in contracts:
         if not os.path.isdir(c.workspace):
             raise ConfigError(f"sweep: the workspace {c.workspace!r} is not a folder that exists")
+    for template in dict.fromkeys(str(c.workspace) for c in contracts):
+        if (unfit := unfit_template_entry(template)) is not None:
+            raise ConfigError(f"sweep: the workspace holds {unfit!r}, which is not a regular "
+                              "file, folder or symlink; a run's copy cannot hold it")  # fmt: skip
     jobs = [
         (c, name, provider, repeat)
         for repeat in range(repeats)
@@ -214,43 +220,70 @@ def _plan(
 
 
 def _named(providers: Sequence[Provider] | Mapping[str, Provider]) -> dict[str, Provider]:
+    """The sweep's name for each provider: a dict's keys, else ``provider_names``."""
     if isinstance(providers, Mapping):
         named = {str(k): v for k, v in providers.items()}
     else:
-        named = {}
-        for provider in providers:
-            if provider.name in named:
-                raise ConfigError(
-                    f"sweep: two providers are named {provider.name!r}; pass a dict "
-                    "name -> provider to tell them apart"
-                )
-            named[provider.name] = provider
+        named = provider_names(providers)
     if not named:
         raise ConfigError("sweep: no providers given")
     return named
 
 
-def _aliases(named: Mapping[str, Provider]) -> tuple[tuple[str, str], ...]:
-    """(recorded name, sweep name) for each provider whose attempts record one name
-    that differs from its sweep name and that no other provider of the sweep records."""
-    recorded = {key: _leaf_names(provider) for key, provider in named.items()}
-    owners: dict[str, set[str]] = {}
-    for key, names in recorded.items():
-        for name in names:
-            owners.setdefault(name, set()).add(key)
-    return tuple(
-        (names[0], key)
-        for key, names in recorded.items()
-        if len(names) == 1 and names[0] != key and owners[names[0]] == {key}
-    )
+def provider_names(providers: Iterable[Provider]) -> dict[str, Provider]:
+    """Each provider under the name a sweep gives it by what tells it apart: its
+    ``name``, with ``/model`` when another shares the name (``openai/gpt-4o``,
+    ``openai/gpt-4o-mini``), and ``@`` its base URL when another shares both.
+
+    Raises:
+        ConfigError: two providers are the same (name, model and base URL): only a dict
+            can name them.
+    """
+    given = list(providers)
+    named: dict[str, Provider] = {}
+    for provider, label in zip(given, labels([_signature(p) for p in given]), strict=True):
+        if label is None or label in named:
+            raise ConfigError(
+                f"sweep: two providers are the same ({_described(provider)}); pass a "
+                "dict name -> provider to sweep both, each under its own name"
+            )
+        named[label] = provider
+    return named
 
 
-def _leaf_names(provider: Provider) -> list[str]:
-    """The names a provider's attempts record: its own, or a ``Fallback``'s leaves'."""
+def _signature(provider: Provider) -> Signature:
+    """What the attempts of ``provider`` record of it: name, model, server (shown)."""
+    base_url = getattr(provider, "base_url", None)
+    shown = shown_url(base_url) if isinstance(base_url, str) else None
+    return (provider.name, provider.model, shown)
+
+
+def _described(provider: Provider) -> str:
+    name, model, base_url = _signature(provider)
+    where = f", base URL {base_url!r}" if base_url else ""
+    return f"name {name!r}, model {model!r}{where}"
+
+
+def _aliases(named: Mapping[str, Provider]) -> tuple[tuple[tuple[str | None, ...], str], ...]:
+    """(what the attempts record, sweep name) for each provider of one leaf whose
+    attempts no other provider of the sweep could have made: keyed by the recorded name
+    and as many of ``SPLIT`` as the sweep needs to tell those providers apart."""
+    leaves = {key: _leaf_signatures(provider) for key, provider in named.items()}
+    every = [s for signatures in leaves.values() for s in signatures]
+    alone = {key: sigs[0] for key, sigs in leaves.items()
+             if len(sigs) == 1 and every.count(sigs[0]) == 1}  # fmt: skip
+    if not alone:
+        return ()
+    width = max(apart(s, [o for o in every if o != s]) or 0 for s in alone.values())
+    return tuple((s[: width + 1], key) for key, s in alone.items())
+
+
+def _leaf_signatures(provider: Provider) -> list[Signature]:
+    """What a provider's attempts record: its own signature, or a ``Fallback``'s leaves'."""
     leaves = getattr(provider, "providers", None)  # a Fallback (they nest)
     if not leaves:
-        return [provider.name]
-    return [name for leaf in leaves for name in _leaf_names(leaf)]
+        return [_signature(provider)]
+    return [s for leaf in leaves for s in _leaf_signatures(leaf)]
 
 
 def _contract(task: str | TaskContract, workspace: str | os.PathLike[str] | None) -> TaskContract:

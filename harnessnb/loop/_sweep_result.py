@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
@@ -18,7 +19,16 @@ if TYPE_CHECKING:
 
     from ..store._store import Store
 
-__all__ = ["RUN_COLUMNS", "UNFINISHED", "SweepResult", "SweepRun"]
+__all__ = [
+    "RUN_COLUMNS",
+    "SPLIT",
+    "UNFINISHED",
+    "Signature",
+    "SweepResult",
+    "SweepRun",
+    "apart",
+    "labels",
+]
 
 # The columns of ``SweepResult.runs``, in order.
 RUN_COLUMNS: Final = (
@@ -29,6 +39,42 @@ RUN_COLUMNS: Final = (
 # committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
 UNFINISHED: Final = "unfinished"
 _GOOD: Final = frozenset({RunOutcome.SUCCESS.value, RunOutcome.FINISHED.value})
+
+Signature = tuple[str, str, str | None]
+"""What tells providers apart, as their attempts record it: name, model, base URL (shown:
+no credentials; None off HTTP)."""
+SPLIT: Final = ("model", "base_url")
+"""The attempt columns after ``provider`` that a signature adds, in order."""
+
+
+def apart(signature: Signature, others: Collection[Signature]) -> int | None:
+    """How many of ``SPLIT`` tell ``signature`` apart from each of ``others`` (0: its
+    name alone), or None when one of them is the same."""
+    if signature in others:
+        return None
+    for width in range(len(SPLIT) + 1):
+        if all(s[: width + 1] != signature[: width + 1] for s in others):
+            return width
+    return None  # pragma: no cover (distinct signatures differ in some part)
+
+
+def _label(signature: Signature, width: int) -> str:
+    name, model, base_url = signature
+    if width == 0:
+        return name
+    if width == 1 or base_url is None:
+        return f"{name}/{model}"
+    return f"{name}/{model}@{base_url}"
+
+
+def labels(signatures: Sequence[Signature]) -> list[str | None]:
+    """Each signature's label: its name, with ``/model`` when another shares the name,
+    and ``@base_url`` when another shares both; None for one that is repeated."""
+    out: list[str | None] = []
+    for i, signature in enumerate(signatures):
+        width = apart(signature, [s for j, s in enumerate(signatures) if j != i])
+        out.append(None if width is None else _label(signature, width))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,16 +124,19 @@ class SweepResult:
         records: One ``SweepRun`` per planned run, in plan order (repeat, task,
             provider); runs that never started have ``outcome`` None.
         stopped: Why runs were left unstarted (``"max_cost_usd"``), else None.
-        aliases: (recorded name, sweep name) pairs: the sweep's name for a provider
-            whose attempts record another name that no other provider of the sweep
-            records (``failure_rates`` reports it under the sweep's name).
+        aliases: (what the attempts record, sweep name) pairs: the sweep's name for
+            each provider its attempts tell apart from every other provider of the
+            sweep, keyed by the attempts' ``provider`` followed by as many of
+            ``SPLIT`` (``model``, ``base_url``) as that takes (the same number in
+            every pair); ``failure_rates`` reports those attempts under the sweep's
+            name.
     """
 
     sweep_id: str
     store: Store
     records: tuple[SweepRun, ...]
     stopped: str | None = None
-    aliases: tuple[tuple[str, str], ...] = ()
+    aliases: tuple[tuple[tuple[str | None, ...], str], ...] = ()
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -119,15 +168,33 @@ class SweepResult:
     def failure_rates(self, by: tuple[str, ...] | str = ("provider", "kind")) -> pd.DataFrame:
         """``Store.failure_rates`` over this sweep's attempts only (same columns: rates
         with their 95% Wilson interval, Retry-After, spend). ``provider`` is the sweep's
-        name for each provider, as in ``runs``, except where the attempts cannot tell:
-        providers of the sweep that record one name (two ``openai``s) share a row
-        under it, and a ``Fallback``'s attempts keep its leaves' names."""
-        frame = self.store.failure_rates(by, sweep=self.sweep_id)
-        if not self.aliases or "provider" not in frame.columns:
-            return frame
+        name for each provider, as in ``runs`` (two models of one provider apart:
+        ``openai/gpt-4o``, ``openai/gpt-4o-mini``), except where the attempts cannot
+        tell: providers of the sweep that record one name, model and server share a
+        row, and a ``Fallback``'s attempts keep its leaves' names."""
+        import pandas as pd
+
+        groups = (by,) if isinstance(by, str) else tuple(by)
+        if not self.aliases or "provider" not in groups:
+            return self.store.failure_rates(groups, sweep=self.sweep_id)
+        split = SPLIT[: len(self.aliases[0][0]) - 1]  # what the names need to be told apart
+        extra = tuple(c for c in split if c not in groups)
+        frame = self.store.failure_rates((*groups, *extra), sweep=self.sweep_id)
+        keys = [
+            tuple(None if pd.isna(v) else str(v) for v in row)
+            for row in zip(*(frame[c] for c in ("provider", *split)), strict=True)
+        ]
         names = dict(self.aliases)
-        renamed = frame["provider"].map(lambda name: names.get(name, name), na_action="ignore")
-        frame["provider"] = renamed.astype("string")
+        # Attempts no alias names (a Fallback's leaves): each under its own name, with as
+        # much of its model and server as tells it apart from the others.
+        rest = sorted({k for k in keys if k not in names}, key=str)
+        padded = [(str(k[0]), str(k[1]) if len(k) > 1 else "", k[2] if len(k) > 2 else None)
+                  for k in rest]  # fmt: skip
+        shown = dict(zip(rest, labels(padded), strict=True))
+        frame["provider"] = pd.array(
+            [names.get(k) or shown.get(k) or str(k[0]) for k in keys], dtype="string"
+        )
+        frame = frame.drop(columns=list(extra))
         return frame.sort_values("provider", kind="stable").reset_index(drop=True)
 
     @property

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..providers._completion import Provider
     from ._result import RunResult
 
-__all__ = ["crashed", "one_run"]
+__all__ = ["crashed", "one_run", "unfit_template_entry"]
 
 _log = logging.getLogger("harnessnb.sweep")
 
@@ -99,11 +100,33 @@ def _drop_copy(copying: asyncio.Future[str]) -> None:
         shutil.rmtree(copying.result(), ignore_errors=True)
 
 
+def unfit_template_entry(template: str) -> str | None:
+    """The first entry of ``template`` a run's copy cannot hold, or None: a copy holds
+    regular files, folders and symlinks (as links) only. A device, a FIFO or a socket
+    is refused by name (``/dev/zero`` as a "file" would be copied until the disk is full;
+    a FIFO would block the copy for ever)."""
+    for folder, dirs, files in os.walk(template):  # symlinks to folders are not entered
+        for name in (*dirs, *files):
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                return os.path.join(folder, name)
+    return None
+
+
+def _copy_regular(src: str, dst: str) -> None:
+    # Checked again as it is copied: an entry replaced since the sweep began.
+    if not stat.S_ISREG(os.lstat(src).st_mode):
+        raise OSError(f"sweep: {src!r} is not a regular file, folder or symlink: not copied")
+    shutil.copy2(src, dst, follow_symlinks=False)
+
+
 def _copy_workspace(template: str) -> str:
     """A fresh temporary folder holding a copy of ``template`` (symlinks kept as links)."""
     folder = tempfile.mkdtemp(prefix="harnessnb-sweep-")
     try:
-        shutil.copytree(template, folder, dirs_exist_ok=True, symlinks=True)
+        shutil.copytree(
+            template, folder, dirs_exist_ok=True, symlinks=True, copy_function=_copy_regular
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

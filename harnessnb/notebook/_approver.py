@@ -205,8 +205,10 @@ def _asked_text(request: ApprovalRequest) -> str:
 
 
 def _rule_words(request: ApprovalRequest) -> str:
-    rule = request.rule or "the default for this act"
-    return f"asked by rule {rule} in layer {request.layer or '-'}"
+    """Who asked, in words: a rule of a layer, or the act's default (no rule matched)."""
+    if request.rule is None:
+        return f"asked by the policy's default for {request.act}: no rule allows it"
+    return f"asked by the rule '{request.rule}' in the '{request.layer or '-'}' layer"
 
 
 def _shown_preview(request: ApprovalRequest) -> str:

@@ -22,12 +22,24 @@ from ..launch._options import (
     RESUME_OPTIONS,
     RUN_OPTIONS,
     STORE,
+    absent_store,
     add_options,
     variable_name,
 )
 from ..launch._sweep_options import SWEEP_OPTIONS
+from ..rules._errors import StoreError
+from ..store._failures import FAILURE_GROUPS, failure_groups
 
-__all__ = ["SUBCOMMANDS", "HelpShown", "expand_word", "help_text", "interpolate", "parse", "words"]
+__all__ = [
+    "SUBCOMMANDS",
+    "HelpShown",
+    "expand_word",
+    "help_text",
+    "interpolate",
+    "parse",
+    "store_there",
+    "words",
+]
 
 
 class HelpShown(Exception):
@@ -76,7 +88,8 @@ def _build() -> dict[str, _Parser]:
         "--by",
         metavar="COLS",
         default="provider,kind",
-        help="comma-separated grouping columns (default provider,kind)",
+        help=f"comma-separated columns to group by, among {', '.join(FAILURE_GROUPS)} "
+        "(default provider,kind)",
     )
     _store_option(failures)
     _out_option(failures)
@@ -155,6 +168,28 @@ def parse(line: str, user_ns: Mapping[str, Any] | None = None) -> tuple[str, arg
     except argparse.ArgumentError as exc:
         raise UsageError(f"{parser.prog}: {exc} (see {parser.prog} --help)") from None
     return sub, args
+
+
+# Subcommands that only read the store: where there is none they say so and create
+# nothing (``tb`` looks in the kernel's own errors first, so it is checked ``late``).
+_READ_ONLY = ("runs", "failures", "show")
+
+
+def store_there(sub: str, args: argparse.Namespace, *, late: bool = False) -> Any:
+    """For a subcommand that only reads the store: a ``UsageError`` when that store is
+    not there (a bad ``failures --by`` is told first, as with a store). ``tb`` is checked
+    ``late``, once the kernel's own errors did not have the run. Returns ``args.store``."""
+    if sub not in _READ_ONLY and not (late and sub == "tb"):
+        return args.store
+    if sub == "failures":
+        try:
+            failure_groups(tuple(c.strip() for c in args.by.split(",") if c.strip()), "")
+        except StoreError as err:
+            raise UsageError(f"%harness failures: --by {args.by!r}: {err.message}") from None
+    if absent := absent_store(args.store):
+        run = f"no run {args.run_id!r}: " if getattr(args, "run_id", None) else ""
+        raise UsageError(f"%harness {sub}: {run}{absent} (%%harness run makes one)")
+    return args.store
 
 
 class _Strict(dict[str, Any]):

@@ -38,15 +38,16 @@ from ..launch._options import (
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
-from ..loop._result import RunResult
+from ..loop._result import RunResult, StoredError
 from ..rules._errors import ConfigError, HarnessError, StoreError
 from ..rules._html import bold, panel
 from ..rules._text import printable
-from ._args import HelpShown, help_text, interpolate, parse, words
+from ._args import HelpShown, help_text, interpolate, parse, store_there, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
 from ._progress import TextProgress, WidgetProgress
 from ._sweep_magic import plan_sweep
+from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
@@ -200,8 +201,8 @@ class _RunJob:
             row = self.store.get_run(self.run_id)
         except HarnessError:
             row = None
-        if row is None:
-            return f"cancelled — run {self.run_id}"
+        if row is None:  # stopped before its row was written: an id would promise a run
+            return "cancelled before the run was recorded: nothing to resume"
         if row.get("outcome") not in (RunOutcome.CANCELLED.value, None):
             return f"interrupted after run {self.run_id} had ended {row.get('outcome')}"
         step = int(row.get("steps") or 0) + 1  # the step it was in
@@ -283,10 +284,10 @@ def plan(shell: Any, line: str, cell: str | None) -> Any:
         sub, args = parse(line, shell.user_ns)
     except HelpShown:
         return None
-    handler = _HANDLERS[sub]
     if cell is not None and sub not in ("run", "sweep") and cell.strip():
         raise UsageError(f"%%harness {sub}: only `run` and `sweep` take a cell body")
-    return handler(shell, args, cell)
+    store_there(sub, args)  # runs, failures, show: a missing store is said, not created
+    return _HANDLERS[sub](shell, args, cell)
 
 
 def _checked(sub: str, check: Callable[[argparse.Namespace], _T], args: argparse.Namespace) -> _T:
@@ -438,7 +439,7 @@ def _plan_runs(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
 def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> Any:
     by = tuple(c.strip() for c in args.by.split(",") if c.strip())
     try:
-        frame = _store(args.store).failure_rates(by=by)
+        frame = scrolling_frame(_store(args.store).failure_rates(by=by))
     except StoreError as err:
         if err.kind == "query":
             raise UsageError(f"%harness failures: --by {args.by!r}: {err.message}") from None
@@ -457,7 +458,7 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if row is None:
         raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
     attempts = store.attempts(args.run_id)
-    display(_shown_result(_stored_result(row), store, attempts))
+    display(_shown_result(_stored_result(row), store, attempts, row.get("error")))
     for title, frame in (
         ("steps", store.steps(args.run_id)),
         ("attempts", attempts),
@@ -467,9 +468,8 @@ def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
         display(frame)
 
 
-def _shown_result(result: RunResult, store: Any, attempts: Any) -> RunResult:
-    """A stored run's card with what the store holds: its attempts counted from the
-    attempts table, the leaf providers that answered, the last checkpoint's counters."""
+def _shown_result(result: RunResult, store: Any, attempts: Any, error: Any) -> RunResult:
+    """A stored run's card: its attempts, answering leaves, checkpoint counters, error."""
     last = store.last_checkpoint(result.run_id)
     state = last["state"] if last else {}
     counts = state.get("counts") or {}
@@ -485,6 +485,7 @@ def _shown_result(result: RunResult, store: Any, attempts: Any) -> RunResult:
         verified=state.get("verified"),
         text=str(state.get("text") or ""),
         step_rows=step_rows(store, result.run_id),
+        stored_error=StoredError.from_dict(error) if error else None,
     )
 
 
@@ -493,7 +494,7 @@ def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
     if err is not None:
         print(printable("".join(traceback.format_exception(err)), lines=True), end="")
         return
-    store = _store(args.store)
+    store = _store(store_there("tb", args, late=True))  # a missing store: said, not made
     row = store.get_run(args.run_id)
     if row is None:
         raise UsageError(f"%harness tb: no run {args.run_id!r} in {store.path}")

@@ -11,17 +11,18 @@ from ..rules._errors import ConfigError
 __all__ = ["plot_failures"]
 
 
-def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
+def plot_failures(source: Any = None, *, ax: Any = None) -> None:
     """Plot ``store.failure_rates()`` as bars: one group per provider, one bar per kind.
 
     Args:
         source: A ``Store``, a store path, a frame from ``failure_rates()`` (with
             ``provider``, ``kind`` and ``failure_rate`` columns), or None for the
             default store.
-        ax: A matplotlib Axes to draw on (default: a new figure).
+        ax: A matplotlib Axes to draw on (default: a new figure, which pyplot shows
+            once at the end of the cell, or with ``plt.show()``; ``plt.gca()`` is it).
 
-    Returns:
-        The matplotlib Axes.
+    Returns None, so a cell ending in ``hn.plot_failures(...)`` shows the chart and no
+    ``<Axes ...>`` line.
 
     Raises:
         ConfigError: matplotlib is not installed (``pip install matplotlib``).
@@ -37,7 +38,8 @@ def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
     frame = _rates(source)
     axes = ax if ax is not None else plt.figure().gca()
     if frame.empty:  # nothing recorded yet: an empty chart that says so
-        return _empty(axes, "no attempts recorded yet")
+        _empty(axes, "no attempts recorded yet")
+        return
     providers = list(dict.fromkeys(frame["provider"].astype(object).fillna("(none)")))
     failed = frame[frame["kind"].notna()].copy()
     seen = set(failed["kind"].astype(object))
@@ -46,7 +48,7 @@ def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
     if not kinds:
         attempts = int(frame.groupby("provider", dropna=False)["attempts"].max().sum())
         _empty(axes, f"no failures in {attempts} attempts", providers)
-        return axes
+        return
     failed["provider"] = failed["provider"].astype(object).fillna("(none)")
     failed["kind"] = failed["kind"].astype(object)
 
@@ -70,7 +72,6 @@ def plot_failures(source: Any = None, *, ax: Any = None) -> Any:
     axes.set_ylim(bottom=0.0)
     axes.set_ylabel("failure rate (share of attempts, 95% interval)")
     axes.set_title("provider failures by kind")
-    return axes
 
 
 def _wilson_upper_of_zero(n: float) -> float:
@@ -79,7 +80,7 @@ def _wilson_upper_of_zero(n: float) -> float:
     return z2 / n / (1 + z2 / n) if n > 0 else 1.0
 
 
-def _empty(axes: Any, message: str, providers: list[str] | None = None) -> Any:
+def _empty(axes: Any, message: str, providers: list[str] | None = None) -> None:
     """A chart that says there is nothing to draw; providers (if any) at zero."""
     if providers:
         axes.bar(providers, [0.0] * len(providers))
@@ -89,7 +90,6 @@ def _empty(axes: Any, message: str, providers: list[str] | None = None) -> Any:
     axes.set_ylabel("failure rate (share of attempts)")
     axes.text(0.5, 0.5, message, ha="center", va="center", transform=axes.transAxes)
     axes.set_title(f"provider failures by kind: {message}")
-    return axes
 
 
 def _rates(source: Any) -> Any:

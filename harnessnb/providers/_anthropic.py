@@ -108,9 +108,9 @@ def _stop(body: Mapping[str, Any]) -> str | None:
     return _STOP_REASONS.get(reason, reason) if isinstance(reason, str) else None
 
 
-def _usage(raw: Any) -> Usage:
+def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
-        return Usage()
+        return None  # not reported
     # Cached prompt tokens are reported apart from input_tokens; they were still read.
     inp = sum(
         token_count(raw, k)
@@ -171,7 +171,7 @@ class _MessageStream(StreamAccumulator):
     def __init__(self) -> None:
         self.blocks: dict[int, dict[str, Any]] = {}
         self.input_usage: Any = None
-        self.output_tokens = 0
+        self.output_tokens: int | None = None  # None: no event reported it
         self.stop_reason: str | None = None
 
     def feed(self, event: str, data: str) -> bool:
@@ -183,7 +183,8 @@ class _MessageStream(StreamAccumulator):
         if etype == "message_start":
             message = obj.get("message") or {}
             self.input_usage = message.get("usage")
-            self.output_tokens = _usage(self.input_usage).output_tokens
+            started = _usage(self.input_usage)
+            self.output_tokens = None if started is None else started.output_tokens
         elif etype == "content_block_start":
             block: dict[str, Any] = dict(obj.get("content_block") or {})
             block["partial"] = ""
@@ -234,6 +235,10 @@ class _MessageStream(StreamAccumulator):
                 else:
                     args = {}
                 calls.append(ToolCall(id=str(block.get("id")), name=name, arguments=args))
-        usage = _usage(self.input_usage)
-        usage = Usage(usage.input_tokens, self.output_tokens)
+        started = _usage(self.input_usage)
+        usage = (
+            None
+            if started is None and self.output_tokens is None
+            else Usage(0 if started is None else started.input_tokens, self.output_tokens or 0)
+        )
         return Parsed("".join(text), tuple(calls), usage, self.stop_reason)

@@ -1,4 +1,7 @@
-"""The HTTP client: one ``httpx2.AsyncClient`` per event loop, closed with its loop.
+"""The HTTP client: one ``httpx2.AsyncClient`` per event loop, closed with its loop;
+``post``, which sends a request once more on a new connection when the pooled one it
+went out on had been closed by the server while idle; reading a response's body to a
+size, and draining it so its connection is reused.
 
 Split from ``providers/_http.py``, which is its only user (it re-exports
 ``shared_client`` and ``aclose_client``); the two files are all that knows httpx2.
@@ -7,17 +10,44 @@ Split from ``providers/_http.py``, which is its only user (it re-exports
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
-from collections.abc import AsyncIterator
-from typing import NamedTuple
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, NamedTuple
 
 import httpx2
 
-__all__ = ["aclose_client", "new_client", "shared_client"]
+from ..rules._errors import ProviderErrorKind
+from ..rules._secrets import scrub_loggers
+
+__all__ = [
+    "HTTP_LOGGERS",
+    "aclose_client",
+    "drain",
+    "error_kind",
+    "new_client",
+    "post",
+    "read_limited",
+    "shared_client",
+]
+
+# The client library's loggers (httpcore2 makes its own when a connection first logs):
+# at DEBUG they print the headers a server echoes, so each one scrubs like harnessnb's.
+HTTP_LOGGERS = (
+    "httpx2",
+    "httpcore2",
+    "httpcore2.connection",
+    "httpcore2.http11",
+    "httpcore2.http2",
+    "httpcore2.proxy",
+    "httpcore2.socks",
+)
+scrub_loggers(*HTTP_LOGGERS)
 
 # A dead host should not eat the whole 600 s deadline just to fail the TCP handshake.
 _CONNECT_TIMEOUT = 10.0
+_DRAIN_TIMEOUT = 0.5
 
 # One client per event loop: an httpx2 pool's connections belong to the loop that
 # opened them, so a client must never be shared across loops (threads, asyncio.run).
@@ -91,3 +121,114 @@ async def aclose_client() -> None:
         entry = _clients.pop(loop, None)
     if entry is not None:
         await entry[0].aclose()
+
+
+async def read_limited(response: httpx2.Response, limit: int) -> bytes:
+    """The response's body, cut at ``limit`` bytes (read no further)."""
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
+async def drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what follows the last event (the chunk terminator) so the connection is reused.
+
+    A server that keeps the stream open, or drops it, after its last event does not
+    turn a complete answer into a failure: the connection is just not reused.
+    """
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+        async with asyncio.timeout(_DRAIN_TIMEOUT):
+            async for _ in chunks:
+                pass
+
+
+# httpcore's words for a connection that closed before any byte of an answer came back.
+_NO_ANSWER = "Server disconnected without sending a response"
+
+
+class _ConnectionUse:
+    """What httpcore's ``trace`` extension says of one request: whether it opened a
+    connection of its own (else it went out on a pooled one, kept from an earlier
+    answer) and whether the head of an answer came back."""
+
+    __slots__ = ("answered", "opened")
+
+    def __init__(self) -> None:
+        self.opened = False
+        self.answered = False
+
+    async def __call__(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.startswith(("connection.connect_tcp.", "connection.connect_unix_socket.")):
+            self.opened = True
+        elif event.endswith(".receive_response_headers.complete"):
+            self.answered = True
+
+
+def _stale(exc: httpx2.TransportError, use: _ConnectionUse) -> bool:
+    """Whether ``exc`` is a pooled connection the server had closed while idle: the
+    request went out on a reused connection and it was reset, or closed with nothing
+    said, before any byte of an answer."""
+    if use.opened or use.answered:
+        return False
+    if isinstance(exc, httpx2.RemoteProtocolError):
+        return str(exc).startswith(_NO_ANSWER)
+    return isinstance(exc, httpx2.ReadError | httpx2.WriteError)
+
+
+async def _send(
+    client: httpx2.AsyncClient,
+    url: httpx2.URL,
+    body: Any,
+    headers: Mapping[str, str],
+    use: _ConnectionUse,
+) -> httpx2.Response:
+    request = client.build_request(
+        "POST", url, json=body, headers=headers, extensions={"trace": use}
+    )
+    return await client.send(request, stream=True)
+
+
+@contextlib.asynccontextmanager
+async def post(
+    url: httpx2.URL, body: Any, headers: Mapping[str, str]
+) -> AsyncIterator[httpx2.Response]:
+    """POST ``body`` as JSON through the running loop's client; yield the response, its
+    body not yet read (status and headers are known even if the body dies), closed on
+    exit.
+
+    A server (or a proxy, a load balancer) may close an idle keep-alive connection
+    without saying so, just as the next request goes out on it: that request fails on
+    the reused connection, reset or closed before any byte of an answer came back, and
+    the server never began it. Such a request is sent once more on a new connection of
+    its own (a client used once), and only that one: a failure on a connection the
+    request opened, or after any of an answer arrived, is raised as it is.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        use = _ConnectionUse()
+        try:
+            response = await _send(shared_client(), url, body, headers, use)
+        except httpx2.TransportError as exc:
+            if not _stale(exc, use):
+                raise
+            fresh = await stack.enter_async_context(new_client())
+            response = await _send(fresh, url, body, headers, _ConnectionUse())
+        stack.push_async_callback(response.aclose)
+        yield response
+
+
+def error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
+    """The kind of an httpx2 failure that produced no usable response."""
+    name = type(exc).__name__
+    detail = str(exc) or name
+    if isinstance(exc, httpx2.TimeoutException):
+        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
+    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
+        # Our own request could not be sent as given: no retry can cure that.
+        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
+    if isinstance(exc, httpx2.DecodingError):
+        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
+    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
+    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"

@@ -73,10 +73,12 @@ class ToolCall:
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
-    """Token counts as the provider reported them (0 when it did not)."""
+    """Token counts of one answer: as the provider reported them, or, when its answer
+    reported none, estimated (``estimated``; see ``providers._usage``)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -163,6 +165,8 @@ class AttemptRecord:
     fell_back: bool = False  # a Fallback moved on to the next provider after this one
     error: str | None = None
     base_url: str | None = None  # its server, no credentials (None: not over HTTP)
+    cancelled: bool = False  # cut off by a cancel in flight: neither success nor failure
+    usage_estimated: bool = False  # the answer reported no usage: the tokens are estimated
 
     @classmethod
     def succeeded(
@@ -186,6 +190,36 @@ class AttemptRecord:
             output_tokens=completion.usage.output_tokens,
             request_id=completion.request_id,
             base_url=None if base_url is None else shown_url(base_url),
+            usage_estimated=completion.usage.estimated,
+        )
+
+    @classmethod
+    def cut_off(
+        cls,
+        *,
+        provider: str,
+        model: str,
+        started_at: float,
+        latency_ms: float,
+        status: int | None = None,
+        ttft_ms: float | None = None,
+        request_id: str | None = None,
+        base_url: str | None = None,
+    ) -> AttemptRecord:
+        """The record of an attempt a cancel cut off in flight (the run's, a Ctrl-C):
+        the server may have seen and billed it, so it is a row, ``cancelled``, with no
+        kind; it counts in no failure rate."""
+        return cls(
+            provider=provider,
+            model=model,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            status=status,
+            ttft_ms=ttft_ms,
+            request_id=request_id,
+            error=f"cut off by a cancel after {latency_ms / 1000:.1f} s",
+            base_url=None if base_url is None else shown_url(base_url),
+            cancelled=True,
         )
 
     @classmethod
@@ -199,8 +233,10 @@ class AttemptRecord:
         latency_ms: float,
         ttft_ms: float | None = None,
         base_url: str | None = None,
+        usage: Usage | None = None,
     ) -> AttemptRecord:
-        """The record of an attempt that failed with ``error``."""
+        """The record of an attempt that failed with ``error``; ``usage`` is what an
+        answer that arrived but could not be used was billed (None: nothing billed)."""
         return cls(
             provider=provider,
             model=model,
@@ -213,6 +249,9 @@ class AttemptRecord:
             request_id=error.request_id,
             error=error.message,
             base_url=None if base_url is None else shown_url(base_url),
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            usage_estimated=usage is not None and usage.estimated,
         )
 
 

@@ -1,25 +1,35 @@
-"""The one module that speaks HTTP: deadlines, SSE, streaming and failure mapping.
+"""HTTP providers: ``HTTPProvider``, what every provider over HTTP shares.
 
 Every HTTP provider subclasses ``HTTPProvider``, which makes one attempt per
-``complete`` call (providers never retry), reports it with ``report_attempt``
-and turns every failure into a ``ProviderError`` through the table in
-``_errors``. Subclasses only convert messages to their wire format and parse the
-answer back; swapping the HTTP client library means editing this file and
-``_client.py`` (the client per event loop) alone.
+``complete`` call (providers never retry): an ``_attempt.Attempt`` that sends it,
+reports it with ``report_attempt`` and turns every failure into a ``ProviderError``
+through the table in ``_errors``. Subclasses only convert messages to their wire
+format and parse the answer back; swapping the HTTP client library means editing
+``_client.py`` (the client per event loop) and ``_attempt.py`` alone.
 
 Time limits:
     * ``timeout`` is the whole attempt's deadline (connect, send, wait, read all
       of it, stream included). Exceeding it is ``timeout``.
-    * ``idle_timeout`` bounds the silence between two chunks of a stream, so a
-      stream that stalls fails after seconds, not after the 600 s deadline. The
-      wait for the first chunk (a reasoning model sends nothing while it thinks)
-      has the deadline alone.
+    * ``first_event_timeout`` (190 s) bounds the wait from a stream's headers to its
+      first complete event: long, since a reasoning model sends nothing while it
+      thinks (3 minutes pass), yet three silent attempts end within 10 minutes.
+    * ``idle_timeout`` bounds the silence between two events of a stream, so a
+      stream that stalls fails after seconds, not after the 600 s deadline. A byte,
+      an empty chunk or a comment that completes no event is silence.
 
 Streaming: answers are streamed unless the provider was built with ``stream=False``
 (or a call passes ``stream=False``), so time-to-first-token is measured, a silent
 stream is cut by the idle timeout and each piece of text goes to ``report_text``.
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
+
+Usage: every answer that arrived (a 2xx response, used or not) is billed: its attempt
+carries the tokens it reported, else an estimate (``_usage.estimate_usage``). A failure
+without an answer (an error status, a dropped connection) carries none.
+
+An attempt a cancel cuts off in flight is reported too, as ``cancelled`` (the server
+may have billed it). A request a pooled connection closed while idle dropped is sent
+again inside the attempt (``_client.post``).
 
 Size limits: an answer body over ``MAX_ANSWER_BYTES`` (16 MiB; a stream over
 ``MAX_STREAM_BYTES``, 128 MiB) is ``malformed``, read no further; every provider
@@ -30,50 +40,25 @@ error message, and so the error of attempt rows, run rows and cards, is cut to
 from __future__ import annotations
 
 import abc
-import asyncio
-import contextlib
 import copy
 import datetime
-import json
 import os
-import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 import httpx2
 
-from ..rules._errors import (
-    ConfigError,
-    ProviderError,
-    ProviderErrorKind,
-    classify_status,
-    parse_retry_after,
-    parse_should_retry,
-    request_id_from,
-)
-from ..rules._secrets import register, scrub, scrub_exception
-from ..rules._text import shorten
+from ..rules._errors import ConfigError, ProviderError
+from ..rules._retry import timeout_seconds
+from ..rules._secrets import register, register_header
+from ._attempt import MAX_ANSWER_BYTES, MAX_ERROR_TEXT, MAX_STREAM_BYTES, Attempt, Endpoint
 from ._client import aclose_client, new_client, shared_client
-from ._completion import (
-    AttemptRecord,
-    Completion,
-    Messages,
-    ToolSpecs,
-    report_attempt,
-    shown_url,
-    text_sink,
-)
-from ._wire import (
-    Parsed,
-    SSEFrames,
-    StreamAccumulator,
-    WireError,
-    error_text,
-    rejects_streaming,
-)
+from ._completion import Completion, Messages, ToolSpecs, shown_url
+from ._wire import Parsed, StreamAccumulator
 
 __all__ = [
+    "DEFAULT_FIRST_EVENT_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_TEXT",
@@ -82,7 +67,6 @@ __all__ = [
     "HTTPProvider",
     "aclose_client",
     "new_client",
-    "seconds",
     "shared_client",
 ]
 
@@ -90,32 +74,17 @@ REQUEST_TIMEOUT = 600.0
 """Deadline of one provider attempt, in seconds (the official SDKs' default)."""
 
 DEFAULT_IDLE_TIMEOUT = 60.0
-"""Longest silence allowed between two chunks of a stream, in seconds."""
+"""Longest silence allowed between two events of a stream, in seconds."""
 
-MAX_ANSWER_BYTES = 16 * 1024 * 1024  # some four million tokens: no real answer is near
-# A stream's JSON framing is 50-100x the text of each token chunk, so its cap is wider.
-MAX_STREAM_BYTES = 8 * MAX_ANSWER_BYTES
-MAX_ERROR_TEXT = 2000  # characters of a provider error message, cut with "..."
-
-# Error bodies are read for their message only; a huge HTML error page is cut short.
-_ERROR_BODY_LIMIT = 64 * 1024
-_DRAIN_TIMEOUT = 0.5
-
-
-def seconds(value: float | datetime.timedelta) -> float:
-    """A duration in seconds from a float or a ``timedelta``; must be positive."""
-    out = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    if not out > 0:
-        raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
-    return out
+DEFAULT_FIRST_EVENT_TIMEOUT = 190.0
+"""Longest wait from a stream's headers to its first event, in seconds: a reasoning model
+that thinks for 3 minutes is waited for, and three attempts of a server that sends its
+headers then nothing end within 10 minutes (the default 2 retries included)."""
 
 
 def _env(var: str) -> str | None:
     value = os.environ.get(var, "").strip()
     return value or None
-
-
-# ------------------------------------------------------------- the base provider
 
 
 class HTTPProvider(abc.ABC):
@@ -177,8 +146,12 @@ class HTTPProvider(abc.ABC):
         self._api_key = api_key or None
         register(self._api_key)
         register(parts.password)  # a proxy's key in user:password@
-        self._timeout = seconds(timeout)
-        self._idle_timeout = seconds(idle_timeout)
+        register(parts.username)  # ... or a key as the user name alone
+        for header, value in (headers or {}).items():
+            register_header(header, value)
+        self._timeout = timeout_seconds(timeout)
+        self._idle_timeout = timeout_seconds(idle_timeout)
+        self._first_event_timeout = DEFAULT_FIRST_EVENT_TIMEOUT
         self._stream = bool(stream)
         self._stream_refused = False  # the server rejected a streamed request once
         try:
@@ -239,6 +212,10 @@ class HTTPProvider(abc.ABC):
         return self._idle_timeout
 
     @property
+    def first_event_timeout(self) -> float:
+        return self._first_event_timeout
+
+    @property
     def base_url(self) -> str:
         return self._base_url
 
@@ -256,13 +233,26 @@ class HTTPProvider(abc.ABC):
         timeout: float | datetime.timedelta,
         *,
         idle_timeout: float | datetime.timedelta | None = None,
+        first_event_timeout: float | datetime.timedelta | None = None,
     ) -> Self:
-        """A new provider like this one with another deadline (and idle timeout)."""
+        """A new provider like this one with another deadline (and idle and first-event
+        timeouts: a model that thinks longer than 190 s before it streams needs more)."""
         new = copy.copy(self)
-        new._timeout = seconds(timeout)
+        new._timeout = timeout_seconds(timeout)
         if idle_timeout is not None:
-            new._idle_timeout = seconds(idle_timeout)
+            new._idle_timeout = timeout_seconds(idle_timeout)
+        if first_event_timeout is not None:
+            new._first_event_timeout = timeout_seconds(first_event_timeout)
         return new
+
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(
+            label=self.NAME, name=self._name, model=self._model, url=self._url,
+            base_url=self._base_url, headers=self._headers, timeout=self._timeout,
+            idle_timeout=self._idle_timeout, first_event_timeout=self._first_event_timeout,
+            parse_body=self._parse_body, stream_accumulator=self._stream_accumulator,
+            error_object=self._error_object,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         # Cheap and secret-free: the key is never part of the repr, nor the URL's
@@ -287,7 +277,7 @@ class HTTPProvider(abc.ABC):
         """
         streamed = (self._stream if stream is None else stream) and not self._stream_refused
         body = self._request_body(messages, tools, max_tokens, streamed)
-        attempt = _Attempt(self, body, streamed)
+        attempt = Attempt(self._endpoint(), body, streamed)
         try:
             return await attempt.run()
         except ProviderError:
@@ -295,7 +285,7 @@ class HTTPProvider(abc.ABC):
                 raise
         self._stream_refused = True
         body = self._request_body(messages, tools, max_tokens, False)
-        return await _Attempt(self, body, False).run()
+        return await Attempt(self._endpoint(), body, False).run()
 
     # -- what a protocol supplies
 
@@ -323,272 +313,3 @@ class HTTPProvider(abc.ABC):
         if isinstance(body, Mapping):
             return body.get("error")
         return None
-
-
-class _Attempt:
-    """One HTTP attempt of one provider: send, read, classify, time and report."""
-
-    def __init__(self, provider: HTTPProvider, body: dict[str, Any], stream: bool) -> None:
-        self.p = provider
-        self.body = body
-        self.stream = stream
-        self.started_at = time.time()
-        self.t0 = time.perf_counter()
-        self.status: int | None = None
-        self.headers: Mapping[str, str] = {}
-        self.ttft_ms: float | None = None
-        self.idle_armed = False
-        self.stream_refused = False  # the server said no to streaming
-
-    async def run(self) -> Completion:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.p._timeout
-        try:
-            async with asyncio.timeout_at(deadline) as timer:
-                if self.stream:
-                    parsed = await self._send_streamed(timer, deadline)
-                else:
-                    parsed = await self._send()
-        except TimeoutError as exc:
-            # The idle timer fired when it was armed for earlier than the deadline.
-            when = timer.when()
-            if self.idle_armed and when is not None and when < deadline:
-                raise self._fail(
-                    ProviderErrorKind.TIMEOUT,
-                    f"stream went silent for {self.p._idle_timeout:g} s (idle timeout)",
-                ) from exc
-            raise self._fail(
-                ProviderErrorKind.TIMEOUT,
-                f"no complete answer within the {self.p._timeout:g} s deadline",
-            ) from exc
-        except httpx2.HTTPError as exc:
-            scrub_exception(exc)  # it may quote a header, the key in it
-            kind, text = _http_error_kind(exc)
-            raise self._fail(kind, text) from exc
-        except httpx2.InvalidURL as exc:
-            scrub_exception(exc)
-            raise self._fail(ProviderErrorKind.REQUEST, f"invalid URL: {exc}") from exc
-        except WireError as exc:
-            # Not chained to the WireError itself: its text is unscrubbed server output.
-            scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message) from exc.__cause__
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            # A stream event of an odd shape; unchained: the parser's text quotes the body.
-            name = type(exc).__name__
-            raise self._fail(ProviderErrorKind.MALFORMED, f"unreadable answer ({name})") from None
-        if not parsed.text and not parsed.tool_calls:
-            raise self._fail(
-                ProviderErrorKind.MALFORMED,
-                "answer holds neither text nor a tool call "
-                f"({parsed.usage.input_tokens} input, {parsed.usage.output_tokens} output tokens)",
-            )
-        return self._succeed(parsed)
-
-    async def _send(self) -> Parsed:
-        client = shared_client()
-        request = client.build_request("POST", self.p._url, json=self.body, headers=self.p._headers)
-        # Sent as a stream so the status and request id are known even if the body dies.
-        response = await client.send(request, stream=True)
-        try:
-            self._took(response)
-            if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
-            return self._parse_json(await _read_answer(response))
-        finally:
-            await response.aclose()
-
-    async def _send_streamed(self, timer: asyncio.Timeout, deadline: float) -> Parsed:
-        client = shared_client()
-        async with client.stream(
-            "POST", self.p._url, json=self.body, headers=self.p._headers
-        ) as response:
-            self._took(response)
-            if response.status_code >= 300:
-                raise self._status_error(await _read_limited(response))
-            ctype = response.headers.get("content-type", "")
-            if not ctype.startswith("text/event-stream"):
-                # A server may answer a stream request with one JSON body (an error in
-                # a 200, or a server that does not stream): read it as such.
-                return self._parse_json(await _read_answer(response))
-            acc = self.p._stream_accumulator()
-            await self._read_sse(response, acc, timer, deadline)
-            return acc.result()
-
-    async def _read_sse(
-        self,
-        response: httpx2.Response,
-        acc: StreamAccumulator,
-        timer: asyncio.Timeout,
-        deadline: float,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        idle = self.p._idle_timeout
-        frames = SSEFrames()
-        sink = text_sink()
-        shown = False  # a piece of text went to the sink already
-        chunks = response.aiter_bytes()
-        received = 0
-        async for chunk in chunks:
-            # Armed from the first chunk on: the wait for it (a reasoning model thinking
-            # sends nothing) is bounded by the deadline alone, as a whole answer's is.
-            self.idle_armed = True
-            timer.reschedule(min(deadline, loop.time() + idle))
-            received += len(chunk)
-            if received > MAX_STREAM_BYTES:
-                raise WireError.malformed(f"stream larger than the {MAX_STREAM_BYTES} byte cap")
-            for event, data in frames.feed(chunk):
-                if acc.feed(event, data) and self.ttft_ms is None:
-                    self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
-                if sink is not None and acc.fresh:
-                    # A listener's failure is its own (the loop's logs it), never the answer's.
-                    with contextlib.suppress(Exception):
-                        await sink(acc.fresh, not shown)
-                    shown = True
-                if acc.done:
-                    # The answer is complete: its own deadline no longer applies.
-                    timer.reschedule(None)
-                    await _drain(chunks)
-                    return
-        if (last := frames.last()) is not None:  # a last event without its blank line
-            acc.feed(*last)
-
-    def _parse_json(self, content: bytes) -> Parsed:
-        try:
-            body = json.loads(content)
-        except ValueError as exc:
-            raise WireError.malformed(f"200 body is not JSON ({len(content)} bytes)") from exc
-        error = self.p._error_object(body)
-        if error is not None:
-            raise WireError.from_error_object(error, "error in a 200 body")
-        try:
-            return self.p._parse_body(body)
-        except WireError:
-            raise
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise WireError.malformed(f"unreadable 200 body ({type(exc).__name__})") from exc
-
-    def _took(self, response: httpx2.Response) -> None:
-        self.status = response.status_code
-        self.headers = response.headers
-
-    def _status_error(self, content: bytes) -> ProviderError:
-        status = self.status or 0
-        try:
-            body: Any = json.loads(content) if content else None
-        except ValueError:
-            body = None
-        error = self.p._error_object(body)
-        if error is not None:
-            detail = error_text(error)
-        else:
-            detail = scrub(content.decode("utf-8", "replace")).strip()[:300] or "(empty body)"
-        if 300 <= status < 400:
-            where = self.headers.get("location", "elsewhere")
-            detail = f"redirect to {where} not followed ({detail})"
-        kind = classify_status(status, detail)
-        self.stream_refused = self.stream and rejects_streaming(status, detail)
-        reason = httpx2.codes.get_reason_phrase(status)
-        return self._fail(kind, f"HTTP {status} {reason}: {detail}")
-
-    def _fail(self, kind: ProviderErrorKind, text: str) -> ProviderError:
-        latency = (time.perf_counter() - self.t0) * 1000.0
-        p = self.p
-        headers = self.headers
-        # Retry-After and x-should-retry mean something only on a response that failed.
-        retry_after = parse_retry_after(headers) if headers else None
-        # Scrubbed, then cut: a cut must never leave half a key behind.
-        # shorten scrubs before it cuts: the key, registered when the provider was built,
-        # is removed even where a server echoed it into the text.
-        message = shorten(f"{p.NAME} {p._model}: {text}", MAX_ERROR_TEXT)
-        err = ProviderError(
-            message,
-            kind=kind,
-            status=self.status,
-            retry_after=retry_after,
-            provider=p._name,
-            request_id=request_id_from(headers) if headers else None,
-            should_retry=parse_should_retry(headers) if headers else None,
-            model=p._model,
-        )
-        report_attempt(
-            AttemptRecord.failed(
-                err,
-                provider=p._name,
-                model=p._model,
-                started_at=self.started_at,
-                latency_ms=latency,
-                ttft_ms=self.ttft_ms,
-                base_url=p._base_url,
-            )
-        )
-        return err
-
-    def _succeed(self, parsed: Parsed) -> Completion:
-        latency = (time.perf_counter() - self.t0) * 1000.0
-        p = self.p
-        request_id = request_id_from(self.headers)
-        completion = Completion(
-            text=parsed.text,
-            tool_calls=parsed.tool_calls,
-            usage=parsed.usage,
-            finish_reason=parsed.finish_reason,
-            provider=p._name,
-            model=p._model,
-            request_id=request_id,
-            ttft_ms=self.ttft_ms,
-            latency_ms=latency,
-        )
-        report_attempt(
-            AttemptRecord.succeeded(
-                completion,
-                started_at=self.started_at,
-                latency_ms=latency,
-                status=self.status,
-                base_url=p._base_url,
-            )
-        )
-        return completion
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read what follows the last event (the chunk terminator) so the connection is reused.
-
-    A server that keeps the stream open, or drops it, after its last event does not
-    turn a complete answer into a failure: the connection is just not reused.
-    """
-    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
-        async with asyncio.timeout(_DRAIN_TIMEOUT):
-            async for _ in chunks:
-                pass
-
-
-async def _read_answer(response: httpx2.Response) -> bytes:
-    """The whole answer body, or a malformed ``WireError`` past ``MAX_ANSWER_BYTES``."""
-    body = await _read_limited(response, MAX_ANSWER_BYTES + 1)
-    if len(body) > MAX_ANSWER_BYTES:
-        raise WireError.malformed(f"answer body larger than the {MAX_ANSWER_BYTES} byte cap")
-    return body
-
-
-async def _read_limited(response: httpx2.Response, limit: int = _ERROR_BODY_LIMIT) -> bytes:
-    out = bytearray()
-    async for chunk in response.aiter_bytes():
-        out += chunk
-        if len(out) >= limit:
-            break
-    return bytes(out[:limit])
-
-
-def _http_error_kind(exc: httpx2.HTTPError) -> tuple[ProviderErrorKind, str]:
-    """The kind of an httpx2 failure that produced no usable response."""
-    name = type(exc).__name__
-    detail = str(exc) or name
-    if isinstance(exc, httpx2.TimeoutException):
-        return ProviderErrorKind.TIMEOUT, f"{name}: {detail}"
-    if isinstance(exc, httpx2.UnsupportedProtocol | httpx2.LocalProtocolError):
-        # Our own request could not be sent as given: no retry can cure that.
-        return ProviderErrorKind.REQUEST, f"{name}: {detail}"
-    if isinstance(exc, httpx2.DecodingError):
-        return ProviderErrorKind.MALFORMED, f"{name}: {detail}"
-    # Refused, reset, DNS, TLS, a connection dying mid-body or mid-stream, proxies.
-    return ProviderErrorKind.TRANSPORT, f"{name}: {detail}"

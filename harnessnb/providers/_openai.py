@@ -81,7 +81,7 @@ class OpenAI(HTTPProvider):
         choices = body.get("choices")
         usage = _usage(body.get("usage"))
         if not choices:
-            raise WireError.malformed("200 body has no choice")
+            raise WireError.malformed("200 body has no choice", usage)
         choice = choices[0]
         message = choice.get("message") or {}
         text = message.get("content") or message.get("refusal") or ""
@@ -176,9 +176,9 @@ def _wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _usage(raw: Any) -> Usage:
+def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, Mapping):
-        return Usage()
+        return None  # not reported
     return Usage(token_count(raw, "prompt_tokens"), token_count(raw, "completion_tokens"))
 
 
@@ -188,7 +188,7 @@ class _ChatStream(StreamAccumulator):
     def __init__(self) -> None:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
-        self.usage = Usage()
+        self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.saw_choice = False
 
@@ -232,7 +232,7 @@ class _ChatStream(StreamAccumulator):
         if not self.done and self.finish_reason is None:
             raise WireError.malformed("stream ended before its last chunk")
         if not self.saw_choice:
-            raise WireError.malformed("stream carried no choice")
+            raise WireError.malformed("stream carried no choice", self.usage)
         calls = tuple(
             ToolCall(
                 id=c["id"] or f"call_{i}",

@@ -19,6 +19,7 @@ from ..rules._secrets import scrub
 from ._completion import ToolCall, Usage
 
 __all__ = [
+    "MAX_TOKEN_COUNT",
     "Parsed",
     "SSEFrames",
     "StreamAccumulator",
@@ -37,14 +38,15 @@ class WireError(Exception):
     The provider turns it into a ``ProviderError`` with its own context.
     """
 
-    def __init__(self, kind: ProviderErrorKind, message: str) -> None:
+    def __init__(self, kind: ProviderErrorKind, message: str, usage: Usage | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.usage = usage  # what the unusable answer reported it cost, if it did
 
     @classmethod
-    def malformed(cls, message: str) -> WireError:
-        return cls(ProviderErrorKind.MALFORMED, message)
+    def malformed(cls, message: str, usage: Usage | None = None) -> WireError:
+        return cls(ProviderErrorKind.MALFORMED, message, usage)
 
     @classmethod
     def from_error_object(cls, error: Any, where: str) -> WireError:
@@ -54,11 +56,12 @@ class WireError(Exception):
 
 
 class Parsed(NamedTuple):
-    """A parsed answer, before the provider adds timing and identity."""
+    """A parsed answer, before the provider adds timing and identity (``usage`` None:
+    the answer reported none)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
-    usage: Usage
+    usage: Usage | None
     finish_reason: str | None
 
 
@@ -143,8 +146,13 @@ def json_object(text: str, subject: str) -> dict[str, Any]:
     return value
 
 
+MAX_TOKEN_COUNT = 10**9
+"""More tokens than any one answer has used: a usage field beyond it is ``malformed``."""
+
+
 def token_count(usage: Mapping[str, Any], field: str) -> int:
-    """``usage[field]`` as a token count (absent or null is 0), or a malformed ``WireError``.
+    """``usage[field]`` as a token count (absent or null is 0), or a malformed ``WireError``
+    (not an integer, negative, NaN, or beyond ``MAX_TOKEN_COUNT``).
 
     The message names the field only: the value is server text, which may echo a key.
     """
@@ -153,7 +161,7 @@ def token_count(usage: Mapping[str, Any], field: str) -> int:
         return 0
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value <= MAX_TOKEN_COUNT:
         raise WireError.malformed(f"usage field {field!r} is not a token count")
     return value
 

@@ -16,8 +16,12 @@ Class tree::
     └── ToolError                a tool failed in a way the model can act on
                                  (.retryable is False)
 
-"May a retry help" has one spelling: ``.retryable`` (ProviderError, StoreError,
-ToolError, and ``hn.agents.CLIError``).
+"May a retry help" has one spelling: ``.retryable``, on every error: False unless the
+class says otherwise (ProviderError by its kind, StoreError for busy and full,
+``hn.agents.CLIError`` by its cause).
+
+Every error pickles with its fields (``__reduce__``, ``rules._error_pickle``), so one
+raised in a Dask worker reaches the client as the same type, scrubbed.
 
 This module also holds the ONE classification table (HTTP status, body and header
 to ``ProviderErrorKind``) and the ONE ``Retry-After`` parser, shared by every
@@ -33,6 +37,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
 from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
@@ -163,10 +168,19 @@ class HarnessError(Exception):
         hint = self._hint()
         if hint:
             lines.append(hint)
-        causes = _causes(self)
+        causes = _told(self)
         if causes:
             lines.append(f"caused by {_first_line(causes[0])}")
         return lines[:3]
+
+    @property
+    def retryable(self) -> bool:
+        """May the same call succeed later? False unless the class says it may."""
+        return False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # With its fields and scrubbed, not through __init__ (rules._error_pickle).
+        return reduce_error(self, _causes(self))
 
     def _hint(self) -> str:
         return ""
@@ -176,19 +190,19 @@ class HarnessError(Exception):
         for key, value in self._shown_fields().items():
             if value is not None:
                 lines.append(f"  {key}: {value}")
-        for cause in _causes(self):
+        for cause in _told(self):
             lines.append(f"  caused by {cause}")
         return "\n".join(lines)
 
     def _card_html(self) -> Html:
-        causes = _causes(self)
+        causes = _told(self)
         return card(
             "harnessnb-error",
             [type(self).__name__, code(self.code), self._badge_html()],
             text_block(str(self)),
             kv_table(self._shown_fields().items()),
             join(["caused by:", bullets(causes)]) if causes else "",
-            tone=Tone.WARN if getattr(self, "retryable", False) is True else Tone.BAD,
+            tone=Tone.WARN if self.retryable else Tone.BAD,
         )
 
     def _badge_html(self) -> Html:
@@ -200,19 +214,23 @@ def _first_line(text: str) -> str:
 
 
 def _causes(err: BaseException) -> list[str]:
-    """The cause chain as ``Type: message`` lines, scrubbed (a cause may quote a key)."""
-    return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in _cause_chain(err)]
+    """The cause chain as ``Type: message`` lines, scrubbed (a cause may quote a key);
+    for an unpickled error, the lines the sender scrubbed (it knew its keys)."""
+    pickled = getattr(err, CAUSE_LINES, None)
+    if pickled is not None:
+        return list(pickled)
+    return [clip(scrub(f"{type(c).__name__}: {c}"), MAX_MESSAGE) for c in cause_chain(err)]
 
 
-def _cause_chain(err: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    seen: set[int] = {id(err)}
-    cur = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
-    while cur is not None and id(cur) not in seen and len(chain) < 10:
-        chain.append(cur)
-        seen.add(id(cur))
-        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
-    return chain
+def _told(err: BaseException) -> list[str]:
+    """The causes a card shows: each once, none that the message already says (an HTTP
+    client's error and its transport's often carry the same words)."""
+    said = str(err)
+    shown: list[str] = []
+    for line in _causes(err):
+        if line not in shown and line not in said:
+            shown.append(line)
+    return shown
 
 
 def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError:
@@ -405,7 +423,8 @@ class StoreError(HarnessError):
 
 
 class ConflictError(HarnessError):
-    """Another live process drives this run."""
+    """Another live process drives this run (or took it over from a stale lease). Not
+    retryable: trying again does not take a run from its live owner."""
 
     CODE = "CONFLICT"
 

@@ -46,6 +46,7 @@ __all__ = [
     "panel",
     "preview",
     "retry_badge",
+    "scrolling",
     "text_block",
     "tinted",
 ]
@@ -191,15 +192,32 @@ def kv_table(rows: Iterable[tuple[object, object]]) -> Html:
 
 
 def facts(rows: Iterable[tuple[object, object]]) -> Html:
-    """Key/value pairs side by side on one row (``steps 3  tokens 120 ...``)."""
-    cells = "".join(
-        f"<td style='padding:0 10px 0 0'><b>{escape(k)}</b> {escape(v)}</td>" for k, v in rows
+    """Key/value pairs side by side (``steps 3  tokens 120 ...``).
+
+    Each pair is one ``harnessnb-stat`` that never wraps inside (a label and its value
+    stay on one line); the row wraps between pairs when the card is narrow.
+    """
+    stats = "".join(
+        f"<span class='harnessnb-stat' style='white-space:nowrap'><b>{escape(k)}</b> "
+        f"{escape(v)}</span>"
+        for k, v in rows
     )
-    return Html(f"<table style='{_TABLE}'><tr>{cells}</tr></table>")
+    return Html(
+        "<div class='harnessnb-stats' style='display:flex;flex-wrap:wrap;column-gap:10px;"
+        f"row-gap:2px;margin:2px 0'>{stats}</div>"
+    )
+
+
+def scrolling(body: object) -> Html:
+    """``body`` (a table) in a box as wide as the page that scrolls sideways when the
+    table is wider, so a wide table never widens the notebook."""
+    return Html(
+        f"<div class='harnessnb-scroll' style='overflow-x:auto;max-width:100%'>{escape(body)}</div>"
+    )
 
 
 def grid(columns: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
-    """A table with a header row."""
+    """A table with a header row, scrolling sideways when wider than the page."""
     head = "".join(
         f"<th style='text-align:left;padding-right:10px'>{escape(c)}</th>" for c in columns
     )
@@ -207,7 +225,7 @@ def grid(columns: Sequence[object], rows: Iterable[Sequence[object]]) -> Html:
         "<tr>" + "".join(f"<td style='padding-right:10px'>{escape(v)}</td>" for v in row) + "</tr>"
         for row in rows
     )
-    return Html(f"<table style='{_TABLE};font-size:12px'><tr>{head}</tr>{body}</table>")
+    return scrolling(Html(f"<table style='{_TABLE};font-size:12px'><tr>{head}</tr>{body}</table>"))
 
 
 def details(summary: object, body: object) -> Html:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Literal
 
-from ._errors import ProviderError
+from ._errors import ConfigError, ProviderError
 
 __all__ = [
     "Clock",
@@ -31,6 +31,7 @@ __all__ = [
     "seconds",
     "set_testing",
     "testing",
+    "timeout_seconds",
 ]
 
 _TESTING = False
@@ -88,6 +89,14 @@ def seconds(value: float | timedelta | None) -> float | None:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return float(value)
+
+
+def timeout_seconds(value: float | timedelta) -> float:
+    """A timeout in seconds from a float or a ``timedelta``; ``ConfigError`` unless > 0."""
+    out = seconds(value)
+    if out is None or not out > 0:
+        raise ConfigError(f"a timeout must be a positive number of seconds, got {value!r}")
+    return out
 
 
 class Clock:

@@ -3,16 +3,19 @@
 What counts as secret:
     * every value handed to ``register`` (each provider registers its key when it is
       built);
-    * the value of every environment variable whose name looks secret (``*_API_KEY``,
-      ``*_TOKEN``, ``*_SECRET``, ``*PASSWORD*``, ``*_KEY``), read when text is scrubbed,
-      so a variable set later is covered too;
+    * the value of every environment variable whose name looks secret
+      (``is_secret_name``: a word of it is KEY, APIKEY, TOKEN, SECRET, PASSWORD,
+      CREDENTIAL, COOKIE or AUTH, as in ``OPENAI_API_KEY``, ``AWS_BEARER_TOKEN_BEDROCK``,
+      ``NPM_CONFIG__AUTH``; ``*PASSWORD*`` anywhere), read when text is scrubbed, so a
+      variable set later is covered too;
     * with ``scrub`` (not ``scrub_values``), bearer tokens and ``sk-...`` style keys
       found by their shape.
 
 A value is removed as given, stripped of surrounding whitespace (a key read from a
-file ends in a newline), JSON-escaped and URL-encoded. Values shorter than
-``MIN_SECRET_CHARS`` once stripped are ignored: removing every "abc" from a text would
-hide more than it protects.
+file ends in a newline), JSON-escaped (``\\/`` for ``/`` too, as some encoders write it)
+and URL-encoded (``%2f`` and ``%2F`` alike: the hex digits match in either case).
+Values shorter than ``MIN_SECRET_CHARS`` once stripped are ignored: removing every "abc"
+from a text would hide more than it protects.
 
 ``scrub`` is for text shown to a person (messages, cards, the CLI, logs);
 ``scrub_values`` is for text that must otherwise stay verbatim (a checkpoint handed
@@ -37,8 +40,10 @@ __all__ = [
     "REDACTED",
     "is_secret_name",
     "register",
+    "register_header",
     "scrub",
     "scrub_exception",
+    "scrub_loggers",
     "scrub_values",
     "scrubber",
 ]
@@ -46,8 +51,15 @@ __all__ = [
 REDACTED: Final = "[redacted]"
 MIN_SECRET_CHARS: Final = 8
 
-# Environment variable names whose values are credentials.
-_SECRET_NAME: Final = re.compile(r"(?i)(_API_KEY|_TOKEN|_SECRET|_KEY)$|PASSWORD")
+# Words of an environment variable's name that make its value a credential: whole
+# words only (KEYBOARD_LAYOUT and TOKENIZERS_PARALLELISM are not secret).
+_SECRET_WORDS: Final = frozenset(
+    {"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+     "CREDENTIAL", "CREDENTIALS", "COOKIE", "COOKIES", "AUTH"}
+)  # fmt: skip
+# A last word that makes the value a place, not the secret (SSH_AUTH_SOCK, *_KEY_FILE).
+_PLACE_WORDS: Final = frozenset({"SOCK", "SOCKET", "FILE", "PATH", "DIR", "URL"})
+_WORD: Final = re.compile(r"[A-Za-z0-9]+")
 # Credentials found by their shape; the prefix is kept so a reader sees what was there.
 _SHAPES: Final = re.compile(
     r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+|\b(sk-(?:ant-|or-|proj-)?)[A-Za-z0-9_-]{8,}"
@@ -61,8 +73,19 @@ _cache: tuple[int, tuple[object, ...], re.Pattern[str] | None] = (-1, (), None)
 
 
 def is_secret_name(name: str) -> bool:
-    """True for an environment variable name whose value is treated as secret."""
-    return bool(_SECRET_NAME.search(name))
+    """True for an environment variable name whose value is treated as secret.
+
+    The one rule, for the scrubber's reading of the environment and for the variables a
+    coding-agent CLI is given: a word of the name (split at ``_`` and other
+    punctuation, any case) is a credential's (KEY, TOKEN, SECRET, CREDENTIALS, AUTH...)
+    and its last word does not make it a place (``SSH_AUTH_SOCK``, ``*_KEY_FILE``); or
+    it holds PASSWORD anywhere.
+    """
+    upper = name.upper()
+    if "PASSWORD" in upper:
+        return True
+    words = _WORD.findall(upper)
+    return bool(words) and words[-1] not in _PLACE_WORDS and not _SECRET_WORDS.isdisjoint(words)
 
 
 def register(value: str | None) -> None:
@@ -73,6 +96,21 @@ def register(value: str | None) -> None:
             if value not in _registered:
                 _registered.add(value)
                 _version += 1
+
+
+# Header names whose values are credentials (Authorization, X-Api-Key, Cookie, ...).
+_SECRET_HEADER: Final = re.compile(r"(?i)auth|key|token|secret|password|cookie|session")
+
+
+def register_header(name: str, value: str) -> None:
+    """Register an HTTP header's value when its name says it is a credential: the whole
+    value and, for ``Scheme credentials`` (``Bearer sk-...``), the credentials alone."""
+    if not _SECRET_HEADER.search(name):
+        return
+    register(value)
+    scheme, _, credentials = value.strip().partition(" ")
+    if credentials and scheme.isalpha():
+        register(credentials)
 
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:
@@ -176,13 +214,31 @@ def _forms(value: str) -> set[str]:
                 repr(v)[1:-1],
             }
         )
+    # JSON may escape "/" as "\/" (PHP's encoder and others do).
+    out.update({f.replace("/", "\\/") for f in out if "/" in f})
     return {f for f in out if len(f.strip()) >= MIN_SECRET_CHARS}
+
+
+_PERCENT: Final = re.compile(r"%([0-9A-F])([0-9A-F])")
+
+
+def _form_pattern(form: str) -> str:
+    """``form`` as a regex: literal, except that each ``%XX`` escape matches its hex
+    digits in either case (``quote`` writes upper case; browsers and proxies may not)."""
+    escaped = re.escape(form)  # "%" and hex digits are left as they are
+    return _PERCENT.sub(
+        lambda m: (
+            "%"
+            + "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in m.group(1) + m.group(2))
+        ),
+        escaped,
+    )
 
 
 def _compile(values: Iterable[str]) -> re.Pattern[str]:
     forms = {f for v in values for f in _forms(v)}
     # Longest first, so a value's whole spelling goes before a shorter one inside it.
-    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+    return re.compile("|".join(_form_pattern(f) for f in sorted(forms, key=len, reverse=True)))
 
 
 class _ScrubLogs(logging.Filter):
@@ -196,6 +252,19 @@ class _ScrubLogs(logging.Filter):
         return True
 
 
-# Filters do not follow propagation: each logger harnessnb logs through gets one.
-for _name in ("harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices"):
-    logging.getLogger(_name).addFilter(_ScrubLogs())
+def scrub_loggers(*names: str) -> None:
+    """Scrub every record of the loggers ``names`` and of their children that exist now.
+
+    Filters do not follow propagation (a filter on ``"httpcore2"`` never sees a record of
+    ``"httpcore2.http11"``), so each logger gets its own, once.
+    """
+    existing = list(logging.Logger.manager.loggerDict)
+    for name in names:
+        for each in [name, *(n for n in existing if n.startswith(name + "."))]:
+            logger = logging.getLogger(each)
+            if not any(isinstance(f, _ScrubLogs) for f in logger.filters):
+                logger.addFilter(_ScrubLogs())
+
+
+# Each logger harnessnb logs through; the HTTP module adds its client library's.
+scrub_loggers("harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices")

@@ -1,5 +1,8 @@
 """The SQL behind ``Store.failure_rates``: how often attempts fail, per group.
 
+Attempts a cancel cut off (``cancelled``) are in no group: the provider neither
+answered nor failed them.
+
 ``by`` names columns that are spliced into SQL, so they are checked against
 ``FAILURE_GROUPS`` first.
 """
@@ -62,10 +65,12 @@ def failure_sql(
     keeps the attempts of one sweep's runs: the query then takes the named parameter
     ``$sweep`` (the sweep id, never spliced into the text).
     """
-    source = "attempts"
+    # An attempt a cancel cut off is no provider's success nor failure: left out.
+    kept = "cancelled IS NOT TRUE"
+    source = f"(SELECT * FROM attempts WHERE {kept}) AS c"
     if sweep:
         source = (
-            "(SELECT * FROM attempts WHERE run_id IN "
+            f"(SELECT * FROM attempts WHERE {kept} AND run_id IN "
             "(SELECT run_id FROM run_rows WHERE sweep_id = $sweep)) AS s"
         )
     if every_us is not None:

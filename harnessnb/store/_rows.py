@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import MAX_MESSAGE
-from ..rules._secrets import scrub, scrubber
+from ..rules._secrets import scrub, scrub_values, scrubber
 from ..rules._text import clip
 from ._schema import COLUMNS, quote
 
@@ -167,11 +167,18 @@ def _plain(column: str, value: Any) -> Any:
     return safe_value(column, value)
 
 
+def _task(column: str, value: Any) -> Any:
+    # The task as the contract column keeps it: known secret values out, the rest verbatim.
+    return safe_value(column, scrub_values(value) if isinstance(value, str) else str(value))
+
+
 def _converter(column: str) -> Callable[[str, Any], Any]:
     if column in _TS_COLUMNS:
         return lambda _, value: to_ts(value)
     if column == "error":
         return _error
+    if column == "task":
+        return _task
     return _json if column in _JSON_COLUMNS else _plain
 
 

@@ -9,7 +9,8 @@ how it ended) and the view adds ``steps``, ``tokens`` and ``updated_at`` from th
 committed step rows, so a step commit writes no run row and the counts cannot drift
 from the steps, for a run in progress, finished or killed alike. Since version 6 it
 adds ``cost_usd`` the same way, from the attempt rows; since version 7 it passes
-``sweep_id`` through.
+``sweep_id`` through. Version 8 marks the attempts a cancel cut off (``cancelled``);
+version 9 those whose tokens are estimated (``usage_estimated``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 9
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -166,9 +167,20 @@ _V7: Final = [
         FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
 ]
 
+# Version 8: an attempt a cancel cut off in flight (the server may have read and billed
+# it) is a row with ``cancelled`` true and no kind, left out of every failure rate;
+# every other row, those from before version 8 included, is false.
+_V8: Final = ["ALTER TABLE attempts ADD COLUMN cancelled BOOLEAN DEFAULT false"]
+
+# Version 9: an attempt whose answer reported no usage has estimated tokens (priced like
+# reported ones, so a cost budget binds); this says which. NULL in older rows: reported.
+_V9: Final = [
+    "ALTER TABLE attempts ADD COLUMN usage_estimated BOOLEAN",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
-    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
+    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
@@ -184,6 +196,7 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
         "run_id", "step", "attempt", "provider", "model", "kind", "status",
         "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",
         "request_id", "fell_back", "error", "started_at", "base_url", "cost_usd",
+        "cancelled", "usage_estimated",
     ),
     "steps": (
         "run_id", "step", "decision", "tool_calls", "tokens", "changed_workspace",

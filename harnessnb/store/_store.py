@@ -387,7 +387,8 @@ class Store:
         return self._table("steps", run_id)
 
     def attempts(self, run_id: str | None = None) -> pd.DataFrame:
-        """Every provider HTTP attempt, failures included (``kind`` NULL on success)."""
+        """Every provider HTTP attempt, failures included (``kind`` NULL on success);
+        one a cancel cut off in flight has ``cancelled`` true and no ``kind``."""
         return self._table("attempts", run_id)
 
     def tool_calls(self, run_id: str | None = None) -> pd.DataFrame:
@@ -432,6 +433,11 @@ class Store:
         rates of a provider add up to its overall failure rate. A group with no
         failure has one row with ``kind`` missing and 0 failures. Rows are sorted by
         the group, then most failures first.
+
+        An attempt a cancel cut off in flight (``cancelled``: the run was cancelled,
+        a Ctrl-C, while the server had the request) counts in no group: it is not in
+        ``attempts``, ``failures`` nor the spend, since the provider neither answered
+        nor failed it.
 
         ``failure_rate_low``/``failure_rate_high`` bound ``failure_rate`` with the 95%
         Wilson score interval (honest at small counts: 0 of 3 is 0 to 0.56).

@@ -133,7 +133,7 @@ def commit_step(
     rows = {
         # Tool rows first: a clash with an intent row fails before the rest.
         "tool_calls": tools,
-        "attempts": [row("attempts", a, run_id=run_id) for a in attempts],
+        "attempts": [_attempt_row(run_id, a) for a in attempts],
         "stalls": [row("stalls", s, run_id=run_id) for s in stalls],
     }
     step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
@@ -215,12 +215,17 @@ def add_attempts(
     ``linger_s`` lets the writer hold the rows that long for the step commit that
     follows a successful call, so both share one commit (``WriteOp.linger_s``).
     """
-    rows = [row("attempts", a, run_id=run_id) for a in attempts]
+    rows = [_attempt_row(run_id, a) for a in attempts]
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
         batch.append("attempts", rows)
 
     return WriteOp("add_attempts", apply, direct=False, linger_s=linger_s)
+
+
+def _attempt_row(run_id: str, attempt: Mapping[str, Any]) -> tuple[Any, ...]:
+    # ``cancelled`` is never missing: false unless a cancel cut the attempt off.
+    return row("attempts", attempt, run_id=run_id, cancelled=bool(attempt.get("cancelled")))
 
 
 def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:

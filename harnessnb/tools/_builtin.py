@@ -39,7 +39,7 @@ from ._fileio import (
 from ._process import run_argv
 from ._protocol import Effect, Tool, ToolContext, ToolOutput, bound_output
 from ._sandbox import sandbox_backend, sandbox_label
-from ._schema import object_schema
+from ._schema import object_schema, shipped
 from ._workspace import Workspace, containment_refusal
 
 __all__ = ["MAX_READ_BYTES", "builtin_tools", "glob_to_regex", "read_text_file"]
@@ -177,7 +177,7 @@ def _string(description: str) -> dict[str, Any]:
 
 
 def _params(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
-    return object_schema(properties, required)
+    return shipped(object_schema(properties, required))
 
 
 class _PathTool(Tool):

@@ -54,9 +54,9 @@ __all__ = ["MAX_EXECUTIONS", "SETTLE_S", "ToolExecutor", "retry_decision", "retr
 log = logging.getLogger("harnessnb.tools")
 
 MAX_EXECUTIONS = 3
-# Past the run's deadline, how long a tool may take to wind down: run_command's own
-# timeout (cut to the same deadline) sends SIGTERM, SIGKILL one grace later, then
-# drains pipes for one more grace.
+# Past the run's deadline, how long a tool may take to wind down. run_command's own
+# timeout is cut one grace before the deadline (SIGTERM there, SIGKILL with the whole
+# tree at the deadline), so it ends on time; this covers the rest.
 SETTLE_S = 2 * TERM_GRACE_S + 0.5
 
 
@@ -243,7 +243,7 @@ class ToolExecutor:
             ctx = ToolContext(
                 workspace=self.workspace,
                 idempotency_key=idempotency_key,
-                command_timeout_s=self.command_timeout_s,
+                command_timeout_s=self._command_timeout(),
                 policy=self.policy,
                 run_id=self.run_id,
                 call_id=call.id,
@@ -290,6 +290,14 @@ class ToolExecutor:
             if tool_.effect is not Effect.READ:
                 message += "; it may still complete, so check before repeating it"
             raise SandboxError(message, reason="timeout") from exc
+
+    def _command_timeout(self) -> float:
+        """``run_command``'s timeout, cut so the command ends by the run's deadline: its
+        SIGTERM comes one grace early, so the SIGKILL that follows lands on time."""
+        left = None if self.remaining is None else self.remaining()
+        if left is None:
+            return self.command_timeout_s
+        return min(self.command_timeout_s, max(left - TERM_GRACE_S, 0.0))
 
     def _out_of_time(self) -> bool:
         left = None if self.remaining is None else self.remaining()

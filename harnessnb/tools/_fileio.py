@@ -7,6 +7,8 @@
   ``fstat`` after it, so a FIFO, socket or device is refused at once, never waited on.
 * A file with more than one name is refused when the policy denies reading another of
   its names in the workspace (``LinkGuard``): a hard link to ``.env`` reads nothing.
+  So is a file seen denied under another name before (``_workspace.secret_name``: a
+  command renamed it, or a folder above it), judged by its old name.
 * Writes never modify a file in place: a temporary file in the same folder, then an
   atomic rename over the name. A hard link to a file elsewhere keeps its old content,
   and a symlink swapped in at the last moment is replaced, not followed.
@@ -26,7 +28,7 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 from ..rules._errors import RefusedError, SandboxError
-from ._workspace import SKIP_DIRS, Walked, Workspace, open_dir_at
+from ._workspace import SKIP_DIRS, Walked, Workspace, open_dir_at, secret_name
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy, Verdict
@@ -95,7 +97,10 @@ class LinkGuard:
         self._complete = True
 
     def check(self, st: os.stat_result, rel: str) -> None:
-        if self.policy is None or st.st_nlink < 2:
+        if self.policy is None:
+            return
+        self._check_identity(st, rel)
+        if st.st_nlink < 2:
             return
         if self._denied is None:
             self._denied, self._complete = _denied_inodes(self.workspace, self.policy)
@@ -114,6 +119,23 @@ class LinkGuard:
                 "large to check that none of them is a denied file"
             )
             raise RefusedError(message, act="read", target=rel, rule="hard-link", layer="workspace")
+
+    def _check_identity(self, st: os.stat_result, rel: str) -> None:
+        """Refuse a file first seen denied under another name (a command renamed it,
+        or its folder: ``mv .aws x``); its old name is judged by the policy again."""
+        assert self.policy is not None
+        was = secret_name(st, str(self.workspace.root))
+        if was is None or was == rel:
+            return
+        verdict = self.policy.explain("read", was)
+        if verdict.denied:
+            message = (
+                f"refused: read {rel}: it is {was}, moved or renamed, whose reading is "
+                f"denied by {verdict.reason()}"
+            )
+            raise RefusedError(
+                message, act="read", target=rel, rule=verdict.rule, layer=verdict.layer
+            )
 
 
 def _denied_inodes(

@@ -5,7 +5,8 @@ One rule for the model's tool calls (``ToolExecutor``) and a contract's
 
 * the policy's verdict on ``(act, target)``: ``allow`` passes, ``deny`` refuses;
 * ``ask`` goes to the approver; with no approver it is refused with a hint that says
-  how to allow the act (``--allow-write``, ``policy=``); the approver approves
+  how to allow the act (``--allow-write`` on the face it is read in, ``policy=``); the
+  approver approves
   (pass), denies (refused) or defers (the run stops awaiting approval);
 * a refusal is a ``RefusedError`` carrying the verdict's rule and layer, and a
   ``refused`` event; asking emits ``approval_requested`` and ``approval_decided``.
@@ -16,17 +17,18 @@ their own result (a refused tool row, a verification that could not run).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from ..rules._errors import RefusedError
 from ..rules._policy import Policy, Verdict
 from ._approval import ApprovalRequest, Approver, Decision, decide
 
-__all__ = ["EventSink", "Gate", "Stop", "StopKind"]
+__all__ = ["EventSink", "Gate", "Stop", "StopKind", "hints_name"]
 
 log = logging.getLogger("harnessnb.tools")
 
@@ -42,12 +44,24 @@ _SOURCE: dict[StopKind, str] = {
     "approver_denied": "approver",
 }
 
-_ALLOW_HINT = {
-    "write": ("--allow-write", "allow_write"),
-    "read": ("--allow-read", "allow_read"),
-    "exec": ("--allow-exec", "allow_exec"),
-    "net": ("--allow-net", "allow_net"),
-}
+_ALLOW_METHOD = {"write": "allow_write", "read": "allow_read", "exec": "allow_exec",
+                 "net": "allow_net"}  # fmt: skip
+# Where a person passes --allow-write: the face they read the hint in (the command sets
+# its own while it runs: ``hints_name``; the magic's is the default).
+_FACE = ["%%harness run"]
+
+
+@contextlib.contextmanager
+def hints_name(face: str) -> Iterator[None]:
+    """While the block runs, a refusal's hint says to pass ``--allow-write GLOB`` to
+    ``face`` (``harnessnb run``) instead of ``%%harness run``: a process-wide setting,
+    as the runs it covers are driven on harnessnb's loop thread."""
+    before = _FACE[0]
+    _FACE[0] = face
+    try:
+        yield
+    finally:
+        _FACE[0] = before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,9 +214,11 @@ def _deferral(verdict: Verdict, decision: Decision) -> RefusedError:
 
 
 def _no_approver_message(verdict: Verdict) -> str:
-    flag, method = _ALLOW_HINT[verdict.act]
+    """The refusal with its hint: the face's flag where it has one (only writes do)."""
+    method = _ALLOW_METHOD[verdict.act]
+    flag = f"`--allow-write GLOB` to {_FACE[0]}, or " if verdict.act == "write" else ""
     return (
         f"refused: {verdict.act} {verdict.target} needs approval ({verdict.reason()}) "
-        f"and no approver is set. To allow it, pass `{flag} GLOB` to %%harness run, or "
+        f"and no approver is set. To allow it, pass {flag}"
         f'policy=hn.Policy.default().layer("app").{method}("GLOB") to hn.run.'
     )

@@ -1,17 +1,31 @@
-"""Landlock's kernel interface, and the launcher that confines itself and execs a command.
+"""Landlock's kernel interface, and the launcher that confines itself and runs a command.
 
 ``tools/_landlock`` decides which paths get which rights; this module talks to the
 kernel: the ABI probe (``abi_version``), the access-right bits by ABI, and ``main``,
 which ``tools/_sandbox`` runs as::
 
-    python -I -S .../_landlock_exec.py PLAN -- PROGRAM ARG...
+    python -I -S .../_landlock_exec.py PLAN -- PROGRAM ARG...   (Landlock)
+    python -I -S .../_landlock_exec.py - -- PROGRAM ARG...      (none: no ruleset)
 
-It reads the ruleset, drops every capability (the bounding, ambient and own sets, so
-a root caller's command holds none after exec), sets ``no_new_privs``, creates the
-ruleset, adds one rule per path, restricts itself, then execs the command, which
-inherits the Landlock domain, as does everything it starts. Without network it also
-installs a seccomp filter refusing (EACCES) every IPv4 and IPv6 socket, UDP included,
-which Landlock does not cover (``ip_filter_supported``: x86_64 and aarch64). When
+The command's tree: where the kernel allows it (root: CAP_SYS_ADMIN; an ordinary
+user: through a user namespace mapping only its own ids) the launcher unshares a PID
+and a mount namespace and forks their init, which makes the mounts
+private and mounts a fresh ``/proc`` (the command sees its own processes only, never
+the harness's command line) and dies with the launcher (``PR_SET_PDEATHSIG``), taking
+the whole namespace with it. Elsewhere the launcher is a child subreaper, so every
+orphan of the command's tree (a ``setsid`` daemon included) comes to it. Either way
+the supervisor (init, or the launcher) forks the command, reaps, and once the command
+has exited kills everything left; it ignores SIGTERM (the harness's SIGTERM is for the
+command, in the same process group) and ends as the command ended (its code, or its
+signal). ``tools/_process`` kills the tree beneath it before its SIGKILL.
+
+The confinement: it reads the ruleset, drops every capability (the bounding, ambient
+and own sets, so a root caller's command holds none after exec), sets
+``no_new_privs``, creates the ruleset, adds one rule per path, restricts itself, then
+runs the command, which inherits the Landlock domain, as does everything it starts.
+Without network it also installs a seccomp filter refusing (EACCES) every IPv4 and
+IPv6 socket, UDP included, which Landlock does not cover (``ip_filter_supported``:
+x86_64 and aarch64). When
 the ruleset cannot be applied the command does not run (exit 125): it never falls back
 to running unconfined.
 
@@ -35,6 +49,9 @@ import ctypes
 import os
 import stat
 import sys
+
+# The builtin behind ``signal``, which imports enum: a fifth of the launcher's start-up.
+_signal = __import__("_signal")
 
 # No typing or collections import: the launcher's start-up is paid by every command.
 
@@ -328,29 +345,214 @@ def _drop_capabilities() -> None:
         raise OSError(err, f"capset: {os.strerror(err)}")
 
 
+# ------------------------------------------------------------------ the command's tree
+
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWUSER = 0x00020000, 0x20000000, 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+# Signals a supervisor ignores (the harness's SIGTERM is for the command) and the
+# command gets back at their defaults (Python starts with SIGPIPE ignored).
+_SUPERVISOR_IGNORES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+_COMMAND_DEFAULTS = (*_SUPERVISOR_IGNORES, "SIGPIPE", "SIGXFSZ")
+_MAX_KILL_ROUNDS = 1000
+
+
+def _own_pid_namespace() -> bool:
+    """Unshare a PID and a mount namespace; the next child forked is their init. Root
+    may (CAP_SYS_ADMIN); an ordinary user through a user namespace of its own, where
+    the kernel allows one, mapping only its own uid and gid to themselves. False where
+    the kernel refuses both."""
+    libc = _libc()
+    if int(libc.unshare(ctypes.c_int(_CLONE_NEWPID | _CLONE_NEWNS))) == 0:
+        return True
+    uid, gid = os.getuid(), os.getgid()
+    if int(libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS))) != 0:
+        return False
+    try:  # until the maps are written the process has no uid here: nothing may run
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+            with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
+                f.write(text)
+    except OSError:
+        os._exit(_EXIT_SANDBOX)
+    return True
+
+
+def _mount_own_proc() -> None:
+    """In the new mount namespace: nothing propagates back to the host (private), and
+    a fresh ``/proc`` that shows this PID namespace only. Left as it is on failure."""
+    libc = _libc()
+    if libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        return  # never mount over a /proc that could propagate to the host
+    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    libc.mount(b"proc", b"/proc", b"proc", flags, None)
+
+
+def _signals(names: tuple[str, ...], handler: object) -> None:
+    for name in names:
+        _signal.signal(getattr(_signal, name), handler)
+
+
+def _exec(command: list[str]) -> None:
+    """In the forked child: signals back at their defaults, then exec (never returns)."""
+    _signals(_COMMAND_DEFAULTS, _signal.SIG_DFL)
+    try:
+        os.execvp(command[0], command)
+    except FileNotFoundError:
+        os.write(2, f"{command[0]}: command not found\n".encode())
+        os._exit(_EXIT_NOT_FOUND)
+    except OSError as exc:
+        os.write(2, f"{command[0]}: cannot run: {exc.strerror}\n".encode())
+        os._exit(_EXIT_NOT_EXECUTABLE)
+    os._exit(_EXIT_SANDBOX)  # not reached: execvp returns only by raising
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc; zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
+def _reap_all(block: bool) -> bool:
+    """Reap every exited child; False once this process has no child left at all."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return False
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return True
+        block = False
+
+
+def _kill_the_rest(init: bool) -> None:
+    """Kill every process the command left behind, ``setsid`` or not: the whole PID
+    namespace from its init, else every descendant (orphans come to this subreaper),
+    round after round until none is left (a fork bomb forks while it is killed)."""
+    import time
+
+    for _ in range(_MAX_KILL_ROUNDS):
+        if init:
+            _kill(-1)  # from init: all of the namespace but itself
+            if not _reap_all(block=True):
+                return
+            continue
+        left = _descendants(os.getpid())
+        if not left:
+            _reap_all(block=False)
+            return
+        for pid in left:
+            _kill(pid)
+        _reap_all(block=False)
+        time.sleep(0.001)  # let the killed die before the next look
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, _signal.SIGKILL)
+    except ProcessLookupError:  # gone already (contextlib costs a command its import)
+        return
+
+
+def _supervise(plan: Plan | None, command: list[str], *, init: bool) -> int:
+    """Confine this process (``plan``), run ``command`` as its child, reap whatever
+    comes to it, and once the command has exited kill everything it left. Returns the
+    command's wait status."""
+    if plan is not None:
+        restrict(plan)
+    if not init:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # orphans of the command's tree come here
+    child = os.fork()
+    if child == 0:
+        _exec(command)
+    _signals(_SUPERVISOR_IGNORES, _signal.SIG_IGN)
+    status = (_EXIT_SANDBOX & 0xFF) << 8
+    while True:
+        try:
+            pid, waited = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == child:
+            status = waited
+            break
+    _kill_the_rest(init)
+    return status
+
+
+def _exit_as(status: int) -> int:
+    """End this process as the command ended: its exit code, or its signal raised."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (_signal.SIGKILL, _signal.SIGSTOP):  # no handler to reset there
+            _signal.signal(sig, _signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig  # a signal this process cannot die of (SIGSTOP...)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else _EXIT_SANDBOX
+
+
 def main(argv: list[str]) -> int:
-    """``_landlock_exec.py PLAN -- PROGRAM ARG...``: confine, then exec (no return)."""
+    """``_landlock_exec.py PLAN|- -- PROGRAM ARG...``: the command, confined by ``PLAN``
+    (``-``: no Landlock, supervision only), in its own PID namespace where the kernel
+    allows it, every process it leaves killed when it exits."""
     if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: _landlock_exec.py PLAN -- PROGRAM [ARG...]\n")
+        sys.stderr.write("usage: _landlock_exec.py PLAN|- -- PROGRAM [ARG...]\n")
         return _EXIT_SANDBOX
     command = argv[3:]
     try:
-        with open(argv[1], "rb") as f:
-            plan = decode_plan(f.read())
-        restrict(plan)
+        plan = None
+        if argv[1] != "-":
+            with open(argv[1], "rb") as f:
+                plan = decode_plan(f.read())
+        if not _own_pid_namespace():
+            return _exit_as(_supervise(plan, command, init=False))
+        status_r, status_w = os.pipe()
+        alive_r, alive_w = os.pipe()  # end of file once the launcher is gone
+        init = os.fork()  # pid 1 of the new namespace
+        if init == 0:
+            os.close(status_r)
+            os.close(alive_w)
+            _prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL)  # the launcher killed: all go
+            os.set_blocking(alive_r, False)
+            try:
+                if os.read(alive_r, 1) == b"":
+                    os._exit(_EXIT_SANDBOX)  # killed before the line above took hold
+            except BlockingIOError:
+                pass
+            _mount_own_proc()
+            os.write(status_w, b"%d" % _supervise(plan, command, init=True))
+            os._exit(0)
+        os.close(status_w)
+        os.close(alive_r)
+        _signals(_SUPERVISOR_IGNORES, _signal.SIG_IGN)
+        os.waitpid(init, 0)
+        with os.fdopen(status_r, "rb") as f:
+            said = f.read()
+        return _exit_as(int(said)) if said else _EXIT_SANDBOX
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"harnessnb: the Landlock sandbox could not be applied ({exc}); ")
         sys.stderr.write("the command did not run\n")
         return _EXIT_SANDBOX
-    try:
-        os.execvp(command[0], command)
-    except FileNotFoundError:
-        sys.stderr.write(f"{command[0]}: command not found\n")
-        return _EXIT_NOT_FOUND
-    except OSError as exc:
-        sys.stderr.write(f"{command[0]}: cannot run: {exc.strerror}\n")
-        return _EXIT_NOT_EXECUTABLE
-    return _EXIT_SANDBOX  # not reached: execvp returns only by raising
 
 
 if __name__ == "__main__":

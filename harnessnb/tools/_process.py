@@ -3,10 +3,14 @@
 The child starts without a shell in a new session, so one signal to its process
 group reaches every grandchild it started. The one rule for ending it: at the
 deadline, on a cancel, or when a reader fails, the group gets SIGTERM (a CLI may
-save its session), then SIGKILL once ``TERM_GRACE_S`` has passed without the leader
-exiting; after a normal exit, stragglers still in the group are killed at once (the
-command is over). Pipes are then drained for at most one more grace period: only a
-process that left the group (its own ``setsid``) can hold them open.
+save its session), then, once ``TERM_GRACE_S`` has passed without the leader exiting,
+every descendant of the leader (found in /proc, round after round, ``setsid`` or not)
+and the group get SIGKILL; after a normal exit, stragglers still in the group are
+killed at once (the command is over). A command's leader is a sandbox wrapper that
+keeps its tree (bwrap's PID namespace; the launcher's, or its subreaper, under
+Landlock and none: ``tools/_landlock_exec``), so nothing it started outlives the
+call. Pipes are then drained for at most one more grace period: only a process that
+left the tree can hold them open.
 
 Reading is bounded: stdout goes to a ``Sink`` (``BoundedCapture`` keeps head and tail,
 the agent drivers split lines), stderr is merged into stdout or captured head and tail.
@@ -39,6 +43,7 @@ __all__ = [
     "ProcessExit",
     "Sink",
     "kill_group",
+    "kill_tree",
     "run_argv",
     "run_process",
     "stop_group",
@@ -50,6 +55,7 @@ TERM_GRACE_S = 1.0
 _COMMAND_CAPTURE_BYTES = 16_000
 _POLL_S = 0.02
 _CHUNK = 65536
+_MAX_KILL_ROUNDS = 1000
 
 
 class Sink(Protocol):
@@ -203,6 +209,11 @@ async def stop_group(proc: asyncio.subprocess.Process, *, wrapped: bool = False)
         deadline = loop.time() + TERM_GRACE_S
         while proc.returncode is None and loop.time() < deadline:
             await asyncio.sleep(_POLL_S)
+    if proc.returncode is None:
+        # Every descendant first, while the leader (a subreaper launcher, or bwrap)
+        # still holds the orphans a ``setsid`` made: killed with it, they would go to
+        # init and outlive the call.
+        kill_tree(proc.pid)
     kill_group(proc.pid, signal.SIGKILL)
     if proc.returncode is None:  # reap the leader; its exit, once seen, needs no wait
         with contextlib.suppress(TimeoutError):
@@ -211,6 +222,26 @@ async def stop_group(proc: asyncio.subprocess.Process, *, wrapped: bool = False)
 
 def _groups_beneath(leader: int) -> set[int]:
     """The process groups of ``leader``'s descendants other than its own (from /proc)."""
+    groups = {pgrp for _, pgrp in _descendants(leader)}
+    groups.discard(leader)
+    return groups
+
+
+def kill_tree(leader: int) -> None:
+    """SIGKILL every live descendant of ``leader`` (not ``leader``), round after round
+    until none is left: a process forking while it is killed is found again."""
+    for _ in range(_MAX_KILL_ROUNDS):
+        left = _descendants(leader)
+        if not left:
+            return
+        for pid, _ in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)  # let the killed die before the next look
+
+
+def _descendants(leader: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every live descendant of ``leader`` (from /proc)."""
     children: dict[int, list[int]] = {}
     groups: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -221,16 +252,17 @@ def _groups_beneath(leader: int) -> set[int]:
                 fields = f.read().rsplit(b") ", 1)[1].split()
         except (OSError, IndexError):  # gone meanwhile, or not ours to read
             continue
+        if fields[0] == b"Z":
+            continue  # dead already, waiting for its parent
         pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
         children.setdefault(ppid, []).append(pid)
         groups[pid] = pgrp
-    found: set[int] = set()
+    found: list[tuple[int, int]] = []
     todo = list(children.get(leader, []))
     while todo:
         pid = todo.pop()
-        found.add(groups[pid])
+        found.append((pid, groups[pid]))
         todo += children.get(pid, [])
-    found.discard(leader)
     return found
 
 

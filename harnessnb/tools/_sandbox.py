@@ -9,22 +9,29 @@ Landlock ABI once per process):
 
 * ``bubblewrap``: ``bwrap`` on PATH and a probe run with the full flag set succeeds.
   Root filesystem read-only; the workspace bound writable; a private scratch folder
-  as ``/tmp`` (``TMPDIR``) holding a private empty ``HOME``; a fresh ``/dev`` and
-  ``/proc``; its own PID namespace; a new session; killed with the runner; no
-  network unless the policy allows it (``command_net_allowed``); every workspace file
-  the policy denies reading (and every hard link to one) masked by ``/dev/null``, a
-  denied folder by an empty read-only tmpfs; the usual credential files of the real
+  as ``/tmp`` (``TMPDIR``) holding a private empty ``HOME``; a fresh ``/dev`` and a
+  fresh, read-only ``/proc`` (no sysctl writes, even by root); its own PID, UTS and
+  user namespace (the command is ``nobody`` there when the caller is root, and makes
+  no namespace of its own); a new session; killed with the runner; no network unless
+  the policy allows it (``command_net_allowed``); every workspace file the policy
+  denies reading (and every hard link to one) masked by an empty read-only file, a
+  denied folder by an empty read-only tmpfs, and every folder between the workspace
+  and a mask bound onto itself, so no rename can carry a secret out from under its
+  mask (a mount point cannot be renamed); the usual credential files of the real
   home (``~/.ssh``, ``~/.aws``, ...) and the Unix sockets under ``/run`` (docker,
   D-Bus) masked the same way; no capabilities, even when the caller is root.
 * ``landlock``: the kernel reports a Landlock ABI (Linux >= 5.13; no user namespace
   needed, so it works where bwrap cannot, e.g. a Binder container). The command
-  starts through ``tools/_landlock_exec``, which confines itself and execs it; the
+  starts through ``tools/_landlock_exec``, which confines itself and runs it; the
   rules come from ``tools/_landlock``. Read and execute on the filesystem except the
   host's ``/tmp`` and ``/dev`` (the usual devices excepted), the real home's
   credential files and the workspace's secret paths (hard links included); write only
   in the workspace and a private scratch ``TMPDIR`` holding ``HOME``; no capabilities;
-  ``no_new_privs``; a new session. Without network: no IPv4/IPv6 socket at all (a
-  seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI >= 4) and no
+  ``no_new_privs``; a new session; its own PID namespace and ``/proc`` where the
+  kernel allows it (root, or a user namespace), else a subreaper launcher; every
+  process it starts killed at the end of the call. Without network: no IPv4/IPv6
+  socket at all (a seccomp filter, x86_64 and aarch64), no TCP connect or bind (ABI
+  >= 4) and no
   abstract Unix sockets (ABI >= 6); Unix sockets named in the filesystem stay open.
   Elsewhere the label says what holds (``no TCP (UDP not blocked)``, or ``network not
   blocked`` below ABI 4). Landlock grants by allow-list and cannot hide names: a
@@ -32,7 +39,9 @@ Landlock ABI once per process):
   is readable from the next command on; entries beside a secret cannot be removed or
   renamed (a renamed secret would lose the name that denies it).
 * ``none``: the command runs uncontained (only the minimal environment and a private
-  ``HOME``/``TMPDIR`` apply); every surface says "uncontained".
+  ``HOME``/``TMPDIR`` apply); every surface says "uncontained". It still starts
+  through the launcher (no ruleset): its own PID namespace where the kernel allows
+  it, and nothing it starts outlives the call.
 
 Tried in that order. ``HARNESSNB_SANDBOX=none|bubblewrap|landlock`` (read at each call)
 forces a backend, for tests and for people who know their machine.
@@ -57,6 +66,7 @@ from typing import Any
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
 from . import _landlock, _landlock_exec
+from ._workspace import note_secret
 
 __all__ = [
     "BACKENDS",
@@ -105,20 +115,29 @@ _HOME_CREDENTIALS = (
 MAX_SCAN_ENTRIES = 300_000
 _PROBE_TIMEOUT_S = 10.0
 # --cap-drop ALL matters when the caller is root: bwrap then keeps every capability,
-# and a command could remount / read-write.
-_BWRAP_FLAGS = (
+# and a command could remount / read-write. A user namespace (the command an
+# unprivileged uid in it, no nested namespaces) and its own hostname come on top; when
+# bwrap cannot do those here, the probe falls back to _BWRAP_BASE alone.
+_BWRAP_BASE = (
     "--unshare-pid",
     "--unshare-ipc",
+    "--unshare-uts",
     "--die-with-parent",
     "--new-session",
     "--cap-drop",
     "ALL",
 )
+_BWRAP_USERNS = ("--unshare-user", "--disable-userns")
+# The uid and gid a command has in its namespace when the caller is root (nobody).
+_SANDBOX_ID = 65534
+# /proc mounted fresh, then read-only: as root (uid 0 on the host even inside a user
+# namespace) a writable /proc/sys would let a command set the host's sysctls.
+_BWRAP_PROC = ("--proc", "/proc", "--remount-ro", "/proc")
 # Where the host's service sockets live (docker, containerd, the user's D-Bus and
 # agents): a Unix socket on the read-only root still connects, with or without network.
 _SOCKET_FOLDERS = ("/run", "/var/run")
 _MAX_SOCKET_SCAN = 20_000
-_probed: dict[str, bool] = {}  # bwrap path -> did the probe run succeed
+_probed: dict[str, tuple[str, ...] | None] = {}  # bwrap path -> the flags that ran, or None
 _LAUNCHER = str(Path(_landlock_exec.__file__).resolve())
 _abi: list[int] = []  # the kernel's Landlock ABI, once asked
 _which: list[Any] = []  # [PATH, when, bwrap's path or None] (``_which_bwrap``)
@@ -174,17 +193,37 @@ def landlock_abi() -> int:
 
 
 def _probe(bwrap: str) -> bool:
+    return _bwrap_flags(bwrap) is not None
+
+
+def _bwrap_flags(bwrap: str) -> tuple[str, ...] | None:
+    """The namespace flags ``bwrap`` runs with here (probed once per location): the
+    full set with a user namespace, else without one (bwrap < 0.8, or user namespaces
+    refused to a setuid bwrap), else None (bwrap cannot run)."""
     if bwrap not in _probed:
-        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        argv += ["--unshare-net", *_BWRAP_FLAGS, "--", "true"]
-        try:
-            done = subprocess.run(  # a fixed argv, no shell
-                argv, capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False, env={}
-            )
-            _probed[bwrap] = done.returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            _probed[bwrap] = False  # e.g. user namespaces forbidden (a Binder container)
+        _probed[bwrap] = None
+        for flags in (_user_flags(), ()):
+            argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_BWRAP_PROC]
+            argv += ["--unshare-net", *flags, *_BWRAP_BASE, "--", "true"]
+            try:
+                done = subprocess.run(  # a fixed argv, no shell
+                    argv, capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False, env={}
+                )
+            except (OSError, subprocess.SubprocessError):
+                continue  # e.g. user namespaces forbidden (a Binder container)
+            if done.returncode == 0:
+                _probed[bwrap] = (*flags, *_BWRAP_BASE)
+                break
     return _probed[bwrap]
+
+
+def _user_flags() -> tuple[str, ...]:
+    """A user namespace in which the command is the caller's own uid, or nobody when
+    the caller is root (still uid 0 on the host: /proc and / stay read-only for it)."""
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        uid = gid = _SANDBOX_ID
+    return (*_BWRAP_USERNS, "--uid", str(uid), "--gid", str(gid))
 
 
 def containment() -> str:
@@ -289,7 +328,9 @@ def confine(
         (tmp / "home").mkdir(parents=True)
         if backend == "none":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
-            return Confined(list(argv), run_env, "none", True, sandbox_label("none"), scratch)
+            secret_paths(root, policy)  # their identities noted before any rename
+            launch = [sys.executable, "-I", "-S", _LAUNCHER, "-", "--", *argv]
+            return Confined(launch, run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy)
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
@@ -324,16 +365,33 @@ def _check_program(program: str, root: Path, env: Mapping[str, str] | None) -> N
 
 def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool, path_env: str) -> list[str]:
     bwrap = shutil.which("bwrap") or "bwrap"
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    flags = _bwrap_flags(bwrap) or _BWRAP_BASE
+    empty = tmp.parent / "empty"  # what a masked file reads as: an empty regular file
+    empty.touch(0o444)
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_BWRAP_PROC]
     argv += ["--bind", str(tmp), "/tmp"]
     for folder in _programs_under_tmp(path_env):
         argv += ["--ro-bind", folder, folder]
-    argv += _masks([*_home_credentials(root), *_host_sockets()])
+    argv += _masks([*_home_credentials(root), *_host_sockets()], empty)
     argv += ["--bind", str(root), str(root)]
-    argv += _masks(secret_paths(root, policy))
+    secrets = secret_paths(root, policy)
+    # Every folder between the workspace root and a masked path is bound onto itself:
+    # a mount point cannot be renamed or removed (EBUSY), so no command can carry a
+    # secret away from its mask by renaming its parent (``mv .aws x``).
+    for above in _ancestors(root, secrets):
+        argv += ["--bind", str(above), str(above)]
+    argv += _masks(secrets, empty)
     if not net:
         argv.append("--unshare-net")
-    return [*argv, *_BWRAP_FLAGS, "--chdir", str(root)]
+    return [*argv, *flags, "--chdir", str(root)]
+
+
+def _ancestors(root: Path, paths: Sequence[Path]) -> list[Path]:
+    """The folders strictly between ``root`` and each of ``paths``, parents first."""
+    found: set[Path] = set()
+    for path in paths:
+        found.update(p for p in path.parents if p != root and p.is_relative_to(root))
+    return sorted(found, key=lambda p: (len(p.parts), str(p)))
 
 
 def _landlock_plan(
@@ -377,14 +435,15 @@ def _programs_under_tmp(path_env: str) -> list[str]:
     return sorted(found)
 
 
-def _masks(paths: Sequence[Path]) -> list[str]:
-    """bwrap arguments hiding each path: a file behind /dev/null, a folder emptied."""
+def _masks(paths: Sequence[Path], empty: Path) -> list[str]:
+    """bwrap arguments hiding each path: a file behind the read-only ``empty`` file (it
+    reads as empty; /dev/null on a nodev mount would not open), a folder emptied."""
     out: list[str] = []
     for path in paths:
         if path.is_dir():
             out += ["--tmpfs", str(path), "--remount-ro", str(path)]
         else:
-            out += ["--ro-bind", "/dev/null", str(path)]
+            out += ["--ro-bind", str(empty), str(path)]
     return out
 
 
@@ -513,6 +572,8 @@ class _Walk:
             if not (is_dir or is_file):
                 continue  # symlinks, FIFOs, sockets: judged under their target's name
             is_denied = inside_denied or self.policy.explain("read", entry_rel).denied
+            if is_denied:
+                note_secret(st, self.root, entry_rel)  # known by identity if renamed
             if is_denied and not inside_denied:
                 denied.append(entry.path)
             if is_dir:

@@ -24,7 +24,15 @@ from pathlib import Path
 
 from ..rules._errors import RefusedError
 
-__all__ = ["SKIP_DIRS", "Walked", "Workspace", "containment_refusal", "open_dir_at"]
+__all__ = [
+    "SKIP_DIRS",
+    "Walked",
+    "Workspace",
+    "containment_refusal",
+    "note_secret",
+    "open_dir_at",
+    "secret_name",
+]
 
 SKIP_DIRS = frozenset({".git"})  # noise for the model; never a place to search
 _MAX_COMPONENT_BYTES = 255
@@ -33,6 +41,11 @@ _MAX_SYMLINK_HOPS = 40  # as the Linux kernel
 _FINGERPRINT_LIMIT = 50_000
 _LINK_OUT = "a symlink in the path points outside the workspace"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Every file and folder a walk for secret paths found denied, by identity (device,
+# inode) -> (workspace root, the relative path it had): a secret a command renamed is
+# still known for what it is. This process only; the oldest dropped past the cap.
+_SECRETS_SEEN: dict[tuple[int, int], tuple[str, str]] = {}
+_MAX_SECRETS_SEEN = 100_000
 
 
 class Walked:
@@ -268,6 +281,24 @@ class Workspace:
                 if entry.is_dir(follow_symlinks=False) and entry.name not in SKIP_DIRS:
                     stack.append(Path(entry.path))
         return frozenset(seen)
+
+
+def note_secret(st: os.stat_result, root: str, rel: str) -> None:
+    """Remember that the file or folder ``st`` was at ``rel`` under ``root`` when the
+    policy denied reading it (``secret_name`` answers for it under any later name)."""
+    key = (st.st_dev, st.st_ino)
+    _SECRETS_SEEN.pop(key, None)
+    _SECRETS_SEEN[key] = (root, rel)
+    while len(_SECRETS_SEEN) > _MAX_SECRETS_SEEN:
+        _SECRETS_SEEN.pop(next(iter(_SECRETS_SEEN)))
+
+
+def secret_name(st: os.stat_result, root: str) -> str | None:
+    """The path under ``root`` at which ``st`` (a file or folder) was seen denied, or
+    None. An inode freed and reused for another file keeps the old name until the
+    next walk sees it: it is refused, never shown, meanwhile."""
+    seen = _SECRETS_SEEN.get((st.st_dev, st.st_ino))
+    return seen[1] if seen is not None and seen[0] == root else None
 
 
 def open_dir_at(folder: int, name: str) -> int:

@@ -15,6 +15,7 @@ Copilot with ``COPILOT_PROVIDER_TYPE=openai``). Each model request gets the answ
   the credit balance is too low);
 - ``overflow``: 400, the prompt is too long for the context window;
 - ``cut``: the stream starts, then the connection is dropped mid-way;
+- ``reset``: the request is read, then the connection is dropped with no answer at all;
 - ``hang``: the request is read and never answered.
 
 Every request is recorded (method, path, body) in ``requests``.
@@ -118,6 +119,10 @@ class _Handler(BaseHTTPRequestHandler):
         mode = self.fake.mode
         if mode == "hang":
             self.fake.closing.wait()
+            self.close_connection = True
+            return
+        if mode == "reset":
+            self.connection.shutdown(2)  # no status line: what a dropped connection gives
             self.close_connection = True
             return
         if mode in ("429", "529", "503", "401", "overflow", "quota"):

@@ -53,12 +53,20 @@ LONG = " ".join(["while contacting the upstream service the request failed"] * 1
          K.TRANSPORT, False),
         ("Failed to finalize chat-completions stream: missing finish_reason", None,
          "transport", K.TRANSPORT, False),
+        # no status: the CLI's generic server word yields to words naming the connection
+        ("API Error: Unable to connect to API (ECONNRESET)", None, "server_error",
+         K.TRANSPORT, False),
+        ("API Error: Overloaded", None, "server_error", K.SERVER, False),
+        ("API Error: Internal server error", 500, "server_error", K.SERVER, False),
         ("rate_limit (HTTP 429)", 429, "rate_limit", K.RATE_LIMITED, False),
         ("overloaded (HTTP 529)", 529, "overloaded", K.SERVER, False),
         ("authentication_failed (HTTP 401)", 401, "authentication_failed", K.AUTH, True),
         ("You exceeded your current quota, please check your plan", 429, None,
          K.RATE_LIMITED, True),
-        ("Payment required", 402, None, K.RATE_LIMITED, True),
+        # 402 is auth, as in the one status table (rules._errors), said or only worded
+        ("Payment required", 402, None, K.AUTH, True),
+        ("API Error: 402 Payment Required", None, None, K.AUTH, True),
+        ("Payment required", None, None, K.AUTH, True),
         ("Credit balance is too low", 400, None, K.RATE_LIMITED, True),
         ("Quota exceeded. Check your plan and billing details.", None, None,
          K.RATE_LIMITED, True),
@@ -82,7 +90,12 @@ def test_a_reported_failure_is_read_into_its_cause(
 
 def test_a_failure_that_says_nothing_has_no_cause_until_the_cli_retried_it() -> None:
     assert cause_of("something odd happened") is None
-    assert retry_cause("something odd happened").kind is K.SERVER  # the CLI retried it
+    # retried with no status (Claude's "error_status": null, "error": "unknown"): no
+    # answer arrived, the connection failed
+    assert retry_cause("something odd happened").kind is K.TRANSPORT
+    assert retry_cause("unknown", None, "unknown").kind is K.TRANSPORT
+    # retried with a status nothing else explains: the server answered, and failed
+    assert retry_cause("something odd happened", 200).kind is K.SERVER
 
 
 def test_an_id_or_a_port_is_not_a_status() -> None:
@@ -150,6 +163,7 @@ def test_codexs_final_error_is_no_retry(clis: CLIs) -> None:
         ({"status": 503}, K.SERVER, True),
         ({"status": 529}, K.SERVER, True),
         ({"status": 400}, K.REQUEST, False),
+        ({}, K.TRANSPORT, True),  # no status, no kind: no answer arrived
         ({"kind": K.TRANSPORT}, K.TRANSPORT, True),
         ({"kind": K.TIMEOUT}, K.TIMEOUT, True),
         ({"kind": K.CONTEXT_OVERFLOW}, K.CONTEXT_OVERFLOW, False),

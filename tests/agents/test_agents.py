@@ -23,6 +23,9 @@ import pytest
 from agent_helpers import CLIs
 
 import harnessnb as hn
+from harnessnb.agents._cause import Cause
+from harnessnb.agents._turn import Turn
+from harnessnb.rules._secrets import is_secret_name
 from harnessnb.tools import _process  # the one runner owns the kill grace
 
 AGENTS = ["claude", "codex", "copilot"]
@@ -444,6 +447,23 @@ def test_a_secret_echoed_by_the_cli_is_redacted_everywhere(
     assert secret not in stored
 
 
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("AWS_BEARER_TOKEN_BEDROCK", True), ("NPM_CONFIG__AUTH", True),
+     ("KEYBOARD_LAYOUT", False), ("SSH_AUTH_SOCK", False)],
+)  # fmt: skip
+def test_the_childs_secret_variables_follow_the_scrubbers_one_rule(
+    clis: CLIs, name: str, secret: bool
+) -> None:
+    value = "value-of-the-variable-42"
+    clis.scenario(mode="crash", echo_env=name)
+    result = run(clis, "claude", env={name: value})
+    assert isinstance(result.error, ag.Failed)
+    assert is_secret_name(name) is secret
+    shown = "[redacted]" if secret else value
+    assert f"error: key {shown} refused" in result.error.stderr
+
+
 # --------------------------------------------------------- timeout, cancel
 
 
@@ -482,9 +502,13 @@ def test_cancel_kills_the_whole_process_group_and_records_cancelled(clis: CLIs) 
     row = clis.store.get_run("run_cancel")
     assert row is not None and row["outcome"] == "cancelled"
     assert row["error"]["code"] == "AGENT_CANCELLED"
-    # The step is kept (with what the stream said); a cancel is no provider outcome.
+    # The step is kept (with what the stream said); the request the cancel cut off is a
+    # row marked cancelled, with no kind: a cancel is no provider outcome.
     assert clis.store.steps("run_cancel")["decision"].tolist() == ["cancelled"]
-    assert clis.store.attempts("run_cancel").empty
+    rows = clis.store.attempts("run_cancel")
+    assert rows["cancelled"].tolist() == [True] and rows["kind"].isna().all()
+    assert rows["provider"].tolist() == ["claude-code"]
+    assert clis.store.failure_rates(by="provider").empty
 
 
 def test_a_grandchild_left_running_after_a_good_answer_is_killed(clis: CLIs) -> None:
@@ -512,9 +536,53 @@ def test_an_endless_stream_and_an_endless_line_do_not_exhaust_memory(clis: CLIs)
 
 def test_one_event_is_bounded_by_event_bytes(clis: CLIs) -> None:
     turn = ag._turn.Turn(ag.Limits(event_bytes=100))  # type: ignore[attr-defined]
-    turn.tool_started("t", "Write", {"content": "z" * 10_000})
-    assert len(turn.tool_calls[0]["args"]) == 100
-    assert turn.tool_calls[0]["args"].endswith("…(truncated)")
+    turn.tool_started("t", "Write", {"content": "z" * 10_000 + "END"})
+    args = turn.tool_calls[0]["args"]
+    assert len(args) < 150 and "chars elided]" in args  # head and tail, the cut counted
+    assert args.startswith('{"content": "zz') and args.endswith('END"}')
+
+
+KEY = "hn-run-secret-0123456789abcdef"  # a CLI's key, given only to the child
+
+
+def _around(key: str, cut: int) -> str:
+    """A long text with ``key`` lying across position ``cut``."""
+    return "a" * (cut - 10) + key + "b" * 5000
+
+
+@pytest.mark.parametrize("source", ["environment", "run"])
+def test_a_key_across_a_cut_of_the_clis_stream_is_scrubbed_before_the_cut(
+    monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    # Every text a turn keeps is scrubbed, then cut: a key lying across the cut would
+    # otherwise leave a fragment no scrubber recognises. Both kinds of secret: one read
+    # from the environment, one known only to this run (the child's variables).
+    key = "hn-env-secret-0123456789abcdef" if source == "environment" else KEY
+    monkeypatch.setenv("HN_TEST_API_KEY", "hn-env-secret-0123456789abcdef")
+    turn = Turn(ag.Limits(capture_bytes=1000, event_bytes=200), secrets=[KEY])
+    turn.say(_around(key, 990))  # the old cut kept the first 988 characters
+    turn.answer(_around(key, 990))
+    turn.tool_started("t", "Write", {"content": _around(key, 190)})
+    turn.tool_refused("t", _around(key, 290))
+    turn.unreadable(_around(key, 290))
+    turn.retry(Cause(hn.ProviderErrorKind.SERVER, detail=_around(key, 290)))
+    kept = [turn.text, turn.partial_text(), turn.first_unparsed,
+            *(str(c) for c in turn.tool_calls), *(str(e) for e in turn.events)]  # fmt: skip
+    for text in kept:
+        assert key[:8] not in text and key[-8:] not in text, text[:120]
+    assert all(len(t) < 6000 and "chars elided]" in t for t in kept)
+
+
+def test_a_run_keeps_no_fragment_of_the_childs_key_cut_from_a_long_answer(clis: CLIs) -> None:
+    answer = "a" * 980 + KEY + "b" * 3000  # the key across the answer's old cut (988)
+    clis.scenario(mode="ok", text=answer)
+    limits = ag.Limits(capture_bytes=1000)
+    result = ag.run_sync(ag.ClaudeCode(env={"ANTHROPIC_API_KEY": KEY}, limits=limits),
+                         "read a.txt", clis.ws, store=clis.store)  # fmt: skip
+    assert result.ok, result.error
+    assert KEY[:8] not in result.text and "[redacted]" not in result.text  # cut away whole
+    assert result.text.startswith("aaa") and result.text.endswith("bbb")
+    assert "chars elided]" in result.text
 
 
 # ---------------------------------------------------------------- sessions

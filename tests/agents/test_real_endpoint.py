@@ -232,6 +232,22 @@ def test_real_claude_with_one_retry_reports_its_final_error_by_cause(
             assert o.attempts[0]["kind"] == KIND[o.mode], o.attempts
 
 
+def test_real_claudes_status_less_retry_of_a_dropped_connection_is_transport(
+    rigs: dict[str, Rig], tmp_path: Path
+) -> None:
+    # Claude Code reports each retry of a connection dropped before any answer as
+    # {"error_status": null, "error": "unknown"}: no status, so the connection failed.
+    with hn.Store(tmp_path / "runs.duckdb") as store:
+        o = asyncio.run(scenario(rigs["claude"], store, "reset", timeout=40, knobs=True))
+    rows = [(a["kind"], None if pd.isna(a["status"]) else a["status"]) for a in o.attempts]
+    assert rows == [("transport", None), ("transport", None)], o.row()
+    assert o.attempts[0]["error"] == "AGENT_TURN_FAILED", o.attempts
+    retries = [e.data for e in o.events if e.kind == "retry"]
+    assert [(r["kind"], r["status"]) for r in retries] == [("transport", None)], retries
+    assert isinstance(o.error, ag.AgentError) and o.error.kind is hn.ProviderErrorKind.TRANSPORT
+    assert o.error.retryable, o.row()
+
+
 def test_real_codex_without_retries_reports_its_final_error_by_cause(
     rigs: dict[str, Rig], tmp_path: Path
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Fault, Reply
-from harnessnb.providers import _http
+from harnessnb.providers import _attempt as _http
 from harnessnb.rules._retry import retry_decision
 
 K = hn.ProviderErrorKind

@@ -152,7 +152,12 @@ def test_a_command_cannot_read_secret_files_even_through_a_hard_link(
     )
     assert result.outcome is hn.RunOutcome.FINISHED
     assert all(FAKE_KEY not in out for out in outputs)
-    assert outputs[0].startswith("exit code 1\n")
+    # What a masked secret looks like (README, "Security model"): an empty file under
+    # bubblewrap, a file that cannot be opened (EACCES) under Landlock.
+    if backend == "bubblewrap":
+        assert outputs[0] == outputs[1] == outputs[2] == "exit code 0\n"
+    else:
+        assert outputs[0].startswith("exit code 1\n") and "Permission denied" in outputs[0]
     assert outputs[-1] == "exit code 0\nhello sandbox\n"
     assert FAKE_KEY in (ws / ".env").read_text()  # masked, not touched
 
@@ -398,7 +403,8 @@ def test_a_command_cannot_reach_a_host_service_socket(
                 server.accept()
         finally:
             os.unlink(path)
-    assert "ConnectionRefusedError" in outputs[0]
+    # masked by a read-only empty file: connect needs write permission on it
+    assert "ConnectionRefusedError" in outputs[0] or "PermissionError" in outputs[0]
 
 
 @pytest.mark.parametrize("backend", CONTAINED, indirect=True)

@@ -329,7 +329,8 @@ def test_a_command_never_sees_a_provider_key_not_even_through_proc(
     )
     assert outputs[0] == "exit code 1\n"
     assert all(FAKE_KEY not in out for out in outputs)
-    assert "Permission denied" in outputs[1]
+    # Not even there to be refused where the command has its own PID namespace (root).
+    assert "Permission denied" in outputs[1] or "No such file" in outputs[1]
 
 
 @pytest.mark.skipif(ABI < 6, reason="Landlock scopes need ABI 6 (Linux 6.12)")

@@ -113,6 +113,28 @@ def test_secret_named_environment_values_are_read_when_scrubbing(
     assert not _secrets.is_secret_name("KEYBOARD")
 
 
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("OPENAI_API_KEY", True), ("GH_TOKEN", True), ("db_password_main", True),
+     ("AWS_SECRET_ACCESS_KEY", True), ("AWS_BEARER_TOKEN_BEDROCK", True),
+     ("ANTHROPIC_AUTH_TOKEN", True), ("NPM_CONFIG__AUTH", True), ("MY_APIKEY", True),
+     ("GITHUB_APP_CREDENTIALS", True), ("SESSION_COOKIE", True), ("SECRET_KEY_BASE", True),
+     ("KEYBOARD", False), ("KEYBOARD_LAYOUT", False), ("TOKENIZERS_PARALLELISM", False),
+     ("SSH_AUTH_SOCK", False), ("SSL_KEY_FILE", False), ("HF_TOKEN_PATH", False),
+     ("AUTHOR", False), ("OPENAI_BASE_URL", False), ("HOME", False), ("", False)],
+)  # fmt: skip
+def test_a_secret_name_is_one_with_a_credentials_word(name: str, secret: bool) -> None:
+    # The one rule: the scrubber's reading of the environment and a CLI's variables.
+    assert _secrets.is_secret_name(name) is secret
+
+
+def test_a_secret_named_variable_with_the_word_inside_is_scrubbed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", ENV_CANARY)
+    assert _secrets.scrub(f"token {ENV_CANARY} used") == "token [redacted] used"
+
+
 def test_token_shapes_go_with_scrub_but_not_with_scrub_values() -> None:
     text = "Authorization: Bearer abc.def-123 and sk-proj-abcdefgh12345"
     assert _secrets.scrub(text) == "Authorization: Bearer [redacted] and sk-proj-[redacted]"
