@@ -405,7 +405,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
 
 def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from ..loop._durable import replay
+    from ..loop._replay import replay
     from ..store._store import Store
 
     try:
