@@ -79,6 +79,7 @@ from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
 from .rules._text import printable, shorten
+from .store._open import refuse_store_inside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -421,6 +422,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     policy = policy_from(args, "cli")
     prices = prices_from(args)
     provider = _provider(args)
+    refuse_store_inside(args.store or None, contract.workspace)  # before it is made
     store = _store(args)
     progress = LineProgress()
     approver = _approver(args)

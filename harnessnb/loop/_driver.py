@@ -541,7 +541,7 @@ async def run(
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
+        opened = await open_patiently(store, contract.budget_seconds, clock, contract.workspace)
     except StoreError as exc:
         if not exc.retryable:
             raise

@@ -38,7 +38,7 @@ from ..rules._errors import (
 from ..rules._retry import Clock, SystemClock
 from ..rules._secrets import scrub
 from ..store._leases import owner_alive, owner_identity
-from ..store._open import open_store
+from ..store._open import open_store, refuse_store_inside
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
@@ -157,6 +157,7 @@ async def resume(
             reason="agent_run",
         )
     contract, recorded = _recorded(row)
+    refuse_store_inside(store, contract.workspace)  # the agent must not reach its record
     if policy is None:
         policy = recorded
     elif not policy.at_least_as_strict_as(recorded):

@@ -273,3 +273,80 @@ def test_an_honest_store_opens_and_reads_as_before(tmp_path: Path) -> None:
     assert list(hn.Store.combine([path]).merge(into=into).runs()["run_id"]) == ["r1"]
     shutil.copy(path, tmp_path / "copy.duckdb")
     assert list(hn.Store(tmp_path / "copy.duckdb").runs()["run_id"]) == ["r1"]
+
+
+# ------------------------------------------------------------ a store in the workspace
+
+
+def _erase_the_record(ws: Path, store: Path | hn.Store | None) -> hn.RunResult:
+    """The attack: under Policy.permissive(), the agent overwrites the store file."""
+    script: list[object] = [
+        {"tool": "write_file", "args": {"path": "runs.duckdb", "content": "gone"}},
+        "done",
+    ]
+    contract = hn.TaskContract("tidy up", ws, max_steps=3)
+    return hn.run_sync(
+        contract, hn.ScriptedProvider(script), store=store, policy=hn.Policy.permissive()
+    )
+
+
+@pytest.mark.parametrize("how", ["default", "explicit", "store-object"])
+def test_a_run_refuses_a_store_inside_its_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "README.md").write_text("hi\n")
+    monkeypatch.chdir(ws)  # --workspace . with the default ./runs.duckdb
+    monkeypatch.delenv("HARNESSNB_STORE", raising=False)
+    store: Path | hn.Store | None = None
+    if how == "explicit":
+        store = ws / "runs.duckdb"
+    elif how == "store-object":
+        (ws / "sub").mkdir()
+        store = hn.Store(ws / "sub" / "runs.duckdb")
+    with pytest.raises(hn.ConfigError) as info:
+        _erase_the_record(ws, store)
+    assert "inside the workspace" in info.value.message
+    if how != "store-object":
+        assert sorted(p.name for p in ws.iterdir()) == ["README.md"]  # nothing made
+
+
+def test_a_store_beside_the_workspace_keeps_its_record(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    store = tmp_path / "runs.duckdb"
+    result = _erase_the_record(ws, store)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert (ws / "runs.duckdb").read_text() == "gone"  # the agent's own file, not the record
+    assert hn.Store(store).runs()["outcome"].tolist() == ["finished"]
+
+
+def test_resume_refuses_a_store_inside_the_recorded_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "runs.duckdb"
+    contract = hn.TaskContract("say hi", ws, max_steps=1)
+    with hn.Store(outside) as store:
+        done = hn.run_sync(contract, hn.ScriptedProvider(["hi"]), store=store, run_id="r")
+    assert done.outcome is hn.RunOutcome.FINISHED
+    shutil.copy(outside, ws / "runs.duckdb")  # the record moved where the agent works
+    with pytest.raises(hn.ConfigError, match="inside the workspace"):
+        hn.resume_sync("r", hn.ScriptedProvider(["hi"]), store=ws / "runs.duckdb")
+
+
+def test_harnessnb_run_with_workspace_dot_and_the_default_store_is_refused(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HARNESSNB_STORE"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "harnessnb", "run", "--workspace", ".", "--provider", "demo",
+         "say hi"],
+        cwd=ws, capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "inside the workspace" in done.stderr + done.stdout
+    assert list(ws.iterdir()) == []
