@@ -94,8 +94,7 @@ async def open_patiently(
     A ``Store`` given is open already: returned as it is, with no hop to a thread.
     A store inside ``workspace`` is refused first (``ConfigError``), before it is made:
     the agent must not reach its own record."""
-    if workspace is not None:
-        refuse_store_inside(store, workspace)
+    refuse_store_inside(store, workspace)
     if store is not None and not isinstance(store, str | os.PathLike):
         return store
     started = clock.monotonic()

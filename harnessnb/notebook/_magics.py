@@ -65,11 +65,12 @@ _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
 _WIND_DOWN_S = 30.0  # at most this long for a cancelled run to record itself
 
 
-def _store(path: str | None) -> Any:
-    """One Store per file per kernel (DuckDB allows one read-write opener per process)."""
-    from ..store._open import default_store_path
+def _store(path: str | None, workspace: str | None = None) -> Any:
+    """One Store per file per kernel (DuckDB: one writer per process); never in ``workspace``."""
+    from ..store._open import default_store_path, refuse_store_inside
     from ..store._store import Store
 
+    refuse_store_inside(path or None, workspace)
     key = os.path.abspath(path or default_store_path())
     if path == ":memory:":
         return Store(":memory:")
@@ -312,7 +313,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         provider, note = choose_provider(
             args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
         )
-        store = _store(args.store)
+        store = _store(args.store, os.fspath(contract.workspace))
     except HarnessError as err:
         _fail(err)
         raise

@@ -50,13 +50,16 @@ def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
 
 
 def refuse_store_inside(
-    store: Store | str | os.PathLike[str] | None, workspace: str | os.PathLike[str]
+    store: Store | str | os.PathLike[str] | None, workspace: str | os.PathLike[str] | None
 ) -> None:
-    """Refuse a store file that lies inside ``workspace`` (``:memory:`` never does).
+    """Refuse a store file that lies inside ``workspace`` (``:memory:`` never does; no
+    workspace, nothing to refuse).
 
     Raises:
         ConfigError: naming the store, the workspace and how to put the store elsewhere.
     """
+    if workspace is None:
+        return
     if store is None:
         path = default_store_path()
     elif isinstance(store, str | os.PathLike):
