@@ -52,7 +52,7 @@ async def begin_run(
     """Open the store, ``build`` the driver on it, and write the run row (``begin``);
     a store busy or full past the run's time is the result instead."""
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
+        opened = await open_patiently(store, contract.budget_seconds, clock, contract.workspace)
     except StoreError as exc:
         if not exc.retryable:
             raise
