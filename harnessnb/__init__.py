@@ -76,8 +76,8 @@ _LAZY: dict[str, str] = {
     "resolve_sync": ".loop._durable",
     "Record": ".loop._durable",
     "Replay": ".loop._durable",
-    "replay": ".loop._durable",
-    "replay_sync": ".loop._durable",
+    "replay": ".loop._replay",
+    "replay_sync": ".loop._replay",
     "WidgetApprover": ".notebook._approver",
     "plot_failures": ".notebook._plots",
 }
@@ -91,14 +91,13 @@ if TYPE_CHECKING:
         Replay,
         abandon,
         abandon_sync,
-        replay,
-        replay_sync,
         resolve,
         resolve_sync,
         resume,
         resume_sync,
     )
     from .loop._events import RunEvent, unscrubbed_events
+    from .loop._replay import replay, replay_sync
     from .loop._result import RunResult
     from .loop._sweep import sweep, sweep_sync
     from .loop._sweep_result import SweepResult

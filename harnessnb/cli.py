@@ -84,6 +84,7 @@ from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
 from .rules._text import printable, shorten
 from .store._failures import FAILURE_GROUPS
+from .store._open import refuse_store_inside
 from .tools._gate import hints_name
 
 if TYPE_CHECKING:
@@ -447,6 +448,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     policy = policy_from(args, "cli")
     prices = prices_from(args)
     provider = _provider(args)
+    refuse_store_inside(args.store or None, contract.workspace)  # before it is made
     store = _store(args)
     progress = LineProgress()
     approver = approver_from(args)

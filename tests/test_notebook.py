@@ -273,6 +273,18 @@ def test_a_named_provider_without_its_key_shows_a_config_card_and_fails(
     assert any("harnessnb-error" in o.data.get("text/html", "") for o in cap.outputs)
 
 
+def test_a_run_whose_store_is_inside_its_workspace_is_refused_before_the_store_is_made(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path
+) -> None:
+    """The agent must not reach its own record (``--workspace .`` with the default store)."""
+    line = f"run --provider openai --base-url {srv.openai_url} --workspace {ws} --store {ws}/r.db"
+    with capture_output() as cap, pytest.raises(hn.ConfigError, match="inside the workspace"):
+        shell.run_cell_magic("harness", line, "hi")
+    assert any("harnessnb-error" in o.data.get("text/html", "") for o in cap.outputs)
+    assert sorted(p.name for p in ws.iterdir()) == ["README.md"]
+    assert srv.requests == []
+
+
 def test_fallback_serves_the_step_after_a_retryable_failure(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -360,6 +360,7 @@ async def test_the_shipped_recording_still_replays(tmp_path: Path) -> None:
         result = await hn.replay(
             run_id, source, store=hn.Store(":memory:"),
             workspace=make_demo_workspace(tmp_path / "project"),
+            policy=hn.Policy.default().layer("replay").allow_write("NOTES.md"),
         )  # fmt: skip
         assert hn.Replay(source).hosts() == []
     assert result.outcome is hn.RunOutcome.SUCCESS, result.error

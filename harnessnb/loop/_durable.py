@@ -11,7 +11,6 @@ person says what happened (``resolve``) or gives it up (``abandon``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import os
@@ -29,11 +28,17 @@ from ..providers._completion import (
     calling_run,
     report_attempt,
 )
-from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, ResumeError, StoreError
+from ..rules._errors import (
+    HarnessError,
+    ProviderError,
+    ProviderErrorKind,
+    ResumeError,
+    StoreError,
+)
 from ..rules._retry import Clock, SystemClock
 from ..rules._secrets import scrub
 from ..store._leases import owner_alive, owner_identity
-from ..store._open import open_store
+from ..store._open import open_store, refuse_store_inside
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
@@ -53,8 +58,8 @@ __all__ = [
     "Settled",
     "abandon",
     "abandon_sync",
-    "replay",
-    "replay_sync",
+    "get_run",
+    "open_source",
     "resolve",
     "resolve_sync",
     "resume",
@@ -152,6 +157,7 @@ async def resume(
             reason="agent_run",
         )
     contract, recorded = _recorded(row)
+    refuse_store_inside(store, contract.workspace)  # the agent must not reach its record
     if policy is None:
         policy = recorded
     elif not policy.at_least_as_strict_as(recorded):
@@ -514,53 +520,6 @@ def _no_recording(messages: Messages, index: int, *, first: bool) -> str:
     )
 
 
-async def replay(
-    run_id: str,
-    source: Store | str | os.PathLike[str],
-    *,
-    store: Store | str | os.PathLike[str] | None = None,
-    workspace: str | os.PathLike[str] | None = None,
-    approver: Approver | None = None,
-    on_event: Callback | None = None,
-    tools: Sequence[Tool] = (),
-) -> RunResult:
-    """Run a recorded run again from its recordings: no network, no key.
-
-    The recorded contract and policy are used, with the same run id (so its store
-    rows equal the original's except for wall-clock columns), into ``store`` (a new
-    in-memory store by default; a store already holding ``run_id`` gets
-    ``RUN_ID-replay-N``). ``workspace`` replaces the recorded folder: give a copy of
-    the folder as it was before the original run. Writes the original run had
-    approved by a person need ``approver`` (say ``hn.ApproveAll()``) again.
-    """
-    from ..store._store import Store as StoreClass
-    from ._driver import run
-
-    src = _open(source)
-    row = await _get_run(src, run_id)
-    contract, policy = _recorded(row)
-    if workspace is not None:
-        contract = dataclasses.replace(contract, workspace=os.fspath(workspace))
-    target = StoreClass(":memory:") if store is None else _open(store)
-    new_id = run_id
-    n = 1
-    while await asyncio.to_thread(target.get_run, new_id) is not None:
-        new_id = f"{run_id}-replay-{n}"
-        n += 1
-    return await run(
-        contract,
-        Replay(src, model=row.get("model"), run_id=run_id),
-        store=target,
-        policy=policy,
-        approver=approver,
-        tools=tools,
-        on_event=on_event,
-        run_id=new_id,
-    )
-
-
-def replay_sync(run_id: str, source: Store | str | os.PathLike[str], **kwargs: Any) -> RunResult:
-    """``replay`` for blocking callers."""
-    from ._bridge import run_blocking
-
-    return run_blocking(replay(run_id, source, **kwargs))
+# For ``_replay``: its source store opened, and the run's row read, as resume does.
+open_source = _open
+get_run = _get_run

@@ -55,7 +55,7 @@ async def begin_run(
     a store busy or full past the run's time is the result instead. A store opened
     here (a path, the default) is closed when the start ends the run or fails."""
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock)
+        opened = await open_patiently(store, contract.budget_seconds, clock, contract.workspace)
     except StoreError as exc:
         if not exc.retryable:
             raise

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from ..rules._errors import StoreError
 from ..rules._outcomes import RunOutcome
 from ..rules._retry import Clock, RetryPolicy
-from ..store._open import open_store
+from ..store._open import open_store, refuse_store_inside
 from ._result import RunResult
 
 if TYPE_CHECKING:
@@ -86,11 +86,17 @@ def gave_out_outcome(budget_s: float | None) -> RunOutcome:
 
 
 async def open_patiently(
-    store: Store | str | os.PathLike[str] | None, budget_s: float | None, clock: Clock
+    store: Store | str | os.PathLike[str] | None,
+    budget_s: float | None,
+    clock: Clock,
+    workspace: str | os.PathLike[str] | None = None,
 ) -> Store:
     """``open_store(store)`` on a worker thread (waiting for the file never blocks the
     event loop), tried again while the store is busy or full and the run has time.
-    A ``Store`` given is open already: returned as it is, with no hop to a thread."""
+    A ``Store`` given is open already: returned as it is, with no hop to a thread.
+    A store inside ``workspace`` is refused first (``ConfigError``), before it is made:
+    the agent must not reach its own record."""
+    refuse_store_inside(store, workspace)
     if store is not None and not isinstance(store, str | os.PathLike):
         return store
     started = clock.monotonic()

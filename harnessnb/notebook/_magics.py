@@ -66,18 +66,18 @@ _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
 _WIND_DOWN_S = 30.0  # at most this long for a cancelled run to record itself
 
 
-def _store(path: str | None) -> Any:
-    """One Store per file per kernel (DuckDB allows one read-write opener per process)."""
-    from ..store._open import default_store_path
+def _store(path: str | None, workspace: str | None = None) -> Any:
+    """One Store per file per kernel (DuckDB: one writer per process); never in ``workspace``."""
+    from ..store._open import default_store_path, refuse_store_inside
     from ..store._store import Store
 
+    refuse_store_inside(path or None, workspace)
     key = os.path.abspath(path or default_store_path())
     if path == ":memory:":
         return Store(":memory:")
-    store = _STORES.get(key)
-    if store is None:
-        store = _STORES[key] = Store(key)
-    return store
+    if key not in _STORES:
+        _STORES[key] = Store(key)
+    return _STORES[key]
 
 
 def step_rows(store: Any, run_id: str) -> tuple[dict[str, Any], ...]:
@@ -313,7 +313,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         provider, note = choose_provider(
             args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
         )
-        store = _store(args.store)
+        store = _store(args.store, os.fspath(contract.workspace))
     except HarnessError as err:
         _fail(err)
         raise
@@ -406,7 +406,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
 
 def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from ..loop._durable import replay
+    from ..loop._replay import replay
     from ..store._store import Store
 
     try:

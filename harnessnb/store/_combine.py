@@ -34,9 +34,15 @@ from typing import Final
 import duckdb
 
 from ..rules._errors import ConfigError, StoreError
-from ._conn import MEMORY, store_error
+from ._conn import MEMORY, acquire_shared, release_shared, store_error
 from ._files import check_header
-from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    check_catalog,
+    check_catalog_table,
+    connect,
+)
 from ._turn import FileTurn
 
 __all__ = ["BASE_TABLES", "merge_into", "read_only_error", "shard_paths", "shards_as_one"]
@@ -47,6 +53,9 @@ BASE_TABLES: Final = (
     "run_rows", "steps", "attempts", "tool_calls", "stalls", "markers", "pending_steps",
     "leases", "recordings", "agent_sessions",
 )  # fmt: skip
+# Shard files whose macros and types were checked whole (``check_catalog``), with the
+# state they were in: a reader call skips that slow part for a shard unchanged since.
+_CHECKED: dict[str, tuple[tuple[int, ...], ...]] = {}
 # How long a reader waits for each shard's turn (a writer hands over within ~1 s).
 _TURN_WAIT_S: Final = 30.0
 
@@ -100,11 +109,18 @@ def shards_as_one(
     Raises:
         StoreError: see ``Store.combine``; driver errors of the block as StoreError.
     """
-    con = duckdb.connect(MEMORY)
+    # External access is on only while the shards are attached (ATTACH reads a file),
+    # then off for good: no view, and no query a caller sends through ``sql``, reads
+    # another file or reaches the network.
+    con = connect(MEMORY, attach=True)
     turns: list[FileTurn] = []
     try:
         con.execute("SET threads = 1")
         names = [_attach(con, path, i, turns, wait_s) for i, path in enumerate(paths)]
+        con.execute("SET enable_external_access = false")
+        for path, name in zip(paths, names, strict=True):
+            if name is not None:
+                _check_shard(con, path, name, turns)
         _union_views(con, [n for n in names if n is not None])
         _refuse_duplicates(con, paths, names)
         yield con
@@ -136,8 +152,30 @@ def _attach(
     turns.append(turn)
     if os.path.getsize(path) == 0:
         return None
+    name = f"shard{i}"
+    with _discarding_on_refusal(turn, turns):
+        with contextlib.suppress(FileNotFoundError):  # check_header removes empty files
+            check_header(path)
+        literal = "'" + path.replace("'", "''") + "'"
+        try:
+            con.execute(f"ATTACH {literal} AS {name} (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise store_error(exc, path) from exc
+    return name
+
+
+def _check_shard(
+    con: duckdb.DuckDBPyConnection, path: str, name: str, turns: list[FileTurn]
+) -> None:
+    turn = next(t for t in turns if t.store_path == path)
+    with _discarding_on_refusal(turn, turns):
+        _check_store(con, path, name)
+
+
+@contextlib.contextmanager
+def _discarding_on_refusal(turn: FileTurn, turns: list[FileTurn]) -> Iterator[None]:
     try:
-        return _attach_store(con, path, i)
+        yield
     except StoreError as exc:
         if exc.kind in ("corrupt", "foreign", "newer"):
             turns.remove(turn)
@@ -145,15 +183,9 @@ def _attach(
         raise
 
 
-def _attach_store(con: duckdb.DuckDBPyConnection, path: str, i: int) -> str:
-    with contextlib.suppress(FileNotFoundError):  # check_header removes empty files
-        check_header(path)
-    name = f"shard{i}"
-    literal = "'" + path.replace("'", "''") + "'"
-    try:
-        con.execute(f"ATTACH {literal} AS {name} (READ_ONLY)")
-    except duckdb.Error as exc:
-        raise store_error(exc, path) from exc
+def _check_store(con: duckdb.DuckDBPyConnection, path: str, name: str) -> None:
+    """Refuse shard ``name`` unless it is a harnessnb store at SCHEMA_VERSION holding
+    only harnessnb's own objects (``check_catalog``)."""
     found = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
         "AND table_name IN ('schema_version', 'attempts')",
@@ -165,6 +197,7 @@ def _attach_store(con: duckdb.DuckDBPyConnection, path: str, i: int) -> str:
             kind="foreign",
             path=path,
         )
+    check_catalog_table(con, path, name, "schema_version")
     row = con.execute(f"SELECT max(version) FROM {name}.schema_version").fetchone()
     version = int(row[0]) if row and row[0] is not None else 0
     if version > SCHEMA_VERSION:
@@ -181,7 +214,22 @@ def _attach_store(con: duckdb.DuckDBPyConnection, path: str, i: int) -> str:
             kind="query",
             path=path,
         )
-    return name
+    state = _file_state(path)
+    check_catalog(con, path, version, name, functions=_CHECKED.get(path) != state)
+    _CHECKED[path] = state
+
+
+def _file_state(path: str) -> tuple[tuple[int, ...], ...]:
+    """What changes when a shard file (or its WAL) is written or replaced."""
+    found: list[tuple[int, ...]] = []
+    for name in (path, path + ".wal"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            found.append(())
+            continue
+        found.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(found)
 
 
 def _union_views(con: duckdb.DuckDBPyConnection, names: list[str]) -> None:
@@ -225,48 +273,55 @@ def merge_into(con: duckdb.DuckDBPyConnection, sources: Sequence[str], target: s
     """Write every row readable through ``con`` into the store file ``target`` (whose
     schema exists), in ``target``'s turn and one transaction.
 
+    The rows travel as DataFrames from ``con`` to the target's own connection: neither
+    connection ATTACHes the other's file, so both keep external access off.
+
     Raises:
         ConfigError: ``target`` is one of ``sources``.
-        StoreError: ``duplicate`` when ``target`` holds one of the runs (nothing written).
+        StoreError: ``duplicate`` when ``target`` holds one of the runs (nothing written);
+            ``read_only`` when ``target`` cannot be written.
     """
     if target == MEMORY or any(os.path.realpath(target) == os.path.realpath(p) for p in sources):
         raise ConfigError(f"Store.merge: into={target!r} must be another store file")
-    turn = FileTurn(target)
-    turn.take(_TURN_WAIT_S)
+    db = acquire_shared(target, linger_s=0.0)
     try:
-        _copy_rows(con, target)
-    finally:
-        turn.give()
-
-
-def _copy_rows(con: duckdb.DuckDBPyConnection, target: str) -> None:
-    literal = "'" + target.replace("'", "''") + "'"
-    con.execute(f"ATTACH {literal} AS harnessnb_into")
-    try:
-        clash = con.execute(
-            "SELECT run_id FROM run_rows WHERE run_id IN "
-            "(SELECT run_id FROM harnessnb_into.main.run_rows) ORDER BY run_id LIMIT 1"
-        ).fetchone()
-        if clash is not None:
-            raise StoreError(
-                f"Store.merge: {target} already holds the run {clash[0]}; nothing was "
-                "written (merge into a new file, or a store without these runs)",
-                kind="duplicate",
-                path=target,
-            )
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for table in BASE_TABLES:
-                con.execute(
-                    f"INSERT INTO harnessnb_into.main.{table} BY NAME SELECT * FROM {table}"
+        with db.connection(_TURN_WAIT_S) as into:
+            if db.read_only:
+                raise StoreError(
+                    f"Store.merge: {target} cannot be written (a read-only file or folder)",
+                    kind="read_only",
+                    path=target,
                 )
-            con.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                con.execute("ROLLBACK")
-            raise
-    except duckdb.Error as exc:
-        raise store_error(exc, target) from exc
+            _copy_rows(con, into, target)
     finally:
+        release_shared(db)
+
+
+def _copy_rows(
+    con: duckdb.DuckDBPyConnection, into: duckdb.DuckDBPyConnection, target: str
+) -> None:
+    ours = {row[0] for row in con.execute("SELECT run_id FROM run_rows").fetchall()}
+    theirs = {row[0] for row in into.execute("SELECT run_id FROM run_rows").fetchall()}
+    clash = sorted(ours & theirs)
+    if clash:
+        raise StoreError(
+            f"Store.merge: {target} already holds the run {clash[0]}; nothing was "
+            "written (merge into a new file, or a store without these runs)",
+            kind="duplicate",
+            path=target,
+        )
+    name = "_harnessnb_merge"
+    into.execute("BEGIN TRANSACTION")
+    try:
+        for table in BASE_TABLES:
+            frame = con.execute(f"SELECT * FROM {table}").df()
+            into.register(name, frame)
+            try:
+                into.execute(f"INSERT INTO main.{table} BY NAME SELECT * FROM {name}")
+            finally:
+                into.unregister(name)
+        into.execute("COMMIT")
+    except BaseException:
         with contextlib.suppress(duckdb.Error):
-            con.execute("DETACH harnessnb_into")
+            into.execute("ROLLBACK")
+        raise

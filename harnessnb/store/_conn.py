@@ -16,7 +16,6 @@ lock serialises all statements: concurrent runs in one kernel funnel through it.
 submitted asynchronously go to the ``SharedDb``'s writer thread, which commits every
 write queued while the previous transaction ran as ONE transaction (group commit, see
 ``_store_batch``), so a hundred runs pay for a few statements, not a few hundred.
-At exit no thread is started (``_threads``): a write is done where it is submitted.
 
 The store keeps to its own files. An existing file is first looked at through a
 read-only connection: one that is not a harnessnb store (``stored_version``) is refused
@@ -44,7 +43,7 @@ import duckdb
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
 from ._files import check_header, check_kind
-from ._schema import SCHEMA_VERSION, ensure_schema, stored_version
+from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
 from ._threads import start_thread
 from ._turn import FileTurn
 
@@ -101,6 +100,10 @@ class SharedDb:
         self.read_only = False
         self._looked = False
         self._copy = False
+        # The file (device, inode) whose macros and types were last checked whole
+        # (``check_catalog``): each open checks its tables and views, and the slow rest
+        # only when the file is another one than the last checked.
+        self._checked: tuple[int, int] | None = None
         # Appenders of the open connection, reused by every batch (they die with it).
         self._appenders: dict[str, duckdb.Appender] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
@@ -296,16 +299,18 @@ class SharedDb:
     # -------------------------------------------------------------- internals
 
     def _open(self, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(MEMORY) if self.memory else self._open_file(busy_timeout_s)
+        con = connect(MEMORY) if self.memory else self._open_file(busy_timeout_s)
         try:
             # One thread: small writes skip the task scheduler's hand-offs (~20% faster
             # per statement); analytic reads raise it for their duration (``parallel``).
             con.execute("SET threads = 1")
+            identity = None if self.memory else _identity(self.path)
+            whole = identity is None or identity != self._checked
             if not self.read_only:
-                ensure_schema(con, self.path)
-            elif stored_version(con, self.path) < SCHEMA_VERSION:
+                ensure_schema(con, self.path, functions=whole)
+            elif stored_version(con, self.path, functions=whole) < SCHEMA_VERSION:
                 con.close()
-                con = _migrated_copy(self.path)
+                con = migrated_copy(self.path)
                 self._copy = True
         except duckdb.Error as exc:
             con.close()
@@ -317,6 +322,7 @@ class SharedDb:
             raise
         if self._copy:
             self._turn.give()  # the migrated copy lives in memory: the file is not used
+        self._checked = identity
         self._con = con
         self._opened_at = time.monotonic()
         return con
@@ -369,26 +375,32 @@ class SharedDb:
         """Connect to the file: on its first open, look at it read-only before any
         connection that could write, and fall back to read-only when it is not writable."""
         if not self._looked and _existing(self.path):
-            probe = duckdb.connect(self.path, read_only=True)
+            probe = connect(self.path, read_only=True)
             try:
-                stored_version(probe, self.path)  # a foreign or newer file ends here
+                stored_version(probe, self.path)  # a foreign, newer or hostile file ends here
+                self._checked = _identity(self.path)
             finally:
                 probe.close()
             self.read_only = not _writable(self.path)
             self._looked = True
         if self.read_only:
-            return duckdb.connect(self.path, read_only=True)
+            return connect(self.path, read_only=True)
+        new = not _existing(self.path)
         try:
-            return duckdb.connect(self.path)
+            con = connect(self.path)
         except duckdb.IOException as exc:
             text = str(exc).lower()
             if not _existing(self.path) or not (
                 "read-only file system" in text or "permission denied" in text
             ):
                 raise
+        else:
+            if new:  # made here, empty: nothing of another's to check
+                self._checked = _identity(self.path)
+            return con
         # Root, or a read-only mount: the bits said writable, the system said no.
         self.read_only = True
-        return duckdb.connect(self.path, read_only=True)
+        return connect(self.path, read_only=True)
 
     def _after_use(self) -> None:
         if self._con is None or self._pinned:
@@ -458,6 +470,14 @@ def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnecti
         con.execute("SET threads = 1")
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
 def _existing(path: str) -> bool:
     try:
         return os.path.getsize(path) > 0
@@ -469,22 +489,6 @@ def _writable(path: str) -> bool:
     """Whether the file and its folder (where DuckDB puts its WAL) can be written."""
     folder = os.path.dirname(os.path.abspath(path))
     return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
-
-
-def _migrated_copy(path: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory copy of the read-only store at ``path``, migrated to this schema."""
-    con = duckdb.connect(MEMORY)
-    try:
-        con.execute("SET threads = 1")
-        literal = "'" + path.replace("'", "''") + "'"
-        con.execute(f"ATTACH {literal} AS harnessnb_source (READ_ONLY)")
-        con.execute("COPY FROM DATABASE harnessnb_source TO memory")
-        con.execute("DETACH harnessnb_source")
-        ensure_schema(con, path)
-    except BaseException:
-        con.close()
-        raise
-    return con
 
 
 @contextlib.contextmanager

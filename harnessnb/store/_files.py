@@ -25,6 +25,7 @@ def check_kind(path: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
+        _check_sidecars(path)
         return
     except OSError as exc:
         raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
@@ -36,6 +37,28 @@ def check_kind(path: str) -> None:
             kind="io",
             path=path,
         )
+    _check_sidecars(path)
+
+
+def _check_sidecars(path: str) -> None:
+    """Refuse a store whose WAL or lock file is there as anything but a regular file
+    (a symlink above all): DuckDB and the turn write them, and a write must never go
+    through a link to a file elsewhere."""
+    for sidecar in (path + ".wal", path + ".lock"):
+        try:
+            mode = os.lstat(sidecar).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StoreError(f"cannot read {sidecar}: {exc}", kind="io", path=sidecar) from exc
+        if not stat.S_ISREG(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "no regular file"
+            raise StoreError(
+                f"the store's sidecar {sidecar} is {what}; the store was refused and "
+                "nothing was written through it: remove it",
+                kind="io",
+                path=sidecar,
+            )
 
 
 def check_header(path: str) -> None:

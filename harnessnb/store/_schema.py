@@ -11,11 +11,21 @@ from the steps, for a run in progress, finished or killed alike. Since version 6
 adds ``cost_usd`` the same way, from the attempt rows; since version 7 it passes
 ``sweep_id`` through. Version 8 marks the attempts a cancel cut off (``cancelled``);
 version 9 those whose tokens are estimated (``usage_estimated``).
+
+A store file is data, never code: a file shared with a notebook is untrusted input, and
+DuckDB runs what a file's views and macros say when a query names them. So a file must
+hold exactly the objects these migrations make at its version (``check_catalog``: each
+table and the ``runs`` view compared with the SQL of a reference built in memory), and
+no view, macro, sequence, index or type besides; a table of the user's own under another
+name is data and allowed. And every connection harnessnb opens is made with
+``CONNECTION_CONFIG``: no external access (no file read, no network), no extension
+installed or loaded on demand, so even a query a check missed reads nothing outside.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import TYPE_CHECKING, Final
 
 from ..rules._errors import StoreError
@@ -23,9 +33,50 @@ from ..rules._errors import StoreError
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "ensure_schema", "quote", "stored_version"]
+__all__ = [
+    "COLUMNS",
+    "CONNECTION_CONFIG",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "check_catalog",
+    "check_catalog_table",
+    "connect",
+    "ensure_schema",
+    "migrated_copy",
+    "quote",
+    "stored_version",
+]
 
 SCHEMA_VERSION: Final = 9
+
+# Every connection harnessnb opens: no query reads a file or reaches the network
+# (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
+# demand. A connection that must ATTACH a file (``_combine``) opens without the first
+# and turns it off (it cannot be turned back on) once its files are attached.
+CONNECTION_CONFIG: Final[dict[str, str | bool | int | float | list[str]]] = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
+def connect(
+    path: str, *, read_only: bool = False, attach: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A connection made with ``CONNECTION_CONFIG`` (``attach``: external access stays
+    on until the caller, having attached its files, turns it off) and no progress bar
+    (a slow query on a loaded machine would print one into the caller's output)."""
+    import duckdb
+
+    config = {**CONNECTION_CONFIG, "enable_external_access": attach}
+    con = duckdb.connect(path, read_only=read_only, config=config)
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
 
 # Version 1: the tables of DESIGN.md "Store tables".
 _V1: Final = [
@@ -216,7 +267,7 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
+def ensure_schema(con: duckdb.DuckDBPyConnection, path: str, *, functions: bool = True) -> int:
     """Create or migrate the schema in one transaction; return the version found.
 
     Raises:
@@ -224,7 +275,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
             ``foreign`` for a database that is not a harnessnb store (see
             ``stored_version``).
     """
-    found = stored_version(con, path)
+    found = stored_version(con, path, functions=functions)
     if found == SCHEMA_VERSION:
         return found
     con.execute("BEGIN TRANSACTION")
@@ -249,10 +300,11 @@ def ensure_schema(con: duckdb.DuckDBPyConnection, path: str) -> int:
 _MARKER_COLUMNS: Final = [("version",), ("applied_at",)]
 
 
-def stored_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
+def stored_version(con: duckdb.DuckDBPyConnection, path: str, *, functions: bool = True) -> int:
     """The schema version of the open database: 0 when it holds nothing yet.
 
-    Reads only, so it may run on a read-only connection.
+    Reads only, so it may run on a read-only connection. Checks the catalog first
+    (``check_catalog``): a file holding objects of its own is refused, its rows unread.
 
     Raises:
         StoreError: kind ``foreign`` for a database that holds tables or views but no
@@ -269,6 +321,7 @@ def stored_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
         ).fetchall()
     }
     if not names:
+        check_catalog(con, path, 0, functions=functions)  # no macro or sequence either
         return 0
     marker = con.execute(
         "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
@@ -282,6 +335,7 @@ def stored_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
             kind="foreign",
             path=path,
         )
+    check_catalog_table(con, path, None, "schema_version")
     row = con.execute("SELECT max(version) FROM schema_version").fetchone()
     found = int(row[0]) if row and row[0] is not None else 0
     if found > SCHEMA_VERSION:
@@ -291,4 +345,135 @@ def stored_version(con: duckdb.DuckDBPyConnection, path: str) -> int:
             kind="newer",
             path=path,
         )
+    check_catalog(con, path, found, functions=functions)
     return found
+
+
+# Every object a database holds that a query could run or name: its tables, views,
+# indexes, sequences, macros, types and schemas, each as (kind, schema, name) -> SQL.
+# Reading the catalog binds nothing, so it runs none of the file's SQL.
+_CATALOG: Final = """
+    SELECT 'table', schema_name, table_name, sql FROM duckdb_tables()
+        WHERE database_name = $db AND NOT internal AND NOT temporary
+    UNION ALL SELECT 'view', schema_name, view_name, sql FROM duckdb_views()
+        WHERE database_name = $db AND NOT internal AND NOT temporary
+    UNION ALL SELECT 'index', schema_name, index_name, sql FROM duckdb_indexes()
+        WHERE database_name = $db
+    UNION ALL SELECT 'sequence', schema_name, sequence_name, sql FROM duckdb_sequences()
+        WHERE database_name = $db
+    UNION ALL SELECT 'schema', schema_name, schema_name, sql FROM duckdb_schemas()
+        WHERE database_name = $db AND NOT internal
+"""
+# Macros (which shadow built-in functions of the same name: a macro ``sum`` in the file
+# would change what our ``runs`` view computes) and types. Listing them scans every
+# built-in function (20-60 ms), so a caller that checked this file already may skip it.
+_FUNCTIONS: Final = """
+    UNION ALL SELECT function_type, schema_name, function_name, macro_definition
+        FROM duckdb_functions() WHERE database_name = $db AND NOT internal
+    UNION ALL SELECT 'type', schema_name, type_name, NULL FROM duckdb_types()
+        WHERE database_name = $db AND NOT internal
+"""
+
+_Catalog = dict[tuple[str, str, str], str | None]
+
+
+def _catalog(con: duckdb.DuckDBPyConnection, database: str, functions: bool = True) -> _Catalog:
+    query = _CATALOG + (_FUNCTIONS if functions else "")
+    rows = con.execute(query, {"db": database}).fetchall()
+    return {(str(kind), str(schema), str(name)): sql for kind, schema, name, sql in rows}
+
+
+@functools.cache
+def _reference(version: int) -> _Catalog:
+    """The catalog the migrations make up to ``version``, built in memory."""
+    con = connect(":memory:")
+    try:
+        for step in range(1, version + 1):
+            for statement in MIGRATIONS[step]:
+                con.execute(statement)
+        return _catalog(con, "memory")
+    finally:
+        con.close()
+
+
+def check_catalog(
+    con: duckdb.DuckDBPyConnection,
+    path: str,
+    version: int,
+    database: str | None = None,
+    *,
+    functions: bool = True,
+) -> None:
+    """Refuse a database whose objects are not exactly those of a harnessnb store at
+    ``version``: a view, macro, sequence, index or type of its own, or a table or view
+    of ours whose SQL differs (a generated column, a default, a rewritten ``runs``).
+    ``database`` is an attached database's name (the current one by default);
+    ``functions=False`` skips macros and types (for a file this process checked whole).
+
+    Raises:
+        StoreError: kind ``foreign``, naming the object; nothing of the file was read.
+    """
+    if database is None:
+        row = con.execute("SELECT current_database()").fetchone()
+        database = str(row[0]) if row else "memory"
+    expected = _reference(version)
+    ours = {(schema, name) for _, schema, name in expected}
+    found = _catalog(con, database, functions)
+    for key, sql in sorted(found.items()):
+        kind, schema, name = key
+        if key in expected and sql == expected[key]:
+            continue
+        if kind == "table" and (schema, name) not in ours:
+            continue  # a table of the user's own: data, which no query of ours names
+        what = "is not the one harnessnb makes" if key in expected else "is not harnessnb's"
+        raise _hostile(path, f"its {kind.replace('_', ' ')} {schema}.{name} {what}")
+    missing = sorted(set(expected) - set(found))
+    if missing:
+        kind, schema, name = missing[0]
+        raise _hostile(path, f"it lacks the {kind} {schema}.{name}")
+
+
+def check_catalog_table(
+    con: duckdb.DuckDBPyConnection, path: str, database: str | None, table: str
+) -> None:
+    """Refuse the database unless its table ``main.<table>`` is exactly harnessnb's
+    (no generated column or default of its own): checked before it is first read."""
+    found = con.execute(
+        "SELECT sql FROM duckdb_tables() WHERE database_name = coalesce($db, current_database()) "
+        "AND schema_name = 'main' AND table_name = $table",
+        {"db": database, "table": table},
+    ).fetchone()
+    if found is None or found[0] != _reference(SCHEMA_VERSION)[("table", "main", table)]:
+        raise _hostile(path, f"its table main.{table} is not the one harnessnb makes")
+
+
+def _hostile(path: str, why: str) -> StoreError:
+    return StoreError(
+        f"{path} is not a harnessnb store as harnessnb writes it ({why}); a store file "
+        "is data, so it was refused and nothing of it was read: use a store harnessnb "
+        "made, or copy its tables into a new one",
+        kind="foreign",
+        path=path,
+    )
+
+
+def migrated_copy(path: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory copy of the read-only store at ``path``, migrated to this schema."""
+    con = connect(":memory:", attach=True)
+    try:
+        con.execute("SET threads = 1")
+        literal = "'" + path.replace("'", "''") + "'"
+        con.execute(f"ATTACH {literal} AS harnessnb_source (READ_ONLY)")
+        con.execute("SET enable_external_access = false")  # for good: it cannot come back
+        check_catalog_table(con, path, "harnessnb_source", "schema_version")
+        row = con.execute("SELECT max(version) FROM harnessnb_source.schema_version").fetchone()
+        check_catalog(
+            con, path, int(row[0]) if row and row[0] is not None else 0, "harnessnb_source"
+        )
+        con.execute("COPY FROM DATABASE harnessnb_source TO memory")
+        con.execute("DETACH harnessnb_source")
+        ensure_schema(con, path)
+    except BaseException:
+        con.close()
+        raise
+    return con

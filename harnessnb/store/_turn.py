@@ -39,6 +39,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import struct
 import threading
 import time
@@ -178,19 +179,41 @@ class FileTurn:
 
     def _open(self) -> int | None:
         """The sidecar's descriptor, or None (and no turn from now on) where the folder
-        or the file cannot be written: such a store is only read."""
+        or the file cannot be written: such a store is only read.
+
+        The sidecar is written (its ticket counter), so it is never followed through a
+        symlink (``O_NOFOLLOW``) and must be a regular file of ours with one link: a
+        lock replaced by a link to a file elsewhere is refused, nothing written.
+        """
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
-                return _opened(os.open(self.path, os.O_RDWR | os.O_CLOEXEC))
-            self._created = True
-            return _opened(fd)
+                fd = os.open(self.path, flags)
+            else:
+                self._created = True
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT):
                 self.usable = False
                 return None
+            if exc.errno == errno.ELOOP:
+                raise _refused(self.path, "is a symbolic link") from exc
             raise StoreError(f"cannot open {self.path}: {exc}", kind="io", path=self.path) from exc
+        found = os.fstat(fd)
+        why = (
+            "is no regular file"
+            if not stat.S_ISREG(found.st_mode)
+            else "belongs to another user"
+            if found.st_uid != os.geteuid()
+            else "has other hard links"
+            if found.st_nlink != 1
+            else ""
+        )
+        if why:
+            os.close(fd)
+            raise _refused(self.path, why)
+        return _opened(fd)
 
     def _wait(self, fd: int, ticket: int, timeout_s: float) -> None:
         """Sleep in the kernel until those ahead are done and the turn is free; a
@@ -236,6 +259,15 @@ class FileTurn:
         with contextlib.suppress(OSError):
             _lock(fd, _OFD_SETLK, fcntl.F_UNLCK, _WAIT_BYTE)  # type: ignore[arg-type]
         self._fd = fd
+
+
+def _refused(path: str, why: str) -> StoreError:
+    return StoreError(
+        f"the store's lock file {path} {why}; it was refused and nothing was written "
+        "through it: remove it (harnessnb makes a new one)",
+        kind="io",
+        path=path,
+    )
 
 
 def _draw(fd: int) -> int:
