@@ -3,13 +3,18 @@ finish_run(release=True), and queued writes of several runs in one transaction."
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harnessnb as hn
 from harnessnb import Store
+from harnessnb.store._batch import WriteOp
 from harnessnb.store._leases import Lease
 from harnessnb.store._writes import commit_step, finish_run
 from tests.store_helpers import AT, run_row, step_kwargs
@@ -154,3 +159,69 @@ def test_last_steps_of_many_runs_merge_into_one_transaction(
     assert runs["outcome"].tolist() == ["step_cap"] * 5
     assert (runs["steps"].tolist(), runs["tokens"].tolist()) == ([1] * 5, [40] * 5)
     assert store.sql("SELECT count(*) AS n FROM leases WHERE released")["n"].tolist() == [5]
+
+
+_AT_EXIT = """
+import atexit, json, sys, threading
+import harnessnb as hn
+from harnessnb.store._batch import WriteOp
+
+store = hn.Store(sys.argv[1], linger_s=0.01)
+started = []
+
+def mark(n):
+    return WriteOp("mark", lambda con, batch: con.execute("INSERT INTO marks VALUES (?)", [n]))
+
+def at_exit():
+    for thread in threading.enumerate():  # the store's idle connection closes, and ends
+        if thread.name.startswith("harnessnb-store"):
+            thread.join(10)
+    start = threading.Thread.start
+    def recording(thread):
+        started.append(thread.name)
+        start(thread)
+    threading.Thread.start = recording
+    store.submit(mark(1)).result(10)  # queued for the writer thread, which is gone
+    store.write(mark(2))  # in this thread: its idle connection would linger on a thread
+    print(json.dumps(started))
+
+store.sql("CREATE TABLE marks (n INTEGER)")
+atexit.register(at_exit)  # registered after the store's own hook: runs before it
+"""
+
+
+def test_writes_at_interpreter_exit_are_committed_without_starting_a_thread(
+    tmp_path: Path,
+) -> None:
+    # Python 3.12 refuses a new thread once the exit began ("can't create new thread at
+    # interpreter shutdown"): the queued write raised it, and a blocking write's linger
+    # thread failed after its commit. No thread is started at exit on any Python: the
+    # queued write is done in the submitting thread, the connection closed at once.
+    path = tmp_path / "exit.duckdb"
+    out = subprocess.run([sys.executable, "-c", _AT_EXIT, str(path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+    with Store(path) as store:
+        assert store.sql("SELECT n FROM marks ORDER BY n")["n"].tolist() == [1, 2]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_writer_thread_ended_by_an_error_fails_its_writes_and_is_replaced(
+    store: Store,
+) -> None:
+    # An error escaping a group (here a SystemExit raised by an op) ended the writer
+    # thread with its future never resolved, and every later write queued for a writer
+    # that was gone: both waited for ever.
+    store.sql("CREATE TABLE marks (n INTEGER)")
+
+    def fatal(con: object, batch: object) -> None:
+        raise SystemExit("an op that ends its thread")
+
+    failed = store.submit(WriteOp("fatal", fatal))
+    with pytest.raises(SystemExit):
+        failed.result(timeout=10)
+    insert = WriteOp("mark", lambda con, batch: con.execute("INSERT INTO marks VALUES (1)"))
+    store.submit(insert).result(timeout=10)  # a new writer thread takes it
+    assert store.sql("SELECT n FROM marks")["n"].tolist() == [1]

@@ -122,6 +122,11 @@ def loop_thread() -> asyncio.AbstractEventLoop:
             thread.start()
             # Registered here, after the store module's own exit hook (atexit runs
             # last-in first-out): runs wind down while their stores can still write.
+            # The store module is imported first for its hook to be there: a run given
+            # a path would import it later, on this thread, and its hook (closing every
+            # store) would then run first, before the run could record its end.
+            from ..store import _conn  # noqa: F401
+
             atexit.unregister(_wind_down)
             atexit.register(_wind_down)
             ready.wait()

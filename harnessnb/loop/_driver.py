@@ -31,7 +31,7 @@ from ._result import RunResult
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import gave_out_outcome, patiently
+from ._store_wait import close_opened, gave_out_outcome, patiently
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
@@ -72,6 +72,7 @@ class Driver(StepTools):
         clock: Clock,
         run_id: str,
         prices: Prices | None = None,
+        sweep_id: str | None = None,
     ) -> None:
         """``approver`` None means the notebook's widget when a frontend registered one;
         ``prices`` None the default prices (the catalogue, local servers free)."""
@@ -122,7 +123,7 @@ class Driver(StepTools):
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
-        self.sweep_id: str | None = None  # the sweep the run belongs to (``hn.sweep``)
+        self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -549,16 +550,13 @@ async def run(
     policy = policy if policy is not None else Policy.default()
 
     def build(opened: Store) -> Driver:
-        driver = Driver(contract, provider, store=opened, policy=policy, approver=approver,
-                        tools=tools, on_event=on_event, clock=clock, run_id=run_id,
-                        prices=prices)  # fmt: skip
-        driver.sweep_id = sweep_id
-        return driver
+        return Driver(contract, provider, store=opened, policy=policy, approver=approver,
+                      tools=tools, on_event=on_event, clock=clock, run_id=run_id,
+                      prices=prices, sweep_id=sweep_id)  # fmt: skip
 
-    begun = await uncut(begin_run(store, contract, run_id, clock, build))
-    if isinstance(begun, RunResult):
-        return begun
-    driver = begun
+    driver = await uncut(begin_run(store, contract, run_id, clock, build), store)
+    if isinstance(driver, RunResult):
+        return driver
     try:
         return await driver.drive(fresh=True)
     except (asyncio.CancelledError, HarnessError):
@@ -574,6 +572,8 @@ async def run(
             )
         finally:
             raise err from exc
+    finally:
+        await close_opened(driver.store, store)  # opened from a path or the default: closed
 
 
 _approver_factory: Any = None

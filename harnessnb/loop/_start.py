@@ -20,7 +20,7 @@ from ..rules._retry import Clock
 from ._bridge import stay_awake
 from ._contract import TaskContract
 from ._result import RunResult
-from ._store_wait import open_patiently, unopened_result
+from ._store_wait import close_opened, open_patiently, unopened_result
 
 if TYPE_CHECKING:
     from ..store._store import Store
@@ -33,6 +33,8 @@ T = TypeVar("T")
 @runtime_checkable
 class Begun(Protocol):
     """What ``begin_run`` builds: a ``loop._driver.Driver``."""
+
+    store: Store
 
     async def begin(self) -> None: ...
     async def store_gave_out(self, exc: StoreError) -> RunResult: ...
@@ -50,20 +52,27 @@ async def begin_run(
     build: Callable[[Store], B],
 ) -> B | RunResult:
     """Open the store, ``build`` the driver on it, and write the run row (``begin``);
-    a store busy or full past the run's time is the result instead."""
+    a store busy or full past the run's time is the result instead. A store opened
+    here (a path, the default) is closed when the start ends the run or fails."""
     try:
         opened = await open_patiently(store, contract.budget_seconds, clock, contract.workspace)
     except StoreError as exc:
         if not exc.retryable:
             raise
         return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
-    driver = build(opened)
     try:
-        await driver.begin()
-    except StoreError as exc:
-        if not exc.retryable:
-            raise
-        return await driver.store_gave_out(exc)
+        driver = build(opened)
+        try:
+            await driver.begin()
+        except StoreError as exc:
+            if not exc.retryable:
+                raise
+            ended = await driver.store_gave_out(exc)
+            await close_opened(opened, store)
+            return ended
+    except BaseException:
+        await close_opened(opened, store)
+        raise
     return driver
 
 
@@ -75,8 +84,9 @@ def awake_on_main_thread() -> Callable[[], None] | None:
     return None
 
 
-async def uncut(begin: Coroutine[Any, Any, T]) -> T:
-    """``await begin``, which an interrupt does not cut; then the interrupt goes on.
+async def uncut(begin: Coroutine[Any, Any, T], store: Store | str | os.PathLike[str] | None) -> T:
+    """``await begin``, which an interrupt does not cut; then the interrupt goes on
+    (the store the start opened, unless ``store`` was it, closed).
 
     Raises:
         HarnessError: the start's own, or an unexpected error wrapped (a bug: no
@@ -87,7 +97,7 @@ async def uncut(begin: Coroutine[Any, Any, T]) -> T:
     try:
         return await asyncio.shield(beginning)
     except asyncio.CancelledError:
-        await _cancelled_in_start(beginning)
+        await _cancelled_in_start(beginning, store)
         raise
     except HarnessError:
         raise
@@ -98,7 +108,9 @@ async def uncut(begin: Coroutine[Any, Any, T]) -> T:
             awake()
 
 
-async def _cancelled_in_start(beginning: asyncio.Future[Any]) -> None:
+async def _cancelled_in_start(
+    beginning: asyncio.Future[Any], store: Store | str | os.PathLike[str] | None
+) -> None:
     """Let the start end, then record what it began ``cancelled``. A second interrupt
     stops the wait; a start that failed leaves the interrupt to report."""
     try:
@@ -109,4 +121,7 @@ async def _cancelled_in_start(beginning: asyncio.Future[Any]) -> None:
     except Exception:  # the start's own error: the interrupt is what the caller asked
         return
     if isinstance(begun, Begun):
-        begun.record_cancelled()
+        try:
+            begun.record_cancelled()
+        finally:
+            await close_opened(begun.store, store)

@@ -9,7 +9,8 @@ once: a retry cannot cure a corrupt or read-only file.
 
 A write is safe to repeat: a busy store never began it, and a failed commit (the full
 disk) was rolled back. Opening the store a run is given as a path (or the default
-store) is waited out the same way, off the event loop (``open_patiently``).
+store) is waited out the same way, off the event loop (``open_patiently``); the run
+closes it when it ends (``close_opened``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STORE_PATIENCE_S",
     "STORE_RETRY",
+    "close_opened",
     "gave_out_outcome",
     "open_patiently",
     "patiently",
@@ -105,6 +107,19 @@ async def open_patiently(
     return await patiently(
         lambda: asyncio.to_thread(open_store, store), remaining=remaining, sleep=clock.sleep
     )
+
+
+async def close_opened(opened: Store, given: Store | str | os.PathLike[str] | None) -> None:
+    """Close ``opened`` when ``open_patiently`` opened it (from a path, or the default
+    store), off the event loop (closing may checkpoint the file); a ``Store`` given is
+    the caller's, left open. At interpreter exit, where no thread starts, it is closed
+    here."""
+    if opened is given:
+        return
+    try:
+        await asyncio.to_thread(opened.close)
+    except RuntimeError:  # at exit: "cannot schedule new futures after interpreter shutdown"
+        opened.close()
 
 
 def unopened_result(run_id: str, task: str, budget_s: float | None, exc: StoreError) -> RunResult:

@@ -44,6 +44,7 @@ from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
 from ._files import check_header, check_kind
 from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
+from ._threads import start_thread
 from ._turn import FileTurn
 
 T = TypeVar("T")
@@ -172,31 +173,46 @@ class SharedDb:
             if not self._queue:
                 self._linger_from = time.monotonic()
             self._queue.append((op, future, busy_timeout_s))
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write_queued,
-                    name=f"harnessnb-store-writer:{self.path}",
-                    daemon=True,
-                )
-                self._writer.start()
-            else:
+            if self._writer is not None:
                 self._queued.notify()
+                return future
+            self._writer = start_thread(self._write_queued, f"harnessnb-store-writer:{self.path}")
+            if self._writer is not None:
+                return future
+            # No thread starts at exit: the write is done here.
+            items = list(self._queue)
+            self._queue.clear()
+        self._write_items(items)
         return future
 
     def _write_queued(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._queue_lock:
+                    while not self._queue:
+                        if not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
+                            self._writer = None  # under the lock: a submit starts another
+                            return
+                    self._linger()
+                    items = list(self._queue)
+                    self._queue.clear()
+                self._write_items(items)
+        finally:
             with self._queue_lock:
-                while not self._queue:
-                    if not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
-                        self._writer = None
-                        return
-                self._linger()
-                items = list(self._queue)
-                self._queue.clear()
-            # A caller that gave up (a cancelled run) before its write began: skip it.
-            live = [item for item in items if item[1].set_running_or_notify_cancel()]
+                if self._writer is threading.current_thread():
+                    self._writer = None  # ended by an error: the next submit starts another
+
+    def _write_items(self, items: list[tuple[WriteOp[Any], Future[Any], float]]) -> None:
+        # A caller that gave up (a cancelled run) before its write began: skip it.
+        live = [item for item in items if item[1].set_running_or_notify_cancel()]
+        try:
             if live:
                 self._write_group(live)
+        except BaseException as exc:
+            for _, future, _ in live:  # no write is left waiting for ever
+                if not future.done():
+                    future.set_exception(exc)
+            raise
 
     def _linger(self) -> None:
         """While every queued op may linger (a successful call's attempt rows), wait
@@ -399,10 +415,9 @@ class SharedDb:
             return
         self._idle.notify_all()
         if self._reaper is None or not self._reaper.is_alive():
-            self._reaper = threading.Thread(
-                target=self._reap, name=f"harnessnb-store-linger:{self.path}", daemon=True
-            )
-            self._reaper.start()
+            self._reaper = start_thread(self._reap, f"harnessnb-store-linger:{self.path}")
+            if self._reaper is None:
+                self._drop()  # no reaper at exit: closed now rather than left open
 
     def _hand_over(self) -> None:
         self._drop()
