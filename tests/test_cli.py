@@ -297,7 +297,8 @@ def test_a_refused_connection_prints_its_cause_once(
     with socket.socket() as sock:  # a port nothing listens on once closed
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    code = cli.main(["run", "say hi", "--workspace", str(tmp_path), "--provider", "local",
+    (tmp_path / "ws").mkdir()  # the store beside it: never inside its workspace
+    code = cli.main(["run", "say hi", "--workspace", str(tmp_path / "ws"), "--provider", "local",
                      "--base-url", f"http://127.0.0.1:{port}/v1",
                      "--store", str(tmp_path / "s.duckdb")])  # fmt: skip
     out = capsys.readouterr().out

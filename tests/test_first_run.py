@@ -91,7 +91,8 @@ async def test_a_run_cancelled_before_its_store_is_open_is_recorded_cancelled(
     # Cancelled at its first await, while the store file is being opened on a thread:
     # the start still ends, and the run is in the store, cancelled, resumable.
     store = tmp_path / "runs.duckdb"
-    contract = hn.TaskContract("say done", str(tmp_path))
+    (tmp_path / "ws").mkdir()  # the store beside it: never inside its workspace
+    contract = hn.TaskContract("say done", str(tmp_path / "ws"))
     task = asyncio.ensure_future(
         hn.run(contract, hn.ScriptedProvider(["done"]), store=store, run_id="run_early")
     )

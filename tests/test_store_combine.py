@@ -16,7 +16,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
-from harnessnb.store._schema import MIGRATIONS
+from harnessnb.store._schema import MIGRATIONS, SCHEMA_VERSION
 
 _RUN_TABLES = ("run_rows", "steps", "attempts", "tool_calls", "stalls", "markers",
                "pending_steps", "leases")  # fmt: skip
@@ -89,7 +89,7 @@ def test_combined_shards_read_as_the_one_store_and_merge_writes_it(
 
 def test_a_combined_store_refuses_every_write(made: dict[str, object]) -> None:
     combined = hn.Store.combine(Path(str(made["shards"])))
-    contract = hn.TaskContract("x", str(made["root"]))
+    contract = hn.TaskContract("x", Path(str(made["root"])) / "ws")  # the shards beside it
     with pytest.raises(hn.StoreError, match="read-only: combined from 2 shards") as err:
         combined.create_run({"run_id": "run_x", "task": "x"})
     assert err.value.kind == "read_only"
@@ -194,7 +194,8 @@ def test_an_older_shard_says_how_to_upgrade(tmp_path: Path) -> None:
             con.execute(statement)
         con.execute("INSERT INTO schema_version VALUES (?, now())", [version])
     con.close()
-    with pytest.raises(hn.StoreError, match=r"version 6, older than 8: open it once as hn\.Store"):
+    said = rf"version 6, older than {SCHEMA_VERSION}: open it once as hn\.Store"
+    with pytest.raises(hn.StoreError, match=said):
         hn.Store.combine(shards)
     hn.Store(old).close()  # migrates it
     assert len(hn.Store.combine(shards).runs()) == 0

@@ -118,7 +118,9 @@ def test_runs_view_counts_the_steps_of_a_run_in_progress_and_a_finished_run(
         seen.append(tuple(frame.astype(object).where(frame.notna(), None).iloc[0]))
         return "done" if len(seen) == 3 else {"tool": "list_dir", "args": {"path": "."}}
 
-    contract = hn.TaskContract("look around", tmp_path, max_steps=5)
+    ws = tmp_path / "ws"  # beside the store: a store is never inside its workspace
+    ws.mkdir()
+    contract = hn.TaskContract("look around", ws, max_steps=5)
     provider = hn.ScriptedProvider(reply, tokens_per_reply=(10, 5))
     result = hn.run_sync(contract, provider, store=store)
     assert result.outcome is hn.RunOutcome.FINISHED

@@ -163,17 +163,21 @@ def test_an_answer_with_a_lone_surrogate_is_stored_and_the_run_closed(
     assert state is not None and state["state"]["text"] == "bad \ud800 half"
 
 
-def test_usage_of_ten_to_the_thirty_is_stored_and_the_run_closed(tmp_path: Path) -> None:
+def test_usage_of_ten_to_the_thirty_is_malformed_and_the_run_closed(tmp_path: Path) -> None:
+    # No answer uses 10^30 tokens: the usage is malformed (issue 25), so no cost is inf
+    # and nothing is stored as a wrong number; the run still ends cleanly.
     reply = Reply(text="done", input_tokens=10**30, output_tokens=2**64)
     result, path = _run_against(tmp_path, reply, stream=False)
-    assert result.outcome in (hn.RunOutcome.FINISHED, hn.RunOutcome.TOKEN_BUDGET), result.error
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE, result.error
+    assert result.error is not None and "not a token count" in result.error.message
     with hn.Store(path) as store:
         runs = store.runs()
         assert runs["finished_at"].notna().all() and runs["outcome"].notna().all()
         attempts = store.attempts(result.run_id)
-    assert len(attempts) == 1 and attempts["kind"].isna().all()
-    # A count DuckDB cannot hold is stored as unknown, not as a wrong number.
-    assert attempts["input_tokens"].isna().all() and attempts["output_tokens"].isna().all()
+    assert set(attempts["kind"].astype(str)) == {"malformed"}
+    # the answer arrived, so it is billed: by an estimate, never by the absurd count
+    assert attempts["usage_estimated"].all() and attempts["input_tokens"].lt(10**6).all()
+    assert not attempts["cost_usd"].isin([float("inf")]).any()
 
 
 _READ = """
