@@ -111,9 +111,8 @@ class Driver(StepTools):
             prices=prices if prices is not None else default_prices(),
             rows=AttemptRows(store, run_id, patient=self.patient),
         )
-        self.checks = StepChecks(
-            contract, self.workspace, policy=self.policy, approver=approver, clock=clock
-        )
+        self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
+                                 clock=clock, remaining=self.remaining)  # fmt: skip
         self.conversation = Conversation()
         self.tokens = 0
         self.step = 0

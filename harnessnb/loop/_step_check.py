@@ -8,6 +8,7 @@ turns a step's facts into its decision with :func:`._outcome.step_outcome`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..rules._stall import StallDetector, call_signature, replan_directive
@@ -49,6 +50,8 @@ class StepChecks:
     policy: Policy
     approver: Approver | None
     clock: Clock
+    remaining: Callable[[], float | None] = lambda: None
+    """Seconds left in the run's time budget (None: no budget): a check is cut to them."""
     detector: StallDetector = dataclasses.field(init=False)
     feedback_given: bool = dataclasses.field(default=False, init=False)
     """The model was told once that the check fails."""
@@ -85,6 +88,7 @@ class StepChecks:
             self.workspace,
             policy=self.policy,
             approver=self.approver,
+            remaining_s=self.remaining(),
         )
         self.verified = outcome.passed if outcome.ran else None
         self.verify_detail = outcome.detail

@@ -38,11 +38,16 @@ async def run_verification(
     *,
     policy: Policy,
     approver: Approver | None,
+    remaining_s: float | None = None,
 ) -> VerifyOutcome:
-    """Run ``check``; never raises for a failing or unrunnable check."""
+    """Run ``check``; never raises for a failing or unrunnable check. A command is cut to
+    ``remaining_s``, the run's time left (its whole tree killed then, as a tool's)."""
     if isinstance(check, FileContains):
         return _file_contains(check, workspace)
-    return await _command(check, workspace, policy, approver)
+    timeout_s = check.timeout_s if remaining_s is None else min(check.timeout_s, remaining_s)
+    if timeout_s <= 0:
+        return VerifyOutcome(False, False, "could not run: the run's time budget is spent")
+    return await _command(check, workspace, policy, approver, timeout_s)
 
 
 def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
@@ -64,7 +69,11 @@ def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
 
 
 async def _command(
-    check: Command, workspace: Workspace, policy: Policy, approver: Approver | None
+    check: Command,
+    workspace: Workspace,
+    policy: Policy,
+    approver: Approver | None,
+    timeout_s: float,
 ) -> VerifyOutcome:
     from ..rules._policy import exec_target
     from ..tools._process import run_argv
@@ -82,7 +91,7 @@ async def _command(
         return VerifyOutcome(False, False, f"could not run: {_refused(stop)}")
     try:
         done = await run_argv(
-            list(check.argv), cwd=workspace.root, timeout_s=check.timeout_s, policy=policy
+            list(check.argv), cwd=workspace.root, timeout_s=timeout_s, policy=policy
         )
     except HarnessError as exc:
         return VerifyOutcome(False, False, f"could not run: {exc.message}")
