@@ -37,7 +37,7 @@ from ..rules._errors import (
 )
 from ..rules._secrets import is_secret_name, scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
-from ..store._open import open_store
+from ..store._open import open_store, refuse_store_inside
 from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
@@ -102,6 +102,7 @@ async def run(
         raise ConfigError(f"the workspace {str(workspace)!r} is not a folder that exists")
     if session is not None and not session.strip():
         raise ConfigError("session must be a non-empty name")
+    refuse_store_inside(store, root)  # the CLI's own tools must not reach its record
     driver = _AgentRun(agent, task, root.resolve(), session, open_store(store),
                        EventSink(on_event), run_id or new_id("run"))  # fmt: skip
     return await driver.drive()
