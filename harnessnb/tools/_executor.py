@@ -138,6 +138,10 @@ class ToolExecutor:
         self.remaining = remaining
         self._tools: dict[str, Tool] = {}
         for t in tools:
+            if not isinstance(t, Tool):
+                raise ConfigError(
+                    f"tools= takes tools (functions made with @hn.tool), not {type(t).__name__}"
+                )
             if t.name in self._tools:
                 raise ConfigError(f"two tools are named {t.name!r}")
             check_schema(t.parameters, f"tool {t.name!r}")
