@@ -190,7 +190,8 @@ def _execute_against_a_writer(
     with ChaosServer(responder=_writer) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("HARNESSNB_STORE", str(folder / "runs.duckdb"))
+        # beside the notebook's folder (the default workspace): never inside it
+        monkeypatch.setenv("HARNESSNB_STORE", str(folder.parent / f"{folder.name}-runs.duckdb"))
         monkeypatch.delenv("HARNESSNB_NO_WIDGETS", raising=False)
         NotebookClient(nb, kernel_name="python3", timeout=60, store_widget_state=True,
                        resources={"metadata": {"path": str(folder)}}).execute()  # fmt: skip

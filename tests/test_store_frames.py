@@ -118,9 +118,10 @@ def test_a_run_does_not_import_pandas(tmp_path: Path) -> None:
     import subprocess
     import sys
 
+    (tmp_path / "ws").mkdir()  # the store beside it, never inside
     code = (
         "import sys, harnessnb as hn\n"
-        f"ws, path = {str(tmp_path)!r}, {str(tmp_path / 's.duckdb')!r}\n"
+        f"ws, path = {str(tmp_path / 'ws')!r}, {str(tmp_path / 's.duckdb')!r}\n"
         "c = hn.TaskContract('say hi', ws)\n"
         "r = hn.run_sync(c, hn.ScriptedProvider(['hi']), store=hn.Store(path))\n"
         "assert r.outcome == 'finished', r\n"
