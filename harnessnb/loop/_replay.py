@@ -183,19 +183,7 @@ class RecordedTools(ToolExecutor):
                 return dataclasses.replace(
                     result, changed_workspace=made.changed_workspace, executions=made.executions
                 )
-        await self.gate.emit(
-            "tool_call",
-            {
-                "call_id": call.id,
-                "tool": call.name,
-                "args": call.arguments,
-                "status": result.status,
-                "ok": result.ok,
-                "changed_workspace": False,
-                "executions": 0,
-                "error": result.error,
-            },
-        )
+        await self.emit_call(call, result)  # a recorded answer: nothing ran, nothing changed
         return result
 
     def _take(self, call: ToolCall) -> dict[str, Any] | None:

@@ -163,6 +163,11 @@ class ToolExecutor:
     ) -> ToolResult:
         """Run one tool call end to end; every failure comes back as a result."""
         result = await self._execute(call, idempotency_key, before_run)
+        await self.emit_call(call, result)
+        return result
+
+    async def emit_call(self, call: ToolCall, result: ToolResult) -> None:
+        """The ``tool_call`` event of a call that ended with ``result``."""
         await self.gate.emit(
             "tool_call",
             {
@@ -176,7 +181,6 @@ class ToolExecutor:
                 "error": result.error,
             },
         )
-        return result
 
     async def _execute(
         self,
