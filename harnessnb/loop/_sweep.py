@@ -208,8 +208,10 @@ def _plan(
             raise ConfigError(f"sweep: the workspace {c.workspace!r} is not a folder that exists")
     for template in dict.fromkeys(str(c.workspace) for c in contracts):
         if (unfit := unfit_template_entry(template)) is not None:
-            raise ConfigError(f"sweep: the workspace holds {unfit!r}, which is not a regular "
-                              "file, folder or symlink; a run's copy cannot hold it")  # fmt: skip
+            raise ConfigError(
+                f"sweep: the workspace holds {unfit!r}, which is not a regular file, folder "
+                "or symlink; a run's copy cannot hold it"
+            )
     jobs = [
         (c, name, provider, repeat)
         for repeat in range(repeats)

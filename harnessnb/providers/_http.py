@@ -247,12 +247,19 @@ class HTTPProvider(abc.ABC):
 
     def _endpoint(self) -> Endpoint:
         return Endpoint(
-            label=self.NAME, name=self._name, model=self._model, url=self._url,
-            base_url=self._base_url, headers=self._headers, timeout=self._timeout,
-            idle_timeout=self._idle_timeout, first_event_timeout=self._first_event_timeout,
-            parse_body=self._parse_body, stream_accumulator=self._stream_accumulator,
+            label=self.NAME,
+            name=self._name,
+            model=self._model,
+            url=self._url,
+            base_url=self._base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            idle_timeout=self._idle_timeout,
+            first_event_timeout=self._first_event_timeout,
+            parse_body=self._parse_body,
+            stream_accumulator=self._stream_accumulator,
             error_object=self._error_object,
-        )  # fmt: skip
+        )
 
     def __repr__(self) -> str:
         # Cheap and secret-free: the key is never part of the repr, nor the URL's
