@@ -212,6 +212,20 @@ async def test_an_asked_write_is_an_approval_requested_then_decided_event(
     assert (ws / "N.md").read_text() == "x"
 
 
+async def test_a_resume_is_a_started_event_that_says_resumed(ws: Path, store: hn.Store) -> None:
+    script: list[Any] = [{"tool": "write_file", "args": {"path": "N.md", "content": "x"}}]
+    policy = hn.Policy.default().layer("t").ask_write("N.md")
+    first = await hn.run(contract(ws), hn.ScriptedProvider(script), store=store, policy=policy,
+                         approver=lambda _: hn.Decision.defer("later"))  # fmt: skip
+    assert first.outcome is hn.RunOutcome.AWAITING_APPROVAL
+    events: list[AnyEvent] = []
+    await hn.resume(first.run_id, hn.ScriptedProvider(["ok"]), store=store, policy=policy,
+                    approver=hn.ApproveAll(), on_event=events.append)  # fmt: skip
+    started = of(events, StartedEvent)
+    assert [(e.run_id, e.resumed, e.task) for e in started] == [(first.run_id, True, "read a.txt")]
+    assert isinstance(events[-1], FinishedEvent) and events[-1].outcome == "finished"
+
+
 # ------------------------------------------------------------------ the deprecated dict
 
 
