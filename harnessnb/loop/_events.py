@@ -139,13 +139,15 @@ def _scrubbed(value: Any, clean: Callable[[str], str]) -> Any:
 
 
 def _scrubbed_event(event: AnyEvent, clean: Callable[[str], str]) -> AnyEvent:
-    """``event`` with every text its emitter chose (not its run, step or time) scrubbed."""
+    """``event`` with every text its emitter chose (not its run, step or time) scrubbed;
+    the same event when there was nothing to scrub."""
+    fields = vars(event)
     changes = {
-        f.name: _scrubbed(getattr(event, f.name), clean)
-        for f in dataclasses.fields(event)
-        if f.name not in ("run_id", "step", "at")
+        name: kept
+        for name, value in fields.items()
+        if name not in ("run_id", "step", "at") and (kept := _scrubbed(value, clean)) != value
     }
-    return dataclasses.replace(event, **changes)
+    return type(event)(**{**fields, **changes}) if changes else event
 
 
 class EventSink:

@@ -304,4 +304,5 @@ ToolEvent = ToolCallEvent | RefusedEvent | ApprovalRequestedEvent | ApprovalDeci
 
 def stamped(event: AnyEvent, run_id: str, step: int, at: float) -> AnyEvent:
     """``event`` with its run, step and time filled in (as the run sends it)."""
-    return dataclasses.replace(event, run_id=run_id, step=step, at=at)
+    # Not dataclasses.replace: this is every event's path, and a plain call is faster.
+    return type(event)(**{**vars(event), "run_id": run_id, "step": step, "at": at})
