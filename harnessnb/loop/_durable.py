@@ -42,7 +42,7 @@ from ..store._open import open_store, refuse_store_inside
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
-from ._result import RunResult
+from ._result import RunResult, stored_steps
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
@@ -199,6 +199,10 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         driver.restore(row, checkpoints)
         begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
         await _continue_attempt_numbers(driver, store, begun)
+        # The card's steps before the resume, and the attempts of the step it goes on with.
+        summaries, attempts = await asyncio.to_thread(stored_steps, store, driver.run_id)
+        driver.summaries = list(summaries)
+        driver.model_calls.step_attempts = [a for a in attempts if a["step"] == driver.step + 1]
         if begun is None:
             return None
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
