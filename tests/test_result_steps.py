@@ -134,6 +134,16 @@ def test_a_resumed_runs_result_has_the_steps_from_before_the_resume(
     assert rebuilt.step_summaries == resumed.step_summaries
 
 
+def test_resuming_an_ended_run_hands_back_its_stored_result(ws: Path, tmp_path: Path) -> None:
+    path = tmp_path / "runs.duckdb"
+    with ChaosServer(responder=_writer) as srv:
+        live = _run(ws, path, srv)
+        again = hn.resume_sync(live.run_id, hn.OpenAI("m", base_url=srv.openai_url), store=path)
+        assert len(srv.requests) == 2  # the model was not asked again
+    assert again == hn.RunResult.from_store(live.run_id, store=path)
+    assert again.step_summaries == live.step_summaries
+
+
 def test_step_rows_is_deprecated_and_still_answers() -> None:
     summary = hn.StepSummary(1, "tool_calls", (ToolCallSummary("read_file", "error"),), 3)
     result = hn.RunResult("run_1", hn.RunOutcome.FINISHED, 1, 3, step_summaries=(summary,))

@@ -111,18 +111,6 @@ def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
         ) from exc
 
 
-def _stored_result(row: dict[str, Any]) -> RunResult:
-    return RunResult(
-        run_id=row["run_id"],
-        outcome=RunOutcome(row["outcome"]),
-        steps=int(row.get("steps") or 0),
-        tokens=int(row.get("tokens") or 0),
-        cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
-        elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
-        task=str(row.get("task") or ""),
-    )
-
-
 async def resume(
     run_id: str,
     provider: Provider,
@@ -168,7 +156,7 @@ async def resume(
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
         await store.queued.add_marker(run_id, "skipped", f"already {row['outcome']}", clock.time())
-        return _stored_result(row)
+        return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
     driver = Driver(
         contract,
