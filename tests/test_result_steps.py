@@ -84,6 +84,8 @@ def test_the_result_carries_its_steps_and_its_card_reads_no_store(
     assert "<summary>2 steps</summary>" in bundle["text/html"]
     assert "rate_limited 429" in bundle["text/html"]
     assert "step 1: decision tool_calls, tools write_file" in bundle["text/plain"]
+    # The command printed each step as it happened: its summary lists none again.
+    assert "step 1:" not in result.summary_text()
     store.close()
 
 

@@ -332,7 +332,9 @@ class RunResult:
             f"steps={self.steps}, tokens={self.tokens}, verified={self.verified}{err})"
         )
 
-    def summary_text(self) -> str:
+    def summary_text(self, *, steps: bool = False) -> str:
+        """The result as text; ``steps=True`` adds a line per step (the notebook's plain
+        text form: the command printed each step as it happened)."""
         lines = [
             f"run {self.run_id}: {self.outcome.value}",
             f"  steps {self.steps}, tokens {self.tokens}{self._cost_text()}, "
@@ -350,10 +352,11 @@ class RunResult:
                 lines.append(f"  planned, not done: {shorten(self.text, 300)}")
         elif self.text:
             lines.append(f"  answer: {shorten(self.text, 300)}")
-        for summary in self.step_summaries[:_TEXT_STEPS]:
+        listed = self.step_summaries if steps else ()
+        for summary in listed[:_TEXT_STEPS]:
             lines.append("  " + _step_text(summary))
-        if len(self.step_summaries) > _TEXT_STEPS:
-            lines.append(f"  ... {len(self.step_summaries) - _TEXT_STEPS} more steps")
+        if len(listed) > _TEXT_STEPS:
+            lines.append(f"  ... {len(listed) - _TEXT_STEPS} more steps")
         shown = self._shown_error()
         if shown is not None:
             lines.append("  " + shown._card_text().replace("\n", "\n  "))
@@ -363,7 +366,7 @@ class RunResult:
         return "" if self.cost_usd is None else f", cost {usd(self.cost_usd)}"
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return {"text/plain": self.summary_text(), "text/html": str(self._card_html())}
+        return {"text/plain": self.summary_text(steps=True), "text/html": str(self._card_html())}
 
     def _waiting(self) -> str:
         # The last text came with the step's tool calls, which have not run: the step
