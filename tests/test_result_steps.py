@@ -48,8 +48,10 @@ def _policy() -> hn.Policy:
     return hn.Policy.default().layer("test").allow_write("NOTES.md")
 
 
-def _run(ws: Path, store: hn.Store | Path, srv: ChaosServer, **kw: Any) -> hn.RunResult:
-    contract = hn.TaskContract("write the notes", ws, max_steps=5)
+def _run(
+    ws: Path, store: hn.Store | Path, srv: ChaosServer, check: Any = None, **kw: Any
+) -> hn.RunResult:
+    contract = hn.TaskContract("write the notes", ws, max_steps=5, verification=check)
     provider = hn.OpenAI("m", base_url=srv.openai_url, api_key="k")
     prices = hn.Prices({"m": (2.0, 8.0)}, local_free=False)
     return hn.run_sync(contract, provider, store=store, policy=_policy(), prices=prices,
@@ -93,10 +95,12 @@ def test_a_result_rebuilt_from_the_store_shows_the_same_card(ws: Path, tmp_path:
     path = tmp_path / "runs.duckdb"
     with ChaosServer(responder=_writer) as srv:
         srv.push(Fault.status(429))
-        live = _run(ws, path, srv)
+        live = _run(ws, path, srv, check=hn.FileContains("NOTES.md", "# N"))
+    assert (live.outcome, live.steps) == (hn.RunOutcome.SUCCESS, 1)  # checked after step 1
     rebuilt = hn.RunResult.from_store(live.run_id, store=path)
     assert rebuilt.step_summaries == live.step_summaries
-    assert (rebuilt.attempts, rebuilt.retries, rebuilt.providers) == (3, 1, ("openai",))
+    assert (rebuilt.attempts, rebuilt.retries, rebuilt.providers) == (2, 1, ("openai",))
+    assert (rebuilt.verified, rebuilt.verify_detail) == (True, live.verify_detail)
     # The store does not say how commands were contained: the one field it lacks.
     assert rebuilt.commands is None
     shown = dataclasses.replace(live, commands=None)

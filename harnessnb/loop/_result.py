@@ -292,9 +292,9 @@ class RunResult:
         cls, run_id: str, *, store: Store | str | os.PathLike[str] | None = None
     ) -> RunResult:
         """A stored run's result, rebuilt from its rows: its outcome, steps and their
-        summaries, tokens, cost, attempts and the providers that answered, the counters
-        of its last checkpoint, its error as a ``StoredError``. ``commands`` is None
-        (the store does not say how the commands were contained).
+        summaries, tokens, cost, attempts and the providers that answered, the counters,
+        check and answer of its last checkpoint, its error as a ``StoredError``.
+        ``commands`` is None (the store does not say how the commands were contained).
 
         Raises:
             ConfigError: ``store`` names a folder or a file that is no store.
@@ -473,6 +473,7 @@ def _rebuilt(cls: type[RunResult], run_id: str, store: Store) -> RunResult:
         steps=int(row.get("steps") or 0),
         tokens=int(row.get("tokens") or 0),
         verified=state.get("verified"),
+        verify_detail=state.get("verify_detail"),
         elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
         text=str(state.get("text") or ""),
         providers=tuple(dict.fromkeys(answered)) or tuple(state.get("providers") or ()),
