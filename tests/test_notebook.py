@@ -74,7 +74,7 @@ def test_cell_magic_runs_the_body_and_assigns_out(
     result = shell.user_ns["R"]
     assert isinstance(result, hn.RunResult)
     assert (result.outcome, result.text, result.steps) == (hn.RunOutcome.FINISHED, "say hi", 1)
-    assert result.step_rows[0]["decision"] == "answer"
+    assert result.step_summaries[0].decision == "answer"
     assert srv.requests[0].messages[-1]["content"] == "say hi"
     assert "[harnessnb] started" in cap.stdout  # text progress: no widget frontend here
     (card,) = [o for o in cap.outputs if "text/html" in o.data]
@@ -324,7 +324,9 @@ def test_allow_write_and_verify_make_a_successful_run(
     result = shell.user_ns["R"]
     assert (result.outcome, result.verified) == (hn.RunOutcome.SUCCESS, True)
     assert (ws / "NOTES.md").read_text() == "# Notes\n"
-    assert result.step_rows[0]["tools"] == ["write_file"]
+    assert [(c.name, c.status) for c in result.step_summaries[0].tool_calls] == [
+        ("write_file", "ok")
+    ]
 
 
 def test_without_allow_write_the_write_is_refused_with_a_hint(

@@ -26,6 +26,7 @@ from harnessnb.events import (
     StepEvent,
     ToolCallEvent,
 )
+from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook import WidgetApprover, plot_failures
 from harnessnb.notebook._env import widget_frontend
 from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
@@ -246,8 +247,8 @@ def test_run_card_has_an_escaped_collapsible_step_table() -> None:
     result = hn.RunResult(
         run_id="run_1", outcome=hn.RunOutcome.FINISHED, steps=1, tokens=3,
         text="<script>x()</script>",
-        step_rows=({"step": 1, "decision": "tool_calls", "tools": ["read_file"], "tokens": 3,
-                    "provider": "<b>p</b>", "changed": False, "failures": ["server 503"]},),
+        step_summaries=(hn.StepSummary(1, "tool_calls", (ToolCallSummary("read_file", "ok"),), 3,
+                                       provider="<b>p</b>", failures=("server 503",)),),
     )
     bundle = result._repr_mimebundle_()
     html = bundle["text/html"]

@@ -31,6 +31,7 @@ import pytest
 import harnessnb as hn
 import harnessnb.agents as ag
 import harnessnb.events as ev
+from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook._approver import ApprovalRecord, _request_html
 from harnessnb.notebook._progress import ProgressState
 from harnessnb.rules._html import panel
@@ -73,10 +74,11 @@ def _error_cards() -> list[tuple[str, str]]:
 
 def _run_cards() -> list[tuple[str, str]]:
     rows = (
-        {"step": 1, "decision": "tool", "tools": ["read_file"], "tokens": 120,
-         "provider": "openai", "changed": False, "failures": None},
-        {"step": 2, "decision": "tool", "tools": ["write_file"], "tokens": 340,
-         "provider": "openrouter", "changed": True, "failures": ["rate_limited", "server"]},
+        hn.StepSummary(1, "tool_calls", (ToolCallSummary("read_file", "ok"),), 120,
+                       provider="openai"),
+        hn.StepSummary(2, "tool_calls", (ToolCallSummary("write_file", "refused"),), 340,
+                       cost_usd=0.0123, provider="openrouter", changed_workspace=True,
+                       failures=("rate_limited 429", "server 503")),
     )  # fmt: skip
     cause = hn.ProviderError("slow down", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429)
     cards = []
@@ -86,7 +88,8 @@ def _run_cards() -> list[tuple[str, str]]:
             error=None if outcome.value in ("success", "finished") else cause,
             elapsed=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
             attempts=4, retries=2, fallbacks=1, task="write the notes",
-            verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap", step_rows=rows,
+            verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap",
+            step_summaries=rows,
         )  # fmt: skip
         cards.append((f"run-{outcome.value}", result._repr_mimebundle_()["text/html"]))
     return cards

@@ -37,7 +37,7 @@ from ._conversation import Conversation, initial_messages
 from ._events import Asking, Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
-from ._result import RunResult
+from ._result import RunResult, StepSummary
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
@@ -133,6 +133,7 @@ class Driver(StepTools):
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking = Asking()  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
+        self.summaries: list[StepSummary] = []  # the committed steps, for the result
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -281,8 +282,7 @@ class Driver(StepTools):
         checked: StepChecked,
         tool_rows: list[dict[str, Any]],
     ) -> RunResult | None:
-        """Commit the step (and the run's end, when it ends the run) in one transaction.
-        Its attempts are not part of it: each was written when it ended."""
+        """Commit the step (and the run's end, if it ends) in one transaction; keep its summary."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         final = None
         if ending is not None:
@@ -310,9 +310,9 @@ class Driver(StepTools):
                 finish=final,
             )
         )
-        # The step's attempt rows, queued as their calls ended, were ahead of it in the
-        # writer's queue: committed by now (in its transaction or an earlier one).
+        # Its attempt rows (not part of it) were queued ahead of it as their calls ended.
         await self.model_calls.rows.settle()
+        self.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         if final is not None:
             self.lease = None
         await self.emit(
@@ -467,6 +467,7 @@ class Driver(StepTools):
             task=self.contract.task,
             verify_detail=self.checks.verify_detail,
             commands=containment(),
+            step_summaries=tuple(self.summaries),
         )
 
     async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:

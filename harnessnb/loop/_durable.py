@@ -42,7 +42,7 @@ from ..store._open import open_store, refuse_store_inside
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
-from ._result import RunResult
+from ._result import RunResult, stored_steps
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
@@ -111,18 +111,6 @@ def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
         ) from exc
 
 
-def _stored_result(row: dict[str, Any]) -> RunResult:
-    return RunResult(
-        run_id=row["run_id"],
-        outcome=RunOutcome(row["outcome"]),
-        steps=int(row.get("steps") or 0),
-        tokens=int(row.get("tokens") or 0),
-        cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
-        elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
-        task=str(row.get("task") or ""),
-    )
-
-
 async def resume(
     run_id: str,
     provider: Provider,
@@ -168,7 +156,7 @@ async def resume(
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
         await store.queued.add_marker(run_id, "skipped", f"already {row['outcome']}", clock.time())
-        return _stored_result(row)
+        return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
     driver = Driver(
         contract,
@@ -199,6 +187,10 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         driver.restore(row, checkpoints)
         begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
         await _continue_attempt_numbers(driver, store, begun)
+        # The card's steps before the resume, and the attempts of the step it goes on with.
+        summaries, attempts = await asyncio.to_thread(stored_steps, store, driver.run_id)
+        driver.summaries = list(summaries)
+        driver.model_calls.step_attempts = [a for a in attempts if a["step"] == driver.step + 1]
         if begun is None:
             return None
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)

@@ -163,6 +163,7 @@ class ModelCalls:
         prices: How attempts are priced (the catalogue, local servers free).
         cost_usd: Dollars the run's attempts cost so far; None once one that used
             tokens could not be priced (the spend is then unknown).
+        step_attempts: The attempt rows of the latest step called for (its summary's).
     """
 
     provider: Provider
@@ -180,6 +181,7 @@ class ModelCalls:
     providers: list[str] = dataclasses.field(default_factory=list, init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
     cost_usd: float | None = dataclasses.field(default=0.0, init=False)
+    step_attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False)
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""
@@ -334,7 +336,9 @@ class ModelCalls:
         if not records:
             return []
         first = records[0].started_at
-        return [self._attempt_row(rec, step, call_start, first) for rec in records]
+        rows = [self._attempt_row(rec, step, call_start, first) for rec in records]
+        self.step_attempts = [*(r for r in self.step_attempts if r["step"] == step), *rows]
+        return rows
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
