@@ -79,6 +79,7 @@ from .loop._driver import run_sync
 from .loop._durable import resume_sync
 from .loop._events import DELTA_TAIL
 from .rules._errors import ConfigError, HarnessError, wrap_unknown
+from .rules._events import DeltaEvent, FinishedEvent, StartedEvent
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
@@ -161,7 +162,7 @@ class LineProgress:
 
     def __call__(self, event: RunEvent) -> None:
         out = self._stream or sys.stdout
-        if event.kind == "delta":
+        if isinstance(event, DeltaEvent):
             self._show_streamed(event, out)
             return
         self._streamed = ""
@@ -172,11 +173,11 @@ class LineProgress:
         if line is not None:
             _out(line, file=out, flush=True)
 
-    def _show_streamed(self, event: RunEvent, out: TextIO) -> None:
+    def _show_streamed(self, event: DeltaEvent, out: TextIO) -> None:
         if not out.isatty():
             return
-        text = str(event.data.get("text") or "")
-        tail = text if event.data.get("restart") else self._streamed + text
+        text = event.text
+        tail = text if event.restart else self._streamed + text
         self._streamed = tail[-DELTA_TAIL:]
         width = max(20, shutil.get_terminal_size().columns - 5)
         out.write(f"\r\x1b[K  > {streamed_words(self._streamed, width)}")
@@ -185,11 +186,11 @@ class LineProgress:
 
     def line(self, event: RunEvent) -> str | None:
         """The line for ``event`` (indented below its run's first line), or None."""
-        if event.kind == "started":
+        if isinstance(event, StartedEvent):
             self.run_id = event.run_id
-            self.max_steps = int(event.data.get("max_steps") or 0)
+            self.max_steps = event.max_steps or 0
         words = event_words(event, max_steps=self.max_steps)
-        if words is None or event.kind == "started":
+        if words is None or isinstance(event, StartedEvent):
             return words
         return "  " + words
 
@@ -472,8 +473,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
     def finished(event: RunEvent) -> None:
-        if event.kind == "finished":
-            _out(f"{event.run_id}: {event.data.get('outcome')}", flush=True)
+        if isinstance(event, FinishedEvent):
+            _out(f"{event.run_id}: {event.outcome}", flush=True)
 
     def ended(row: Any) -> None:  # a run on a cluster worker, told here
         _out(f"{row.run_id}: {row.outcome}", flush=True)

@@ -119,6 +119,7 @@ FIRST_RUN = """
 import asyncio, json, sys
 from typing import Annotated
 import harnessnb as hn
+from harnessnb.events import ToolCallEvent
 
 @hn.tool
 def label(tag: Annotated[str, {"pattern": "^[a-z]+$"}]) -> str:
@@ -128,8 +129,8 @@ def label(tag: Annotated[str, {"pattern": "^[a-z]+$"}]) -> str:
 calls = []
 
 def on_event(event):
-    if event.kind == "tool_call":
-        calls.append([event.data["tool"], event.data["status"], event.data["error"]])
+    if isinstance(event, ToolCallEvent):
+        calls.append([event.tool, event.status, event.error])
 
 provider = hn.ScriptedProvider([
     {"tool": "label", "args": {"tag": "Bad Name"}},

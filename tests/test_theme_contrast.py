@@ -30,6 +30,7 @@ import pytest
 
 import harnessnb as hn
 import harnessnb.agents as ag
+import harnessnb.events as ev
 from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook._approver import ApprovalRecord, _request_html
 from harnessnb.notebook._progress import ProgressState
@@ -119,12 +120,12 @@ def _approval_cards() -> list[tuple[str, str]]:
 def _progress_cards() -> list[tuple[str, str]]:
     state = ProgressState()
     events = [
-        hn.RunEvent("started", "r-9", 0, 0.0, {"max_steps": 8, "provider": "openai"}),
-        hn.RunEvent("step", "r-9", 1, 0.0, {"tokens": 120, "provider": "openrouter"}),
-        hn.RunEvent("fell_back", "r-9", 1, 0.0, {"from_provider": "openai", "kind": "server",
-                                              "status": 503}),
-        hn.RunEvent("retry", "r-9", 2, 0.0, {"kind": "rate_limited", "status": 429, "attempt": 2,
-                                          "max_attempts": 3, "delay": 7.0}),
+        ev.StartedEvent(run_id="r-9", max_steps=8, provider="openai", model="m"),
+        ev.StepEvent(run_id="r-9", step=1, tokens=120, tool_calls=0, provider="openrouter"),
+        ev.FellBackEvent(run_id="r-9", step=1, from_provider="openai", model="m",
+                         error_kind="server", status=503),
+        ev.RetryEvent(run_id="r-9", step=2, error_kind="rate_limited", status=429, attempt=2,
+                      max_attempts=3, delay_s=7.0),
     ]  # fmt: skip
     for event in events:
         state.fold(event, 10.0)

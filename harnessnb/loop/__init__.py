@@ -15,7 +15,8 @@
   window, the conversation's checkpoint deltas and their replay;
 - ``_verify``: checking a contract's verification; ``_result``: ``RunResult``;
 - ``_durable``: resume, resolve/abandon, Record/Replay;
-- ``_events``: the events a run emits; ``_bridge``: the loop thread for sync calls.
+- ``_events``: delivering the events a run emits (scrubbed; their classes are
+  ``rules._events``); ``_bridge``: the loop thread for sync calls.
 
 May import: ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
 """

@@ -44,11 +44,12 @@ from ..rules._errors import (
     StoreError,
     wrap_unknown,
 )
+from ..rules._events import FellBackEvent, RetryEvent, ShrunkEvent
 from ..rules._retry import Clock, retry_decision
 from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
-from ._events import TextDeltas
+from ._events import Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ __all__ = ["ATTEMPT_LINGER_S", "AttemptRows", "Failure", "ModelCalls", "provider
 # A successful call's attempt rows are committed within this long of its end, or with
 # its step when that commits first (the usual case: one commit per step, not two).
 ATTEMPT_LINGER_S: Final = 0.05
-
-Emit = Callable[..., Awaitable[None]]
 
 
 @dataclasses.dataclass
@@ -228,9 +227,10 @@ class ModelCalls:
                     shrunk = True
                     messages = smaller
                     await self.emit(
-                        "shrunk",
-                        before=len(json.dumps(conversation.messages)),
-                        after=len(json.dumps(messages)),
+                        ShrunkEvent(
+                            before_chars=len(json.dumps(conversation.messages)),
+                            after_chars=len(json.dumps(messages)),
+                        )
                     )
                     continue
             if not await self._retry(err, retries_done):
@@ -253,14 +253,15 @@ class ModelCalls:
             return False
         self.retries += 1
         await self.emit(
-            "retry",
-            kind=err.kind.value,
-            status=err.status,
-            attempt=retries_done + 2,
-            max_attempts=self.contract.max_retries + 1,
-            delay=decision.delay,
-            retry_after=err.retry_after,
-            provider=err.provider,
+            RetryEvent(
+                error_kind=err.kind.value,
+                status=err.status,
+                attempt=retries_done + 2,
+                max_attempts=self.contract.max_retries + 1,
+                delay_s=decision.delay,
+                retry_after_s=err.retry_after,
+                provider=err.provider,
+            )
         )
         await self.clock.sleep(decision.delay)
         return True
@@ -315,11 +316,12 @@ class ModelCalls:
             if rec.fell_back:
                 self.fallbacks += 1
                 await self.emit(
-                    "fell_back",
-                    from_provider=rec.provider,
-                    model=rec.model,
-                    kind=rec.kind,
-                    status=rec.status,
+                    FellBackEvent(
+                        from_provider=rec.provider,
+                        model=rec.model,
+                        error_kind=rec.kind,
+                        status=rec.status,
+                    )
                 )
         return result
 

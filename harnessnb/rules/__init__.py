@@ -9,6 +9,8 @@
 - ``_retry``: the backoff rule and the deadline check ("never sleep past the budget");
 - ``_stall``: the stall detector (window and bare repetition) and the replan text;
 - ``_policy``: layered permission rules and their verdict {effect, rule, layer}.
+- ``_events``: the run events as values, one frozen class per kind (the gate, the
+  loop and the agent CLIs emit them; ``harnessnb.events`` is their public path).
 
 May import: the standard library only (time and randomness come in as arguments).
 Everything else in harnessnb may import this package.
