@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from harnessnb import Store
+from harnessnb.chaos import ChaosServer
 from harnessnb.rules import _retry
 from harnessnb.store._conn import SharedDb
 
@@ -73,3 +74,54 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(SharedDb, "_transact", transact)
     return seen
+
+
+# The fixtures many modules share (a module's own fixture of the same name overrides one).
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace folder with a README."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "README.md").write_text("# Title\n")
+    return root
+
+
+@pytest.fixture
+def empty_ws(tmp_path: Path) -> Path:
+    """A workspace folder with nothing in it."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def srv() -> Iterator[ChaosServer]:
+    """The chaos server on loopback (seeded: its random faults repeat)."""
+    with ChaosServer(seed=0) as server:
+        yield server
+
+
+# Every variable by which a face picks a provider or a store: cleared for a notebook test.
+FACE_ENV_KEYS = (
+    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
+    "HARNESSNB_NO_WIDGETS",
+)  # fmt: skip
+
+
+@pytest.fixture
+def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """An IPython shell with ``%load_ext harnessnb``, no provider in the environment and
+    its store in ``tmp_path``; the names tests bind are taken back afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    for key in FACE_ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "harnessnb")
+    yield sh
+    for name in ("R", "frame", "x", "who", "place", "db", "rid"):
+        sh.user_ns.pop(name, None)

@@ -21,14 +21,6 @@ from harnessnb.store._schema import MIGRATIONS
 LIST = {"tool": "list_dir", "args": {"path": "."}}
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
-
-
 def catalogue(model: str, provider: str, inp: int, out: int) -> float:
     """genai-prices' own price of one attempt, in dollars."""
     usage = Usage(input_tokens=inp, output_tokens=out)

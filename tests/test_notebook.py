@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import _thread
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +18,7 @@ from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.notebook import _magics
 from harnessnb.notebook._args import help_text
 
-ENV_KEYS = (
-    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
-    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
-    "HARNESSNB_NO_WIDGETS",
-)  # fmt: skip
-
-
-@pytest.fixture
-def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InteractiveShell]:
-    for key in ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "harnessnb")
-    yield sh
-    for name in ("R", "frame", "x", "who", "place", "db", "rid"):
-        sh.user_ns.pop(name, None)
-
-
-@pytest.fixture
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
+# `shell` (the suite's notebook shell) and `srv` (the chaos server) are conftest.py's.
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +64,6 @@ def ws(tmp_path: Path) -> Path:
     (root / "README.md").write_text("hello sandbox\n")
     (root / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\n")
     return root
-
-
-@pytest.fixture
-def store() -> Iterator[hn.Store]:
-    s = hn.Store(":memory:")
-    yield s
-    s.close()
 
 
 @pytest.fixture
