@@ -12,6 +12,7 @@ the run, its usage and its failure in the same store tables, with
 ``provider`` = the CLI. Failures are typed (``hn.agents.CLIError`` and its
 subclasses) and never retried automatically.
 
+- ``_cli``: ``AgentCLI``, what every driver shares, and the output stream's readers;
 - ``_drivers``: ``ClaudeCode``, ``Codex``, ``Copilot``: argv, environment, output;
 - ``_run``: ``run``/``run_sync`` for a CLI: leases, sessions, store rows;
 - ``_process``: a CLI's process through the one runner; ``_turn``: one turn's events,

@@ -45,9 +45,12 @@ class Turn:
     text: str = ""
     usage: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
-            "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "cost_usd": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_input_tokens": 0,
+            "cost_usd": None,
         }
-    )  # fmt: skip
+    )
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tool_calls_seen: int = 0
     messages: int = 0
@@ -90,10 +93,17 @@ class Turn:
         report kept for the attempt rows, and ``stop`` set when waiting cannot help."""
         self.reports.append((cause, time.time()))
         self.retrying = True
-        self.emit("retry", kind=cause.kind.value, status=cause.status,
-                  attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
-                  delay=delay_s or 0.0, retry_after=cause.retry_after, provider=None,
-                  detail=self.shown(cause.detail, 300) or None)  # fmt: skip
+        self.emit(
+            "retry",
+            kind=cause.kind.value,
+            status=cause.status,
+            attempt=to_int(attempt) or None,
+            max_attempts=to_int(of) or None,
+            delay=delay_s or 0.0,
+            retry_after=cause.retry_after,
+            provider=None,
+            detail=self.shown(cause.detail, 300) or None,
+        )
         if cause.fatal and self.stop is None:
             self.stop = cause
 
@@ -129,9 +139,13 @@ class Turn:
         self.retrying = False
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
-        call = {"id": call_id, "tool": self.shown(tool, 200),
-                "args": self.kept(shown, self.limits.event_bytes), "status": "started",
-                "output_bytes": None}  # fmt: skip
+        call = {
+            "id": call_id,
+            "tool": self.shown(tool, 200),
+            "args": self.kept(shown, self.limits.event_bytes),
+            "status": "started",
+            "output_bytes": None,
+        }
         if len(self.tool_calls) < _MAX_TOOL_CALLS:
             self.tool_calls.append(call)
         self.emit("tool_call", tool=call["tool"], args=call["args"], status="started")
@@ -150,9 +164,14 @@ class Turn:
         for call in reversed(self.tool_calls):
             if call["id"] == call_id and call["status"] in ("started", "error"):
                 call["status"] = "refused"
-                self.emit("refused", act=call["tool"], target=self.shown(call["args"], 200),
-                          rule="the CLI's permission mode", layer="agent",
-                          reason=self.shown(reason, 300))  # fmt: skip
+                self.emit(
+                    "refused",
+                    act=call["tool"],
+                    target=self.shown(call["args"], 200),
+                    rule="the CLI's permission mode",
+                    layer="agent",
+                    reason=self.shown(reason, 300),
+                )
                 return
 
     def add_usage(self, usage: Any, *, replace: bool = False) -> None:

@@ -119,8 +119,16 @@ def _build() -> dict[str, _Parser]:
     tb = _parser("tb", "The full traceback (or stored error) a card shortened.")
     tb.add_argument("run_id", metavar="RUN_ID")
     _store_option(tb)
-    return {"run": run, "resume": resume, "runs": runs, "failures": failures, "show": show,
-            "replay": replay, "sweep": sweep, "tb": tb}  # fmt: skip
+    return {
+        "run": run,
+        "resume": resume,
+        "runs": runs,
+        "failures": failures,
+        "show": show,
+        "replay": replay,
+        "sweep": sweep,
+        "tb": tb,
+    }
 
 
 PARSERS = _build()

@@ -370,8 +370,11 @@ def _own_pid_namespace() -> bool:
     if int(libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS))) != 0:
         return False
     try:  # until the maps are written the process has no uid here: nothing may run
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
             with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
                 f.write(text)
     except OSError:
