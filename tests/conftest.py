@@ -14,6 +14,7 @@ from harnessnb import Store
 from harnessnb.chaos import ChaosServer
 from harnessnb.rules import _retry
 from harnessnb.store._conn import SharedDb
+from tests.files_helpers import folder
 
 
 @pytest.fixture(autouse=True)
@@ -82,18 +83,13 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """A workspace folder with a README."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# Title\n"})
 
 
 @pytest.fixture
 def empty_ws(tmp_path: Path) -> Path:
     """A workspace folder with nothing in it."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+    return folder(tmp_path / "ws")
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from tests.files_helpers import folder
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = (
@@ -141,9 +142,7 @@ def test_sigkill_keeps_every_failed_attempt(tmp_path: Path) -> None:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    folder = tmp_path / "ws"
-    folder.mkdir()
-    return folder
+    return folder(tmp_path / "ws")
 
 
 async def test_attempts_that_end_the_run_are_written_once(ws: Path, tmp_path: Path) -> None:

@@ -17,16 +17,14 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.notebook import _magics
 from harnessnb.notebook._args import help_text
+from tests.files_helpers import folder
 
 # `shell` (the suite's notebook shell) and `srv` (the chaos server) are conftest.py's.
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\n## Usage\n")
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# Title\n\n## Usage\n"})
 
 
 def opts(srv: ChaosServer, ws: Path, tmp_path: Path) -> str:

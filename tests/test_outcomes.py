@@ -12,6 +12,7 @@ import pytest
 import harnessnb as hn
 from harnessnb import cli
 from harnessnb.rules._html import Tone
+from tests.files_helpers import folder
 from tests.test_cli import keyless_env
 
 TASK = "summarise README.md into NOTES.md"
@@ -19,10 +20,7 @@ TASK = "summarise README.md into NOTES.md"
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\nSome text.\n\n## Usage\n\nRun it.\n")
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# Title\n\nSome text.\n\n## Usage\n\nRun it.\n"})
 
 
 def _failing_check() -> hn.Command:

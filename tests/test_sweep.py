@@ -23,6 +23,7 @@ from harnessnb.chaos import ChaosServer
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
 from harnessnb.store._schema import MIGRATIONS
+from tests.files_helpers import folder
 
 # Three simulated providers, each failing its attempts at its own configured rates.
 PROFILES: dict[str, dict[str, float]] = {
@@ -37,10 +38,7 @@ WRITE = {"tool": "write_file", "args": {"path": "OUT.md", "content": "# out\n"}}
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "template"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\n## Usage\n")
-    return root
+    return folder(tmp_path / "template", {"README.md": "# Title\n\n## Usage\n"})
 
 
 @pytest.fixture
@@ -155,15 +153,15 @@ async def test_every_run_writes_its_own_copy_of_the_workspace(ws: Path, store: h
     assert set(kept.runs["outcome"]) == {"finished"}
     folders = store.runs(sweep=kept.sweep_id)["workspace"].tolist()
     assert len(set(folders)) == 5 and str(ws) not in folders
-    for folder in folders:
-        assert (Path(folder) / "OUT.md").read_text() == "# out\n"
-        assert (Path(folder) / "README.md").read_text() == "# Title\n\n## Usage\n"
+    for kept_ws in folders:
+        assert (Path(kept_ws) / "OUT.md").read_text() == "# out\n"
+        assert (Path(kept_ws) / "README.md").read_text() == "# Title\n\n## Usage\n"
     assert sorted(os.listdir(ws)) == before  # the template is unchanged
     removed = await hn.sweep(["write OUT.md"], [writer], workspace=ws, repeats=2, store=store,
                              policy=writer_policy())  # fmt: skip
     assert set(removed.runs["outcome"]) == {"finished"}
-    for folder in store.runs(sweep=removed.sweep_id)["workspace"]:
-        assert not os.path.exists(folder)
+    for gone in store.runs(sweep=removed.sweep_id)["workspace"]:
+        assert not os.path.exists(gone)
 
 
 async def test_a_run_that_cannot_start_is_a_row_and_its_reason_is_logged(

@@ -31,6 +31,7 @@ from harnessnb.tools._sandbox import (
     secret_env_name,
     secret_paths,
 )
+from tests.files_helpers import folder
 
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
 
@@ -59,11 +60,10 @@ def _no_net(backend: str) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("hello sandbox\n")
-    (root / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\n")
-    return root
+    return folder(tmp_path / "ws", {
+        "README.md": "hello sandbox\n",
+        ".env": f"OPENAI_API_KEY={FAKE_KEY}\n",
+    })
 
 
 @pytest.fixture
