@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -22,8 +21,8 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosServer
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
-from harnessnb.store._schema import MIGRATIONS
 from tests.files_helpers import folder
+from tests.store_helpers import old_store
 
 # Three simulated providers, each failing its attempts at its own configured rates.
 PROFILES: dict[str, dict[str, float]] = {
@@ -348,11 +347,7 @@ async def test_one_model_on_two_servers_is_named_by_server_and_twins_are_refused
 
 def test_a_store_from_before_sweeps_migrates_its_runs_untagged(tmp_path: Path) -> None:
     path = tmp_path / "v6.duckdb"
-    con = duckdb.connect(str(path))
-    for version in range(1, 7):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 6)
     con.execute("INSERT INTO run_rows (run_id, task) VALUES ('old', 'before sweeps')")
     con.close()
     with hn.Store(path) as store:
