@@ -99,6 +99,13 @@ def srv() -> Iterator[ChaosServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def module_srv() -> Iterator[ChaosServer]:
+    """One chaos server for a whole module (seeded), for modules of many short tests."""
+    with ChaosServer(seed=0) as server:
+        yield server
+
+
 # Every variable by which a face picks a provider or a store: cleared for a notebook test.
 FACE_ENV_KEYS = (
     "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
