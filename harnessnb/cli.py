@@ -450,14 +450,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     prices = prices_from(args)
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
-    store = _store(args)
-    progress = LineProgress()
-    approver = approver_from(args)
+    store, progress, approver = _store(args), LineProgress(), approver_from(args)
     result = _drive(
-        lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
-                         on_event=progress, prices=prices),
+        lambda: run_sync(
+            contract,
+            provider,
+            store=store,
+            policy=policy,
+            approver=approver,
+            on_event=progress,
+            prices=prices,
+        ),
         progress,
-    )  # fmt: skip
+    )
     return _finish(result)
 
 
@@ -481,12 +486,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     try:
         with cluster(args) as client:
-            if client is None:
-                result = sweep_sync(contracts, providers, store=_store(args),
-                                    on_event=finished, **kwargs)  # fmt: skip
-            else:
-                result = sweep_sync(contracts, providers, executor=client,
-                                    shards=args.shards, on_run=ended, **kwargs)  # fmt: skip
+            runs_on: dict[str, Any] = {"executor": client, "shards": args.shards, "on_run": ended}
+            if client is None:  # the store is opened only for a run here
+                runs_on = {"store": _store(args), "on_event": finished}
+            result = sweep_sync(contracts, providers, **runs_on, **kwargs)
     except KeyboardInterrupt:
         where = f"hn.Store.combine({args.shards!r})" if args.executor else "harnessnb runs"
         _out(
@@ -536,10 +539,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     progress.run_id = args.run_id
     approver = approver_from(args)
     result = _drive(
-        lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
-                            on_event=progress, prices=prices),
+        lambda: resume_sync(
+            args.run_id, provider, store=store, approver=approver, on_event=progress, prices=prices
+        ),
         progress,
-    )  # fmt: skip
+    )
     return _finish(result)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -108,16 +108,10 @@ def test_provider_card_says_kind_status_retry_after_provider_request_id() -> Non
 # ---------------------------------------------- real errors with a key configured
 
 
-@pytest.fixture(scope="module")
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
-async def _fresh(srv: ChaosServer) -> AsyncIterator[None]:
-    srv.reset()
-    yield
+async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
+    module_srv.reset()  # one server for the module, as new for each test
+    yield module_srv
     await _http.aclose_client()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,21 +35,12 @@ from harnessnb.events import (
 from harnessnb.launch._options import AGENT_NAMES, FACE_MARK, PERMISSIONS, Face
 from harnessnb.notebook import _magics
 
-ENV_KEYS = (
-    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
-    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
-)  # fmt: skip
-
 
 @pytest.fixture
-def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InteractiveShell]:
-    for key in ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+def shell(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> InteractiveShell:
+    """The suite's notebook shell (conftest.py), with text progress instead of widgets."""
     monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "harnessnb")
-    yield sh
+    return shell
 
 
 def _options(help_text: str) -> dict[str, str]:

@@ -14,17 +14,17 @@ import harnessnb as hn
 from harnessnb import FakeClock
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.events import FellBackEvent, ToolCallEvent
+from tests.files_helpers import folder
 
 K = hn.ProviderErrorKind
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\nSome text.\n\n## Usage\n\nRun it.\n")
-    (root / "a.txt").write_text("alpha\n")
-    return root
+    return folder(tmp_path / "ws", {
+        "README.md": "# Title\n\nSome text.\n\n## Usage\n\nRun it.\n",
+        "a.txt": "alpha\n",
+    })
 
 
 @pytest.fixture

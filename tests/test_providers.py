@@ -26,16 +26,10 @@ HI = [{"role": "user", "content": "hi"}]
 CONTEXT_MSG = "This model's maximum context length is 8192 tokens. Please reduce the length."
 
 
-@pytest.fixture(scope="module")
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer(seed=0) as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
-async def _fresh(srv: ChaosServer) -> AsyncIterator[None]:
-    srv.reset()
-    yield
+async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
+    module_srv.reset()  # one server for the module, as new for each test
+    yield module_srv
     await _http.aclose_client()
 
 

@@ -29,14 +29,6 @@ ANSWER = "Streaming works: the first words arrive before the last ones are writt
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
-
-
-@pytest.fixture
 def store() -> hn.Store:
     return hn.Store(":memory:")
 

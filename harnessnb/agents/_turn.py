@@ -45,9 +45,12 @@ class Turn:
     text: str = ""
     usage: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
-            "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "cost_usd": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_input_tokens": 0,
+            "cost_usd": None,
         }
-    )  # fmt: skip
+    )
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tool_calls_seen: int = 0
     messages: int = 0
@@ -138,8 +141,13 @@ class Turn:
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
         name, kept = self.shown(tool, 200), self.kept(shown, self.limits.event_bytes)
-        call = {"id": call_id, "tool": name, "args": kept, "status": "started",
-                "output_bytes": None}  # fmt: skip
+        call = {
+            "id": call_id,
+            "tool": name,
+            "args": kept,
+            "status": "started",
+            "output_bytes": None,
+        }
         if len(self.tool_calls) < _MAX_TOOL_CALLS:
             self.tool_calls.append(call)
         self.emit(ToolCallEvent(tool=name, args=kept, status="started"))

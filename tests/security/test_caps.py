@@ -14,15 +14,14 @@ from harnessnb.chaos import ChaosServer, Fault, Reply
 from harnessnb.events import ToolCallEvent
 from harnessnb.providers import _attempt as _http
 from harnessnb.rules._retry import retry_decision
+from tests.files_helpers import folder
 
 K = hn.ProviderErrorKind
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+    return folder(tmp_path / "ws")
 
 
 def _openai(srv: ChaosServer, *, stream: bool = False) -> hn.OpenAI:

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -68,20 +67,6 @@ def store_surfaces(path: Path) -> list[str]:
         dumps = [store.sql(f'SELECT * FROM "{t}"').to_csv() for t in tables]
     raw = [p.read_bytes().decode("latin-1") for p in path.parent.glob(path.name + "*")]
     return dumps + raw
-
-
-@pytest.fixture
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer(seed=0) as server:
-        yield server
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# demo\n")
-    return root
 
 
 def contract(ws: Path, **kw: Any) -> hn.TaskContract:

@@ -44,14 +44,6 @@ def error_surfaces(err: hn.HarnessError) -> list[str]:
             bundle["text/html"], *err._render_traceback_()]  # fmt: skip
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# demo\n")
-    return root
-
-
 # ------------------------------------------------ keys the provider was handed
 
 
