@@ -103,12 +103,20 @@ class HTTPProvider(BaseProvider):
     """
 
     NAME: ClassVar[str]
+    PATH: ClassVar[str]  # appended to the base URL
     DEFAULT_BASE_URL: ClassVar[str]
     DEFAULT_MODEL: ClassVar[str]
-    KEY_ENV: ClassVar[str]
-    BASE_URL_ENV: ClassVar[str]
-    MODEL_ENV: ClassVar[str]
-    PATH: ClassVar[str]
+    ENV: ClassVar[str]  # the prefix of the variables below, one rule for every provider
+    KEY_ENV: ClassVar[str]  # {ENV}_API_KEY
+    BASE_URL_ENV: ClassVar[str]  # {ENV}_BASE_URL
+    MODEL_ENV: ClassVar[str]  # {ENV}_MODEL
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ENV" in vars(cls):
+            cls.KEY_ENV = f"{cls.ENV}_API_KEY"
+            cls.BASE_URL_ENV = f"{cls.ENV}_BASE_URL"
+            cls.MODEL_ENV = f"{cls.ENV}_MODEL"
 
     def __init__(
         self,
