@@ -362,9 +362,10 @@ class Record(BaseProvider):
     """Wraps a provider and records every successful completion in ``store``.
 
     Identical requests are recorded in order, so a replay answers them in the same
-    order. A call made for a run is also recorded under that run, so ``replay`` of a run
-    answers as that run was answered, not as another run asking the same was. Nothing
-    but the completion is stored: no header, no key.
+    order. A call made for a run (its ``run_id`` argument) is also recorded under that
+    run, so ``replay`` of a run answers as that run was answered, not as another run
+    asking the same was. Nothing but the completion is stored: no header, no key; the
+    inner provider's attempts pass through on the answer.
     """
 
     def __init__(self, provider: Provider, store: Store | str | os.PathLike[str]) -> None:
