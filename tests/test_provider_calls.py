@@ -176,3 +176,13 @@ def test_no_context_variable_carries_attempts_text_or_a_run() -> None:
     }
     # The one left is a scheduling flag (a run the main thread waits for), no data.
     assert found == {"harnessnb/loop/_bridge.py"}
+
+
+async def test_record_hands_a_plain_provider_only_what_it_takes(tmp_path: Path) -> None:
+    with hn.Store(tmp_path / "s.duckdb") as store:
+        recorded = hn.Record(Plain("hello"), store)
+        done = await recorded.complete(HI, run_id="run-1")
+        replayed = await hn.Replay(store, run_id="run-1").complete(HI)
+    assert done.text == replayed.text == "hello"
+    # Replay answers without HTTP: its one attempt is on the answer, as recorded.
+    assert [(a.provider, a.kind) for a in replayed.attempts] == [("plain", None)]
