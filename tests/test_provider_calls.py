@@ -107,8 +107,8 @@ async def test_a_plain_provider_answers_alone_and_inside_a_fallback(tmp_path: Pa
     done = await hn.Fallback(Plain(refused), Plain("from the second")).complete(HI)
     assert done.text == "from the second"
     with hn.Store(tmp_path / "s.duckdb") as store:
-        result = await hn.run(hn.TaskContract("hi", workspace(tmp_path)), Plain("hello"),
-                              store=store)  # fmt: skip
+        contract = hn.TaskContract("hi", workspace(tmp_path))
+        result = await hn.run(contract, Plain("hello"), store=store)
         rows = store.attempts(result.run_id)
     assert result.outcome is hn.RunOutcome.FINISHED and result.text == "hello"
     # It reports no attempt itself: the loop writes the one its call was.
@@ -123,19 +123,24 @@ async def test_a_run_passes_its_text_sink_and_its_id_as_arguments(tmp_path: Path
         if event.kind == "delta":
             deltas.append(str(event.data["text"]))
 
-    result = await hn.run(hn.TaskContract("hi", workspace(tmp_path)), provider,
-                          store=hn.Store(":memory:"), on_event=seen)  # fmt: skip
+    contract = hn.TaskContract("hi", workspace(tmp_path))
+    result = await hn.run(contract, provider, store=hn.Store(":memory:"), on_event=seen)
     assert result.outcome is hn.RunOutcome.FINISHED
     assert provider.run_ids == [result.run_id]
     assert "".join(deltas).endswith("streamed words")
 
 
+def busy_then_silent(a: ChaosServer, b: ChaosServer, hang_s: float) -> hn.Fallback:
+    """A Fallback whose first leg answers 503 and whose second leg never answers."""
+    a.set_default(Fault.status(503))
+    b.set_default(Fault.hang(hang_s))
+    second = hn.OpenAI("m", base_url=b.openai_url, name="second")
+    return hn.Fallback(hn.OpenAI("m", base_url=a.openai_url), second)
+
+
 async def test_a_cancel_keeps_the_legs_before_it_and_the_one_it_cut_off(tmp_path: Path) -> None:
     with ChaosServer() as a, ChaosServer() as b, hn.Store(tmp_path / "s.duckdb") as store:
-        a.set_default(Fault.status(503))
-        b.set_default(Fault.hang(30))
-        provider = hn.Fallback(hn.OpenAI("m", base_url=a.openai_url),
-                               hn.OpenAI("m", base_url=b.openai_url, name="second"))  # fmt: skip
+        provider = busy_then_silent(a, b, 30)
         task = asyncio.ensure_future(
             hn.run(hn.TaskContract("hi", workspace(tmp_path)), provider, store=store)
         )
@@ -154,10 +159,7 @@ async def test_a_cancel_keeps_the_legs_before_it_and_the_one_it_cut_off(tmp_path
 
 async def test_the_time_budget_keeps_the_legs_before_it_as_they_were(tmp_path: Path) -> None:
     with ChaosServer() as a, ChaosServer() as b, hn.Store(tmp_path / "s.duckdb") as store:
-        a.set_default(Fault.status(503))
-        b.set_default(Fault.hang(10))
-        provider = hn.Fallback(hn.OpenAI("m", base_url=a.openai_url),
-                               hn.OpenAI("m", base_url=b.openai_url, name="second"))  # fmt: skip
+        provider = busy_then_silent(a, b, 10)
         contract = hn.TaskContract("hi", workspace(tmp_path), max_seconds=1.0, max_retries=0)
         result = await hn.run(contract, provider, store=store)
         rows = store.attempts()
