@@ -54,6 +54,8 @@ async def typed_usage(store: hn.Store) -> None:
         [{"role": "user", "content": "hi"}]
     )
     print(completion.text, completion.tool_calls, completion.usage.total_tokens)
+    made: tuple[hn.AttemptRecord, ...] = completion.attempts
+    print([attempt.latency_ms for attempt in made])
     prices = hn.Prices({"my-model": (0.5, 1.5), "gpt-4o": hn.Price(2.5, 10.0)}, local_free=True)
     priced: hn.RunResult = await hn.run(contract, provider, store=store, prices=prices)
     spent: float | None = priced.cost_usd

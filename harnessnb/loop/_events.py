@@ -72,7 +72,7 @@ _WORD_HELD_MAX = 512
 class TextDeltas:
     """Streamed text in, throttled ``delta`` events out (through ``emit``).
 
-    ``__call__`` is a provider's text sink (``providers._completion.stream_text_to``);
+    ``__call__`` is the text sink a model call passes to ``complete(on_text=...)``;
     ``flush`` sends what is still held, when the answer is complete.
     """
 

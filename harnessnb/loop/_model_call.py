@@ -23,19 +23,12 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
-from ..providers._completion import (
-    AttemptRecord,
-    Completion,
-    Provider,
-    calling_for,
-    collect_attempts,
-    shown_url,
-    stream_text_to,
-)
+from ..providers._base import Call, ask
+from ..providers._completion import AttemptRecord, Completion, Provider, attempts_of, shown_url
 from ..providers._prices import Prices, default_prices, is_local
 from ..rules._errors import (
     HarnessError,
@@ -275,38 +268,42 @@ class ModelCalls:
         real_start = time.time()
         result: Completion | HarnessError
         deltas = TextDeltas(self.emit)
-        with collect_attempts() as records, stream_text_to(deltas), calling_for(self.rows.run_id):
-            try:
-                coro = self.provider.complete(messages, tools=self.tool_specs())
-                result = await asyncio.wait_for(coro, timeout=remaining)
-            except TimeoutError:
-                result = ProviderError(
-                    "the run's time budget ran out while waiting for the provider",
-                    kind=ProviderErrorKind.TIMEOUT,
-                    provider=self.provider.name,
-                    model=self.provider.model,
-                    code="RUN_TIME_BUDGET",
-                )
-                # The budget, not a person, cut the attempt: it is the provider's timeout.
-                records[:] = [_timed_out(rec, result) for rec in records]
-            except ProviderError as exc:
-                result = exc
-            except HarnessError as exc:
-                result = exc
-            except asyncio.CancelledError:
-                # The legs that ended before the cancel (a Fallback's) and the one it cut
-                # off (``cancelled``) are written now.
-                if not records:  # a provider that reports nothing: its cut-off call
-                    records.append(_cut_off_record(self.provider, real_start))
-                self.rows.send(self._attempt_rows(records, step, call_start))
-                self.rows.settle_now()
-                raise
-            except Exception as exc:  # a custom provider's bug: typed, with its cause
-                result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
+        call = Call(messages, self.tool_specs(), on_text=deltas, run_id=self.rows.run_id)
+        records: tuple[AttemptRecord, ...] = ()
+        try:
+            # In this task (no wait_for task): a cut-off call's CancelledError is the one
+            # its provider put the attempts on.
+            async with asyncio.timeout(remaining):
+                result = await ask(self.provider, call)
+            records = result.attempts
+        except TimeoutError as exc:
+            result = ProviderError(
+                "the run's time budget ran out while waiting for the provider",
+                kind=ProviderErrorKind.TIMEOUT,
+                provider=self.provider.name,
+                model=self.provider.model,
+                code="RUN_TIME_BUDGET",
+            )
+            # The budget, not a person, cut the attempt: it is the provider's timeout.
+            records = tuple(_timed_out(rec, result) for rec in _cut_off_attempts(exc))
+        except HarnessError as exc:  # a ProviderError carries the attempts it made
+            result = exc
+            records = attempts_of(exc)
+        except asyncio.CancelledError as exc:
+            # The legs that ended before the cancel (a Fallback's) and the one it cut
+            # off (``cancelled``) are written now.
+            records = attempts_of(exc)
+            if not records:  # a provider that reports nothing: its cut-off call
+                records = (_cut_off_record(self.provider, real_start),)
+            self.rows.send(self._attempt_rows(records, step, call_start))
+            self.rows.settle_now()
+            raise
+        except Exception as exc:  # a custom provider's bug: typed, with its cause
+            result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
         if isinstance(result, Completion):
             await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
-            records.append(_synthetic_record(self.provider, result, real_start))
+            records = (_synthetic_record(self.provider, result, real_start),)
         if isinstance(result, Completion):
             rows = self._attempt_rows(records, step, call_start)
             self.rows.send(rows, linger_s=ATTEMPT_LINGER_S)
@@ -326,7 +323,7 @@ class ModelCalls:
         return result
 
     def _attempt_rows(
-        self, records: list[AttemptRecord], step: int, call_start: float
+        self, records: Sequence[AttemptRecord], step: int, call_start: float
     ) -> list[dict[str, Any]]:
         """The rows of a call's attempts, numbered on from the run's last one.
 
@@ -404,6 +401,12 @@ def _timed_out(rec: AttemptRecord, err: ProviderError) -> AttemptRecord:
     if not rec.cancelled:
         return rec
     return dataclasses.replace(rec, cancelled=False, kind=err.kind.value, error=err.message)
+
+
+def _cut_off_attempts(exc: BaseException) -> tuple[AttemptRecord, ...]:
+    """The attempts of a call the run's time budget cut off: on the ``CancelledError``
+    the ``TimeoutError`` was raised from (its cause, or on 3.11 its context)."""
+    return attempts_of(exc.__cause__) or attempts_of(exc.__context__)
 
 
 def _cut_off_record(provider: Provider, started: float) -> AttemptRecord:

@@ -6,7 +6,9 @@
 - ``_wire``: what the wire-format parsers share (``Parsed``, stream assembly, ``WireError``);
 - ``_usage``: what an answer that reported no usage is taken to have cost;
 - ``_prices``: ``Prices``: an attempt's usage in dollars;
-- ``_completion``: ``Completion``, ``ToolCall``, ``Usage`` and the ``Provider`` protocol;
+- ``_completion``: ``Completion``, ``ToolCall``, ``Usage``, ``AttemptRecord``, the
+  ``Provider`` protocol;
+- ``_base``: ``BaseProvider``, the one ``complete`` every provider shares, and ``ask``;
 - ``_openai`` (OpenAI, OpenRouter, any OpenAI-compatible server), ``_anthropic``;
 - ``_fallback`` (``Fallback``), ``_scripted`` (``ScriptedProvider``, no network).
 

@@ -262,6 +262,7 @@ class ProviderError(HarnessError):
     """
 
     CODE = "PROVIDER"
+    attempts: tuple[Any, ...] = ()  # the failed call's hn.AttemptRecords, set by its provider
 
     def __init__(
         self,
