@@ -382,7 +382,7 @@ def test_finish_run_writes_outcome_error_and_last_stalls(store: Store) -> None:
 
 
 def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
-    store.create_run(run_row("r2", parent_run_id="r1"))
+    store.create_run(run_row("r2", extras={"parent_run_id": "r1"}))
     run = store.get_run("r2")
     assert run == {
         "run_id": "r2", "task": "summarise README", "workspace": "/ws", "provider": "openai",

@@ -59,6 +59,7 @@ from ._verdict import verdict
 
 if TYPE_CHECKING:
     from ..store._leases import Lease
+    from ..store._row_types import AttemptRow, Finish, RunRow, StepRow, ToolCallRow
     from ..store._store import Store
 
 __all__ = ["run", "run_sync"]
@@ -188,11 +189,11 @@ class _AgentRun:
                 await asyncio.shield(self.store.queued.release_lease(lease))
 
     async def _start(self) -> None:
-        run = {
+        run: RunRow = {
             "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
             "provider": self.agent.name, "model": self.model, "started_at": self.started,
-            "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
-            "permission": self.agent.permission,
+            "extras": {"agent": self.agent.name, "agent_bin": self.agent.bin,
+                       "session": self.session, "permission": self.agent.permission},
         }  # fmt: skip
         self.run_lease = await self.store.queued.start_run(
             run, owner_identity(), ttl_s=LEASE_TTL_S,
@@ -379,8 +380,8 @@ class _AgentRun:
         else:
             outcome = RunOutcome.ESCALATED_TERMINAL
         now = time.time()
-        finish: dict[str, Any] = {"outcome": outcome.value, "finished_at": now,
-                                  "error": None if error is None else error.to_dict()}  # fmt: skip
+        finish: Finish = {"outcome": outcome.value, "finished_at": now,
+                          "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
             await self.store.queued.finish_run(self.run_id, lease=self.run_lease,
@@ -407,18 +408,18 @@ class _AgentRun:
 
     def _rows(
         self, error: HarnessError | None, changed: bool | None, now: float
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[StepRow, list[AttemptRow], list[ToolCallRow]]:
         turn, end, agent = self.turn, self.end, self.agent
         kind = error.kind if isinstance(error, CLIError) else None
         decision = "answer" if error is None else "error"
         if isinstance(error, Cancelled):
             decision = "cancelled"
-        step = {"step": 1, "decision": decision,
+        step: StepRow = {"step": 1, "decision": decision,
                 "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
                 "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
         attempts = self._retry_rows(error)
         ran_s = end.elapsed_s if end is not None else self.stopped_after
-        attempt = {
+        attempt: AttemptRow = {
             "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
             "model": turn.model or self.model, "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
@@ -429,7 +430,7 @@ class _AgentRun:
             "fell_back": False, "error": None if error is None else error.code,
             "started_at": self.started, "cost_usd": _reported_cost(turn.usage),
         }  # fmt: skip
-        tools = [
+        tools: list[ToolCallRow] = [
             {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
              "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
             for i, call in enumerate(turn.tool_calls, start=1)
@@ -443,7 +444,7 @@ class _AgentRun:
             attempts.append(attempt)
         return step, attempts, tools
 
-    def _retry_rows(self, error: HarnessError | None) -> list[dict[str, Any]]:
+    def _retry_rows(self, error: HarnessError | None) -> list[AttemptRow]:
         """An attempt row for each failed request the CLI reported while retrying.
 
         The request the run ended on is the final row: a report of it (the one the run

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._leases import Lease
+    from ..store._row_types import Finish, RunRow, StepRow, ToolCallRow
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._executor import ToolExecutor
@@ -194,13 +195,13 @@ class Driver(StepTools):
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
         self.conversation = Conversation(initial_messages(self.contract))
-        row = {
+        row: RunRow = {
             "run_id": self.run_id,
             "task": self.contract.task,
             "workspace": os.path.abspath(self.contract.workspace),
             "provider": self.provider.name,
             "model": self.provider.model,
-            "base_url": provider_url(self.provider),  # kept in extras, for resume
+            "extras": {"base_url": provider_url(self.provider)},  # for resume
             "started_at": self.clock.time(),
             "contract": self.contract.to_dict(),
             "policy": self.base_policy.to_dict(),
@@ -255,7 +256,7 @@ class Driver(StepTools):
         self.text = completion.text or self.text
         self.conversation.append(completion.to_message())
 
-        tool_rows: list[dict[str, Any]] = []
+        tool_rows: list[ToolCallRow] = []
         tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
         if tools.unreconciled is not None or tools.deferred:
             # The step stays uncommitted; the next resume picks it up again (a call
@@ -287,16 +288,16 @@ class Driver(StepTools):
         step_tokens: int,
         changed: bool,
         checked: StepChecked,
-        tool_rows: list[dict[str, Any]],
+        tool_rows: list[ToolCallRow],
     ) -> RunResult | None:
         """Commit the step (and the run's end, when it ends the run) in one transaction.
         Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
-        final = None
+        final: Finish | None = None
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
-        row = {
+        row: StepRow = {
             "step": self.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
             "tool_calls": len(completion.tool_calls),
@@ -331,8 +332,8 @@ class Driver(StepTools):
             changed_workspace=changed,
             provider=completion.provider,
         )
-        for row in stall_rows:
-            await self.emit(row["action"], signal=row["signal"], detail=row["detail"])
+        for stall in stall_rows:
+            await self.emit(stall["action"], signal=stall["signal"], detail=stall["detail"])
         if ending is not None:
             return await self.finished(ending, None)
         return None

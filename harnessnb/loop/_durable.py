@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..providers._completion import (
     AttemptRecord,
@@ -48,6 +48,7 @@ from ._step_tools import PendingStep
 if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
+    from ..store._row_types import ToolCallRow
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._protocol import Tool
@@ -204,7 +205,7 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
         return PendingStep(
             completion=Completion.from_dict(begun["completion"]),
-            settled={int(r["seq"]): r for r in rows},
+            settled={int(r["seq"]): cast("ToolCallRow", r) for r in rows},
         )
     except (ResumeError, StoreError):
         raise

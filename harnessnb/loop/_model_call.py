@@ -52,6 +52,7 @@ from ._events import TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
+    from ..store._row_types import AttemptRow
     from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
@@ -98,9 +99,9 @@ class AttemptRows:
         self.store = store
         self.run_id = run_id
         self.patient = patient
-        self._pending: list[tuple[Future[None], list[dict[str, Any]]]] = []
+        self._pending: list[tuple[Future[None], list[AttemptRow]]] = []
 
-    def send(self, rows: list[dict[str, Any]], *, linger_s: float = 0.0) -> None:
+    def send(self, rows: list[AttemptRow], *, linger_s: float = 0.0) -> None:
         """Queue ``rows`` for the writer thread; ``settle`` waits for them. With
         ``linger_s`` the writer may hold them that long for the step commit that
         follows, to share its transaction."""
@@ -108,7 +109,7 @@ class AttemptRows:
             op = add_attempts(self.run_id, rows, linger_s=linger_s)
             self._pending.append((self.store.submit(op), rows))
 
-    async def write(self, rows: list[dict[str, Any]]) -> None:
+    async def write(self, rows: list[AttemptRow]) -> None:
         """Queue ``rows`` and wait until they (and any queued before) are committed."""
         self.send(rows)
         await self.settle()
@@ -133,7 +134,7 @@ class AttemptRows:
                 raise
             self._pending.pop(0)
 
-    def _rewrite(self, rows: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
+    def _rewrite(self, rows: list[AttemptRow]) -> Callable[[], Awaitable[None]]:
         return lambda: self.store.queued.add_attempts(self.run_id, rows)
 
     def settle_now(self) -> None:
@@ -323,7 +324,7 @@ class ModelCalls:
 
     def _attempt_rows(
         self, records: list[AttemptRecord], step: int, call_start: float
-    ) -> list[dict[str, Any]]:
+    ) -> list[AttemptRow]:
         """The rows of a call's attempts, numbered on from the run's last one.
 
         The first attempt of a call starts when the call does (on the run's clock);
@@ -336,7 +337,7 @@ class ModelCalls:
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
-    ) -> dict[str, Any]:
+    ) -> AttemptRow:
         self.attempts += 1
         # Map the provider's wall-clock start onto the run's clock, so an injected
         # clock orders attempts the way the retry waits did.

@@ -13,7 +13,9 @@
 - ``_batch``: ``WriteOp`` and group commit's merged statements;
 - ``_conn``: one shared connection per file, busy retry, the idle linger, the writer
   thread;
-- ``_schema``: tables, views and ordered migrations; ``_rows``: turning values into rows.
+- ``_schema``: tables, views and ordered migrations; ``_row_types``: the typed row
+  each write takes, one per table; ``_rows``: turning values into rows (an unknown or
+  missing column refused, named).
 
 May import: ``rules``. Knows nothing of providers, tools, the run loop or the faces.
 """
