@@ -14,6 +14,7 @@ import pytest
 from harnessnb import Store, StoreError
 from harnessnb.store._row_types import ROW_TYPES
 from harnessnb.store._schema import COLUMNS
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, run_row, step_kwargs, tool
 
 # What a field's annotation may hold for each DuckDB column type (None aside: every
@@ -65,9 +66,9 @@ def test_a_misspelled_step_column_is_refused_naming_it_and_nothing_is_written(
 ) -> None:
     store = Store(tmp_path / "runs.duckdb")
     try:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
         with pytest.raises(StoreError, match="tokenz") as raised:
-            store.commit_step("r1", {"step": 1, "tokenz": 50}, **step_kwargs(1)[1])  # type: ignore[typeddict-unknown-key]
+            store_writer(store).commit_step("r1", {"step": 1, "tokenz": 50}, **step_kwargs(1)[1])  # type: ignore[typeddict-unknown-key]
         assert raised.value.kind == "query"
         assert len(store.steps("r1")) == 0
     finally:
@@ -77,10 +78,10 @@ def test_a_misspelled_step_column_is_refused_naming_it_and_nothing_is_written(
 async def test_an_unknown_column_is_refused_from_asyncio_too(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.duckdb")
     try:
-        await store.queued.create_run(run_row("r1"))
+        await store_writer(store).queued.create_run(run_row("r1"))
         bad = {**tool(1, 1), "outptu": "x"}
         with pytest.raises(StoreError, match="outptu"):
-            await store.queued.commit_step(
+            await store_writer(store).queued.commit_step(
                 "r1", {"step": 1}, **{**step_kwargs(1)[1], "tool_calls": [bad]}
             )
         assert len(store.tool_calls("r1")) == 0
@@ -91,12 +92,12 @@ async def test_an_unknown_column_is_refused_from_asyncio_too(tmp_path: Path) -> 
 def test_a_missing_required_column_is_refused_naming_it(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.duckdb")
     try:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
         without_seq = {k: v for k, v in tool(1, 1).items() if k != "seq"}
         with pytest.raises(StoreError, match="'seq'"):
-            store.record_intent("r1", without_seq)  # type: ignore[arg-type]
+            store_writer(store).record_intent("r1", without_seq)  # type: ignore[arg-type]
         with pytest.raises(StoreError, match="'run_id'"):
-            store.create_run({"task": "no id"})  # type: ignore[typeddict-item]
+            store_writer(store).create_run({"task": "no id"})  # type: ignore[typeddict-item]
         assert len(store.tool_calls("r1")) == 0
         assert len(store.runs()) == 1
     finally:
@@ -106,7 +107,7 @@ def test_a_missing_required_column_is_refused_naming_it(tmp_path: Path) -> None:
 def test_a_run_keeps_what_is_no_column_in_its_extras(tmp_path: Path) -> None:
     store = Store(tmp_path / "runs.duckdb")
     try:
-        store.create_run({**run_row("r1"), "extras": {"agent": "codex"}})
+        store_writer(store).create_run({**run_row("r1"), "extras": {"agent": "codex"}})
         run = store.get_run("r1")
         assert run is not None
         assert run["agent"] == "codex"

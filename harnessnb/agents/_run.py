@@ -38,6 +38,7 @@ from ..rules._errors import (
 from ..rules._secrets import is_secret_name, scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
+from ..store._writer import store_writer
 from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
@@ -186,7 +187,7 @@ class _AgentRun:
             renewer.cancel()
             if self.session_lease is not None:
                 lease, self.session_lease = self.session_lease, None
-                await asyncio.shield(self.store.queued.release_lease(lease))
+                await asyncio.shield(store_writer(self.store).queued.release_lease(lease))
 
     async def _start(self) -> None:
         run: RunRow = {
@@ -195,7 +196,7 @@ class _AgentRun:
             "extras": {"agent": self.agent.name, "agent_bin": self.agent.bin,
                        "session": self.session, "permission": self.agent.permission},
         }  # fmt: skip
-        self.run_lease = await self.store.queued.start_run(
+        self.run_lease = await store_writer(self.store).queued.start_run(
             run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
@@ -207,7 +208,7 @@ class _AgentRun:
         if self.session is None:
             return None
         try:
-            self.session_lease = await self.store.queued.acquire_lease(
+            self.session_lease = await store_writer(self.store).queued.acquire_lease(
                 _session_key(self.root, self.session),
                 owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
             )  # fmt: skip
@@ -217,7 +218,9 @@ class _AgentRun:
                 "wait for it to end, or use another name",
                 agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
             ) from exc  # fmt: skip
-        bound = await asyncio.to_thread(self.store.agent_session, str(self.root), self.session)
+        bound = await asyncio.to_thread(
+            store_writer(self.store).agent_session, str(self.root), self.session
+        )
         if bound is None:
             return None
         if bound["agent"] != self.agent.name:
@@ -229,7 +232,9 @@ class _AgentRun:
             )  # fmt: skip
         self.bound = bound["session_id"]
         if self.agent.cumulative_usage and bound.get("run_id"):
-            last = await asyncio.to_thread(self.store.last_checkpoint, bound["run_id"])
+            last = await asyncio.to_thread(
+                store_writer(self.store).last_checkpoint, bound["run_id"]
+            )
             state = (last or {}).get("state") or {}
             self.prior_usage = state.get("usage_total") if isinstance(state, dict) else None
         return self.bound
@@ -334,7 +339,7 @@ class _AgentRun:
     async def _bind(self, session_id: str) -> None:
         if self.session is None:
             return
-        await self.store.queued.bind_agent_session(
+        await store_writer(self.store).queued.bind_agent_session(
             str(self.root), self.session,
             agent=self.agent.name, session_id=session_id, run_id=self.run_id,
         )  # fmt: skip
@@ -349,7 +354,9 @@ class _AgentRun:
                     continue
                 # A lease taken over is reported by the run's final commit.
                 with contextlib.suppress(HarnessError):
-                    renewed = await self.store.queued.renew_lease(lease, ttl_s=LEASE_TTL_S)
+                    renewed = await store_writer(self.store).queued.renew_lease(
+                        lease, ttl_s=LEASE_TTL_S
+                    )
                     setattr(self, attr, renewed)
 
     # -------------------------------------------------------------- classify
@@ -384,11 +391,11 @@ class _AgentRun:
                           "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
-            await self.store.queued.finish_run(self.run_id, lease=self.run_lease,
+            await store_writer(self.store).queued.finish_run(self.run_id, lease=self.run_lease,
                                                release=True, **finish)  # fmt: skip
         else:
             step, attempts, tools = self._rows(error, changed, now)
-            await self.store.queued.commit_step(self.run_id, step, attempts=attempts,
+            await store_writer(self.store).queued.commit_step(self.run_id, step, attempts=attempts,
                                                 tool_calls=tools, stalls=[],
                                                 checkpoint=self._checkpoint(),
                                                 lease=self.run_lease, finish=finish)  # fmt: skip

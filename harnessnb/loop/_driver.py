@@ -166,7 +166,7 @@ class Driver(StepTools):
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
         self.lease = await self.patient(
-            lambda: self.store.queued.acquire_lease(
+            lambda: self.writer.queued.acquire_lease(
                 self.run_id, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
@@ -178,7 +178,7 @@ class Driver(StepTools):
             if self.lease is None:
                 return
             try:
-                self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
+                self.lease = await self.writer.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
             except StoreError as exc:
                 if not exc.retryable:
                     return
@@ -190,7 +190,7 @@ class Driver(StepTools):
         """Give the run's lease back (a resume that could not load the run)."""
         lease, self.lease = self.lease, None
         if lease is not None:
-            await self.patient(lambda: self.store.queued.release_lease(lease))
+            await self.patient(lambda: self.writer.queued.release_lease(lease))
 
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
@@ -208,7 +208,7 @@ class Driver(StepTools):
             "sweep_id": self.sweep_id,
         }
         self.lease = await self.patient(
-            lambda: self.store.queued.start_run(
+            lambda: self.writer.queued.start_run(
                 row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
@@ -308,7 +308,7 @@ class Driver(StepTools):
         }
         checkpoint = self.checkpoint()
         await self.patient(
-            lambda: self.store.queued.commit_step(
+            lambda: self.writer.queued.commit_step(
                 self.run_id,
                 row,
                 attempts=[],  # each was written when its call ended
@@ -391,7 +391,7 @@ class Driver(StepTools):
         await self.model_calls.rows.settle()
         finished_at = self.clock.time()
         await self.patient(
-            lambda: self.store.queued.finish_run(
+            lambda: self.writer.queued.finish_run(
                 self.run_id,
                 outcome=outcome.value,
                 finished_at=finished_at,
@@ -409,7 +409,7 @@ class Driver(StepTools):
         lease, self.lease = self.lease, None
         try:
             self.model_calls.rows.settle_now()
-            self.store.finish_run(
+            self.writer.finish_run(
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
@@ -434,7 +434,7 @@ class Driver(StepTools):
         lease, self.lease = self.lease, None  # stops the renewals whatever happens
         # If the store still cannot be written, the result is the only report.
         with contextlib.suppress(HarnessError):
-            await self.store.queued.finish_run(
+            await self.writer.queued.finish_run(
                 self.run_id, outcome=outcome.value, finished_at=self.clock.time(),
                 error=exc.to_dict(), lease=lease, release=True,
             )  # fmt: skip
@@ -564,7 +564,7 @@ async def run(
     except Exception as exc:  # a bug: keep the run on record, surface it typed
         err = wrap_unknown(exc)
         try:
-            driver.store.finish_run(
+            driver.writer.finish_run(
                 driver.run_id,
                 outcome=RunOutcome.ESCALATED_TERMINAL.value,
                 finished_at=driver.clock.time(),

@@ -45,6 +45,7 @@ from ..rules._errors import (
     wrap_unknown,
 )
 from ..rules._retry import Clock, retry_decision
+from ..store._writer import store_writer
 from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
@@ -107,7 +108,7 @@ class AttemptRows:
         follows, to share its transaction."""
         if rows:
             op = add_attempts(self.run_id, rows, linger_s=linger_s)
-            self._pending.append((self.store.submit(op), rows))
+            self._pending.append((store_writer(self.store).submit(op), rows))
 
     async def write(self, rows: list[AttemptRow]) -> None:
         """Queue ``rows`` and wait until they (and any queued before) are committed."""
@@ -135,7 +136,7 @@ class AttemptRows:
             self._pending.pop(0)
 
     def _rewrite(self, rows: list[AttemptRow]) -> Callable[[], Awaitable[None]]:
-        return lambda: self.store.queued.add_attempts(self.run_id, rows)
+        return lambda: store_writer(self.store).queued.add_attempts(self.run_id, rows)
 
     def settle_now(self) -> None:
         """Make every queued row durable from this thread (a cancel: the loop is going
@@ -144,7 +145,7 @@ class AttemptRows:
         for future, rows in pending:
             with contextlib.suppress(HarnessError):
                 if future.cancel():  # never began: nothing written yet
-                    self.store.add_attempts(self.run_id, rows)
+                    store_writer(self.store).add_attempts(self.run_id, rows)
                 else:
                     future.result()
 

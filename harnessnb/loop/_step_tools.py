@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
 from ..rules._secrets import scrub_values
+from ..store._writer import StoreWriter, store_writer
 from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
 from ._outcome import settled_call
 
@@ -100,6 +101,11 @@ class StepTools:
 
         async def patient(self, write: Callable[[], Awaitable[T]]) -> T: ...
 
+    @property
+    def writer(self) -> StoreWriter:
+        """The writes of the run's store."""
+        return store_writer(self.store)
+
     async def run_tools(
         self,
         completion: Completion,
@@ -144,7 +150,7 @@ class StepTools:
         step = int(tool_rows[-1]["step"])
         pending = {"completion": completion.to_dict()}
         await self.patient(
-            lambda: self.store.queued.keep_begun_step(
+            lambda: self.writer.queued.keep_begun_step(
                 self.run_id, step, pending, tool_rows, lease=self.lease
             )
         )
@@ -164,7 +170,7 @@ class StepTools:
                 pending = {"completion": completion.to_dict()}
                 pending_saved = True
             await self.patient(
-                lambda: self.store.queued.record_intent(
+                lambda: self.writer.queued.record_intent(
                     self.run_id, row.copy(), lease=self.lease, pending=pending
                 )
             )
@@ -225,7 +231,7 @@ class StepTools:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
             await self.patient(
-                lambda: self.store.queued.settle_tool_call(
+                lambda: self.writer.queued.settle_tool_call(
                     self.run_id,
                     self.step,
                     seq,
@@ -254,7 +260,7 @@ class StepTools:
 
     async def _needs_reconciliation(self, earlier: ToolCallRow) -> HarnessError:
         await self.patient(
-            lambda: self.store.queued.settle_tool_call(
+            lambda: self.writer.queued.settle_tool_call(
                 self.run_id, self.step, int(earlier["seq"]), status="needs_reconciliation"
             )
         )
