@@ -377,7 +377,7 @@ class Driver(StepTools):
         """Drive a run taken up with :meth:`restore` (the lease held) to its end.
 
         ``pending`` is the step after the last checkpoint when a previous process
-        had begun it (``Store.pending_step``): it is finished first, without asking
+        had begun it (``StoreWriter.pending_step``): it is finished first, without asking
         the model again.
         """
         await self._announce(resumed=True)

@@ -2,10 +2,11 @@
 
 A write's arguments are checked here, when the op is built (rows converted, credentials
 removed, times taken); its statements run later, inside a transaction: at once in the
-calling thread (``Store.write``, and the blocking methods such as
-``Store.commit_step``), or queued for group commit (``Store.submit``, and from asyncio
-``await store.queued.commit_step(...)``). ``Store`` turns each function here into
-those methods, so a signature is written once and mypy checks every call.
+calling thread (``StoreWriter.write``, and its blocking methods such as
+``StoreWriter.commit_step``), or queued for group commit (``StoreWriter.submit``, and
+from asyncio ``await store_writer(store).queued.commit_step(...)``); ``_writer`` runs
+each function here, one written-out method each, and mypy checks every call. Rows are
+the TypedDicts of ``_row_types``.
 
 Timestamps go in as Unix seconds (float); JSON-ish values are stored as JSON text.
 """
