@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 
 from harnessnb.store._store import Store
+from harnessnb.store._writer import store_writer
 
 KINDS = [None] * 8 + ["server", "rate_limited", "timeout", "transport"]
 PROVIDERS = ["openai", "anthropic", "openrouter", "local"]
@@ -102,7 +103,7 @@ def bench_commits(root: Path, *, reopen: bool, n: int) -> list[float]:
     path = root / ("reopen.duckdb" if reopen else "held.duckdb")
     rng = random.Random(1)
     store = Store(path, linger_s=0.0 if reopen else 0.5)
-    store.create_run({"run_id": "r", "task": "bench", "started_at": time.time()})
+    store_writer(store).create_run({"run_id": "r", "task": "bench", "started_at": time.time()})
     counter = iter(range(1, 10**9))
 
     def commit() -> None:
@@ -111,7 +112,7 @@ def bench_commits(root: Path, *, reopen: bool, n: int) -> list[float]:
         if reopen:
             # linger 0 lets the connection go; wait until it has, so each commit reopens.
             store._db.close()  # type: ignore[union-attr]
-        store.commit_step("r", row, **kwargs)
+        store_writer(store).commit_step("r", row, **kwargs)
 
     times = timed(commit, n)
     store.close()
@@ -132,7 +133,7 @@ def bench_bulk(root: Path, frame: pd.DataFrame) -> float:
     store = Store(root / "bulk.duckdb")
     records = frame.drop(columns=["run_id"]).to_dict("records")
     t0 = time.perf_counter()
-    store.add_attempts("run-bulk", records)
+    store_writer(store).add_attempts("run-bulk", records)
     elapsed = time.perf_counter() - t0
     store.close()
     return elapsed
@@ -177,7 +178,7 @@ ORDER BY p.provider, p.failures DESC
 def bench_failure_rates(root: Path, frame: pd.DataFrame) -> dict[str, float]:
     """Median ms of the same aggregation in the store, pandas and SQLite."""
     store = Store(root / "big.duckdb")
-    store.add_attempts("x", frame.drop(columns=["run_id"]).to_dict("records"))
+    store_writer(store).add_attempts("x", frame.drop(columns=["run_id"]).to_dict("records"))
     sqlite = sqlite3.connect(root / "big.sqlite")
     cols = ["run_id", "step", "attempt", "provider", "kind", "retry_after_s"]
     frame[cols].to_sql("attempts", sqlite, index=False)

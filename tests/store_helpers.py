@@ -116,13 +116,14 @@ import sys
 sys.path.insert(0, sys.argv[3])
 from tests.store_helpers import run_row, step_kwargs
 from harnessnb import Store
+from harnessnb.store._writer import store_writer
 store = Store(sys.argv[1], linger_s=0.05)
 run_id = sys.argv[2]
-store.create_run(run_row(run_id))
+store_writer(store).create_run(run_row(run_id))
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 10**9
 for step in range(1, n + 1):
     row, kw = step_kwargs(step)
-    store.commit_step(run_id, row, **kw)
+    store_writer(store).commit_step(run_id, row, **kw)
     if step == 1:
         print("ready", flush=True)
 store.close()

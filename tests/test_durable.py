@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent / "durable"))
 import reference_run as ref
 
 from harnessnb import Record, Replay, Store, abandon, resolve, resume_sync
+from harnessnb.store._writer import store_writer
 
 CHILD = str(Path(__file__).parent / "durable" / "reference_run.py")
 
@@ -85,7 +86,7 @@ def drive_to_the_end(store_path: Path, ws: Path, run_id: str) -> list[str]:
             outcomes.append(result.outcome.value)
             if result.outcome is not hn.RunOutcome.NEEDS_RECONCILIATION:
                 return outcomes
-            (dangling,) = store.unsettled_tool_calls(run_id)
+            (dangling,) = store_writer(store).unsettled_tool_calls(run_id)
             if landed(ws, dangling["tool"], dangling["args"]):
                 resolve(run_id, output="done (checked by a person)", store=store)
             else:
@@ -378,7 +379,7 @@ def test_a_stale_owner_is_refused_at_its_next_commit(tmp_path: Path) -> None:
         if len(messages) > 4 and not taken:  # another owner takes the run mid-way
             # ...as if our lease had expired while this process slept
             later = time.time() + 3600
-            taken.append(store.acquire_lease(run_id[0], "otherhost:1:x", now=later))
+            taken.append(store_writer(store).acquire_lease(run_id[0], "otherhost:1:x", now=later))
         return ref.brain(messages)
 
     run_id = ["run_stale"]
@@ -532,7 +533,7 @@ async def test_resolve_and_abandon_take_a_path_and_read_the_same_awaited_or_not(
         out = child(path, ws, f"run_{i}", "--kill-in-ledger", "2")
         assert out.returncode == -signal.SIGKILL
         with Store(path) as store:
-            (dangling,) = store.unsettled_tool_calls(f"run_{i}")
+            (dangling,) = store_writer(store).unsettled_tool_calls(f"run_{i}")
         verb = form.split()[-1].removesuffix("_sync")
         args = (f"run_{i}", "landed" if verb == "resolve" else "not there")
         settle = getattr(hn, verb)

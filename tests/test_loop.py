@@ -14,6 +14,7 @@ import harnessnb as hn
 from harnessnb import FakeClock
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.events import FellBackEvent, ToolCallEvent
+from harnessnb.store._writer import store_writer
 from tests.files_helpers import folder
 
 K = hn.ProviderErrorKind
@@ -514,7 +515,7 @@ async def test_a_run_cancelled_before_its_start_is_written_is_cancelled_not_a_st
 
     store = hn.Store(tmp_path / "runs.duckdb")
     gate = threading.Event()
-    store.submit(WriteOp("hold", lambda con, batch: gate.wait(10)))
+    store_writer(store).submit(WriteOp("hold", lambda con, batch: gate.wait(10)))
     task = asyncio.ensure_future(hn.run(contract(ws), hn.ScriptedProvider(["ok"]), store=store))
     await asyncio.sleep(0.2)  # the run waits for its start commit, queued behind "hold"
     threading.Timer(0.2, gate.set).start()

@@ -30,6 +30,7 @@ from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook import WidgetApprover, plot_failures
 from harnessnb.notebook._env import widget_frontend
 from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import attempt, run_row
 
 E = TypeVar("E", bound=RunEvent)
@@ -300,8 +301,8 @@ def test_plot_failures_says_when_there_is_nothing_to_draw(tmp_path: Path) -> Non
     assert "no attempts recorded yet" in empty.get_title()
     assert empty.get_ylim() == (0.0, 1.0)
     store = hn.Store(tmp_path / "calm.duckdb")
-    store.create_run(run_row("r1"))
-    store.add_attempts("r1", [attempt(1, 0), attempt(1, 1, provider="anthropic")])
+    store_writer(store).create_run(run_row("r1"))
+    store_writer(store).add_attempts("r1", [attempt(1, 0), attempt(1, 1, provider="anthropic")])
     plot_failures(store, ax=calm)
     assert "no failures in 2 attempts" in calm.get_title()
     assert [t.get_text() for t in calm.get_xticklabels()] == ["anthropic", "openai"]

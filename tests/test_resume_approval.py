@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import harnessnb as hn
+from harnessnb.store._writer import store_writer
 
 STEP = {
     "text": "reading, then writing",
@@ -57,7 +58,7 @@ def test_a_run_awaiting_approval_keeps_its_step_begun_not_committed(tmp_path: Pa
         rows = s.tool_calls()[["step", "seq", "tool", "status"]].values.tolist()
         # The read that ran is kept (with its output); the write waits; list_dir never ran.
         assert rows == [[1, 1, "read_file", "ok"], [1, 2, "write_file", "deferred"]]
-        assert s.pending_step(run_id, 1) is not None
+        assert store_writer(s).pending_step(run_id, 1) is not None
 
 
 def test_resume_asks_again_and_finishes_the_step_without_asking_the_model(

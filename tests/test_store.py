@@ -23,6 +23,7 @@ from harnessnb.store._leases import Lease
 from harnessnb.store._rows import sanitize, scrub_text
 from harnessnb.store._schema import MIGRATIONS
 from harnessnb.store._store import SCHEMA_VERSION
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, ROOT, attempt, old_store, run_row, step_kwargs, tool
 
 
@@ -38,7 +39,7 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     s = Store(tmp_path / "runs.duckdb")
-    s.create_run(run_row("r1"))
+    store_writer(s).create_run(run_row("r1"))
     yield s
     s.close()
 
@@ -90,9 +91,10 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
         assert run is not None
         assert (run["task"], run["steps"], run["tokens"], run["contract"]) == (
             "legacy task", 1, 50, None)  # fmt: skip
-        assert s.last_checkpoint("old") is None  # v1 steps carry no checkpoint
+        assert store_writer(s).last_checkpoint("old") is None  # v1 steps carry no checkpoint
         _commit(s, "old", 2)
-        assert s.last_checkpoint("old") == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
+        last = store_writer(s).last_checkpoint("old")
+        assert last == {"step": 2, "state": _commit_args(2)[1]["checkpoint"]}
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
         assert versions == list(range(1, SCHEMA_VERSION + 1))
         assert (s.get_run("old")["steps"], s.get_run("old")["tokens"]) == (2, 170)  # type: ignore[index]
@@ -110,7 +112,7 @@ def test_v4_store_gains_the_sandbox_column_its_old_tool_rows_null(tmp_path: Path
         row, kwargs = step_kwargs(2)
         kwargs["tool_calls"] = [tool(2, 1, tool="run_command", effect="write",
                                      sandbox="bubblewrap"), tool(2, 2)]  # fmt: skip
-        s.commit_step("old", row, **kwargs)
+        store_writer(s).commit_step("old", row, **kwargs)
         calls = s.tool_calls("old").sort_values(["step", "seq"])
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
     assert versions == list(range(1, SCHEMA_VERSION + 1))
@@ -125,7 +127,7 @@ def _commit_args(step: int) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _commit(store: Store, run_id: str, step: int, *, tokens: int = 120, **extra: Any) -> None:
     row, kwargs = step_kwargs(step, tokens=tokens)
-    store.commit_step(run_id, row, **kwargs, **extra)
+    store_writer(store).commit_step(run_id, row, **kwargs, **extra)
 
 
 def test_newer_store_is_refused_with_a_typed_error(tmp_path: Path) -> None:
@@ -146,7 +148,7 @@ def test_newer_store_is_refused_with_a_typed_error(tmp_path: Path) -> None:
 def _corrupt_copy(tmp_path: Path) -> Path:
     path = tmp_path / "bad.duckdb"
     with Store(path) as s:
-        s.create_run(run_row("r1"))
+        store_writer(s).create_run(run_row("r1"))
     data = bytearray(path.read_bytes())
     for i in range(4096, len(data), 7):  # keep the header, break every block checksum
         data[i] ^= 0xFF
@@ -252,7 +254,7 @@ def test_commit_step_writes_exact_rows(store: Store) -> None:
     row, kwargs = step_kwargs(1, tokens=120)
     kwargs["stalls"] = [{"step": 1, "signal": "window", "action": "replan", "detail": "same",
                          "at": AT + 1}]  # fmt: skip
-    store.commit_step("r1", row, **kwargs)
+    store_writer(store).commit_step("r1", row, **kwargs)
 
     steps = store.steps("r1")
     assert records(steps) == [{
@@ -275,7 +277,7 @@ def test_commit_step_writes_exact_rows(store: Store) -> None:
     assert records(store.stalls("r1")[["step", "signal", "action", "detail"]]) == [
         {"step": 1, "signal": "window", "action": "replan", "detail": "same"}
     ]
-    assert store.last_checkpoint("r1") == {"step": 1, "state": kwargs["checkpoint"]}
+    assert store_writer(store).last_checkpoint("r1") == {"step": 1, "state": kwargs["checkpoint"]}
     run = store.get_run("r1")
     assert run is not None and (run["steps"], run["tokens"]) == (1, 120)
 
@@ -285,15 +287,15 @@ def test_commit_step_adds_up_steps_and_tokens(store: Store) -> None:
         _commit(store, "r1", step, tokens=10 * step)
     run = store.get_run("r1")
     assert run is not None and (run["steps"], run["tokens"]) == (3, 60)
-    checkpoint = store.last_checkpoint("r1")
+    checkpoint = store_writer(store).last_checkpoint("r1")
     assert checkpoint is not None and checkpoint["step"] == 3
 
 
 def test_duplicate_step_is_refused_and_writes_nothing(store: Store) -> None:
     row, kwargs = step_kwargs(1)
-    store.commit_step("r1", row, **kwargs)
+    store_writer(store).commit_step("r1", row, **kwargs)
     with pytest.raises(hn.StoreError) as info:
-        store.commit_step("r1", row, **kwargs)
+        store_writer(store).commit_step("r1", row, **kwargs)
     assert info.value.kind == "duplicate"
     assert len(store.attempts("r1")) == 3
     run = store.get_run("r1")
@@ -303,45 +305,45 @@ def test_duplicate_step_is_refused_and_writes_nothing(store: Store) -> None:
 def test_commit_step_for_unknown_run_writes_nothing(store: Store) -> None:
     row, kwargs = step_kwargs(1)
     with pytest.raises(hn.StoreError) as info:
-        store.commit_step("nope", row, **kwargs)
+        store_writer(store).commit_step("nope", row, **kwargs)
     assert info.value.kind == "missing"
     assert store.steps().empty and store.attempts().empty and store.tool_calls().empty
 
 
 def test_intent_row_commits_alone_and_the_step_replaces_it(store: Store) -> None:
     write = tool(1, 0, status="intent", tool="write_file", effect="write")
-    store.record_intent("r1", write)
+    store_writer(store).record_intent("r1", write)
     assert store.tool_calls("r1")["status"].tolist() == ["intent"]
-    intents = store.open_intents("r1")
+    intents = store_writer(store).open_intents("r1")
     assert [(i["step"], i["seq"], i["tool"], i["args"], i["at"]) for i in intents] == [
         (1, 0, "write_file", {"path": "f0.txt"}, AT + 1)
     ]
 
     row, kwargs = step_kwargs(1)
     kwargs["tool_calls"][0] = {**write, "status": "ok", "output": "wrote 3 bytes"}
-    store.commit_step("r1", row, **kwargs)
+    store_writer(store).commit_step("r1", row, **kwargs)
     tools = store.tool_calls("r1")
     assert records(tools[["seq", "tool", "status", "output"]]) == [
         {"seq": 0, "tool": "write_file", "status": "ok", "output": "wrote 3 bytes"},
         {"seq": 1, "tool": "read_file", "status": "ok", "output": None},
     ]
-    assert store.open_intents("r1") == []
+    assert store_writer(store).open_intents("r1") == []
 
 
 def test_settle_tool_call_resolves_an_intent(store: Store) -> None:
-    store.record_intent("r1", tool(2, 0, status="intent"))
-    store.settle_tool_call("r1", 2, 0, status="ok", output="done")
+    store_writer(store).record_intent("r1", tool(2, 0, status="intent"))
+    store_writer(store).settle_tool_call("r1", 2, 0, status="ok", output="done")
     tools = store.tool_calls("r1")
     assert records(tools[["status", "output", "output_bytes"]]) == [
         {"status": "ok", "output": "done", "output_bytes": 4}
     ]
     with pytest.raises(hn.StoreError) as info:
-        store.settle_tool_call("r1", 9, 9, status="ok")
+        store_writer(store).settle_tool_call("r1", 9, 9, status="ok")
     assert info.value.kind == "missing"
 
 
 def test_add_attempts_appends_attempts_outside_a_step(store: Store) -> None:
-    store.add_attempts("r1", [attempt(1, n, kind="server") for n in range(3)])
+    store_writer(store).add_attempts("r1", [attempt(1, n, kind="server") for n in range(3)])
     frame = store.attempts("r1")
     assert records(frame[["step", "attempt", "kind"]]) == [
         {"step": 1, "attempt": n, "kind": "server"} for n in range(3)
@@ -351,8 +353,8 @@ def test_add_attempts_appends_attempts_outside_a_step(store: Store) -> None:
 
 def test_add_attempts_bulk_path_matches_the_small_path(store: Store) -> None:
     rows = [attempt(n // 3, n % 3, kind="server" if n % 2 else None) for n in range(300)]
-    store.add_attempts("r1", rows[:10])  # VALUES path
-    store.add_attempts("r2", rows[:10] + rows[10:])  # DataFrame path
+    store_writer(store).add_attempts("r1", rows[:10])  # VALUES path
+    store_writer(store).add_attempts("r2", rows[:10] + rows[10:])  # DataFrame path
     small = store.attempts("r1").drop(columns="run_id")
     bulk = store.attempts("r2").drop(columns="run_id").head(10)
     pd.testing.assert_frame_equal(small, bulk)
@@ -361,10 +363,11 @@ def test_add_attempts_bulk_path_matches_the_small_path(store: Store) -> None:
 
 def test_finish_run_writes_outcome_error_and_last_stalls(store: Store) -> None:
     error = {"code": "PROVIDER_SERVER", "message": "HTTP 503", "api_key": "sk-live-123456789"}
-    store.add_attempts("r1", [attempt(4, 0, kind="server")])  # written when it ended
-    store.finish_run("r1", outcome="escalated_retryable", finished_at=AT + 60, error=error,
-                     stalls=[{"step": 4, "signal": "repetition", "action": "stalled",
-                              "detail": "d", "at": AT + 59}])  # fmt: skip
+    store_writer(store).add_attempts("r1", [attempt(4, 0, kind="server")])  # written when it ended
+    writer = store_writer(store)
+    writer.finish_run("r1", outcome="escalated_retryable", finished_at=AT + 60, error=error,
+                      stalls=[{"step": 4, "signal": "repetition", "action": "stalled",
+                               "detail": "d", "at": AT + 59}])  # fmt: skip
     run = store.get_run("r1")
     assert run is not None
     assert (run["outcome"], run["finished_at"], run["updated_at"]) == (
@@ -378,7 +381,7 @@ def test_finish_run_writes_outcome_error_and_last_stalls(store: Store) -> None:
 
 
 def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
-    store.create_run(run_row("r2", parent_run_id="r1"))
+    store_writer(store).create_run(run_row("r2", extras={"parent_run_id": "r1"}))
     run = store.get_run("r2")
     assert run == {
         "run_id": "r2", "task": "summarise README", "workspace": "/ws", "provider": "openai",
@@ -388,12 +391,12 @@ def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
         "updated_at": AT, "cost_usd": 0.0, "sweep_id": None, "parent_run_id": "r1",
     }  # fmt: skip
     assert store.get_run("nope") is None
-    assert store.last_checkpoint("nope") is None
+    assert store_writer(store).last_checkpoint("nope") is None
 
 
 def test_markers_are_appended(store: Store) -> None:
-    store.add_marker("r1", "resume", "resuming at step 3", AT)
-    store.add_marker("r1", "skipped", "step 1", AT + 1)
+    store_writer(store).add_marker("r1", "resume", "resuming at step 3", AT)
+    store_writer(store).add_marker("r1", "skipped", "step 1", AT + 1)
     assert records(store.markers("r1")[["kind", "detail"]]) == [
         {"kind": "resume", "detail": "resuming at step 3"},
         {"kind": "skipped", "detail": "step 1"},
@@ -404,59 +407,59 @@ def test_markers_are_appended(store: Store) -> None:
 
 
 def test_second_owner_conflicts_while_the_lease_is_live(store: Store) -> None:
-    lease = store.acquire_lease("r1", "kernel-a", now=AT)
+    lease = store_writer(store).acquire_lease("r1", "kernel-a", now=AT)
     assert lease == Lease("r1", "kernel-a", 1, AT + 30.0)
     with pytest.raises(hn.ConflictError) as info:
-        store.acquire_lease("r1", "kernel-b", now=AT + 1, owner_alive=lambda _: True)
+        store_writer(store).acquire_lease("r1", "kernel-b", now=AT + 1, owner_alive=lambda _: True)
     assert (info.value.run_id, info.value.owner) == ("r1", "kernel-a")
 
 
 def test_expired_lease_is_taken_over_with_next_generation(store: Store) -> None:
-    store.acquire_lease("r1", "kernel-a", now=AT, ttl_s=10)
-    lease = store.acquire_lease("r1", "kernel-b", now=AT + 11)
+    store_writer(store).acquire_lease("r1", "kernel-a", now=AT, ttl_s=10)
+    lease = store_writer(store).acquire_lease("r1", "kernel-b", now=AT + 11)
     assert (lease.owner, lease.generation) == ("kernel-b", 2)
 
 
 def test_dead_owner_is_taken_over_at_once(store: Store) -> None:
-    store.acquire_lease("r1", "pid:1", now=AT)
+    store_writer(store).acquire_lease("r1", "pid:1", now=AT)
     seen: list[str] = []
 
     def alive(owner: str) -> bool:
         seen.append(owner)
         return False
 
-    lease = store.acquire_lease("r1", "pid:2", now=AT + 1, owner_alive=alive)
+    lease = store_writer(store).acquire_lease("r1", "pid:2", now=AT + 1, owner_alive=alive)
     assert (lease.owner, lease.generation, seen) == ("pid:2", 2, ["pid:1"])
 
 
 def test_stale_lease_commit_conflicts_and_writes_nothing(store: Store) -> None:
-    old = store.acquire_lease("r1", "kernel-a", now=AT, ttl_s=1)
-    store.acquire_lease("r1", "kernel-b", now=AT + 5)
+    old = store_writer(store).acquire_lease("r1", "kernel-a", now=AT, ttl_s=1)
+    store_writer(store).acquire_lease("r1", "kernel-b", now=AT + 5)
     row, kwargs = step_kwargs(1)
     with pytest.raises(hn.ConflictError) as info:
-        store.commit_step("r1", row, **kwargs, lease=old)
+        store_writer(store).commit_step("r1", row, **kwargs, lease=old)
     assert info.value.owner == "kernel-b"
     with pytest.raises(hn.ConflictError):
-        store.record_intent("r1", tool(1, 0, status="intent"), lease=old)
+        store_writer(store).record_intent("r1", tool(1, 0, status="intent"), lease=old)
     with pytest.raises(hn.ConflictError):
-        store.finish_run("r1", outcome="success", finished_at=AT + 9, lease=old)
+        store_writer(store).finish_run("r1", outcome="success", finished_at=AT + 9, lease=old)
     with pytest.raises(hn.ConflictError):
-        store.renew_lease(old)
+        store_writer(store).renew_lease(old)
     assert store.steps().empty and store.attempts().empty and store.tool_calls().empty
     run = store.get_run("r1")
     assert run is not None and (run["steps"], run["outcome"]) == (0, None)
 
 
 def test_current_lease_commits_renews_and_releases(store: Store) -> None:
-    lease = store.acquire_lease("r1", "kernel-a")
+    lease = store_writer(store).acquire_lease("r1", "kernel-a")
     row, kwargs = step_kwargs(1)
-    store.commit_step("r1", row, **kwargs, lease=lease)
-    renewed = store.renew_lease(lease, ttl_s=60)
+    store_writer(store).commit_step("r1", row, **kwargs, lease=lease)
+    renewed = store_writer(store).renew_lease(lease, ttl_s=60)
     assert renewed.generation == lease.generation and renewed.expires_at > lease.expires_at
-    store.release_lease(renewed)
+    store_writer(store).release_lease(renewed)
     with pytest.raises(hn.ConflictError):  # a released lease no longer writes
         _commit(store, "r1", 2, lease=renewed)
-    again = store.acquire_lease("r1", "kernel-b", owner_alive=lambda _: True)
+    again = store_writer(store).acquire_lease("r1", "kernel-b", owner_alive=lambda _: True)
     assert again.generation == 2  # released, not deleted: generations never repeat
 
 
@@ -486,15 +489,16 @@ def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
     path = tmp_path / "secret.duckdb"
     secret = "sk-ant-SUPERSECRET0123456789"
     with Store(path) as s:
-        s.create_run(run_row("r1"))
-        s.put_recording("rec", 0, {"request": {"headers": {"x-api-key": secret,
+        store_writer(s).create_run(run_row("r1"))
+        store_writer(s).put_recording("rec", 0, {"request": {"headers": {"x-api-key": secret,
                                                            "authorization": f"Bearer {secret}"},
                                                "api_key": secret},
                                    "response": {"text": "ok"}})  # fmt: skip
-        s.add_attempts("r1", [attempt(1, 0, kind="auth", error=f"bad key {secret}")])
-        s.finish_run("r1", outcome="escalated_terminal", finished_at=AT,
+        store_writer(s).add_attempts("r1", [attempt(1, 0, kind="auth", error=f"bad key {secret}")])
+        store_writer(s).finish_run("r1", outcome="escalated_terminal", finished_at=AT,
                      error={"message": f"invalid x-api-key {secret}"})
-        assert s.get_recordings("rec") == [{"request": {"headers": {}}, "response": {"text": "ok"}}]
+        recorded = store_writer(s).get_recordings("rec")
+        assert recorded == [{"request": {"headers": {}}, "response": {"text": "ok"}}]
         assert secret not in json.dumps(s.get_run("r1"))
     # Checkpointed on close: every byte of the file is searched.
     assert secret.encode() not in path.read_bytes()
@@ -503,17 +507,17 @@ def test_no_secret_reaches_the_database_file(tmp_path: Path) -> None:
 
 def test_recordings_are_ordered_by_seq_and_replaced_by_key(store: Store) -> None:
     for seq in (2, 0, 1):
-        store.put_recording("k", seq, {"n": seq})
-    store.put_recording("k", 1, {"n": "again"})
-    assert store.get_recordings("k") == [{"n": 0}, {"n": "again"}, {"n": 2}]
-    assert store.get_recordings("other") == []
+        store_writer(store).put_recording("k", seq, {"n": seq})
+    store_writer(store).put_recording("k", 1, {"n": "again"})
+    assert store_writer(store).get_recordings("k") == [{"n": 0}, {"n": "again"}, {"n": 2}]
+    assert store_writer(store).get_recordings("other") == []
 
 
 # ------------------------------------------------------------------ readers
 
 
 def test_failure_rates_by_provider_and_kind(store: Store) -> None:
-    store.add_attempts("r1", [
+    store_writer(store).add_attempts("r1", [
         attempt(1, 0), attempt(1, 1),
         attempt(1, 2, kind="server", retry_after_s=2.0),
         attempt(1, 3, kind="rate_limited", retry_after_s=10.0),
@@ -580,7 +584,7 @@ def test_readers_have_sensible_dtypes_even_without_nulls(store: Store) -> None:
 
 
 def test_reader_reprs_truncate_large_frames(store: Store) -> None:
-    store.add_attempts("r1", [attempt(n, 0) for n in range(20_000)])
+    store_writer(store).add_attempts("r1", [attempt(n, 0) for n in range(20_000)])
     frame = store.attempts()
     assert len(frame) == 20_000
     assert len(repr(frame).splitlines()) < 80
@@ -602,7 +606,7 @@ def test_sql_returns_a_frame_and_maps_errors(store: Store) -> None:
 
 def test_memory_stores_work_and_are_independent() -> None:
     a, b = Store(":memory:"), Store(":memory:")
-    a.create_run(run_row("r1"))
+    store_writer(a).create_run(run_row("r1"))
     _commit(a, "r1", 1)
     assert len(a.steps()) == 1 and b.runs().empty
     a.close()
@@ -625,7 +629,7 @@ def test_stores_on_one_path_share_one_connection_across_threads(tmp_path: Path) 
     a, b = Store(path), Store(str(path.parent / "." / path.name))
     assert a._db is b._db
     for i in range(4):
-        a.create_run(run_row(f"t{i}"))
+        store_writer(a).create_run(run_row(f"t{i}"))
     errors: list[BaseException] = []
 
     def drive(run_id: str, store: Store) -> None:

@@ -17,6 +17,7 @@ import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
 from harnessnb.store._schema import SCHEMA_VERSION
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import old_store
 
 _RUN_TABLES = ("run_rows", "steps", "attempts", "tool_calls", "stalls", "markers",
@@ -92,10 +93,10 @@ def test_a_combined_store_refuses_every_write(made: dict[str, object]) -> None:
     combined = hn.Store.combine(Path(str(made["shards"])))
     contract = hn.TaskContract("x", Path(str(made["root"])) / "ws")  # the shards beside it
     with pytest.raises(hn.StoreError, match="read-only: combined from 2 shards") as err:
-        combined.create_run({"run_id": "run_x", "task": "x"})
+        store_writer(combined).create_run({"run_id": "run_x", "task": "x"})
     assert err.value.kind == "read_only"
     with pytest.raises(hn.StoreError, match="read-only: combined from 2 shards"):
-        combined.add_marker("run_x", "resumed", "", 0.0)
+        store_writer(combined).add_marker("run_x", "resumed", "", 0.0)
     with pytest.raises(hn.StoreError, match="read-only"):
         hn.run_sync(contract, hn.ScriptedProvider(lambda m: "done"), store=combined)
     assert len(combined.runs()) == 24

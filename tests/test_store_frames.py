@@ -12,6 +12,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import Store
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, attempt, run_row
 
 KINDS = [k.value for k in hn.ProviderErrorKind]
@@ -20,8 +21,8 @@ KINDS = [k.value for k in hn.ProviderErrorKind]
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     s = Store(tmp_path / "runs.duckdb")
-    s.create_run(run_row("r1"))
-    s.add_attempts("r1", [
+    store_writer(s).create_run(run_row("r1"))
+    store_writer(s).add_attempts("r1", [
         attempt(1, 0), attempt(1, 1, kind="server"),
         attempt(2, 0, kind="rate_limited", started_at=AT + 3600),
         attempt(2, 1, kind="not_installed", started_at=AT + 3601),  # an agent CLI's own kind
@@ -66,7 +67,7 @@ def test_timestamps_are_tz_aware_utc(store: Store) -> None:
 
 
 def test_outcome_is_a_categorical_in_run_outcome_order(store: Store) -> None:
-    store.finish_run("r1", outcome="finished", finished_at=AT + 10)
+    store_writer(store).finish_run("r1", outcome="finished", finished_at=AT + 10)
     outcome = store.runs()["outcome"]
     assert isinstance(outcome.dtype, pd.CategoricalDtype)
     assert list(outcome.cat.categories) == [o.value for o in hn.RunOutcome]

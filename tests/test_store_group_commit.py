@@ -16,6 +16,7 @@ import harnessnb as hn
 from harnessnb import Store
 from harnessnb.store._batch import WriteOp
 from harnessnb.store._leases import Lease
+from harnessnb.store._writer import store_writer
 from harnessnb.store._writes import commit_step, finish_run
 from tests.store_helpers import AT, run_row, step_kwargs
 
@@ -27,64 +28,72 @@ def _last_steps_at_once(store: Store, leases: list[Lease], outcome: str) -> list
     assert db is not None
     finish = {"outcome": outcome, "finished_at": AT + 9, "error": None}
     row, kwargs = step_kwargs(1, tokens=40)
+    writer = store_writer(store)
     with db._lock:
         return [
-            store.submit(commit_step(f"r{i}", row, **kwargs, lease=lease, finish=finish))
+            writer.submit(commit_step(f"r{i}", row, **kwargs, lease=lease, finish=finish))
             for i, lease in enumerate(leases)
         ]
 
 
 def test_start_run_writes_the_run_and_its_first_lease_together(store: Store) -> None:
-    lease = store.start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=30)
+    lease = store_writer(store).start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=30)
     assert (lease.run_id, lease.owner, lease.generation, lease.expires_at) == (
         "r1", "kernel-a", 1, AT + 30,
     )  # fmt: skip
     row, kwargs = step_kwargs(1)
-    store.commit_step("r1", row, **kwargs, lease=lease)
+    store_writer(store).commit_step("r1", row, **kwargs, lease=lease)
     run = store.get_run("r1")
     assert run is not None and run["steps"] == 1
 
 
 def test_start_run_conflicting_with_a_live_lease_writes_nothing(store: Store) -> None:
-    store.acquire_lease("r1", "kernel-a", now=AT)  # a lease row with no run row yet
+    store_writer(store).acquire_lease("r1", "kernel-a", now=AT)  # a lease row with no run row yet
     with pytest.raises(hn.ConflictError):
-        store.start_run(run_row("r1"), "kernel-b", now=AT + 1, owner_alive=lambda _: True)
+        store_writer(store).start_run(
+            run_row("r1"), "kernel-b", now=AT + 1, owner_alive=lambda _: True
+        )
     assert store.get_run("r1") is None
 
 
 def test_start_run_of_an_existing_run_is_a_duplicate(store: Store) -> None:
-    store.start_run(run_row("r1"), "kernel-a")
+    store_writer(store).start_run(run_row("r1"), "kernel-a")
     with pytest.raises(hn.StoreError) as info:
-        store.start_run(run_row("r1"), "kernel-a")
+        store_writer(store).start_run(run_row("r1"), "kernel-a")
     assert info.value.kind == "duplicate"
 
 
 def test_last_step_ends_the_run_and_releases_the_lease_in_one_commit(store: Store) -> None:
-    lease = store.start_run(run_row("r1"), "kernel-a")
+    lease = store_writer(store).start_run(run_row("r1"), "kernel-a")
     row, kwargs = step_kwargs(1, tokens=50)
     finish = {"outcome": "finished", "finished_at": AT + 9, "error": None}
-    store.commit_step("r1", row, **kwargs, lease=lease, finish=finish)
+    store_writer(store).commit_step("r1", row, **kwargs, lease=lease, finish=finish)
     run = store.get_run("r1")
     assert run is not None
     assert (run["steps"], run["tokens"], run["outcome"], run["finished_at"]) == (
         1, 50, "finished", AT + 9,
     )  # fmt: skip
     with pytest.raises(hn.ConflictError):  # released with the step
-        store.renew_lease(lease)
-    assert store.acquire_lease("r1", "kernel-b", owner_alive=lambda _: True).generation == 2
+        store_writer(store).renew_lease(lease)
+    assert (
+        store_writer(store).acquire_lease("r1", "kernel-b", owner_alive=lambda _: True).generation
+        == 2
+    )
 
 
 def test_finish_run_with_release_gives_the_lease_up(store: Store) -> None:
-    lease = store.start_run(run_row("r1"), "kernel-a")
-    store.finish_run("r1", outcome="denied", finished_at=AT + 1, lease=lease, release=True)
+    lease = store_writer(store).start_run(run_row("r1"), "kernel-a")
+    store_writer(store).finish_run(
+        "r1", outcome="denied", finished_at=AT + 1, lease=lease, release=True
+    )
     with pytest.raises(hn.ConflictError):
-        store.renew_lease(lease)
+        store_writer(store).renew_lease(lease)
 
 
 def test_queued_writes_of_many_runs_commit_in_one_transaction(
     store: Store, batches: list[list[str]]
 ) -> None:
-    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(8)]
+    leases = [store_writer(store).start_run(run_row(f"r{i}"), "me") for i in range(8)]
     db = store._db
     assert db is not None
     with db._lock:  # the writer waits for the lock: the writes queue up behind it
@@ -98,14 +107,17 @@ def test_queued_writes_of_many_runs_commit_in_one_transaction(
 def test_an_error_in_a_group_fails_only_its_own_write(
     store: Store, batches: list[list[str]]
 ) -> None:
-    leases = [store.start_run(run_row(f"r{i}"), "me", now=AT, ttl_s=1) for i in range(5)]
-    store.acquire_lease("r3", "other", now=AT + 5)  # r3's first lease is now stale
+    leases = [
+        store_writer(store).start_run(run_row(f"r{i}"), "me", now=AT, ttl_s=1) for i in range(5)
+    ]
+    store_writer(store).acquire_lease("r3", "other", now=AT + 5)  # r3's first lease is now stale
     db = store._db
     assert db is not None
     with db._lock:
         futures = [_submit_step(store, f"r{i}", lease) for i, lease in enumerate(leases)]
-        futures.append(store.submit(finish_run("r0", outcome="finished", finished_at=AT + 9,
-                                               lease=leases[0], release=True)))  # fmt: skip
+        finish = finish_run("r0", outcome="finished", finished_at=AT + 9, lease=leases[0],
+                            release=True)  # fmt: skip
+        futures.append(store_writer(store).submit(finish))
     errors = [f.exception(timeout=10) for f in futures]
     assert [type(e).__name__ if e else None for e in errors] == [
         None, None, None, "ConflictError", None, None,
@@ -119,14 +131,15 @@ def test_an_error_in_a_group_fails_only_its_own_write(
 
 def _submit_step(store: Store, run_id: str, lease: Lease) -> Future[Any]:
     row, kwargs = step_kwargs(1)
-    return store.submit(commit_step(run_id, row, **kwargs, lease=lease))
+    return store_writer(store).submit(commit_step(run_id, row, **kwargs, lease=lease))
 
 
 def test_last_steps_of_many_runs_end_them_in_one_group(
     store: Store, batches: list[list[str]]
 ) -> None:
-    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(6)]
-    store.acquire_lease("r4", "other", owner_alive=lambda _: False)  # r4's lease is stale
+    leases = [store_writer(store).start_run(run_row(f"r{i}"), "me") for i in range(6)]
+    # r4's lease is stale
+    store_writer(store).acquire_lease("r4", "other", owner_alive=lambda _: False)
     futures = _last_steps_at_once(store, leases, "finished")
     errors = [f.exception(timeout=10) for f in futures]
     assert [type(e).__name__ if e else None for e in errors] == [
@@ -147,7 +160,7 @@ def test_last_steps_of_many_runs_end_them_in_one_group(
 def test_last_steps_of_many_runs_merge_into_one_transaction(
     store: Store, batches: list[list[str]]
 ) -> None:
-    leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(5)]
+    leases = [store_writer(store).start_run(run_row(f"r{i}"), "me") for i in range(5)]
     batches.clear()
     futures = _last_steps_at_once(store, leases, "step_cap")
     assert [f.result(timeout=10) for f in futures] == [None] * 5
@@ -162,6 +175,7 @@ def test_last_steps_of_many_runs_merge_into_one_transaction(
 _AT_EXIT = """
 import atexit, json, sys, threading
 import harnessnb as hn
+from harnessnb.store._writer import store_writer
 from harnessnb.store._batch import WriteOp
 
 store = hn.Store(sys.argv[1], linger_s=0.01)
@@ -179,8 +193,8 @@ def at_exit():
         started.append(thread.name)
         start(thread)
     threading.Thread.start = recording
-    store.submit(mark(1)).result(10)  # queued for the writer thread, which is gone
-    store.write(mark(2))  # in this thread: its idle connection would linger on a thread
+    store_writer(store).submit(mark(1)).result(10)  # queued for the writer thread, which is gone
+    store_writer(store).write(mark(2))  # in this thread: its idle connection would linger
     print(json.dumps(started))
 
 store.sql("CREATE TABLE marks (n INTEGER)")
@@ -217,9 +231,9 @@ def test_a_writer_thread_ended_by_an_error_fails_its_writes_and_is_replaced(
     def fatal(con: object, batch: object) -> None:
         raise SystemExit("an op that ends its thread")
 
-    failed = store.submit(WriteOp("fatal", fatal))
+    failed = store_writer(store).submit(WriteOp("fatal", fatal))
     with pytest.raises(SystemExit):
         failed.result(timeout=10)
     insert = WriteOp("mark", lambda con, batch: con.execute("INSERT INTO marks VALUES (1)"))
-    store.submit(insert).result(timeout=10)  # a new writer thread takes it
+    store_writer(store).submit(insert).result(timeout=10)  # a new writer thread takes it
     assert store.sql("SELECT n FROM marks")["n"].tolist() == [1]

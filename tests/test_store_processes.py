@@ -15,6 +15,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import Store
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import (
     BURN,
     COMMIT_LOOP,
@@ -176,14 +177,14 @@ def test_a_busy_lock_released_within_the_bound_is_waited_for(tmp_path: Path) -> 
     assert holder.stdin is not None
     holder.stdin.close()  # the holder exits now; the store's retries outlast it
     with Store(path, busy_timeout_s=10) as store:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
     holder.wait()
 
 
 def test_the_file_is_let_go_after_the_linger(tmp_path: Path) -> None:
     path = tmp_path / "linger.duckdb"
     with Store(path, linger_s=0.1) as store:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
         time.sleep(0.4)
         # Another process (plain DuckDB, no retries) can open the file now.
         code = (f"import duckdb; con = duckdb.connect({str(path)!r}); "

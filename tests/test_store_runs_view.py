@@ -19,6 +19,7 @@ from harnessnb import Store
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
 from harnessnb.store._schema import COLUMNS, SCHEMA_VERSION
+from harnessnb.store._writer import store_writer
 from harnessnb.store._writes import commit_step
 from tests.store_helpers import AT, ROOT, child, old_store, run_row, step_kwargs
 
@@ -93,7 +94,7 @@ def test_v2_store_is_migrated_to_a_runs_view_keeping_every_run(tmp_path: Path) -
         # The migrated run goes on under its old lease.
         lease = Lease("live", "kernel-a", 1, AT + 30)
         row, kwargs = step_kwargs(2, tokens=5)
-        s.commit_step("live", row, **kwargs, lease=lease)
+        store_writer(s).commit_step("live", row, **kwargs, lease=lease)
         assert _counts(s)["live"] == (2, 15, None, _ts(AT + 2))
     con = duckdb.connect(str(path))
     types = dict(con.execute("SELECT column_name, data_type FROM duckdb_columns() "
@@ -136,11 +137,12 @@ import os, signal, sys
 sys.path.insert(0, sys.argv[2])
 from tests.store_helpers import run_row, step_kwargs
 from harnessnb import Store
+from harnessnb.store._writer import store_writer
 store = Store(sys.argv[1])
-lease = store.start_run(run_row("crashed"), "kernel-a")
+lease = store_writer(store).start_run(run_row("crashed"), "kernel-a")
 for step in (1, 2, 3):
     row, kw = step_kwargs(step, tokens=7)
-    store.commit_step("crashed", row, **kw, lease=lease)
+    store_writer(store).commit_step("crashed", row, **kw, lease=lease)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -159,12 +161,14 @@ def test_runs_view_counts_the_steps_of_a_run_whose_process_was_killed(tmp_path: 
 
 def test_queued_steps_without_a_lease_are_guarded_by_their_run(store: Store) -> None:
     for run_id in ("r1", "r2"):
-        store.create_run(run_row(run_id))
+        store_writer(store).create_run(run_row(run_id))
     db: SharedDb | None = store._db
     assert db is not None
     row, kwargs = step_kwargs(1)
     with db._lock:  # the writes queue up behind the lock and commit in a group
-        futures = [store.submit(commit_step(r, row, **kwargs)) for r in ("r1", "nope", "r2")]
+        futures = [
+            store_writer(store).submit(commit_step(r, row, **kwargs)) for r in ("r1", "nope", "r2")
+        ]
     errors = [f.exception(timeout=10) for f in futures]
     assert errors[0] is None and errors[2] is None
     assert isinstance(errors[1], hn.StoreError) and errors[1].kind == "missing"

@@ -21,6 +21,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.rules._retry import SystemClock
 from harnessnb.store._turn import FileTurn, sidecar_path
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import HOLD_FILE, child, run_row, step_kwargs
 
 # A child that takes the turn of a store file, prints "holding", then on each line of
@@ -92,14 +93,14 @@ def test_a_turn_not_given_within_the_bound_is_a_retryable_busy_error(tmp_path: P
     assert (info.value.kind, info.value.retryable, info.value.path) == ("busy", True, str(path))
     assert 0.3 <= waited < 2.0
     with hn.Store(path, busy_timeout_s=5) as store:  # the abandoned wait left no lock behind
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
 
 
 def test_the_sidecar_is_made_beside_a_new_store_and_not_beside_a_refused_file(
     tmp_path: Path,
 ) -> None:
     with hn.Store(tmp_path / "runs.duckdb") as store:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
     assert Path(sidecar_path(str(tmp_path / "runs.duckdb"))).exists()
     other = tmp_path / "other"
     other.mkdir()
@@ -147,7 +148,7 @@ def _write_until_full(store: hn.Store, run_id: str) -> hn.StoreError:
     for step in range(1, 200):
         row, kwargs = step_kwargs(step)
         try:
-            store.commit_step(run_id, row, **kwargs)
+            store_writer(store).commit_step(run_id, row, **kwargs)
         except hn.StoreError as exc:
             return exc
     raise AssertionError("the disk never filled")
@@ -158,7 +159,7 @@ def test_a_full_disk_is_a_retryable_full_error_and_writes_go_on_once_freed(
 ) -> None:
     path = small_disk / "runs.duckdb"
     with hn.Store(path) as store:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
         ballast = _fill(small_disk)
         err = _write_until_full(store, "r1")
         assert (err.kind, err.retryable, err.code) == ("full", True, "STORE_FULL")
@@ -166,7 +167,7 @@ def test_a_full_disk_is_a_retryable_full_error_and_writes_go_on_once_freed(
         committed = len(store.steps())  # readers still work on a full disk
         ballast.unlink()
         row, kwargs = step_kwargs(committed + 1)
-        store.commit_step("r1", row, **kwargs)
+        store_writer(store).commit_step("r1", row, **kwargs)
         assert store.steps()["step"].tolist() == list(range(1, committed + 2))
     with hn.Store(path) as store:  # and it was durable
         assert len(store.steps()) == committed + 1
@@ -195,7 +196,7 @@ def test_a_run_waits_out_a_full_disk_and_finishes_once_space_is_freed(
 ) -> None:
     path = small_disk / "runs.duckdb"
     store = hn.Store(path)
-    store.create_run(run_row("filler"))
+    store_writer(store).create_run(run_row("filler"))
     ballast = _fill(small_disk)
     _write_until_full(store, "filler")  # the disk is full now
     freed: list[float] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import harnessnb as hn
 from harnessnb.events import AnyEvent, FinishedEvent, RetryEvent
+from harnessnb.store._writer import store_writer
 
 
 def on_event(event: AnyEvent) -> None:
@@ -94,19 +95,25 @@ async def typed_usage(store: hn.Store) -> None:
 
 
 async def typed_store_writes(store: hn.Store) -> None:
-    """Each write is declared once, and mypy checks its arguments wherever it is called:
-    a wrong one below must stay an error (strict mode flags an unused ignore)."""
-    lease = store.start_run({"run_id": "r1", "task": "t"}, "me", ttl_s=30.0)
+    """Each write is declared once, its rows typed, and mypy checks its arguments wherever
+    it is called: a wrong one below must stay an error (strict mode flags an unused
+    ignore). The writes are the loop's (``store_writer``), not ``hn.Store``'s."""
+    writer = store_writer(store)
+    lease = writer.start_run({"run_id": "r1", "task": "t"}, "me", ttl_s=30.0)
     expires: float = lease.expires_at
-    store.commit_step("r1", {"step": 1}, attempts=[], tool_calls=[], stalls=[],
-                      checkpoint={}, lease=lease)  # fmt: skip
-    renewed = await store.queued.renew_lease(lease, ttl_s=30.0)
+    writer.commit_step("r1", {"step": 1}, attempts=[], tool_calls=[], stalls=[],
+                       checkpoint={}, lease=lease)  # fmt: skip
+    renewed = await writer.queued.renew_lease(lease, ttl_s=30.0)
     print(expires, renewed.generation)
-    await store.queued.finish_run("r1", outcome="finished", finished_at=1.0, lease=renewed)
-    store.commit_step("r1", 1, attempts=[], tool_calls=[], stalls=[], checkpoint={})  # type: ignore[arg-type]
-    await store.queued.finish_run("r1", outcome="finished")  # type: ignore[call-arg]
-    await store.queued.add_marker("r1", "resume", "at step 2", at="now")  # type: ignore[arg-type]
-    store.renew_lease(lease, ttl=30.0)  # type: ignore[call-arg]
+    await writer.queued.finish_run("r1", outcome="finished", finished_at=1.0, lease=renewed)
+    writer.commit_step("r1", 1, attempts=[], tool_calls=[], stalls=[], checkpoint={})  # type: ignore[arg-type]
+    writer.commit_step("r1", {"step": 1, "tokenz": 50}, attempts=[], tool_calls=[], stalls=[],  # type: ignore[typeddict-unknown-key]
+                       checkpoint={})  # fmt: skip
+    writer.add_attempts("r1", [{"step": 1, "latency": 2.0}])  # type: ignore[typeddict-unknown-key]
+    await writer.queued.finish_run("r1", outcome="finished")  # type: ignore[call-arg]
+    await writer.queued.add_marker("r1", "resume", "at step 2", at="now")  # type: ignore[arg-type]
+    writer.renew_lease(lease, ttl=30.0)  # type: ignore[call-arg]
+    print(store.commit_step)  # type: ignore[attr-defined]
 
 
 @hn.tool(effect=hn.Effect.WRITE)

@@ -47,6 +47,7 @@ from ..rules._events import (
 from ..rules._secrets import is_secret_name, scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
+from ..store._writer import store_writer
 from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
@@ -68,6 +69,7 @@ from ._verdict import verdict
 
 if TYPE_CHECKING:
     from ..store._leases import Lease
+    from ..store._row_types import AttemptRow, Finish, RunRow, StepRow, ToolCallRow
     from ..store._store import Store
 
 __all__ = ["run", "run_sync"]
@@ -194,16 +196,16 @@ class _AgentRun:
             renewer.cancel()
             if self.session_lease is not None:
                 lease, self.session_lease = self.session_lease, None
-                await asyncio.shield(self.store.queued.release_lease(lease))
+                await asyncio.shield(store_writer(self.store).queued.release_lease(lease))
 
     async def _start(self) -> None:
-        run = {
+        run: RunRow = {
             "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
             "provider": self.agent.name, "model": self.model, "started_at": self.started,
-            "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
-            "permission": self.agent.permission,
+            "extras": {"agent": self.agent.name, "agent_bin": self.agent.bin,
+                       "session": self.session, "permission": self.agent.permission},
         }  # fmt: skip
-        self.run_lease = await self.store.queued.start_run(
+        self.run_lease = await store_writer(self.store).queued.start_run(
             run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
@@ -222,7 +224,7 @@ class _AgentRun:
         if self.session is None:
             return None
         try:
-            self.session_lease = await self.store.queued.acquire_lease(
+            self.session_lease = await store_writer(self.store).queued.acquire_lease(
                 _session_key(self.root, self.session),
                 owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
             )  # fmt: skip
@@ -232,7 +234,9 @@ class _AgentRun:
                 "wait for it to end, or use another name",
                 agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
             ) from exc  # fmt: skip
-        bound = await asyncio.to_thread(self.store.agent_session, str(self.root), self.session)
+        bound = await asyncio.to_thread(
+            store_writer(self.store).agent_session, str(self.root), self.session
+        )
         if bound is None:
             return None
         if bound["agent"] != self.agent.name:
@@ -244,7 +248,9 @@ class _AgentRun:
             )  # fmt: skip
         self.bound = bound["session_id"]
         if self.agent.cumulative_usage and bound.get("run_id"):
-            last = await asyncio.to_thread(self.store.last_checkpoint, bound["run_id"])
+            last = await asyncio.to_thread(
+                store_writer(self.store).last_checkpoint, bound["run_id"]
+            )
             state = (last or {}).get("state") or {}
             self.prior_usage = state.get("usage_total") if isinstance(state, dict) else None
         return self.bound
@@ -349,7 +355,7 @@ class _AgentRun:
     async def _bind(self, session_id: str) -> None:
         if self.session is None:
             return
-        await self.store.queued.bind_agent_session(
+        await store_writer(self.store).queued.bind_agent_session(
             str(self.root), self.session,
             agent=self.agent.name, session_id=session_id, run_id=self.run_id,
         )  # fmt: skip
@@ -364,7 +370,9 @@ class _AgentRun:
                     continue
                 # A lease taken over is reported by the run's final commit.
                 with contextlib.suppress(HarnessError):
-                    renewed = await self.store.queued.renew_lease(lease, ttl_s=LEASE_TTL_S)
+                    renewed = await store_writer(self.store).queued.renew_lease(
+                        lease, ttl_s=LEASE_TTL_S
+                    )
                     setattr(self, attr, renewed)
 
     # -------------------------------------------------------------- classify
@@ -395,15 +403,15 @@ class _AgentRun:
         else:
             outcome = RunOutcome.ESCALATED_TERMINAL
         now = time.time()
-        finish: dict[str, Any] = {"outcome": outcome.value, "finished_at": now,
-                                  "error": None if error is None else error.to_dict()}  # fmt: skip
+        finish: Finish = {"outcome": outcome.value, "finished_at": now,
+                          "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
-            await self.store.queued.finish_run(self.run_id, lease=self.run_lease,
+            await store_writer(self.store).queued.finish_run(self.run_id, lease=self.run_lease,
                                                release=True, **finish)  # fmt: skip
         else:
             step, attempts, tools = self._rows(error, changed, now)
-            await self.store.queued.commit_step(self.run_id, step, attempts=attempts,
+            await store_writer(self.store).queued.commit_step(self.run_id, step, attempts=attempts,
                                                 tool_calls=tools, stalls=[],
                                                 checkpoint=self._checkpoint(),
                                                 lease=self.run_lease, finish=finish)  # fmt: skip
@@ -429,18 +437,18 @@ class _AgentRun:
 
     def _rows(
         self, error: HarnessError | None, changed: bool | None, now: float
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[StepRow, list[AttemptRow], list[ToolCallRow]]:
         turn, end, agent = self.turn, self.end, self.agent
         kind = error.kind if isinstance(error, CLIError) else None
         decision = "answer" if error is None else "error"
         if isinstance(error, Cancelled):
             decision = "cancelled"
-        step = {"step": 1, "decision": decision,
+        step: StepRow = {"step": 1, "decision": decision,
                 "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
                 "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
         attempts = self._retry_rows(error)
         ran_s = end.elapsed_s if end is not None else self.stopped_after
-        attempt = {
+        attempt: AttemptRow = {
             "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
             "model": turn.model or self.model, "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
@@ -451,7 +459,7 @@ class _AgentRun:
             "fell_back": False, "error": None if error is None else error.code,
             "started_at": self.started, "cost_usd": _reported_cost(turn.usage),
         }  # fmt: skip
-        tools = [
+        tools: list[ToolCallRow] = [
             {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
              "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
             for i, call in enumerate(turn.tool_calls, start=1)
@@ -465,7 +473,7 @@ class _AgentRun:
             attempts.append(attempt)
         return step, attempts, tools
 
-    def _retry_rows(self, error: HarnessError | None) -> list[dict[str, Any]]:
+    def _retry_rows(self, error: HarnessError | None) -> list[AttemptRow]:
         """An attempt row for each failed request the CLI reported while retrying.
 
         The request the run ended on is the final row: a report of it (the one the run

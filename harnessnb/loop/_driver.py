@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._leases import Lease
+    from ..store._row_types import Finish, RunRow, StepRow, ToolCallRow
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._executor import ToolExecutor
@@ -157,7 +158,7 @@ class Driver(StepTools):
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
         self.lease = await self.patient(
-            lambda: self.store.queued.acquire_lease(
+            lambda: self.writer.queued.acquire_lease(
                 self.run_id, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
@@ -169,7 +170,7 @@ class Driver(StepTools):
             if self.lease is None:
                 return
             try:
-                self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
+                self.lease = await self.writer.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
             except StoreError as exc:
                 if not exc.retryable:
                     return
@@ -181,25 +182,25 @@ class Driver(StepTools):
         """Give the run's lease back (a resume that could not load the run)."""
         lease, self.lease = self.lease, None
         if lease is not None:
-            await self.patient(lambda: self.store.queued.release_lease(lease))
+            await self.patient(lambda: self.writer.queued.release_lease(lease))
 
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
         self.conversation = Conversation(initial_messages(self.contract))
-        row = {
+        row: RunRow = {
             "run_id": self.run_id,
             "task": self.contract.task,
             "workspace": os.path.abspath(self.contract.workspace),
             "provider": self.provider.name,
             "model": self.provider.model,
-            "base_url": provider_url(self.provider),  # kept in extras, for resume
+            "extras": {"base_url": provider_url(self.provider)},  # for resume
             "started_at": self.clock.time(),
             "contract": self.contract.to_dict(),
             "policy": self.base_policy.to_dict(),
             "sweep_id": self.sweep_id,
         }
         self.lease = await self.patient(
-            lambda: self.store.queued.start_run(
+            lambda: self.writer.queued.start_run(
                 row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
             )
         )
@@ -248,7 +249,7 @@ class Driver(StepTools):
         self.text = completion.text or self.text
         self.conversation.append(completion.to_message())
 
-        tool_rows: list[dict[str, Any]] = []
+        tool_rows: list[ToolCallRow] = []
         tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
         if tools.unreconciled is not None or tools.deferred:
             # The step stays uncommitted; the next resume picks it up again (a call
@@ -280,15 +281,15 @@ class Driver(StepTools):
         step_tokens: int,
         changed: bool,
         checked: StepChecked,
-        tool_rows: list[dict[str, Any]],
+        tool_rows: list[ToolCallRow],
     ) -> RunResult | None:
         """Commit the step (and the run's end, if it ends) in one transaction; keep its summary."""
         ending, stall_rows = checked.outcome, checked.stall_rows
-        final = None
+        final: Finish | None = None
         if ending is not None:
             # The last step and the run's end (lease released) are one commit.
             final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
-        row = {
+        row: StepRow = {
             "step": self.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
             "tool_calls": len(completion.tool_calls),
@@ -299,7 +300,7 @@ class Driver(StepTools):
         }
         checkpoint = self.checkpoint()
         await self.patient(
-            lambda: self.store.queued.commit_step(
+            lambda: self.writer.queued.commit_step(
                 self.run_id,
                 row,
                 attempts=[],  # each was written when its call ended
@@ -324,9 +325,9 @@ class Driver(StepTools):
                 provider=completion.provider,
             )
         )
-        for row in stall_rows:
-            stall = ReplanEvent if row["action"] == "replan" else StalledEvent
-            await self.emit(stall(signal=str(row["signal"]), detail=str(row["detail"])))
+        for stall_row in stall_rows:
+            stall = ReplanEvent if stall_row["action"] == "replan" else StalledEvent
+            await self.emit(stall(signal=str(stall_row["signal"]), detail=str(stall_row["detail"])))
         if ending is not None:
             return await self.finished(ending, None)
         return None
@@ -370,7 +371,7 @@ class Driver(StepTools):
         """Drive a run taken up with :meth:`restore` (the lease held) to its end.
 
         ``pending`` is the step after the last checkpoint when a previous process
-        had begun it (``Store.pending_step``): it is finished first, without asking
+        had begun it (``StoreWriter.pending_step``): it is finished first, without asking
         the model again.
         """
         await self._announce(resumed=True)
@@ -384,7 +385,7 @@ class Driver(StepTools):
         await self.model_calls.rows.settle()
         finished_at = self.clock.time()
         await self.patient(
-            lambda: self.store.queued.finish_run(
+            lambda: self.writer.queued.finish_run(
                 self.run_id,
                 outcome=outcome.value,
                 finished_at=finished_at,
@@ -402,7 +403,7 @@ class Driver(StepTools):
         lease, self.lease = self.lease, None
         try:
             self.model_calls.rows.settle_now()
-            self.store.finish_run(
+            self.writer.finish_run(
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
@@ -427,7 +428,7 @@ class Driver(StepTools):
         lease, self.lease = self.lease, None  # stops the renewals whatever happens
         # If the store still cannot be written, the result is the only report.
         with contextlib.suppress(HarnessError):
-            await self.store.queued.finish_run(
+            await self.writer.queued.finish_run(
                 self.run_id, outcome=outcome.value, finished_at=self.clock.time(),
                 error=exc.to_dict(), lease=lease, release=True,
             )  # fmt: skip
@@ -559,7 +560,7 @@ async def run(
     except Exception as exc:  # a bug: keep the run on record, surface it typed
         err = wrap_unknown(exc)
         try:
-            driver.store.finish_run(
+            driver.writer.finish_run(
                 driver.run_id,
                 outcome=RunOutcome.ESCALATED_TERMINAL.value,
                 finished_at=driver.clock.time(),

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..providers._base import BaseProvider, Call, LocalProvider, ask
 from ..providers._completion import Completion, Messages, Provider, ToolSpecs
@@ -32,6 +32,7 @@ from ..rules._retry import Clock, SystemClock
 from ..rules._secrets import scrub
 from ..store._leases import owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
+from ..store._writer import store_writer
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
@@ -41,6 +42,7 @@ from ._step_tools import PendingStep
 if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
+    from ..store._row_types import ToolCallRow
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._protocol import Tool
@@ -148,7 +150,9 @@ async def resume(
             reason="weaker_policy",
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
-        await store.queued.add_marker(run_id, "skipped", f"already {row['outcome']}", clock.time())
+        await store_writer(store).queued.add_marker(
+            run_id, "skipped", f"already {row['outcome']}", clock.time()
+        )
         return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
     driver = Driver(
@@ -169,7 +173,9 @@ async def resume(
     except BaseException:
         await driver.release()
         raise
-    await store.queued.add_marker(run_id, "resume", f"at step {driver.step + 1}", clock.time())
+    await store_writer(store).queued.add_marker(
+        run_id, "resume", f"at step {driver.step + 1}", clock.time()
+    )
     return await driver.resume_from(pending)
 
 
@@ -178,7 +184,9 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
     try:
         checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)
         driver.restore(row, checkpoints)
-        begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
+        begun = await asyncio.to_thread(
+            store_writer(store).pending_step, driver.run_id, driver.step + 1
+        )
         await _continue_attempt_numbers(driver, store, begun)
         # The card's steps before the resume, and the attempts of the step it goes on with.
         summaries, attempts = await asyncio.to_thread(stored_steps, store, driver.run_id)
@@ -186,10 +194,12 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         driver.model_calls.step_attempts = [a for a in attempts if a["step"] == driver.step + 1]
         if begun is None:
             return None
-        rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
+        rows = await asyncio.to_thread(
+            store_writer(store).step_tool_calls, driver.run_id, driver.step + 1
+        )
         return PendingStep(
             completion=Completion.from_dict(begun["completion"]),
-            settled={int(r["seq"]): r for r in rows},
+            settled={int(r["seq"]): cast("ToolCallRow", r) for r in rows},
         )
     except (ResumeError, StoreError):
         raise
@@ -215,7 +225,7 @@ async def _continue_attempt_numbers(
     written = set(numbers)
     unwritten = [a for a in legacy if int(a["attempt"]) not in written]
     if unwritten:
-        await store.queued.add_attempts(driver.run_id, unwritten)
+        await store_writer(store).queued.add_attempts(driver.run_id, unwritten)
     numbers += [int(a["attempt"]) for a in legacy]
     driver.model_calls.attempts = max([driver.model_calls.attempts, *numbers])
 
@@ -229,7 +239,9 @@ def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:
 
 def _unsettled(store: Store, run_id: str) -> dict[str, Any]:
     _stored_run(store, run_id)
-    rows = [r for r in store.unsettled_tool_calls(run_id) if r.get("effect") == "write"]
+    rows = [
+        r for r in store_writer(store).unsettled_tool_calls(run_id) if r.get("effect") == "write"
+    ]
     if not rows:
         raise ResumeError(
             f"run {run_id!r} has no write waiting for reconciliation", reason="nothing_to_resolve"
@@ -304,14 +316,18 @@ def _settle(
     # Taken as a driver takes the run: a run another live process drives (or a run of
     # this one: the owner differs) is refused with ConflictError; its write is not
     # dangling but under way.
-    lease = opened.acquire_lease(run_id, f"{owner_identity()}:settle", owner_alive=owner_alive)
+    lease = store_writer(opened).acquire_lease(
+        run_id, f"{owner_identity()}:settle", owner_alive=owner_alive
+    )
     try:
         found = _unsettled(opened, run_id)
         step, seq = int(found["step"]), int(found["seq"])
-        opened.settle_tool_call(run_id, step, seq, status=status, output=output)
-        opened.add_marker(run_id, marker, f"{found['tool']} at step {step}{why}", time.time())
+        store_writer(opened).settle_tool_call(run_id, step, seq, status=status, output=output)
+        store_writer(opened).add_marker(
+            run_id, marker, f"{found['tool']} at step {step}{why}", time.time()
+        )
     finally:
-        opened.release_lease(lease)
+        store_writer(opened).release_lease(lease)
     return Settled(run_id, marker)
 
 
@@ -391,8 +407,8 @@ class Record(BaseProvider):
 
     def _append(self, key: str, payload: dict[str, Any]) -> None:
         with _recording_lock:
-            seq = len(self.store.get_recordings(key))
-            self.store.put_recording(key, seq, payload)
+            seq = len(store_writer(self.store).get_recordings(key))
+            store_writer(self.store).put_recording(key, seq, payload)
 
 
 class Replay(LocalProvider):
@@ -435,7 +451,7 @@ class Replay(LocalProvider):
 
     async def _reply(self, call: Call) -> Completion:
         key = await self._key(call.messages, call.tools)
-        recorded = await asyncio.to_thread(self.store.get_recordings, key)
+        recorded = await asyncio.to_thread(store_writer(self.store).get_recordings, key)
         index = self._served.get(key, 0)
         if index >= len(recorded):
             raise ProviderError(

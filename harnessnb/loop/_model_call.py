@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
@@ -39,6 +39,7 @@ from ..rules._errors import (
 )
 from ..rules._events import FellBackEvent, RetryEvent, ShrunkEvent
 from ..rules._retry import Clock, retry_decision
+from ..store._writer import store_writer
 from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
@@ -46,6 +47,7 @@ from ._events import Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
+    from ..store._row_types import AttemptRow
     from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
@@ -90,17 +92,17 @@ class AttemptRows:
         self.store = store
         self.run_id = run_id
         self.patient = patient
-        self._pending: list[tuple[Future[None], list[dict[str, Any]]]] = []
+        self._pending: list[tuple[Future[None], list[AttemptRow]]] = []
 
-    def send(self, rows: list[dict[str, Any]], *, linger_s: float = 0.0) -> None:
+    def send(self, rows: list[AttemptRow], *, linger_s: float = 0.0) -> None:
         """Queue ``rows`` for the writer thread; ``settle`` waits for them. With
         ``linger_s`` the writer may hold them that long for the step commit that
         follows, to share its transaction."""
         if rows:
             op = add_attempts(self.run_id, rows, linger_s=linger_s)
-            self._pending.append((self.store.submit(op), rows))
+            self._pending.append((store_writer(self.store).submit(op), rows))
 
-    async def write(self, rows: list[dict[str, Any]]) -> None:
+    async def write(self, rows: list[AttemptRow]) -> None:
         """Queue ``rows`` and wait until they (and any queued before) are committed."""
         self.send(rows)
         await self.settle()
@@ -125,8 +127,8 @@ class AttemptRows:
                 raise
             self._pending.pop(0)
 
-    def _rewrite(self, rows: list[dict[str, Any]]) -> Callable[[], Awaitable[None]]:
-        return lambda: self.store.queued.add_attempts(self.run_id, rows)
+    def _rewrite(self, rows: list[AttemptRow]) -> Callable[[], Awaitable[None]]:
+        return lambda: store_writer(self.store).queued.add_attempts(self.run_id, rows)
 
     def settle_now(self) -> None:
         """Make every queued row durable from this thread (a cancel: the loop is going
@@ -135,7 +137,7 @@ class AttemptRows:
         for future, rows in pending:
             with contextlib.suppress(HarnessError):
                 if future.cancel():  # never began: nothing written yet
-                    self.store.add_attempts(self.run_id, rows)
+                    store_writer(self.store).add_attempts(self.run_id, rows)
                 else:
                     future.result()
 
@@ -174,7 +176,7 @@ class ModelCalls:
     providers: list[str] = dataclasses.field(default_factory=list, init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
     cost_usd: float | None = dataclasses.field(default=0.0, init=False)
-    step_attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False)
+    step_attempts: list[Mapping[str, Any]] = dataclasses.field(default_factory=list, init=False)
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""
@@ -324,7 +326,7 @@ class ModelCalls:
 
     def _attempt_rows(
         self, records: Sequence[AttemptRecord], step: int, call_start: float
-    ) -> list[dict[str, Any]]:
+    ) -> list[AttemptRow]:
         """The rows of a call's attempts, numbered on from the run's last one.
 
         The first attempt of a call starts when the call does (on the run's clock);
@@ -339,7 +341,7 @@ class ModelCalls:
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
-    ) -> dict[str, Any]:
+    ) -> AttemptRow:
         self.attempts += 1
         # Map the provider's wall-clock start onto the run's clock, so an injected
         # clock orders attempts the way the retry waits did.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..providers._completion import ToolCall
 from ..rules._errors import ConfigError, RefusedError, ResumeError
 from ..rules._retry import SystemClock
+from ..store._writer import store_writer
 from ..tools._executor import ToolExecutor
 from ..tools._protocol import ToolResult
 from ._contract import TaskContract
@@ -127,7 +128,7 @@ def _recorded_tool_rows(store: Store, run_id: str, row: dict[str, Any]) -> list[
     """The run's tool rows in the order they ran (its steps, and a step begun after)."""
     rows: list[dict[str, Any]] = []
     for step in range(1, int(row.get("steps") or 0) + 2):
-        rows.extend(store.step_tool_calls(run_id, step))
+        rows.extend(store_writer(store).step_tool_calls(run_id, step))
     return rows
 
 

@@ -453,12 +453,13 @@ def _rebuilt(cls: type[RunResult], run_id: str, store: Store) -> RunResult:
     """``RunResult.from_store``'s reading: the run's row, its steps, tool calls and
     attempts, its last checkpoint."""
     from ..rules._errors import StoreError
+    from ..store._writer import store_writer
 
     row = store.get_run(run_id)
     if row is None:
         raise StoreError(f"no run {run_id!r} in {store.path}", kind="missing")
     summaries, attempts = stored_steps(store, run_id)
-    last = store.last_checkpoint(run_id)
+    last = store_writer(store).last_checkpoint(run_id)
     state: Mapping[str, Any] = last["state"] if last else {}
     counts = state.get("counts") or {}
     answered = (

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..providers._completion import Completion
     from ..rules._policy import Policy
     from ..rules._retry import Clock
+    from ..store._row_types import StallRow
     from ..tools._approval import Approver
     from ..tools._workspace import Workspace
     from ._contract import RunOutcome, TaskContract
@@ -36,7 +37,7 @@ class StepChecked:
     """
 
     outcome: RunOutcome | None
-    stall_rows: list[dict[str, Any]]
+    stall_rows: list[StallRow]
     messages: list[dict[str, Any]]
 
 
@@ -112,7 +113,7 @@ class StepChecks:
         signal = self.detector.observe(
             step, [call_signature(c.name, c.arguments) for c in completion.tool_calls], changed
         )
-        stall_rows = []
+        stall_rows: list[StallRow] = []
         if signal is not None:
             stall_rows.append(
                 {

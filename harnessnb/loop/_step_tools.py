@@ -14,17 +14,19 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
 from ..rules._secrets import scrub_values
+from ..store._writer import StoreWriter, store_writer
 from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
 from ._outcome import settled_call
 
 if TYPE_CHECKING:
     from ..rules._retry import Clock
     from ..store._leases import Lease
+    from ..store._row_types import ToolCallRow
     from ..store._store import Store
     from ..tools._executor import ToolExecutor
     from ._conversation import Conversation
@@ -63,7 +65,7 @@ class PendingStep:
     attempts were written as they ended)."""
 
     completion: Completion
-    settled: dict[int, dict[str, Any]]
+    settled: dict[int, ToolCallRow]
 
 
 @dataclasses.dataclass
@@ -99,11 +101,16 @@ class StepTools:
 
         async def patient(self, write: Callable[[], Awaitable[T]]) -> T: ...
 
+    @property
+    def writer(self) -> StoreWriter:
+        """The writes of the run's store."""
+        return store_writer(self.store)
+
     async def run_tools(
         self,
         completion: Completion,
-        tool_rows: list[dict[str, Any]],
-        settled: dict[int, dict[str, Any]] | None = None,
+        tool_rows: list[ToolCallRow],
+        settled: dict[int, ToolCallRow] | None = None,
     ) -> ToolsDone:
         """Run the step's tool calls in order, appending one row each to ``tool_rows``.
 
@@ -137,26 +144,24 @@ class StepTools:
             tool_rows.append(row)
         return done
 
-    async def keep_begun(self, completion: Completion, tool_rows: list[dict[str, Any]]) -> None:
+    async def keep_begun(self, completion: Completion, tool_rows: list[ToolCallRow]) -> None:
         """Keep the step whose call waits for approval as begun (its answer, the rows
         of the calls made), for a resume to finish: ``keep_begun_step``."""
         step = int(tool_rows[-1]["step"])
         pending = {"completion": completion.to_dict()}
         await self.patient(
-            lambda: self.store.queued.keep_begun_step(
+            lambda: self.writer.queued.keep_begun_step(
                 self.run_id, step, pending, tool_rows, lease=self.lease
             )
         )
 
-    def _intent_recorder(
-        self, completion: Completion
-    ) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    def _intent_recorder(self, completion: Completion) -> Callable[[ToolCallRow], Awaitable[None]]:
         """Write-ahead: an effectful call's intent is durable before it runs, with the
         step's answer the first time, so a resume can finish the step without asking
         the model again."""
         pending_saved = False
 
-        async def record(row: dict[str, Any]) -> None:
+        async def record(row: ToolCallRow) -> None:
             nonlocal pending_saved
             if row["effect"] == "read":
                 return
@@ -165,8 +170,8 @@ class StepTools:
                 pending = {"completion": completion.to_dict()}
                 pending_saved = True
             await self.patient(
-                lambda: self.store.queued.record_intent(
-                    self.run_id, dict(row), lease=self.lease, pending=pending
+                lambda: self.writer.queued.record_intent(
+                    self.run_id, row.copy(), lease=self.lease, pending=pending
                 )
             )
 
@@ -178,11 +183,11 @@ class StepTools:
         seq: int,
         effect: str,
         key: str,
-        record_intent: Callable[[dict[str, Any]], Awaitable[None]],
+        record_intent: Callable[[ToolCallRow], Awaitable[None]],
         done: ToolsDone,
-    ) -> dict[str, Any]:
+    ) -> ToolCallRow:
         """Run one call through the executor; its tool row, settled."""
-        row = {
+        row: ToolCallRow = {
             "step": self.step,
             "seq": seq,
             "tool": call.name,
@@ -212,19 +217,21 @@ class StepTools:
         self.conversation.append(tool_message(call, content))
         error = result.error or {}
         row.update(
-            status=result.status,
-            error_name=error.get("name"),
-            error_code=error.get("code"),
-            output_bytes=len(result.output.encode("utf-8", "replace")),
-            output=content,
-            sandbox=result.sandbox,
-            at=self.clock.time(),
+            {
+                "status": result.status,
+                "error_name": error.get("name"),
+                "error_code": error.get("code"),
+                "output_bytes": len(result.output.encode("utf-8", "replace")),
+                "output": content,
+                "sandbox": result.sandbox,
+                "at": self.clock.time(),
+            }
         )
         if effect != "read" and result.executions > 0:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
             await self.patient(
-                lambda: self.store.queued.settle_tool_call(
+                lambda: self.writer.queued.settle_tool_call(
                     self.run_id,
                     self.step,
                     seq,
@@ -239,7 +246,7 @@ class StepTools:
         return row
 
     def _reuse_settled(
-        self, call: ToolCall, earlier: dict[str, Any], tool_rows: list[dict[str, Any]]
+        self, call: ToolCall, earlier: ToolCallRow, tool_rows: list[ToolCallRow]
     ) -> None:
         """Use a settled row from before a crash (or a person's resolve/abandon)."""
         if earlier.get("status") == "abandoned":
@@ -247,13 +254,13 @@ class StepTools:
         else:
             content = str(earlier.get("output") or "")
         self.conversation.append(tool_message(call, content))
-        row = {k: earlier.get(k) for k in _TOOL_ROW_KEYS}
-        row.update(output=content, at=self.clock.time())
+        row = cast("ToolCallRow", {k: earlier.get(k) for k in _TOOL_ROW_KEYS})
+        row.update({"output": content, "at": self.clock.time()})
         tool_rows.append(row)
 
-    async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
+    async def _needs_reconciliation(self, earlier: ToolCallRow) -> HarnessError:
         await self.patient(
-            lambda: self.store.queued.settle_tool_call(
+            lambda: self.writer.queued.settle_tool_call(
                 self.run_id, self.step, int(earlier["seq"]), status="needs_reconciliation"
             )
         )

@@ -21,7 +21,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
@@ -42,6 +42,7 @@ from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
 from ..rules._html import bold, panel
 from ..rules._text import printable
+from ..store._open import open_store
 from ._args import HelpShown, help_text, interpolate, parse, store_there, words
 from ._env import kernel_of, widget_frontend
 from ._ipython import display, get_ipython, html_object, magic_method
@@ -49,6 +50,9 @@ from ._progress import TextProgress, WidgetProgress
 from ._sweep_magic import plan_sweep
 from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
+
+if TYPE_CHECKING:
+    from ..store._store import Store
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async"]
 
@@ -61,23 +65,14 @@ Starter = Callable[[Callable[[RunEvent], None] | None], Coroutine[Any, Any, Any]
 # Errors of runs driven in this kernel, for ``%harness tb`` (the store keeps no frames).
 _ERRORS: dict[str, BaseException] = {}
 _ERRORS_KEPT = 50
-_STORES: dict[str, Any] = {}
 _NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
 _WIND_DOWN_S = 30.0  # at most this long for a cancelled run to record itself
 
 
-def _store(path: str | None, workspace: str | None = None) -> Any:
-    """One Store per file per kernel (DuckDB: one writer per process); never in ``workspace``."""
-    from ..store._open import default_store_path, refuse_store_inside
-    from ..store._store import Store
-
-    refuse_store_inside(path or None, workspace)
-    key = os.path.abspath(path or default_store_path())
-    if path == ":memory:":
-        return Store(":memory:")
-    if key not in _STORES:
-        _STORES[key] = Store(key)
-    return _STORES[key]
+def _store(path: str | None, workspace: str | None = None) -> Store:
+    """The kernel's store for ``--store`` (``store/_open.py``'s rule: one per file, kept
+    across cells); never in ``workspace``."""
+    return open_store(path or None, keep=True, workspace=workspace)
 
 
 def _remember_error(run_id: str, err: BaseException) -> None:
@@ -363,11 +358,10 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
 def _plan_replay(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
     from ..loop._replay import replay
-    from ..store._store import Store
 
     try:
         source = _store(args.store)
-        target = Store(":memory:") if args.into is None else _store(args.into)
+        target = _store(args.into or ":memory:")
     except HarnessError as err:
         _fail(err)
         raise

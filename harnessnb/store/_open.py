@@ -1,8 +1,13 @@
-"""Which store a run, a resume, an agent run, the CLI and the magics use.
+"""Which store a run, a resume, an agent run, the CLI and the magics use: the one rule
+that decides which ``Store`` object a path means, for every face.
 
 ``store=None`` means the default store, ``$HARNESSNB_STORE`` or ``runs.duckdb`` in the
 working directory, so every entry point writes to the same file unless told otherwise.
-``Store`` is imported on first use: importing this module does not import DuckDB.
+A path opens a new ``Store`` (its caller closes it), except with ``keep=True`` (a
+kernel's magics, which reuse one store per file across cells, DuckDB allowing one
+writer per process): the store kept for that file, opened under its absolute path the
+first time (and again once closed). ``:memory:`` is a new store every time. ``Store``
+is imported on first use: importing this module does not import DuckDB.
 
 A run's store is never inside its workspace (``refuse_store_inside``): there the agent
 could erase or rewrite its own record (``write_file runs.duckdb``, or a command), so a
@@ -24,6 +29,10 @@ if TYPE_CHECKING:
 __all__ = ["default_store", "default_store_path", "open_store", "refuse_store_inside"]
 
 _DEFAULT_PATH: Final = "runs.duckdb"
+_MEMORY: Final = ":memory:"
+
+# The stores kept open by ``open_store(..., keep=True)``, by absolute path.
+_KEPT: dict[str, Store] = {}
 
 
 def default_store_path() -> str:
@@ -38,15 +47,37 @@ def default_store() -> Store:
     return Store(default_store_path())
 
 
-def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    """A store from a ``Store``, a path, or None (the default store)."""
+def open_store(
+    store: Store | str | os.PathLike[str] | None,
+    *,
+    keep: bool = False,
+    workspace: str | os.PathLike[str] | None = None,
+) -> Store:
+    """A store from a ``Store``, a path, or None (the default store).
+
+    Args:
+        keep: Reuse the store this process keeps open for the file (made the first
+            time, or when the kept one was closed), which the caller must not close.
+        workspace: Refuse a store inside it first (``refuse_store_inside``).
+
+    Raises:
+        ConfigError: the store lies inside ``workspace``.
+    """
     from ._store import Store
 
-    if store is None:
-        return default_store()
-    if isinstance(store, str | os.PathLike):
-        return Store(store)
-    return store
+    refuse_store_inside(store, workspace)
+    if isinstance(store, Store):
+        return store
+    if not keep:
+        return default_store() if store is None else Store(store)
+    path = default_store_path() if store is None else os.fspath(store)
+    if path == _MEMORY:
+        return Store(_MEMORY)
+    key = os.path.abspath(path)
+    kept = _KEPT.get(key)
+    if kept is None or kept._db is None:
+        kept = _KEPT[key] = Store(key)
+    return kept
 
 
 def refuse_store_inside(
@@ -66,7 +97,7 @@ def refuse_store_inside(
         path = os.fspath(store)
     else:
         path = store.path
-    if path == ":memory:":
+    if path == _MEMORY:
         return
     where = os.path.realpath(path)
     folder = os.path.realpath(workspace)

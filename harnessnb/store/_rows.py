@@ -12,9 +12,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..rules._errors import MAX_MESSAGE
+from ..rules._errors import MAX_MESSAGE, StoreError
 from ..rules._secrets import scrub, scrub_values, scrubber
 from ..rules._text import clip
+from ._row_types import ROW_TYPES
 from ._schema import COLUMNS, quote
 
 if TYPE_CHECKING:
@@ -189,12 +190,42 @@ _CONVERTERS: Final = {
 
 
 def row(table: str, values: Mapping[str, Any], **fixed: Any) -> tuple[Any, ...]:
-    """The tuple for ``table`` in column order, from ``values`` then ``fixed`` overrides."""
+    """The tuple for ``table`` in column order, from ``values`` then ``fixed`` overrides.
+
+    Raises:
+        StoreError: ``query`` naming a key of ``values`` that is no column of ``table``
+            (a misspelling would otherwise be a NULL), or a required one (its row
+            type's, ``_row_types``) that neither ``values`` nor ``fixed`` gives.
+    """
+    if not values.keys() <= _KNOWN[table] or not _REQUIRED[table] <= values.keys():
+        _refuse(table, values, fixed)
     out = []
     for column, convert in _CONVERTERS[table]:
         value = fixed[column] if column in fixed else values.get(column)
         out.append(None if value is None else convert(column, value))
     return tuple(out)
+
+
+# The columns a row of each table may name, and those it must (``fixed`` aside).
+_KNOWN: Final = {table: frozenset(columns) for table, columns in COLUMNS.items()}
+_REQUIRED: Final = {
+    table: frozenset(ROW_TYPES[table].__required_keys__) if table in ROW_TYPES else frozenset()
+    for table in COLUMNS
+}
+
+
+def _refuse(table: str, values: Mapping[str, Any], fixed: Mapping[str, Any]) -> None:
+    """Raise for the first key of ``values`` that is no column of ``table``, else for
+    the first required column missing (unless ``fixed`` gives it)."""
+    unknown = [str(k) for k in values if k not in _KNOWN[table]]
+    if unknown:
+        raise StoreError(
+            f"{table} has no column {unknown[0]!r} (columns: {', '.join(COLUMNS[table])})",
+            kind="query",
+        )
+    missing = sorted(_REQUIRED[table] - values.keys() - fixed.keys())
+    if missing:
+        raise StoreError(f"a {table} row needs its column {missing[0]!r}", kind="query")
 
 
 @functools.lru_cache(maxsize=256)
@@ -233,6 +264,9 @@ def insert_records(
     if len(records) <= _VALUES_MAX_ROWS:
         insert_rows(con, table, [row(table, r, **fixed) for r in records])
         return
+    for record in records:
+        if not record.keys() <= _KNOWN[table] or not _REQUIRED[table] <= record.keys():
+            _refuse(table, record, fixed)
     columns = COLUMNS[table]
     _insert_frame(con, table, columns, {c: _column(c, records, fixed) for c in columns})
 

@@ -1,11 +1,11 @@
-"""The run history in DuckDB: ``Store``, its writes, DataFrame readers and SQL.
+"""The run history in DuckDB: ``Store``, its DataFrame readers and SQL.
 
-``Store`` is the one object the loop, resume and users touch. Every statement of a
-process on one file goes through one shared connection and lock (``_conn``), and every
-multi-row write is one transaction, so after a crash a step is wholly present or wholly
-absent. Each write is declared once in ``_writes``; the blocking methods here
-(``commit_step``...) and the coroutines of ``store.queued`` are made from those
-declarations, so their signatures are written once and mypy checks every call.
+``Store`` is what users read: runs, steps, attempts, tool calls, stalls, markers,
+failure rates, SQL, and shard files combined or merged. Its writes are the loop's, on
+its ``StoreWriter`` (``_writer``: ``store_writer(store)``), each declared once in
+``_writes``. Every statement of a process on one file goes through one shared
+connection and lock (``_conn``), and every multi-row write is one transaction, so after
+a crash a step is wholly present or wholly absent.
 
 Timestamps are TIMESTAMP (naive UTC) in DuckDB and Unix seconds (float) in the dicts
 that go in and come out; JSON-ish values are stored as JSON text, credentials removed.
@@ -13,33 +13,43 @@ that go in and come out; JSON-ish values are stored as JSON text, credentials re
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import duckdb
 
 from ..rules._errors import StoreError
-from . import _writes
 from ._batch import WriteOp
 from ._combine import merge_into, read_only_error, shard_paths, shards_as_one
 from ._conn import MEMORY, SharedDb, acquire_shared, parallel, release_shared
 from ._failures import failure_groups, failure_sql
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
+from ._writer import StoreWriter
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "CombinedStore", "QueuedWrites", "Store"]
+__all__ = ["SCHEMA_VERSION", "CombinedStore", "Store"]
 
-P = ParamSpec("P")
 T = TypeVar("T")
+
+# What moved from ``Store`` to its writer (``_writer``): still found here, warning.
+_MOVED: Final = frozenset(
+    {
+        "write", "submit", "awrite", "queued", "create_run", "start_run", "commit_step",
+        "finish_run", "add_attempts", "add_marker", "record_intent", "keep_begun_step",
+        "settle_tool_call", "acquire_lease", "renew_lease", "release_lease",
+        "put_recording", "bind_agent_session", "last_checkpoint", "open_intents",
+        "pending_step", "step_tool_calls", "unsettled_tool_calls", "get_recordings",
+        "agent_session", "agent_sessions",
+    }
+)  # fmt: skip
 
 _ORDER: Final = {
     "runs": "started_at, run_id",
@@ -49,42 +59,6 @@ _ORDER: Final = {
     "stalls": 'run_id, step, "at"',
     "markers": 'run_id, "at"',
 }
-
-
-def _blocking(build: Callable[P, WriteOp[T]]) -> Callable[Concatenate[Store, P], T]:
-    """The ``Store`` method of the write ``build``: the op run now, in its own transaction."""
-
-    def method(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return store.write(build(*args, **kwargs))
-
-    _describe(method, build, "Store")
-    return method
-
-
-def _queued(
-    build: Callable[P, WriteOp[T]],
-) -> Callable[Concatenate[QueuedWrites, P], Coroutine[Any, Any, T]]:
-    """The ``QueuedWrites`` coroutine of the write ``build``: the op committed in a group."""
-
-    async def method(queued: QueuedWrites, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await queued.store.awrite(build(*args, **kwargs))
-
-    _describe(method, build, "QueuedWrites")
-    return method
-
-
-def _describe(method: Callable[..., Any], build: Callable[..., Any], owner: str) -> None:
-    """Give ``method`` the name, docstring and signature of ``build`` (``self`` first,
-    no return type), which is what ``help()`` and Jupyter's ``?`` show."""
-    signature = inspect.signature(build)
-    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    method.__name__ = build.__name__
-    method.__qualname__ = f"{owner}.{build.__name__}"
-    method.__doc__ = build.__doc__
-    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[this, *signature.parameters.values()],
-        return_annotation=inspect.Signature.empty,
-    )
 
 
 class Store:
@@ -125,6 +99,7 @@ class Store:
         self.path: str = os.fspath(path)
         self._linger_s = linger_s
         self._busy_timeout_s = busy_timeout_s
+        self._writer = StoreWriter(self)
         self._db: SharedDb | None = acquire_shared(self.path, linger_s=linger_s)
         try:
             # Open now so a corrupt or newer file fails here, not at the first commit.
@@ -170,52 +145,31 @@ class Store:
 
     # --------------------------------------------------------------- writes
     #
-    # Each write is a function of ``_writes`` that builds a ``WriteOp``. ``write`` runs
-    # an op now in its own transaction, ``submit`` queues it for group commit, and
-    # ``awrite`` (or ``store.queued``) awaits it from asyncio.
+    # The writes are the loop's: ``store_writer(store)`` (``_writer``) runs each op
+    # through these two.
 
-    def write(self, op: WriteOp[T]) -> T:
-        """Run ``op`` now, in the calling thread and its own transaction; return its result.
-
-        Raises:
-            StoreError, ConflictError: as the write's function documents.
-        """
+    def _write(self, op: WriteOp[T]) -> T:
+        """Run ``op`` now, in the calling thread and its own transaction."""
         return self._shared().write(op, self._busy_timeout_s)
 
-    def submit(self, op: WriteOp[T]) -> Future[T]:
-        """Queue ``op`` for the store's writer thread.
-
-        The writer commits every write queued while its previous transaction ran in ONE
-        transaction (group commit), so concurrent runs of a process share statements
-        and commits. The future holds what the op returns or raises; an error of one
-        write (say ``ConflictError``) fails only that write.
-        """
+    def _submit(self, op: WriteOp[T]) -> Future[T]:
+        """Queue ``op`` for the store's writer thread (group commit)."""
         return self._shared().submit(op, self._busy_timeout_s)
 
-    async def awrite(self, op: WriteOp[T]) -> T:
-        """``submit`` awaited from asyncio: the event loop never waits on the file.
-        Cancelling the awaiting task drops a write that has not begun."""
-        return await asyncio.wrap_future(self.submit(op))
+    if not TYPE_CHECKING:
 
-    @property
-    def queued(self) -> QueuedWrites:
-        """The writes as coroutines through group commit (``store.queued.commit_step``)."""
-        return QueuedWrites(self)
-
-    create_run = _blocking(_writes.create_run)
-    start_run = _blocking(_writes.start_run)
-    commit_step = _blocking(_writes.commit_step)
-    finish_run = _blocking(_writes.finish_run)
-    add_attempts = _blocking(_writes.add_attempts)
-    add_marker = _blocking(_writes.add_marker)
-    record_intent = _blocking(_writes.record_intent)
-    keep_begun_step = _blocking(_writes.keep_begun_step)
-    settle_tool_call = _blocking(_writes.settle_tool_call)
-    acquire_lease = _blocking(_writes.acquire_lease)
-    renew_lease = _blocking(_writes.renew_lease)
-    release_lease = _blocking(_writes.release_lease)
-    put_recording = _blocking(_writes.put_recording)
-    bind_agent_session = _blocking(_writes.bind_agent_session)
+        def __getattr__(self, name: str) -> Any:
+            # The writes (and resume's reads) were ``Store`` methods until 0.x: kept
+            # for one release, warning; mypy sees only the readers.
+            if name in _MOVED:
+                warnings.warn(
+                    f"Store.{name} is deprecated: the writes are internal "
+                    f"(harnessnb.store._writer.store_writer(store).{name})",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(self._writer, name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------ many files as one
 
@@ -291,84 +245,6 @@ class Store:
                 [run_id],
             ).fetchall()
         return [{"step": int(step), "state": json.loads(state)} for step, state in found]
-
-    def last_checkpoint(self, run_id: str) -> dict[str, Any] | None:
-        """``{"step": n, "state": {...}}`` of the highest committed step, or None."""
-        with self._connection() as con:
-            found = con.execute(
-                "SELECT step, checkpoint FROM steps WHERE run_id = ? AND checkpoint IS NOT NULL "
-                "ORDER BY step DESC LIMIT 1",
-                [run_id],
-            ).fetchone()
-        if found is None:
-            return None
-        return {"step": int(found[0]), "state": json.loads(found[1])}
-
-    def open_intents(self, run_id: str) -> list[dict[str, Any]]:
-        """Tool rows still in status ``intent`` (a WRITE that may or may not have run)."""
-        return self._tool_rows("WHERE run_id = ? AND status = 'intent'", [run_id])
-
-    def pending_step(self, run_id: str, step: int) -> dict[str, Any] | None:
-        """The answer recorded with step ``step``'s first intent, if that step began."""
-        with self._connection() as con:
-            found = con.execute(
-                "SELECT answer FROM pending_steps WHERE run_id = ? AND step = ?", [run_id, step]
-            ).fetchone()
-        return None if found is None else dict(json.loads(found[0]))
-
-    def step_tool_calls(self, run_id: str, step: int) -> list[dict[str, Any]]:
-        """The tool rows of one step, whatever their status, ordered by seq."""
-        return self._tool_rows("WHERE run_id = ? AND step = ?", [run_id, step])
-
-    def unsettled_tool_calls(self, run_id: str) -> list[dict[str, Any]]:
-        """Tool rows still ``intent`` or ``needs_reconciliation``."""
-        return self._tool_rows(
-            "WHERE run_id = ? AND status IN ('intent', 'needs_reconciliation')", [run_id]
-        )
-
-    def _tool_rows(self, where: str, params: list[Any]) -> list[dict[str, Any]]:
-        with self._connection() as con:
-            cur = con.execute(f"SELECT * FROM tool_calls {where} ORDER BY step, seq", params)
-            names = [d[0] for d in cur.description or []]
-            rows = cur.fetchall()
-        out = []
-        for values in rows:
-            item = dict(zip(names, values, strict=True))
-            item["args"] = _loads(item["args"])
-            item["at"] = from_ts(item["at"])
-            out.append(item)
-        return out
-
-    # ------------------------------------------------------------ recordings
-
-    def get_recordings(self, key: str) -> list[dict[str, Any]]:
-        """The responses recorded under ``key``, ordered by seq."""
-        with self._connection() as con:
-            rows = con.execute(
-                "SELECT response FROM recordings WHERE key = ? ORDER BY seq", [key]
-            ).fetchall()
-        return [json.loads(r[0]) for r in rows]
-
-    # -------------------------------------------------------- agent sessions
-
-    def agent_session(self, workspace: str, name: str) -> dict[str, Any] | None:
-        """The binding of session ``name`` in ``workspace``: agent, session_id, run_id."""
-        with self._connection() as con:
-            found = con.execute(
-                "SELECT agent, session_id, run_id, updated_at FROM agent_sessions "
-                "WHERE workspace = ? AND name = ?",
-                [workspace, name],
-            ).fetchone()
-        if found is None:
-            return None
-        agent, session_id, run_id, updated_at = found
-        return {"workspace": workspace, "name": name, "agent": agent, "session_id": session_id,
-                "run_id": run_id, "updated_at": from_ts(updated_at)}  # fmt: skip
-
-    def agent_sessions(self) -> pd.DataFrame:
-        """Every named agent session and the CLI session it continues."""
-        with self._connection() as con, parallel(con):
-            return frame(con.execute("SELECT * FROM agent_sessions ORDER BY workspace, name"))
 
     # --------------------------------------------------------------- readers
 
@@ -488,7 +364,7 @@ class CombinedStore(Store):
         self.paths: tuple[str, ...] = tuple(shard_paths(source))
         whole = source if isinstance(source, str | os.PathLike) else self.paths[0]
         self.path, self._busy_timeout_s, self._linger_s = os.fspath(whole), busy_timeout_s, 0.0
-        self._db, self._closed = None, False
+        self._db, self._closed, self._writer = None, False, StoreWriter(self)
         with self._connection():  # a bad shard fails here, not at the first read
             pass
 
@@ -510,37 +386,11 @@ class CombinedStore(Store):
         state = "closed" if self._closed else "open"
         return f"CombinedStore({self.path!r}, {len(self.paths)} shards, {state})"
 
-    def write(self, op: WriteOp[T]) -> T:
+    def _write(self, op: WriteOp[T]) -> T:
         raise read_only_error(len(self.paths), self.path)
 
-    def submit(self, op: WriteOp[T]) -> Future[T]:
+    def _submit(self, op: WriteOp[T]) -> Future[T]:
         raise read_only_error(len(self.paths), self.path)
-
-
-class QueuedWrites:
-    """The store's writes from asyncio, each queued for group commit and awaited
-    (``Store.awrite``): the writes of concurrent runs share transactions and the event
-    loop never blocks. Same arguments, results and errors as the ``Store`` methods."""
-
-    __slots__ = ("store",)
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    create_run = _queued(_writes.create_run)
-    start_run = _queued(_writes.start_run)
-    commit_step = _queued(_writes.commit_step)
-    finish_run = _queued(_writes.finish_run)
-    add_attempts = _queued(_writes.add_attempts)
-    add_marker = _queued(_writes.add_marker)
-    record_intent = _queued(_writes.record_intent)
-    keep_begun_step = _queued(_writes.keep_begun_step)
-    settle_tool_call = _queued(_writes.settle_tool_call)
-    acquire_lease = _queued(_writes.acquire_lease)
-    renew_lease = _queued(_writes.renew_lease)
-    release_lease = _queued(_writes.release_lease)
-    put_recording = _queued(_writes.put_recording)
-    bind_agent_session = _queued(_writes.bind_agent_session)
 
 
 # ------------------------------------------------------------------- helpers

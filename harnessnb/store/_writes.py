@@ -2,10 +2,11 @@
 
 A write's arguments are checked here, when the op is built (rows converted, credentials
 removed, times taken); its statements run later, inside a transaction: at once in the
-calling thread (``Store.write``, and the blocking methods such as
-``Store.commit_step``), or queued for group commit (``Store.submit``, and from asyncio
-``await store.queued.commit_step(...)``). ``Store`` turns each function here into
-those methods, so a signature is written once and mypy checks every call.
+calling thread (``StoreWriter.write``, and its blocking methods such as
+``StoreWriter.commit_step``), or queued for group commit (``StoreWriter.submit``, and
+from asyncio ``await store_writer(store).queued.commit_step(...)``); ``_writer`` runs
+each function here, one written-out method each, and mypy checks every call. Rows are
+the TypedDicts of ``_row_types``.
 
 Timestamps go in as Unix seconds (float); JSON-ish values are stored as JSON text.
 """
@@ -13,12 +14,13 @@ Timestamps go in as Unix seconds (float); JSON-ish values are stored as JSON tex
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp, append_rows, run_update
 from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
+from ._row_types import AttemptRow, Finish, MarkerRow, RunRow, StallRow, StepRow, ToolCallRow
 from ._rows import dumps, row, safe_value, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
@@ -42,8 +44,8 @@ __all__ = [
     "start_run",
 ]
 
-_RUN_FIELDS: Final = frozenset(COLUMNS["runs"])
 _EFFECT: Final = COLUMNS["tool_calls"].index("effect")
+
 
 # How a finished run changes its run row (see ``Batch.update_run``).
 _FINISHED: Final = run_update(
@@ -57,8 +59,8 @@ _FINISHED: Final = run_update(
 # ------------------------------------------------------------------------ runs
 
 
-def create_run(run: Mapping[str, Any]) -> WriteOp[None]:
-    """Insert a run row; keys outside the ``runs`` columns are kept in ``extras``.
+def create_run(run: RunRow) -> WriteOp[None]:
+    """Insert a run row (what else the run keeps, in its ``extras``).
 
     Raises:
         StoreError: ``duplicate`` when the run exists.
@@ -68,7 +70,7 @@ def create_run(run: Mapping[str, Any]) -> WriteOp[None]:
 
 
 def start_run(
-    run: Mapping[str, Any],
+    run: RunRow,
     owner: str,
     *,
     ttl_s: float = LEASE_TTL_S,
@@ -102,14 +104,14 @@ def start_run(
 
 def commit_step(
     run_id: str,
-    step: Mapping[str, Any],
+    step: StepRow,
     *,
-    attempts: list[dict[str, Any]],
-    tool_calls: list[dict[str, Any]],
-    stalls: list[dict[str, Any]],
+    attempts: Sequence[AttemptRow],
+    tool_calls: Sequence[ToolCallRow],
+    stalls: Sequence[StallRow],
     checkpoint: Mapping[str, Any],
     lease: Lease | None = None,
-    finish: Mapping[str, Any] | None = None,
+    finish: Finish | None = None,
 ) -> WriteOp[None]:
     """Commit one step whole: its row, attempts, tool calls, stalls and checkpoint.
 
@@ -139,7 +141,7 @@ def commit_step(
     step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
     ended = None
     if finish is not None:
-        ended = _ended(finish["outcome"], finish["finished_at"], finish.get("error"))
+        ended = _ended(finish["outcome"], finish["finished_at"], finish["error"])
     generation = None if lease is None else lease.generation
     holder = "" if lease is None else lease.owner
 
@@ -175,8 +177,8 @@ def finish_run(
     *,
     outcome: str,
     finished_at: float,
-    error: dict[str, Any] | None = None,
-    stalls: list[dict[str, Any]] | None = None,
+    error: Mapping[str, Any] | None = None,
+    stalls: Sequence[StallRow] | None = None,
     lease: Lease | None = None,
     release: bool = False,
 ) -> WriteOp[None]:
@@ -206,7 +208,7 @@ def finish_run(
 
 
 def add_attempts(
-    run_id: str, attempts: list[dict[str, Any]], *, linger_s: float = 0.0
+    run_id: str, attempts: Sequence[AttemptRow], *, linger_s: float = 0.0
 ) -> WriteOp[None]:
     """Append the rows of attempts that just ended (the run loop writes each attempt
     this way, when it ends, and in no other write), merged into the batch's one append.
@@ -223,14 +225,14 @@ def add_attempts(
     return WriteOp("add_attempts", apply, direct=False, linger_s=linger_s)
 
 
-def _attempt_row(run_id: str, attempt: Mapping[str, Any]) -> tuple[Any, ...]:
+def _attempt_row(run_id: str, attempt: AttemptRow) -> tuple[Any, ...]:
     # ``cancelled`` is never missing: false unless a cancel cut the attempt off.
     return row("attempts", attempt, run_id=run_id, cancelled=bool(attempt.get("cancelled")))
 
 
 def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:
     """Append a resume/skipped/resolved/abandoned marker row."""
-    values = row("markers", {}, run_id=run_id, kind=kind, detail=detail, at=at)
+    values = row("markers", MarkerRow(run_id=run_id, kind=kind, detail=detail, at=at))
     return WriteOp("add_marker", lambda con, batch: batch.append("markers", [values]), False)
 
 
@@ -239,7 +241,7 @@ def add_marker(run_id: str, kind: str, detail: str, at: float) -> WriteOp[None]:
 
 def record_intent(
     run_id: str,
-    tool_call: Mapping[str, Any],
+    tool_call: ToolCallRow,
     *,
     lease: Lease | None = None,
     pending: Mapping[str, Any] | None = None,
@@ -273,7 +275,7 @@ def keep_begun_step(
     run_id: str,
     step: int,
     pending: Mapping[str, Any],
-    tool_calls: list[dict[str, Any]],
+    tool_calls: Sequence[ToolCallRow],
     *,
     lease: Lease | None = None,
 ) -> WriteOp[None]:
@@ -400,9 +402,9 @@ def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
             to_ts(finished_at))  # fmt: skip
 
 
-def _run_row(run: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The ``run_rows`` row of a new run; keys outside the columns go to ``extras``."""
-    extras = {k: v for k, v in run.items() if k not in _RUN_FIELDS}
+def _run_row(run: RunRow) -> tuple[Any, ...]:
+    """The ``run_rows`` row of a new run (not yet finished, at this schema version)."""
+    extras = run.get("extras")
     return row(
         "run_rows",
         run,

@@ -22,6 +22,7 @@ from harnessnb.agents._cause import (
     retry_cause,
     with_retry_after,
 )
+from harnessnb.store._writer import store_writer
 
 ag = hn.agents
 K = hn.ProviderErrorKind
@@ -253,13 +254,13 @@ def test_a_session_name_is_bound_only_once_the_cli_confirmed_the_session(clis: C
     first = ag.run_sync(ag.ClaudeCode(timeout=1), "hi", clis.ws, store=clis.store,
                         session="early")  # fmt: skip
     assert isinstance(first.error, ag.Timeout)
-    assert clis.store.agent_session(str(clis.ws.resolve()), "early") is None
+    assert store_writer(clis.store).agent_session(str(clis.ws.resolve()), "early") is None
     # the next run with the name starts a new session, then binds it
     clis.scenario(mode="ok")
     second = ag.run_sync(ag.ClaudeCode(), "hi", clis.ws, store=clis.store, session="early")
     assert second.ok, second.error
     assert "--resume" not in clis.calls()[-1]["argv"]
-    bound = clis.store.agent_session(str(clis.ws.resolve()), "early")
+    bound = store_writer(clis.store).agent_session(str(clis.ws.resolve()), "early")
     assert bound is not None and bound["session_id"] == second.session_id
 
 

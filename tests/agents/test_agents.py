@@ -27,6 +27,7 @@ from harnessnb.agents._cause import Cause
 from harnessnb.agents._turn import Turn
 from harnessnb.events import AnyEvent, FinishedEvent, RefusedEvent, RetryEvent, ToolCallEvent
 from harnessnb.rules._secrets import is_secret_name
+from harnessnb.store._writer import store_writer
 from harnessnb.tools import _process  # the one runner owns the kill grace
 
 AGENTS = ["claude", "codex", "copilot"]
@@ -432,7 +433,7 @@ def test_events_of_unexpected_shapes_are_counted_never_fatal(clis: CLIs, name: s
     clis.scenario(mode="odd_events", text="fine")
     result = run(clis, name)
     assert result.ok and result.text == "fine", result.error
-    checkpoint = clis.store.last_checkpoint(result.run_id)
+    checkpoint = store_writer(clis.store).last_checkpoint(result.run_id)
     assert checkpoint is not None and checkpoint["state"]["unparsed"] >= 3
 
 
@@ -607,7 +608,7 @@ def test_a_named_session_is_bound_then_continued(clis: CLIs, name: str) -> None:
         assert resumed[resumed.index("--resume") + 1] == first.session_id
     else:
         assert resumed[resumed.index("--session-id") + 1] == first.session_id
-    bound = clis.store.agent_session(str(clis.ws.resolve()), "refactor")
+    bound = store_writer(clis.store).agent_session(str(clis.ws.resolve()), "refactor")
     assert bound is not None
     assert (bound["agent"], bound["session_id"], bound["run_id"]) == (
         ag.driver(name).name, first.session_id, second.run_id)  # fmt: skip

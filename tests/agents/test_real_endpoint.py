@@ -28,6 +28,7 @@ from fake_model import RETRY_AFTER, FakeModel
 
 import harnessnb as hn
 from harnessnb.events import RetryEvent
+from harnessnb.store._writer import store_writer
 
 ag = hn.agents
 BIN = Path(os.environ.get("HARNESSNB_REAL_CLIS", "/opt/harnessnb-clis/node_modules/.bin"))
@@ -211,7 +212,7 @@ def test_a_real_cli_answers_and_its_named_session_resumes(
         # the second request carries the earlier conversation: the CLI resumed it
         bodies = [str(r["body"]) for r in fake.model_requests()]
         assert any("remember the word quince" in b and "answer 1" in b for b in bodies)
-        bound = store.agent_session(str(ws.resolve()), "s")
+        bound = store_writer(store).agent_session(str(ws.resolve()), "s")
         assert bound is not None and bound["session_id"] == first.session_id
 
 

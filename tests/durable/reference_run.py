@@ -21,10 +21,6 @@ import harnessnb as hn
 from harnessnb import Store
 from harnessnb.store._batch import WriteOp
 
-WRITES = ("create_run", "start_run", "acquire_lease", "record_intent", "settle_tool_call",
-          "commit_step", "finish_run", "release_lease", "renew_lease", "add_attempts",
-          "add_marker")
-
 KILL_IN_LEDGER = [0]
 LEDGER_CALLS = [0]
 
@@ -42,28 +38,20 @@ class KillingStore(Store):
     trace: ClassVar[list[str]] = []
 
 
-def _wrap(name: str) -> None:
-    original = getattr(Store, name)
-
-    def method(self: KillingStore, *args: Any, **kwargs: Any) -> Any:
-        out = original(self, *args, **kwargs)
-        type(self).writes += 1
-        type(self).trace.append(name)
-        if type(self).writes == type(self).kill_at:
-            kill_now()
-        return out
-
-    setattr(KillingStore, name, method)
-
-
-for _name in WRITES:
-    _wrap(_name)
+def _write(self: KillingStore, op: WriteOp[Any]) -> Any:
+    """Every blocking write (``store_writer(store).finish_run``...) runs its op here."""
+    out = Store._write(self, op)
+    type(self).writes += 1
+    type(self).trace.append(op.name)
+    if type(self).writes == type(self).kill_at:
+        kill_now()
+    return out
 
 
 def _submit(self: KillingStore, op: WriteOp[Any]) -> Any:
     """The loop's writes go through ``submit`` (group commit): count each one when it
     has committed, and die right then, in the writer thread."""
-    future = Store.submit(self, op)
+    future = Store._submit(self, op)
 
     def committed(done: Any) -> None:
         if done.cancelled() or done.exception() is not None:
@@ -77,7 +65,8 @@ def _submit(self: KillingStore, op: WriteOp[Any]) -> Any:
     return future
 
 
-KillingStore.submit = _submit  # type: ignore[method-assign]
+KillingStore._write = _write  # type: ignore[method-assign]
+KillingStore._submit = _submit  # type: ignore[method-assign]
 
 
 @hn.tool(effect=hn.Effect.WRITE)

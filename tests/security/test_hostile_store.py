@@ -19,6 +19,7 @@ import duckdb
 import pytest
 
 import harnessnb as hn
+from harnessnb.store._writer import store_writer
 from tests.store_helpers import run_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def secret(tmp_path: Path) -> Path:
 def _store(path: Path) -> None:
     """A harnessnb store holding one run."""
     with hn.Store(path) as store:
-        store.create_run(run_row("r1"))
+        store_writer(store).create_run(run_row("r1"))
     for sidecar in (path.with_name(path.name + ".lock"), path.with_name(path.name + ".wal")):
         sidecar.unlink(missing_ok=True)
 

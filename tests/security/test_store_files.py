@@ -14,6 +14,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Reply
 from harnessnb.rules._errors import StoreErrorKind
+from harnessnb.store._writer import store_writer
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "notebooks" / "data" / "recorded-run.duckdb"
@@ -74,7 +75,7 @@ def test_a_new_path_or_an_empty_file_becomes_a_store(tmp_path: Path, how: str) -
         path.write_bytes(b"")
     with hn.Store(path) as store:
         assert store.read_only is False
-        store.create_run({"run_id": "r1", "task": "t", "started_at": 0.0})
+        store_writer(store).create_run({"run_id": "r1", "task": "t", "started_at": 0.0})
         assert store.runs()["run_id"].tolist() == ["r1"]
     with hn.Store(path) as again:
         assert again.runs()["run_id"].tolist() == ["r1"]
@@ -99,13 +100,14 @@ def _read_only_mount(folder: Path) -> list[str]:
 
 _REPLAY = """
 import sys, harnessnb as hn
+from harnessnb.store._writer import store_writer
 from harnessnb.demo import make_demo_workspace
 src, ws = sys.argv[1], make_demo_workspace(sys.argv[2])
 store = hn.Store(src)
 assert store.read_only, "a store on a read-only mount opens read-only"
 run_id = store.runs()["run_id"].tolist()[0]
 try:
-    store.add_marker(run_id, "note", "x", 0.0)
+    store_writer(store).add_marker(run_id, "note", "x", 0.0)
 except hn.StoreError as exc:
     print("write refused:", exc.kind)
 store.close()
@@ -159,7 +161,7 @@ def test_an_answer_with_a_lone_surrogate_is_stored_and_the_run_closed(
         assert runs["finished_at"].notna().all()
         assert store.attempts(result.run_id)["kind"].isna().all()
         # The checkpoint keeps the text exactly (JSON escapes it), so resume is faithful.
-        state = store.last_checkpoint(result.run_id)
+        state = store_writer(store).last_checkpoint(result.run_id)
     assert state is not None and state["state"]["text"] == "bad \ud800 half"
 
 
@@ -182,9 +184,11 @@ def test_usage_of_ten_to_the_thirty_is_malformed_and_the_run_closed(tmp_path: Pa
 
 _READ = """
 import sys, harnessnb as hn
+from harnessnb.store._writer import store_writer
 store = hn.Store(sys.argv[1])
 print("read_only:", store.read_only, store.runs()["run_id"].tolist())
-for write in (lambda: store.create_run({"run_id": "r2", "task": "t", "started_at": 0.0}),
+writer = store_writer(store)
+for write in (lambda: writer.create_run({"run_id": "r2", "task": "t", "started_at": 0.0}),
               lambda: store.sql("DELETE FROM steps")):
     try:
         write()
@@ -198,7 +202,7 @@ def test_a_current_store_on_a_read_only_mount_is_read_in_place(tmp_path: Path) -
     shelf.mkdir()
     path = shelf / "runs.duckdb"
     with hn.Store(path) as store:
-        store.create_run({"run_id": "r1", "task": "t", "started_at": 0.0})
+        store_writer(store).create_run({"run_id": "r1", "task": "t", "started_at": 0.0})
     before = path.read_bytes()
     argv = [*_read_only_mount(shelf), sys.executable, "-c", _READ, str(path)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
