@@ -10,33 +10,31 @@ store transaction.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
 from ..rules._errors import ConfigError, HarnessError, RefusedError, StoreError, wrap_unknown
 from ..rules._retry import Clock, SystemClock
-from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
-from ._events import Callback, EventSink, RunEvent
-from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
+from ._events import Callback, EventSink
+from ._model_call import Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
+from ._recorder import RunRecorder
 from ._result import RunResult
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import close_opened, gave_out_outcome, patiently
+from ._store_wait import close_opened
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
-    from ..store._leases import Lease
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._executor import ToolExecutor
@@ -90,6 +88,9 @@ class Driver(StepTools):
         self.clock = clock
         self.run_id = run_id
         self.events = EventSink(on_event)
+        self.recorder = RunRecorder(
+            store, run_id, clock=clock, events=self.events, remaining=self.remaining
+        )
         self.workspace = Workspace(contract.workspace)
         self.executor: ToolExecutor = ToolExecutor(
             self.workspace,
@@ -109,7 +110,7 @@ class Driver(StepTools):
             remaining=self.remaining,
             emit=self.emit,
             prices=prices if prices is not None else default_prices(),
-            rows=AttemptRows(store, run_id, patient=self.patient),
+            rows=self.recorder.attempt_rows,
         )
         self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
                                  clock=clock, remaining=self.remaining)  # fmt: skip
@@ -119,7 +120,6 @@ class Driver(StepTools):
         self.started = clock.monotonic()
         self.elapsed_before = 0.0  # time spent before this process took the run (resume)
         self.text = ""
-        self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
@@ -132,7 +132,7 @@ class Driver(StepTools):
         return None if budget is None else budget - self.elapsed()
 
     async def emit(self, kind: Any, /, **data: Any) -> None:
-        await self.events.emit(RunEvent(kind, self.run_id, self.step, self.clock.time(), data))
+        await self.recorder.emit(kind, self.step, **data)
 
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "approval_requested":
@@ -157,39 +157,13 @@ class Driver(StepTools):
             code="APPROVAL_UNANSWERED",
         ).to_dict()
 
-    async def patient(self, write: Callable[[], Awaitable[T]]) -> T:
-        """A store write, tried again while the store is busy or full and the run has
-        time left (``_store_wait``); then its ``StoreError`` ends the run (``drive``)."""
-        return await patiently(write, remaining=self.remaining, sleep=self.clock.sleep)
-
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
-        self.lease = await self.patient(
-            lambda: self.store.queued.acquire_lease(
-                self.run_id, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
-            )
-        )
-
-    async def keep_lease(self) -> None:
-        """Renew the lease while the run is driven (a provider call may take minutes)."""
-        while self.lease is not None:
-            await asyncio.sleep(LEASE_TTL_S / 3)
-            if self.lease is None:
-                return
-            try:
-                self.lease = await self.store.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
-            except StoreError as exc:
-                if not exc.retryable:
-                    return
-                # Busy or full: tried again at the next renewal, well before it expires.
-            except HarnessError:
-                return  # taken over: the next commit is refused with ConflictError
+        await self.recorder.take_lease()
 
     async def release(self) -> None:
         """Give the run's lease back (a resume that could not load the run)."""
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            await self.patient(lambda: self.store.queued.release_lease(lease))
+        await self.recorder.release()
 
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
@@ -206,16 +180,12 @@ class Driver(StepTools):
             "policy": self.base_policy.to_dict(),
             "sweep_id": self.sweep_id,
         }
-        self.lease = await self.patient(
-            lambda: self.store.queued.start_run(
-                row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
-            )
-        )
+        await self.recorder.start(row)
 
     async def start(self) -> RunResult | None:
         """The ``started`` event (the row written first, unless ``begin`` wrote it),
         then the egress check: a provider the policy denies ends the run ``denied``."""
-        if self.lease is None:
+        if self.recorder.lease is None:
             await self.begin()
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
@@ -292,10 +262,6 @@ class Driver(StepTools):
         """Commit the step (and the run's end, when it ends the run) in one transaction.
         Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
-        final = None
-        if ending is not None:
-            # The last step and the run's end (lease released) are one commit.
-            final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
         row = {
             "step": self.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
@@ -305,24 +271,15 @@ class Driver(StepTools):
             "provider": completion.provider or self.provider.name,
             "at": self.clock.time(),
         }
-        checkpoint = self.checkpoint()
-        await self.patient(
-            lambda: self.store.queued.commit_step(
-                self.run_id,
-                row,
-                attempts=[],  # each was written when its call ended
-                tool_calls=tool_rows,
-                stalls=stall_rows,
-                checkpoint=checkpoint,
-                lease=self.lease,
-                finish=final,
-            )
+        # Its attempts are not part of it: each was written when its call ended. The
+        # last step and the run's end (lease released) are one commit.
+        await self.recorder.commit_step(
+            row,
+            checkpoint=self.checkpoint(),
+            tool_calls=tool_rows,
+            stalls=stall_rows,
+            ending=ending,
         )
-        # The step's attempt rows, queued as their calls ended, were ahead of it in the
-        # writer's queue: committed by now (in its transaction or an earlier one).
-        await self.model_calls.rows.settle()
-        if final is not None:
-            self.lease = None
         await self.emit(
             "step",
             tokens=self.tokens,
@@ -387,38 +344,13 @@ class Driver(StepTools):
         outcome: RunOutcome,
         error: HarnessError | None = None,
     ) -> RunResult:
-        await self.model_calls.rows.settle()
-        finished_at = self.clock.time()
-        await self.patient(
-            lambda: self.store.queued.finish_run(
-                self.run_id,
-                outcome=outcome.value,
-                finished_at=finished_at,
-                error=error.to_dict() if error is not None else None,
-                lease=self.lease,
-                release=True,  # the lease is given up in the same commit
-            )
-        )
-        self.lease = None
+        await self.recorder.finish(outcome, error)
         return await self.finished(outcome, error)
 
     def record_cancelled(self) -> None:
         """Record the run ``cancelled`` now (its task is being torn down), a pending
         approval as not answered; a store busy or full leaves it to its lease's expiry."""
-        lease, self.lease = self.lease, None
-        try:
-            self.model_calls.rows.settle_now()
-            self.store.finish_run(
-                self.run_id,
-                outcome=RunOutcome.CANCELLED.value,
-                finished_at=self.clock.time(),
-                error=self._unanswered(),
-                lease=lease,
-                release=True,
-            )
-        except StoreError as exc:
-            if not exc.retryable and exc.kind != "missing":
-                raise
+        self.recorder.record_cancelled(self._unanswered())
 
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
@@ -429,14 +361,7 @@ class Driver(StepTools):
         released, if one last try gets through; otherwise the result alone reports it
         and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
         """
-        outcome = gave_out_outcome(self.contract.budget_seconds)
-        lease, self.lease = self.lease, None  # stops the renewals whatever happens
-        # If the store still cannot be written, the result is the only report.
-        with contextlib.suppress(HarnessError):
-            await self.store.queued.finish_run(
-                self.run_id, outcome=outcome.value, finished_at=self.clock.time(),
-                error=exc.to_dict(), lease=lease, release=True,
-            )  # fmt: skip
+        outcome = await self.recorder.gave_out(exc, self.contract.budget_seconds)
         return await self.finished(outcome, exc)
 
     async def finished(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
@@ -481,8 +406,8 @@ class Driver(StepTools):
         renewer: asyncio.Task[None] | None = None
         awake = awake_on_main_thread()
         try:
-            ended = await self.start() if fresh or self.lease is None else None
-            renewer = asyncio.create_task(self.keep_lease())
+            ended = await self.start() if fresh or self.recorder.lease is None else None
+            renewer = asyncio.create_task(self.recorder.keep_leases())
             if ended is None and pending is not None:
                 ended = await self.take_step(pending)
             while ended is None:

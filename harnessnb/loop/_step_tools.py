@@ -24,10 +24,9 @@ from ._outcome import settled_call
 
 if TYPE_CHECKING:
     from ..rules._retry import Clock
-    from ..store._leases import Lease
-    from ..store._store import Store
     from ..tools._executor import ToolExecutor
     from ._conversation import Conversation
+    from ._recorder import RunRecorder
 
 __all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]
 
@@ -89,15 +88,12 @@ class StepTools:
     if TYPE_CHECKING:
         run_id: str
         step: int
-        store: Store
-        lease: Lease | None
+        recorder: RunRecorder
         clock: Clock
         executor: ToolExecutor
         conversation: Conversation
 
         def remaining(self) -> float | None: ...
-
-        async def patient(self, write: Callable[[], Awaitable[T]]) -> T: ...
 
     async def run_tools(
         self,
@@ -141,12 +137,7 @@ class StepTools:
         """Keep the step whose call waits for approval as begun (its answer, the rows
         of the calls made), for a resume to finish: ``keep_begun_step``."""
         step = int(tool_rows[-1]["step"])
-        pending = {"completion": completion.to_dict()}
-        await self.patient(
-            lambda: self.store.queued.keep_begun_step(
-                self.run_id, step, pending, tool_rows, lease=self.lease
-            )
-        )
+        await self.recorder.keep_begun(step, {"completion": completion.to_dict()}, tool_rows)
 
     def _intent_recorder(
         self, completion: Completion
@@ -164,11 +155,7 @@ class StepTools:
             if not pending_saved:
                 pending = {"completion": completion.to_dict()}
                 pending_saved = True
-            await self.patient(
-                lambda: self.store.queued.record_intent(
-                    self.run_id, dict(row), lease=self.lease, pending=pending
-                )
-            )
+            await self.recorder.record_intent(row, pending)
 
         return record
 
@@ -223,15 +210,8 @@ class StepTools:
         if effect != "read" and result.executions > 0:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
-            await self.patient(
-                lambda: self.store.queued.settle_tool_call(
-                    self.run_id,
-                    self.step,
-                    seq,
-                    status=result.status,
-                    output=content,
-                    sandbox=result.sandbox,
-                )
+            await self.recorder.settle_tool_call(
+                self.step, seq, status=result.status, output=content, sandbox=result.sandbox
             )
         if result.status == "deferred":
             done.deferred = True
@@ -252,10 +232,8 @@ class StepTools:
         tool_rows.append(row)
 
     async def _needs_reconciliation(self, earlier: dict[str, Any]) -> HarnessError:
-        await self.patient(
-            lambda: self.store.queued.settle_tool_call(
-                self.run_id, self.step, int(earlier["seq"]), status="needs_reconciliation"
-            )
+        await self.recorder.settle_tool_call(
+            self.step, int(earlier["seq"]), status="needs_reconciliation"
         )
         args = json.dumps(earlier.get("args"), ensure_ascii=False)
         return ResumeError(
