@@ -9,12 +9,16 @@ reader raises; the runner kills the process group). A named session is bound in
 ``agent_sessions`` once the CLI's stream names it; while a run drives it, the session
 is held by a lease in the same store, so a second run on it, from this kernel or
 another, gets ``SessionBusy``. Nothing is retried here.
+
+The run's life in the store (its row with its lease, the leases' renewal, events,
+rows, its end) is the loop's ``RunRecorder``'s, as for ``hn.run``; its outcome is
+``loop._outcome.invocation_outcome``. What is a CLI's own is here: the invocation,
+its stream read into a ``Turn``, the session, and the rows built from them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import errno
 import json
@@ -25,9 +29,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
-from ..loop._events import Callback, EventSink, RunEvent
+from ..loop._events import Callback, EventSink
+from ..loop._outcome import invocation_outcome
+from ..loop._recorder import RunRecorder
 from ..rules._errors import (
     ConfigError,
     ConflictError,
@@ -35,8 +40,8 @@ from ..rules._errors import (
     ProviderErrorKind,
     wrap_unknown,
 )
+from ..rules._retry import SystemClock
 from ..rules._secrets import is_secret_name, scrub
-from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
 from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
@@ -103,8 +108,15 @@ async def run(
     if session is not None and not session.strip():
         raise ConfigError("session must be a non-empty name")
     refuse_store_inside(store, root)  # the CLI's own tools must not reach its record
-    driver = _AgentRun(agent, task, root.resolve(), session, open_store(store),
-                       EventSink(on_event), run_id or new_id("run"))  # fmt: skip
+    driver = _AgentRun(
+        agent,
+        task,
+        root.resolve(),
+        session,
+        open_store(store),
+        EventSink(on_event),
+        run_id or new_id("run"),
+    )
     return await driver.drive()
 
 
@@ -128,7 +140,8 @@ class _AgentRun:
     run_id: str
     turn: Turn = dataclasses.field(init=False)
     started: float = dataclasses.field(default_factory=time.time, init=False)
-    run_lease: Lease | None = dataclasses.field(default=None, init=False)
+    recorder: RunRecorder = dataclasses.field(init=False)
+    """The run's life in the store: its row, its leases, events, rows and end."""
     session_lease: Lease | None = dataclasses.field(default=None, init=False)
     bound: str | None = dataclasses.field(default=None, init=False)
     """The session id written in agent_sessions."""
@@ -149,6 +162,9 @@ class _AgentRun:
 
     def __post_init__(self) -> None:
         self.turn = Turn(self.agent.limits)
+        self.recorder = RunRecorder(
+            self.store, self.run_id, clock=SystemClock(), events=self.events
+        )
         # The model asked for, or the one the CLI's own configuration names.
         self.model = self.agent.configured_model(self.agent.environment())
 
@@ -156,7 +172,7 @@ class _AgentRun:
 
     async def drive(self) -> AgentResult:
         await self._start()
-        renewer = asyncio.create_task(self._keep_leases())
+        renewer = asyncio.create_task(self.recorder.keep_leases())
         changed: bool | None = None
         error: HarnessError | None
         try:
@@ -172,8 +188,11 @@ class _AgentRun:
             except CLIError as exc:
                 error = exc
             except asyncio.CancelledError:
-                error = Cancelled(f"the {self.agent.bin} run was cancelled; its processes are gone",
-                                  agent=self.agent.name, bin=self.agent.bin)  # fmt: skip
+                error = Cancelled(
+                    f"the {self.agent.bin} run was cancelled; its processes are gone",
+                    agent=self.agent.name,
+                    bin=self.agent.bin,
+                )
                 await asyncio.shield(self._finish(error, changed))
                 raise
             except HarnessError as exc:
@@ -185,37 +204,45 @@ class _AgentRun:
             renewer.cancel()
             if self.session_lease is not None:
                 lease, self.session_lease = self.session_lease, None
-                await asyncio.shield(self.store.queued.release_lease(lease))
+                await asyncio.shield(self.recorder.let_go(lease))
 
     async def _start(self) -> None:
         run = {
-            "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
-            "provider": self.agent.name, "model": self.model, "started_at": self.started,
-            "agent": self.agent.name, "agent_bin": self.agent.bin, "session": self.session,
+            "run_id": self.run_id,
+            "task": self.task,
+            "workspace": str(self.root),
+            "provider": self.agent.name,
+            "model": self.model,
+            "started_at": self.started,
+            "agent": self.agent.name,
+            "agent_bin": self.agent.bin,
+            "session": self.session,
             "permission": self.agent.permission,
-        }  # fmt: skip
-        self.run_lease = await self.store.queued.start_run(
-            run, owner_identity(), ttl_s=LEASE_TTL_S,
-            owner_alive=owner_alive,
-        )  # fmt: skip
-        await self._emit("started", provider=self.agent.name, model=self.model,
-                         max_steps=self.agent.max_turns or 0, session=self.session)  # fmt: skip
+        }
+        await self.recorder.start(run)
+        await self._emit(
+            "started",
+            provider=self.agent.name,
+            model=self.model,
+            max_steps=self.agent.max_turns or 0,
+            session=self.session,
+        )
 
     async def _take_session(self) -> str | None:
         """Hold the named session and return the CLI session id to resume (if any)."""
         if self.session is None:
             return None
         try:
-            self.session_lease = await self.store.queued.acquire_lease(
-                _session_key(self.root, self.session),
-                owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
-            )  # fmt: skip
+            self.session_lease = await self.recorder.hold(_session_key(self.root, self.session))
         except ConflictError as exc:
             raise SessionBusy(
                 f"session {self.session!r} is being driven by another run ({exc.owner}); "
                 "wait for it to end, or use another name",
-                agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
-            ) from exc  # fmt: skip
+                agent=self.agent.name,
+                bin=self.agent.bin,
+                name=self.session,
+                holder=exc.owner,
+            ) from exc
         bound = await asyncio.to_thread(self.store.agent_session, str(self.root), self.session)
         if bound is None:
             return None
@@ -223,9 +250,12 @@ class _AgentRun:
             raise SessionConflict(
                 f"session {self.session!r} belongs to {bound['agent']}, not {self.agent.name}: "
                 "a CLI cannot continue another CLI's session; use another name",
-                agent=self.agent.name, bin=self.agent.bin, name=self.session,
-                bound=bound["agent"], requested=self.agent.name,
-            )  # fmt: skip
+                agent=self.agent.name,
+                bin=self.agent.bin,
+                name=self.session,
+                bound=bound["agent"],
+                requested=self.agent.name,
+            )
         self.bound = bound["session_id"]
         if self.agent.cumulative_usage and bound.get("run_id"):
             last = await asyncio.to_thread(self.store.last_checkpoint, bound["run_id"])
@@ -266,17 +296,24 @@ class _AgentRun:
         if exe is None:
             raise NotInstalled(
                 f"{agent.bin} was not found on PATH; install it with: {agent.install_hint}",
-                agent=agent.name, bin=agent.bin, hint=agent.install_hint,
-            )  # fmt: skip
+                agent=agent.name,
+                bin=agent.bin,
+                hint=agent.install_hint,
+            )
         # The name is bound once the CLI confirms the session (its first event naming
         # it), so a run killed before that leaves the name free for a new session.
         self.spawned = True
         spawned_at = time.monotonic()
         try:
             self.end = await run_process(
-                [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
-                timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
-            )  # fmt: skip
+                [exe, *invocation.argv[1:]],
+                cwd=self.root,
+                env=env,
+                stdin=invocation.stdin,
+                timeout_s=agent.timeout,
+                on_line=self._on_line,
+                limits=agent.limits,
+            )
         except _Stopped:
             self.stopped_after = time.monotonic() - spawned_at  # the group is gone
         except OSError as exc:
@@ -292,18 +329,28 @@ class _AgentRun:
             return Spawn(
                 f"{agent.bin} ({exe}) could not be started: the interpreter its first line "
                 "names was not found on PATH (the npm-installed CLIs need node)",
-                agent=agent.name, bin=agent.bin, reason="interpreter_missing",
-            )  # fmt: skip
+                agent=agent.name,
+                bin=agent.bin,
+                reason="interpreter_missing",
+            )
         if too_large(exc):
             size = sum(len(a.encode()) + 1 for a in invocation.argv)
             return CommandLineTooLarge(
                 f"the command line for {agent.bin} is too large ({size} bytes of arguments "
-                "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
-                size=size, limit=os.sysconf("SC_ARG_MAX"),
-            )  # fmt: skip
+                "plus the environment)",
+                agent=agent.name,
+                bin=agent.bin,
+                what="argv",
+                size=size,
+                limit=os.sysconf("SC_ARG_MAX"),
+            )
         reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        return Spawn(f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
-                     agent=agent.name, bin=agent.bin, reason=reason)  # fmt: skip
+        return Spawn(
+            f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
+            agent=agent.name,
+            bin=agent.bin,
+            reason=reason,
+        )
 
     async def _on_line(self, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").strip()
@@ -334,22 +381,13 @@ class _AgentRun:
         if self.session is None:
             return
         await self.store.queued.bind_agent_session(
-            str(self.root), self.session,
-            agent=self.agent.name, session_id=session_id, run_id=self.run_id,
-        )  # fmt: skip
+            str(self.root),
+            self.session,
+            agent=self.agent.name,
+            session_id=session_id,
+            run_id=self.run_id,
+        )
         self.bound = session_id
-
-    async def _keep_leases(self) -> None:
-        while True:
-            await asyncio.sleep(LEASE_TTL_S / 3)
-            for attr in ("run_lease", "session_lease"):
-                lease = getattr(self, attr)
-                if lease is None:
-                    continue
-                # A lease taken over is reported by the run's final commit.
-                with contextlib.suppress(HarnessError):
-                    renewed = await self.store.queued.renew_lease(lease, ttl_s=LEASE_TTL_S)
-                    setattr(self, attr, renewed)
 
     # -------------------------------------------------------------- classify
 
@@ -357,10 +395,13 @@ class _AgentRun:
         """The failure this invocation ended with, or None for a good answer."""
         lost = ""
         if self.bound:
-            lost = (f" (session {self.session!r} is bound to {self.bound}, which "
-                    f"{self.agent.bin} no longer has: use a new session name)")  # fmt: skip
-        return verdict(self.agent, self.turn, self.end, scrub=self._scrub, hint=self.hint,
-                       lost=lost)  # fmt: skip
+            lost = (
+                f" (session {self.session!r} is bound to {self.bound}, which "
+                f"{self.agent.bin} no longer has: use a new session name)"
+            )
+        return verdict(
+            self.agent, self.turn, self.end, scrub=self._scrub, hint=self.hint, lost=lost
+        )
 
     def _scrub(self, text: str) -> str:
         # The child's own variables are secret for this run (not process-wide: TERM...).
@@ -370,39 +411,45 @@ class _AgentRun:
 
     async def _finish(self, error: HarnessError | None, changed: bool | None) -> AgentResult:
         turn, end, agent = self.turn, self.end, self.agent
-        if error is None:
-            outcome = RunOutcome.FINISHED
-        elif isinstance(error, Cancelled):
-            outcome = RunOutcome.CANCELLED
-        elif isinstance(error, CLIError) and error.retryable:
-            outcome = RunOutcome.ESCALATED_RETRYABLE
-        else:
-            outcome = RunOutcome.ESCALATED_TERMINAL
+        outcome = invocation_outcome(error, cancelled=isinstance(error, Cancelled))
         now = time.time()
-        finish: dict[str, Any] = {"outcome": outcome.value, "finished_at": now,
-                                  "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
-            await self.store.queued.finish_run(self.run_id, lease=self.run_lease,
-                                               release=True, **finish)  # fmt: skip
+            await self.recorder.finish(outcome, error, finished_at=now)
         else:
             step, attempts, tools = self._rows(error, changed, now)
-            await self.store.queued.commit_step(self.run_id, step, attempts=attempts,
-                                                tool_calls=tools, stalls=[],
-                                                checkpoint=self._checkpoint(),
-                                                lease=self.run_lease, finish=finish)  # fmt: skip
-        self.run_lease = None
+            await self.recorder.commit_step(
+                step,
+                checkpoint=self._checkpoint(),
+                tool_calls=tools,
+                attempts=attempts,
+                ending=outcome,
+                error=error,
+                finished_at=now,
+            )
         result = AgentResult(
-            run_id=self.run_id, agent=agent.name, outcome=outcome,
-            text="" if error is not None else turn.text, usage=dict(turn.usage),
-            session_id=turn.session_id or self.bound, session=self.session,
-            exit_code=None if end is None else end.exit_code, error=error,
-            elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
-            changed_workspace=changed, model=turn.model or self.model,
-        )  # fmt: skip
-        await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),
-                         tokens=turn.tokens, verified=None,
-                         error=None if error is None else error.to_dict())  # fmt: skip
+            run_id=self.run_id,
+            agent=agent.name,
+            outcome=outcome,
+            text="" if error is not None else turn.text,
+            usage=dict(turn.usage),
+            session_id=turn.session_id or self.bound,
+            session=self.session,
+            exit_code=None if end is None else end.exit_code,
+            error=error,
+            elapsed=now - self.started,
+            tool_calls=turn.tool_calls_seen,
+            changed_workspace=changed,
+            model=turn.model or self.model,
+        )
+        await self._emit(
+            "finished",
+            outcome=outcome.value,
+            steps=int(self.spawned),
+            tokens=turn.tokens,
+            verified=None,
+            error=None if error is None else error.to_dict(),
+        )
         return result
 
     def _rows(
@@ -413,27 +460,47 @@ class _AgentRun:
         decision = "answer" if error is None else "error"
         if isinstance(error, Cancelled):
             decision = "cancelled"
-        step = {"step": 1, "decision": decision,
-                "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
-                "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
+        step = {
+            "step": 1,
+            "decision": decision,
+            "tool_calls": turn.tool_calls_seen,
+            "tokens": turn.tokens,
+            "changed_workspace": changed,
+            "provider": agent.name,
+            "at": now,
+        }
         attempts = self._retry_rows(error)
         ran_s = end.elapsed_s if end is not None else self.stopped_after
         attempt = {
-            "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
-            "model": turn.model or self.model, "kind": None if kind is None else kind.value,
+            "step": 1,
+            "attempt": len(attempts) + 1,
+            "provider": agent.name,
+            "model": turn.model or self.model,
+            "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
             "retry_after_s": getattr(error, "retry_after", None),
             "latency_ms": None if ran_s is None else ran_s * 1000,
             "input_tokens": turn.usage["input_tokens"],
-            "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
-            "fell_back": False, "error": None if error is None else error.code,
-            "started_at": self.started, "cost_usd": _reported_cost(turn.usage),
-        }  # fmt: skip
+            "output_tokens": turn.usage["output_tokens"],
+            "request_id": turn.session_id,
+            "fell_back": False,
+            "error": None if error is None else error.code,
+            "started_at": self.started,
+            "cost_usd": _reported_cost(turn.usage),
+        }
         tools = [
-            {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
-             "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
+            {
+                "step": 1,
+                "seq": i,
+                "tool": call["tool"],
+                "effect": "agent",
+                "args": call["args"],
+                "status": call["status"],
+                "output_bytes": call["output_bytes"],
+                "at": now,
+            }
             for i, call in enumerate(turn.tool_calls, start=1)
-        ]  # fmt: skip
+        ]
         # A cancel cut the CLI's request off in flight: a row marked ``cancelled`` (in
         # no failure rate). A failure with no kind (a harnessnb bug) is no provider
         # outcome to count: the step keeps the usage, the failure rates are not skewed.
@@ -461,22 +528,35 @@ class _AgentRun:
             reports.pop()
         model = self.turn.model or self.model
         return [
-            {"step": 1, "attempt": i, "provider": self.agent.name, "model": model,
-             "kind": cause.kind.value, "status": cause.status,
-             "retry_after_s": cause.retry_after, "request_id": self.turn.session_id,
-             "fell_back": False, "error": _code(cause), "started_at": at}
+            {
+                "step": 1,
+                "attempt": i,
+                "provider": self.agent.name,
+                "model": model,
+                "kind": cause.kind.value,
+                "status": cause.status,
+                "retry_after_s": cause.retry_after,
+                "request_id": self.turn.session_id,
+                "fell_back": False,
+                "error": _code(cause),
+                "started_at": at,
+            }
             for i, (cause, at) in enumerate(reports, start=1)
-        ]  # fmt: skip
+        ]
 
     def _checkpoint(self) -> dict[str, Any]:
         # Not resumable by hn.resume: what a later run needs is the CLI's session id.
-        return {"agent": self.agent.name, "session_id": self.turn.session_id or self.bound,
-                "usage": self.turn.usage, "usage_total": self.usage_total or self.prior_usage,
-                "unparsed": self.turn.unparsed}  # fmt: skip
+        return {
+            "agent": self.agent.name,
+            "session_id": self.turn.session_id or self.bound,
+            "usage": self.turn.usage,
+            "usage_total": self.usage_total or self.prior_usage,
+            "unparsed": self.turn.unparsed,
+        }
 
     async def _emit(self, event: Any, /, **data: Any) -> None:
         step = max(1, self.turn.messages) if event in ("step", "tool_call", "retry") else 0
-        await self.events.emit(RunEvent(event, self.run_id, step, time.time(), data))
+        await self.recorder.emit(event, step, **data)
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
@@ -493,8 +573,10 @@ def _reported_cost(usage: dict[str, Any]) -> float | None:
 
 def _code(cause: Cause) -> str:
     """The error code a failed request of this cause is stored with."""
-    codes = {ProviderErrorKind.AUTH: NotAuthenticated.CODE,
-             ProviderErrorKind.RATE_LIMITED: RateLimited.CODE}  # fmt: skip
+    codes = {
+        ProviderErrorKind.AUTH: NotAuthenticated.CODE,
+        ProviderErrorKind.RATE_LIMITED: RateLimited.CODE,
+    }
     return codes.get(cause.kind, AgentError.CODE)
 
 
