@@ -168,6 +168,7 @@ class RecordedTools(ToolExecutor):
         *,
         idempotency_key: str,
         before_run: Callable[[], Awaitable[None]] | None = None,
+        command_timeout_s: float | None = None,
     ) -> ToolResult:
         found = self._take(call)
         if found is None:
@@ -176,7 +177,10 @@ class RecordedTools(ToolExecutor):
             result = _answer(found)
             if result.ok and call.name in _REPLAYED_WRITES:
                 made = await super().execute(
-                    call, idempotency_key=idempotency_key, before_run=before_run
+                    call,
+                    idempotency_key=idempotency_key,
+                    before_run=before_run,
+                    command_timeout_s=command_timeout_s,
                 )
                 if not made.ok:
                     return made

@@ -189,10 +189,12 @@ class StepTools:
 
         # A command may not outlive the run's time budget either.
         remaining = self.remaining()
-        self.executor.command_timeout_s = (
+        timeout_s = (
             COMMAND_TIMEOUT_S if remaining is None else max(0.1, min(COMMAND_TIMEOUT_S, remaining))
         )
-        result = await self.executor.execute(call, idempotency_key=key, before_run=before_run)
+        result = await self.executor.execute(
+            call, idempotency_key=key, before_run=before_run, command_timeout_s=timeout_s
+        )
         done.changed = done.changed or result.changed_workspace
         # Secret values never reach the model, the checkpoint or the row (a printenv, say).
         content = scrub_values(result.to_message_content())
