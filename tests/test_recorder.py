@@ -242,3 +242,26 @@ async def test_a_cli_that_is_missing_ends_the_run_without_a_step(
         "attempts": 0,
         "tool_calls": 0,
     }
+
+
+def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(
+    tmp_path: Path, store: hn.Store
+) -> None:
+    from harnessnb.loop._driver import Driver
+    from harnessnb.loop._step_tools import StepTools
+
+    assert not issubclass(Driver, StepTools)
+    provider = hn.ScriptedProvider(["done"])
+    driver = Driver(
+        hn.TaskContract("t", tmp_path),
+        provider,
+        store=store,
+        policy=hn.Policy.default(),
+        approver=None,
+        tools=(),
+        on_event=None,
+        clock=FakeClock(),
+        run_id="r1",
+    )
+    assert isinstance(driver.tools, StepTools) and driver.tools.recorder is driver.recorder
+    assert driver.model_calls.rows is driver.recorder.attempt_rows

@@ -23,7 +23,7 @@ from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink
-from ._model_call import Failure, ModelCalls, provider_url
+from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._recorder import RunRecorder
 from ._result import RunResult
@@ -49,7 +49,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
-class Driver(StepTools):
+class Driver:
     """Drives one run, one committed step at a time; holds the state a checkpoint captures.
 
     ``run`` drives a new run with :meth:`drive`. ``resume`` takes the run's lease
@@ -105,13 +105,10 @@ class Driver(StepTools):
             provider,
             contract,
             clock,
-            tool_specs=self.executor.specs,
-            elapsed=self.elapsed,
-            remaining=self.remaining,
-            emit=self.emit,
+            run=self,
             prices=prices if prices is not None else default_prices(),
-            rows=self.recorder.attempt_rows,
         )
+        self.tools = StepTools(self.executor, self.recorder, clock=clock, remaining=self.remaining)
         self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
                                  clock=clock, remaining=self.remaining)  # fmt: skip
         self.conversation = Conversation()
@@ -123,6 +120,19 @@ class Driver(StepTools):
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
+
+    @property
+    def attempt_rows(self) -> AttemptRows:
+        """The run's attempt rows, written as each model call ends."""
+        return self.recorder.attempt_rows
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools offered to the model."""
+        return self.executor.specs()
+
+    def use_executor(self, executor: ToolExecutor) -> None:
+        """Run the tool calls through ``executor`` (the replay's recorded answers)."""
+        self.executor = self.tools.executor = executor
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -226,7 +236,13 @@ class Driver(StepTools):
         self.conversation.append(completion.to_message())
 
         tool_rows: list[dict[str, Any]] = []
-        tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
+        tools = await self.tools.run_tools(
+            completion,
+            tool_rows,
+            pending.settled if pending else None,
+            step=self.step,
+            conversation=self.conversation,
+        )
         if tools.unreconciled is not None or tools.deferred:
             # The step stays uncommitted; the next resume picks it up again (a call
             # waiting for a person is asked again; the model is not).
@@ -235,7 +251,7 @@ class Driver(StepTools):
             self.step -= 1
             if tools.unreconciled is not None:
                 return await self.finish(RunOutcome.NEEDS_RECONCILIATION, tools.unreconciled)
-            await self.keep_begun(completion, tool_rows)
+            await self.tools.keep_begun(completion, tool_rows)
             return await self.finish(RunOutcome.AWAITING_APPROVAL)
 
         checked = await self.checks.after_tools(

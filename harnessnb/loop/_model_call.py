@@ -25,7 +25,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..providers._completion import (
     AttemptRecord,
@@ -148,6 +148,26 @@ class AttemptRows:
                     future.result()
 
 
+class CallingRun(Protocol):
+    """What model calls need of the run they are made for (the loop's ``Driver``)."""
+
+    @property
+    def attempt_rows(self) -> AttemptRows:
+        """Where attempt rows go, as each call ends."""
+
+    def elapsed(self) -> float:
+        """Seconds the run has used."""
+
+    def remaining(self) -> float | None:
+        """Seconds the run has left (None: no time budget)."""
+
+    async def emit(self, kind: Any, /, **data: Any) -> None:
+        """Send a run event (``retry``, ``fell_back``, ``shrunk``, ``delta``)."""
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools offered to the model."""
+
+
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class ModelCalls:
     """Calls the model for each step and keeps the run's provider counters.
@@ -156,11 +176,10 @@ class ModelCalls:
         provider: The run's provider.
         contract: Its retry policy, retries and time budget apply.
         clock: The run's clock (sleeps between retries go through it).
-        tool_specs: The tools offered to the model.
-        elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
-        emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``, and ``delta``
-            with streamed text, throttled by ``TextDeltas``).
-        rows: Where attempt rows go, as each call ends.
+        run: The run the calls are made for: its time used and left, its events
+            (``delta`` with streamed text throttled by ``TextDeltas``), its attempt
+            rows, the tools it offers (bound here as ``elapsed``, ``remaining``,
+            ``emit``, ``rows``, ``tool_specs``).
         prices: How attempts are priced (the catalogue, local servers free).
         cost_usd: Dollars the run's attempts cost so far; None once one that used
             tokens could not be priced (the spend is then unknown).
@@ -170,17 +189,23 @@ class ModelCalls:
     contract: TaskContract
     clock: Clock
     _: dataclasses.KW_ONLY
-    tool_specs: Callable[[], list[dict[str, Any]]]
-    elapsed: Callable[[], float]
-    remaining: Callable[[], float | None]
-    emit: Emit
-    rows: AttemptRows
+    run: CallingRun
+    tool_specs: Callable[[], list[dict[str, Any]]] = dataclasses.field(init=False)
+    elapsed: Callable[[], float] = dataclasses.field(init=False)
+    remaining: Callable[[], float | None] = dataclasses.field(init=False)
+    emit: Emit = dataclasses.field(init=False)
+    rows: AttemptRows = dataclasses.field(init=False)
     attempts: int = dataclasses.field(default=0, init=False)
     retries: int = dataclasses.field(default=0, init=False)
     fallbacks: int = dataclasses.field(default=0, init=False)
     providers: list[str] = dataclasses.field(default_factory=list, init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
     cost_usd: float | None = dataclasses.field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        run = self.run
+        self.tool_specs, self.elapsed, self.remaining = run.tool_specs, run.elapsed, run.remaining
+        self.emit, self.rows = run.emit, run.attempt_rows
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""

@@ -109,7 +109,7 @@ async def replay(
         clock=SystemClock(),
         run_id=new_id,
     )
-    driver.executor = RecordedTools(driver, recorded, tools)
+    driver.use_executor(RecordedTools(driver, recorded, tools))
     return await driver.drive()
 
 

@@ -1,9 +1,9 @@
 """A step's tool calls: write-ahead intents, per-call rows, and finishing a begun step.
 
-``StepTools`` is a mixin of the driver (it shares the driver's run id, step, lease
-and store calls, which must stay the driver's: one lease per run, renewed while
-the step runs). Each call goes through the ``ToolExecutor`` (policy, approval,
-per-effect retry); an effectful call's intent is committed before it runs and its
+``StepTools`` is one of the driver's collaborators: it runs a step's calls through
+the ``ToolExecutor`` (policy, approval, per-effect retry) and writes their rows
+through the run's ``RunRecorder`` (which holds the run's one lease, renewed while
+the step runs); an effectful call's intent is committed before it runs and its
 completion right after. On resume, the rows a previous process left are reused,
 run again or sent to reconciliation as :func:`._outcome.settled_call` says.
 """
@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
 from ..rules._secrets import scrub_values
-from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
+from ._conversation import (
+    NOT_RUN_AWAITING_APPROVAL,
+    Conversation,
+    abandoned_output,
+    tool_message,
+)
 from ._outcome import settled_call
 
 if TYPE_CHECKING:
     from ..rules._retry import Clock
     from ..tools._executor import ToolExecutor
-    from ._conversation import Conversation
     from ._recorder import RunRecorder
 
 __all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]
@@ -83,31 +87,50 @@ class ToolsDone:
 
 
 class StepTools:
-    """The driver's tool-call half of a step (a mixin: see the module docstring)."""
+    """The driver's tool-call half of a step (see the module docstring).
 
-    if TYPE_CHECKING:
-        run_id: str
-        step: int
-        recorder: RunRecorder
-        clock: Clock
-        executor: ToolExecutor
-        conversation: Conversation
+    Args:
+        executor: Runs each call (the replay's answers from recordings instead).
+        recorder: Where the calls' rows go.
+        clock: The run's clock (the rows' times).
+        remaining: Seconds the run has left (None: no time budget): a command's
+            timeout is cut to them.
+    """
 
-        def remaining(self) -> float | None: ...
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        recorder: RunRecorder,
+        *,
+        clock: Clock,
+        remaining: Callable[[], float | None],
+    ) -> None:
+        self.executor = executor
+        self.recorder = recorder
+        self.run_id = recorder.run_id
+        self.clock = clock
+        self.remaining = remaining
+        self.step = 0
+        self.conversation = Conversation()
 
     async def run_tools(
         self,
         completion: Completion,
         tool_rows: list[dict[str, Any]],
         settled: dict[int, dict[str, Any]] | None = None,
+        *,
+        step: int,
+        conversation: Conversation,
     ) -> ToolsDone:
-        """Run the step's tool calls in order, appending one row each to ``tool_rows``.
+        """Run step ``step``'s tool calls in order, each answer appended to
+        ``conversation`` and one row each to ``tool_rows``.
 
         ``settled`` holds the tool rows a previous process left for this step (on
         resume): a finished call's output is reused, a READ or IDEMPOTENT intent is
         run again with its recorded key, a WRITE intent is NOT run: the step stops for
         reconciliation.
         """
+        self.step, self.conversation = step, conversation  # the step being run
         done = ToolsDone()
         record_intent = self._intent_recorder(completion)
         for seq, call in enumerate(completion.tool_calls, start=1):
