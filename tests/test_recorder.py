@@ -265,3 +265,51 @@ def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(
     )
     assert isinstance(driver.tools, StepTools) and driver.tools.recorder is driver.recorder
     assert driver.model_calls.rows is driver.recorder.attempt_rows
+
+
+def state_of(state: Any) -> dict[str, Any]:
+    """A ``RunState`` as plain values, to compare two of them."""
+    checks = state.checks
+    return {
+        "messages": state.conversation.messages,
+        "step": state.step,
+        "tokens": state.tokens,
+        "text": state.text,
+        "calls": state.calls,
+        "checks": (checks.detector.state(), checks.feedback_given, checks.verified, checks.refused),
+    }
+
+
+async def test_the_run_state_is_the_checkpoint_restored_whole(
+    tmp_path: Path, store: hn.Store
+) -> None:
+    from harnessnb.loop._driver import Driver
+    from harnessnb.loop._state import RunState
+
+    (tmp_path / "a.txt").write_text("hello\n")
+    contract = hn.TaskContract(
+        "read a.txt", tmp_path, verification=hn.FileContains("a.txt", "hello")
+    )
+    provider = hn.ScriptedProvider(
+        [
+            {"tool": "read_file", "args": {"path": "a.txt"}},
+            {"tool": "read_file", "args": {"path": "a.txt"}},
+            "done",
+        ]
+    )
+    driver = Driver(
+        contract,
+        provider,
+        store=store,
+        policy=hn.Policy.default(),
+        approver=None,
+        tools=(),
+        on_event=None,
+        clock=FakeClock(),
+        run_id="r1",
+    )
+    result = await driver.drive(fresh=True)
+    assert result.steps >= 1
+    restored = RunState.from_checkpoints(contract, store.checkpoints("r1"))
+    assert state_of(restored) == state_of(driver.state)
+    assert restored.calls.attempts == result.attempts and restored.tokens == result.tokens

@@ -5,6 +5,8 @@
   one (with the run's end, when it ends) in one store transaction; its lease;
 - ``_recorder``: ``RunRecorder``, a run's life in the store (start with its lease,
   renewal, events, rows, the end with its outcome), for the driver and the agent CLIs;
+- ``_state``: ``RunState``, a run between steps as one value (its checkpoint, restored
+  whole on resume), and ``StepResult``;
 - ``_outcome``: the pure rules that decide how a run ends (budgets, provider failures,
   the step's outcome, egress denial, what a resumed step does with a settled call);
 - ``_model_call``: one model turn: retries, the run's deadline, one context shrink,

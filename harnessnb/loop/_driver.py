@@ -21,13 +21,13 @@ from ..rules._retry import Clock, SystemClock
 from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
-from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._recorder import RunRecorder
 from ._result import RunResult
 from ._start import awake_on_main_thread, begin_run, uncut
+from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
 from ._store_wait import close_opened
@@ -50,7 +50,12 @@ def new_id(prefix: str) -> str:
 
 
 class Driver:
-    """Drives one run, one committed step at a time; holds the state a checkpoint captures.
+    """Drives one run, one committed step at a time (:meth:`take_step`).
+
+    It holds the run's ``RunState`` (``state``: each step's checkpoint, restored whole
+    by :meth:`restore`) and composes what a step needs: the model calls
+    (``model_calls``), the tool calls (``tools``), the checks after them (``checks``)
+    and the run's recorder (``recorder``: the store, the lease, the events).
 
     ``run`` drives a new run with :meth:`drive`. ``resume`` takes the run's lease
     (:meth:`take_lease`), hands the stored checkpoints to :meth:`restore` and goes on
@@ -111,12 +116,9 @@ class Driver:
         self.tools = StepTools(self.executor, self.recorder, clock=clock, remaining=self.remaining)
         self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
                                  clock=clock, remaining=self.remaining)  # fmt: skip
-        self.conversation = Conversation()
-        self.tokens = 0
-        self.step = 0
+        self.state = RunState.new(contract)  # the checkpoint, saved and restored whole
         self.started = clock.monotonic()
         self.elapsed_before = 0.0  # time spent before this process took the run (resume)
-        self.text = ""
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
@@ -142,7 +144,7 @@ class Driver:
         return None if budget is None else budget - self.elapsed()
 
     async def emit(self, kind: Any, /, **data: Any) -> None:
-        await self.recorder.emit(kind, self.step, **data)
+        await self.recorder.emit(kind, self.state.step, **data)
 
     async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "approval_requested":
@@ -177,7 +179,6 @@ class Driver:
 
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
-        self.conversation = Conversation(initial_messages(self.contract))
         row = {
             "run_id": self.run_id,
             "task": self.contract.task,
@@ -214,61 +215,61 @@ class Driver:
             **extra,
         )
 
-    async def take_step(self, pending: PendingStep | None = None) -> RunResult | None:
-        """One step. Returns a result when the run ends, else None.
+    async def take_step(self, state: RunState, pending: PendingStep | None = None) -> StepResult:
+        """One step of the run in ``state``, which it moves on (a step that is not
+        committed leaves it as it was). ``ended`` in the result when the run ends.
 
         ``pending`` is a step a previous process began (its answer was durable with
         its first intent): it is finished without asking the model again.
         """
-        self.step += 1
+        state.step += 1
         if pending is None:
-            called = await self.model_calls.call(self.conversation, self.step)
+            called = await self.model_calls.call(state.conversation, state.step)
             if isinstance(called, Failure):
-                self.step -= 1  # no step was committed
-                return await self.finish(called.outcome, called.error)
+                state.step -= 1  # no step was committed
+                return StepResult(await self.finish(called.outcome, called.error))
             completion = called
         else:
             completion = pending.completion
-        messages_before = len(self.conversation)
+        messages_before = len(state.conversation)
         step_tokens = completion.usage.total_tokens
-        self.tokens += step_tokens
-        self.text = completion.text or self.text
-        self.conversation.append(completion.to_message())
+        state.tokens += step_tokens
+        state.text = completion.text or state.text
+        state.conversation.append(completion.to_message())
 
         tool_rows: list[dict[str, Any]] = []
         tools = await self.tools.run_tools(
             completion,
             tool_rows,
             pending.settled if pending else None,
-            step=self.step,
-            conversation=self.conversation,
+            step=state.step,
+            conversation=state.conversation,
         )
         if tools.unreconciled is not None or tools.deferred:
             # The step stays uncommitted; the next resume picks it up again (a call
             # waiting for a person is asked again; the model is not).
-            self.conversation.truncate(messages_before)
-            self.tokens -= step_tokens
-            self.step -= 1
+            state.conversation.truncate(messages_before)
+            state.tokens -= step_tokens
+            state.step -= 1
             if tools.unreconciled is not None:
-                return await self.finish(RunOutcome.NEEDS_RECONCILIATION, tools.unreconciled)
+                unreconciled = RunOutcome.NEEDS_RECONCILIATION
+                return StepResult(await self.finish(unreconciled, tools.unreconciled))
             await self.tools.keep_begun(completion, tool_rows)
-            return await self.finish(RunOutcome.AWAITING_APPROVAL)
+            return StepResult(await self.finish(RunOutcome.AWAITING_APPROVAL))
 
         checked = await self.checks.after_tools(
-            self.step,
-            completion,
-            changed=tools.changed,
-            deferred=tools.deferred,
-            tokens=self.tokens,
-            refused=tools.refused,
-            cost_usd=self.model_calls.cost_usd,
+            state, completion, changed=tools.changed, deferred=tools.deferred, refused=tools.refused
         )
         for message in checked.messages:
-            self.conversation.append(message)
-        return await self._commit_step(completion, step_tokens, tools.changed, checked, tool_rows)
+            state.conversation.append(message)
+        committed = await self._commit_step(
+            state, completion, step_tokens, tools.changed, checked, tool_rows
+        )
+        return StepResult(committed, committed=True)
 
     async def _commit_step(
         self,
+        state: RunState,
         completion: Completion,
         step_tokens: int,
         changed: bool,
@@ -279,7 +280,7 @@ class Driver:
         Its attempts are not part of it: each was written when it ended."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         row = {
-            "step": self.step,
+            "step": state.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
             "tool_calls": len(completion.tool_calls),
             "tokens": step_tokens,
@@ -291,15 +292,15 @@ class Driver:
         # last step and the run's end (lease released) are one commit.
         await self.recorder.commit_step(
             row,
-            checkpoint=self.checkpoint(),
+            checkpoint=state.checkpoint(self.elapsed()),
             tool_calls=tool_rows,
             stalls=stall_rows,
             ending=ending,
         )
         await self.emit(
             "step",
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
+            tokens=state.tokens,
+            cost_usd=state.calls.cost_usd,
             tool_calls=len(completion.tool_calls),
             changed_workspace=changed,
             provider=completion.provider,
@@ -309,19 +310,6 @@ class Driver:
         if ending is not None:
             return await self.finished(ending, None)
         return None
-
-    def checkpoint(self) -> dict[str, Any]:
-        """The state a resume needs; the conversation as this step's delta (see
-        ``Conversation.checkpoint``)."""
-        return {
-            **self.conversation.checkpoint(),
-            "tokens": self.tokens,
-            "elapsed_s": self.elapsed(),
-            **self.checks.state(),
-            "providers": self.model_calls.providers,
-            "counts": self.model_calls.counts(),
-            "text": self.text,
-        }
 
     def restore(self, run: dict[str, Any], checkpoints: list[dict[str, Any]]) -> None:
         """Take up a stored run from its step checkpoints (in step order): conversation,
@@ -334,16 +322,7 @@ class Driver:
         """
         self.elapsed_before = max(0.0, self.clock.time() - float(run["started_at"]))
         self.started = self.clock.monotonic()
-        if not checkpoints:  # stopped before its first step was committed
-            self.conversation = Conversation(initial_messages(self.contract))
-            return
-        self.conversation = Conversation.from_checkpoints([c["state"] for c in checkpoints])
-        state = checkpoints[-1]["state"]
-        self.step = int(checkpoints[-1]["step"])
-        self.tokens = int(state.get("tokens", 0))
-        self.checks.restore(state)
-        self.model_calls.restore(state.get("counts", {}), state.get("providers", []))
-        self.text = str(state.get("text", ""))
+        self.state = RunState.from_checkpoints(self.contract, checkpoints)
 
     async def resume_from(self, pending: PendingStep | None) -> RunResult:
         """Drive a run taken up with :meth:`restore` (the lease held) to its end.
@@ -386,30 +365,31 @@ class Driver:
         await self.emit(
             "finished",
             outcome=outcome.value,
-            steps=self.step,
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
-            verified=self.checks.verified,
+            steps=self.state.step,
+            tokens=self.state.tokens,
+            cost_usd=self.state.calls.cost_usd,
+            verified=self.state.checks.verified,
             error=error.to_dict() if error else None,
         )
         return result
 
     def result(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
+        state, calls = self.state, self.state.calls
         return RunResult(
             run_id=self.run_id,
             outcome=outcome,
-            steps=self.step,
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
-            verified=self.checks.verified,
+            steps=state.step,
+            tokens=state.tokens,
+            cost_usd=calls.cost_usd,
+            verified=state.checks.verified,
             error=error,
             elapsed=self.elapsed(),
-            text=self.text,
-            providers=tuple(self.model_calls.providers),
-            attempts=self.model_calls.attempts,
-            retries=self.model_calls.retries,
-            fallbacks=self.model_calls.fallbacks,
-            replans=self.checks.detector.replans,
+            text=state.text,
+            providers=tuple(calls.providers),
+            attempts=calls.attempts,
+            retries=calls.retries,
+            fallbacks=calls.fallbacks,
+            replans=state.checks.detector.replans,
             task=self.contract.task,
             verify_detail=self.checks.verify_detail,
             commands=containment(),
@@ -425,12 +405,12 @@ class Driver:
             ended = await self.start() if fresh or self.recorder.lease is None else None
             renewer = asyncio.create_task(self.recorder.keep_leases())
             if ended is None and pending is not None:
-                ended = await self.take_step(pending)
+                ended = (await self.take_step(self.state, pending)).ended
             while ended is None:
                 if out_of_time(self.remaining()):
                     ended = await self.finish(RunOutcome.TIME_BUDGET)
                     break
-                ended = await self.take_step()
+                ended = (await self.take_step(self.state)).ended
             return ended
         except StoreError as exc:
             if not exc.retryable:

@@ -188,7 +188,9 @@ async def resume(
     except BaseException:
         await driver.release()
         raise
-    await store.queued.add_marker(run_id, "resume", f"at step {driver.step + 1}", clock.time())
+    await store.queued.add_marker(
+        run_id, "resume", f"at step {driver.state.step + 1}", clock.time()
+    )
     return await driver.resume_from(pending)
 
 
@@ -197,11 +199,12 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
     try:
         checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)
         driver.restore(row, checkpoints)
-        begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
+        begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.state.step + 1)
         await _continue_attempt_numbers(driver, store, begun)
         if begun is None:
             return None
-        rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
+        step = driver.state.step + 1
+        rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, step)
         return PendingStep(
             completion=Completion.from_dict(begun["completion"]),
             settled={int(r["seq"]): r for r in rows},
@@ -232,7 +235,7 @@ async def _continue_attempt_numbers(
     if unwritten:
         await store.queued.add_attempts(driver.run_id, unwritten)
     numbers += [int(a["attempt"]) for a in legacy]
-    driver.model_calls.attempts = max([driver.model_calls.attempts, *numbers])
+    driver.state.calls.attempts = max([driver.state.calls.attempts, *numbers])
 
 
 def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
+    from ._state import CallCounts, RunState
 
 __all__ = ["ATTEMPT_LINGER_S", "AttemptRows", "Failure", "ModelCalls", "provider_url"]
 
@@ -167,6 +168,10 @@ class CallingRun(Protocol):
     def tool_specs(self) -> list[dict[str, Any]]:
         """The tools offered to the model."""
 
+    @property
+    def state(self) -> RunState:
+        """The run's state: the calls count into its ``calls``."""
+
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class ModelCalls:
@@ -181,8 +186,9 @@ class ModelCalls:
             rows, the tools it offers (bound here as ``elapsed``, ``remaining``,
             ``emit``, ``rows``, ``tool_specs``).
         prices: How attempts are priced (the catalogue, local servers free).
-        cost_usd: Dollars the run's attempts cost so far; None once one that used
-            tokens could not be priced (the spend is then unknown).
+
+    What the calls came to (attempts, retries, fallbacks, providers, the spend) is
+    counted in the run's state (``counts``: ``RunState.calls``), never here.
     """
 
     provider: Provider
@@ -195,31 +201,17 @@ class ModelCalls:
     remaining: Callable[[], float | None] = dataclasses.field(init=False)
     emit: Emit = dataclasses.field(init=False)
     rows: AttemptRows = dataclasses.field(init=False)
-    attempts: int = dataclasses.field(default=0, init=False)
-    retries: int = dataclasses.field(default=0, init=False)
-    fallbacks: int = dataclasses.field(default=0, init=False)
-    providers: list[str] = dataclasses.field(default_factory=list, init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
-    cost_usd: float | None = dataclasses.field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
         run = self.run
         self.tool_specs, self.elapsed, self.remaining = run.tool_specs, run.elapsed, run.remaining
         self.emit, self.rows = run.emit, run.attempt_rows
 
-    def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
-        """Take up the counters a checkpoint stored."""
-        self.attempts = int(counts.get("attempts", 0))
-        self.retries = int(counts.get("retries", 0))
-        self.fallbacks = int(counts.get("fallbacks", 0))
-        self.providers = list(providers)
-        # A checkpoint from before costs were kept: the spend of its attempts is unknown.
-        cost = counts.get("cost_usd", None if self.attempts else 0.0)
-        self.cost_usd = None if cost is None else float(cost)
-
-    def counts(self) -> dict[str, Any]:
-        return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks,
-                "cost_usd": self.cost_usd}  # fmt: skip
+    @property
+    def counts(self) -> CallCounts:
+        """The run's counters (its state's, restored with it on resume)."""
+        return self.run.state.calls
 
     async def call(self, conversation: Conversation, step: int) -> Completion | Failure:
         """One model turn with the loop's retries, deadline, and one context shrink.
@@ -233,15 +225,15 @@ class ModelCalls:
         while True:
             result = await self._call_once(messages, step)
             if isinstance(result, Completion):
-                if result.provider and result.provider not in self.providers:
-                    self.providers.append(result.provider)
+                if result.provider and result.provider not in self.counts.providers:
+                    self.counts.providers.append(result.provider)
                 if shrunk:
                     conversation.rewrite(messages)
                 return result
             err = result
             if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
                 return Failure(ended, err)
-            if over_cost(self.cost_usd, self.contract.max_cost_usd):
+            if over_cost(self.counts.cost_usd, self.contract.max_cost_usd):
                 # Billed answers that could not be used count too: no retry past the budget.
                 return Failure(RunOutcome.COST_BUDGET, err)
             assert isinstance(err, ProviderError)  # anything else ended the run above
@@ -274,7 +266,7 @@ class ModelCalls:
         )
         if decision.action == "stop":
             return False
-        self.retries += 1
+        self.counts.retries += 1
         await self.emit(
             "retry",
             kind=err.kind.value,
@@ -336,7 +328,7 @@ class ModelCalls:
             await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:
             if rec.fell_back:
-                self.fallbacks += 1
+                self.counts.fallbacks += 1
                 await self.emit(
                     "fell_back",
                     from_provider=rec.provider,
@@ -362,13 +354,13 @@ class ModelCalls:
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
     ) -> dict[str, Any]:
-        self.attempts += 1
+        self.counts.attempts += 1
         # Map the provider's wall-clock start onto the run's clock, so an injected
         # clock orders attempts the way the retry waits did.
         started_at = call_start + max(0.0, rec.started_at - first_real)
         return {
             "step": step,
-            "attempt": self.attempts,
+            "attempt": self.counts.attempts,
             "provider": rec.provider,
             "model": rec.model,
             "kind": rec.kind,
@@ -404,10 +396,10 @@ class ModelCalls:
         cost = self.prices.cost_usd(
             provider, rec.model, rec.input_tokens, rec.output_tokens, base_url
         )
-        if cost is not None and self.cost_usd is not None:
-            self.cost_usd += cost
+        if cost is not None and self.counts.cost_usd is not None:
+            self.counts.cost_usd += cost
         elif cost is None and (rec.input_tokens is not None or rec.output_tokens is not None):
-            self.cost_usd = None  # tokens spent at an unknown price: the total is unknown
+            self.counts.cost_usd = None  # tokens spent at an unknown price: the total is unknown
         return cost
 
 
