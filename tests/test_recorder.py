@@ -18,11 +18,9 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.loop import _recorder
-from harnessnb.loop._events import EventSink, RunEvent
+from harnessnb.loop._events import EventSink
 from harnessnb.loop._outcome import invocation_outcome
 from harnessnb.loop._recorder import RunRecorder
-from harnessnb.rules._errors import HarnessError, StoreError
-from harnessnb.rules._retry import FakeClock
 
 sys.path.insert(0, str(Path(__file__).with_name("agents")))
 from agent_helpers import CLIs  # the agents tests' stand-in CLIs
@@ -41,9 +39,11 @@ def lease_row(store: hn.Store, key: str) -> dict[str, Any]:
     return dict(frame.iloc[0])
 
 
-def recorder(store: hn.Store, run_id: str = "r1") -> tuple[RunRecorder, list[RunEvent]]:
-    seen: list[RunEvent] = []
-    rec = RunRecorder(store, run_id, clock=FakeClock(start=1000.0), events=EventSink(seen.append))
+def recorder(store: hn.Store, run_id: str = "r1") -> tuple[RunRecorder, list[hn.RunEvent]]:
+    seen: list[hn.RunEvent] = []
+    rec = RunRecorder(
+        store, run_id, clock=hn.FakeClock(start=1000.0), events=EventSink(seen.append)
+    )
     return rec, seen
 
 
@@ -87,7 +87,7 @@ async def test_start_holds_the_lease_and_a_final_step_commits_the_outcome_and_re
 async def test_finish_without_a_step_records_the_outcome_and_its_error(store: hn.Store) -> None:
     rec, _ = recorder(store)
     await rec.start(run_row("r1"))
-    err = HarnessError("it broke")
+    err = hn.HarnessError("it broke")
     await rec.finish(hn.RunOutcome.ESCALATED_TERMINAL, err)
     run = store.get_run("r1")
     assert run is not None and run["outcome"] == "escalated_terminal"
@@ -132,7 +132,7 @@ async def test_leases_are_renewed_while_driven_and_a_held_one_let_go(
 async def test_a_store_that_gave_out_ends_the_run_by_the_budget_rule(store: hn.Store) -> None:
     rec, _ = recorder(store)
     await rec.start(run_row("r1"))
-    busy = StoreError("busy", kind="busy")
+    busy = hn.StoreError("busy", kind="busy")
     assert await rec.gave_out(busy, 30.0) is hn.RunOutcome.TIME_BUDGET
     run = store.get_run("r1")
     assert run is not None and run["outcome"] == "time_budget"
@@ -145,13 +145,13 @@ async def test_a_store_that_gave_out_ends_the_run_by_the_budget_rule(store: hn.S
     ("error", "cancelled", "outcome"),
     [
         (None, False, hn.RunOutcome.FINISHED),
-        (HarnessError("x"), True, hn.RunOutcome.CANCELLED),
-        (StoreError("busy", kind="busy"), False, hn.RunOutcome.ESCALATED_RETRYABLE),
-        (HarnessError("x"), False, hn.RunOutcome.ESCALATED_TERMINAL),
+        (hn.HarnessError("x"), True, hn.RunOutcome.CANCELLED),
+        (hn.StoreError("busy", kind="busy"), False, hn.RunOutcome.ESCALATED_RETRYABLE),
+        (hn.HarnessError("x"), False, hn.RunOutcome.ESCALATED_TERMINAL),
     ],
 )
 def test_how_an_invocation_ends_is_one_rule(
-    error: HarnessError | None, cancelled: bool, outcome: hn.RunOutcome
+    error: hn.HarnessError | None, cancelled: bool, outcome: hn.RunOutcome
 ) -> None:
     assert invocation_outcome(error, cancelled=cancelled) is outcome
 
@@ -260,7 +260,7 @@ def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(
         approver=None,
         tools=(),
         on_event=None,
-        clock=FakeClock(),
+        clock=hn.FakeClock(),
         run_id="r1",
     )
     assert isinstance(driver.tools, StepTools) and driver.tools.recorder is driver.recorder
@@ -305,7 +305,7 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
         approver=None,
         tools=(),
         on_event=None,
-        clock=FakeClock(),
+        clock=hn.FakeClock(),
         run_id="r1",
     )
     result = await driver.drive(fresh=True)
@@ -313,3 +313,22 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
     restored = RunState.from_checkpoints(contract, store.checkpoints("r1"))
     assert state_of(restored) == state_of(driver.state)
     assert restored.calls.attempts == result.attempts and restored.tokens == result.tokens
+
+
+class _Broken(hn.ScriptedProvider):
+    """Answers with something that is no Completion: a bug the loop does not expect."""
+
+    async def complete(self, messages: Any, *, tools: Any = None) -> Any:
+        return "not a completion"
+
+
+async def test_a_bug_in_the_loop_ends_the_run_terminal_with_its_lease_released(
+    tmp_path: Path, store: hn.Store
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(hn.HarnessError, match="no attribute"):
+        await hn.run(hn.TaskContract("t", ws), _Broken(["x"]), store=store, run_id="rb")
+    run = store.get_run("rb")
+    assert run is not None and run["outcome"] == "escalated_terminal"
+    assert lease_row(store, "rb")["released"]  # another process may take the run at once

@@ -484,12 +484,7 @@ async def run(
     except Exception as exc:  # a bug: keep the run on record, surface it typed
         err = wrap_unknown(exc)
         try:
-            driver.store.finish_run(
-                driver.run_id,
-                outcome=RunOutcome.ESCALATED_TERMINAL.value,
-                finished_at=driver.clock.time(),
-                error=err.to_dict(),
-            )
+            driver.recorder.record_now(RunOutcome.ESCALATED_TERMINAL, err.to_dict())
         finally:
             raise err from exc
     finally:

@@ -230,12 +230,18 @@ class RunRecorder:
     def record_cancelled(self, error: dict[str, Any] | None = None) -> None:
         """Record the run ``cancelled`` now, from this thread (its task is being torn
         down); a store busy or full leaves it to its lease's expiry."""
+        self.record_now(RunOutcome.CANCELLED, error)
+
+    def record_now(self, outcome: RunOutcome, error: dict[str, Any] | None) -> None:
+        """Record the run's end now, from this thread (a cancel, or a bug in the loop
+        that ended it), the lease released; a store busy or full leaves it to its
+        lease's expiry."""
         lease, self.lease = self.lease, None
         try:
             self.attempt_rows.settle_now()
             self.store.finish_run(
                 self.run_id,
-                outcome=RunOutcome.CANCELLED.value,
+                outcome=outcome.value,
                 finished_at=self.clock.time(),
                 error=error,
                 lease=lease,
