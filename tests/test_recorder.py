@@ -332,3 +332,27 @@ async def test_a_bug_in_the_loop_ends_the_run_terminal_with_its_lease_released(
     run = store.get_run("rb")
     assert run is not None and run["outcome"] == "escalated_terminal"
     assert lease_row(store, "rb")["released"]  # another process may take the run at once
+
+
+async def test_a_cli_run_cancelled_during_its_start_is_recorded_cancelled(clis: CLIs) -> None:
+    # As a loop run (issue #24): the run row's write is queued behind another when the
+    # interrupt comes; the start is let commit and the run recorded cancelled.
+    import threading
+
+    from harnessnb.store._batch import WriteOp
+
+    clis.scenario(mode="ok")
+    gate = threading.Event()
+    clis.store.submit(WriteOp("hold", lambda con, batch: gate.wait(10)))
+    task = asyncio.ensure_future(
+        hn.agents.run(hn.agents.ClaudeCode(), "x", clis.ws, store=clis.store, run_id="rc")
+    )
+    await asyncio.sleep(0.2)  # the run waits for its start commit, queued behind "hold"
+    threading.Timer(0.2, gate.set).start()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    run = clis.store.get_run("rc")
+    assert run is not None and run["outcome"] == "cancelled"
+    assert lease_row(clis.store, "rc")["released"]
+    assert clis.calls() == []  # the CLI was never started

@@ -33,6 +33,7 @@ from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink
 from ..loop._outcome import invocation_outcome
 from ..loop._recorder import RunRecorder
+from ..loop._start import uncut
 from ..rules._errors import (
     ConfigError,
     ConflictError,
@@ -171,7 +172,8 @@ class _AgentRun:
     # ------------------------------------------------------------------ drive
 
     async def drive(self) -> AgentResult:
-        await self._start()
+        # An interrupt during the start lets it end and records the run cancelled.
+        await uncut(self._start(), self.store)
         renewer = asyncio.create_task(self.recorder.keep_leases())
         changed: bool | None = None
         error: HarnessError | None
@@ -206,7 +208,7 @@ class _AgentRun:
                 lease, self.session_lease = self.session_lease, None
                 await asyncio.shield(self.recorder.let_go(lease))
 
-    async def _start(self) -> None:
+    async def _start(self) -> RunRecorder:
         run = {
             "run_id": self.run_id,
             "task": self.task,
@@ -227,6 +229,7 @@ class _AgentRun:
             max_steps=self.agent.max_turns or 0,
             session=self.session,
         )
+        return self.recorder
 
     async def _take_session(self) -> str | None:
         """Hold the named session and return the CLI session id to resume (if any)."""
