@@ -13,7 +13,8 @@ another, gets ``SessionBusy``. Nothing is retried here.
 The run's life in the store (its row with its lease, the leases' renewal, events,
 rows, its end) is the loop's ``RunRecorder``'s, as for ``hn.run``; its outcome is
 ``loop._outcome.invocation_outcome``. What is a CLI's own is here: the invocation,
-its stream read into a ``Turn``, the session, and the rows built from them.
+its stream read into a ``Turn``, and the session; the rows are built from them by
+``_rows``.
 """
 
 from __future__ import annotations
@@ -38,28 +39,24 @@ from ..rules._errors import (
     ConfigError,
     ConflictError,
     HarnessError,
-    ProviderErrorKind,
     wrap_unknown,
 )
 from ..rules._retry import SystemClock
 from ..rules._secrets import is_secret_name, scrub
 from ..store._open import open_store, refuse_store_inside
-from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
-    AgentError,
     Cancelled,
     CLIError,
     CommandLineTooLarge,
-    NotAuthenticated,
     NotInstalled,
-    RateLimited,
     SessionBusy,
     SessionConflict,
     Spawn,
 )
 from ._process import ProcessEnd, run_process, too_large
 from ._result import AgentResult
+from ._rows import run_rows
 from ._turn import Turn, to_int
 from ._verdict import verdict
 
@@ -420,7 +417,17 @@ class _AgentRun:
             # Never started (not installed, busy session...): no attempt, no step.
             await self.recorder.finish(outcome, error, finished_at=now)
         else:
-            step, attempts, tools = self._rows(error, changed, now)
+            step, attempts, tools = run_rows(
+                self.agent,
+                self.turn,
+                self.end,
+                error,
+                changed=changed,
+                model=self.model,
+                started=self.started,
+                stopped_after=self.stopped_after,
+                now=now,
+            )
             await self.recorder.commit_step(
                 step,
                 checkpoint=self._checkpoint(),
@@ -455,98 +462,6 @@ class _AgentRun:
         )
         return result
 
-    def _rows(
-        self, error: HarnessError | None, changed: bool | None, now: float
-    ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-        turn, end, agent = self.turn, self.end, self.agent
-        kind = error.kind if isinstance(error, CLIError) else None
-        decision = "answer" if error is None else "error"
-        if isinstance(error, Cancelled):
-            decision = "cancelled"
-        step = {
-            "step": 1,
-            "decision": decision,
-            "tool_calls": turn.tool_calls_seen,
-            "tokens": turn.tokens,
-            "changed_workspace": changed,
-            "provider": agent.name,
-            "at": now,
-        }
-        attempts = self._retry_rows(error)
-        ran_s = end.elapsed_s if end is not None else self.stopped_after
-        attempt = {
-            "step": 1,
-            "attempt": len(attempts) + 1,
-            "provider": agent.name,
-            "model": turn.model or self.model,
-            "kind": None if kind is None else kind.value,
-            "status": getattr(error, "status", None),
-            "retry_after_s": getattr(error, "retry_after", None),
-            "latency_ms": None if ran_s is None else ran_s * 1000,
-            "input_tokens": turn.usage["input_tokens"],
-            "output_tokens": turn.usage["output_tokens"],
-            "request_id": turn.session_id,
-            "fell_back": False,
-            "error": None if error is None else error.code,
-            "started_at": self.started,
-            "cost_usd": _reported_cost(turn.usage),
-        }
-        tools = [
-            {
-                "step": 1,
-                "seq": i,
-                "tool": call["tool"],
-                "effect": "agent",
-                "args": call["args"],
-                "status": call["status"],
-                "output_bytes": call["output_bytes"],
-                "at": now,
-            }
-            for i, call in enumerate(turn.tool_calls, start=1)
-        ]
-        # A cancel cut the CLI's request off in flight: a row marked ``cancelled`` (in
-        # no failure rate). A failure with no kind (a harnessnb bug) is no provider
-        # outcome to count: the step keeps the usage, the failure rates are not skewed.
-        if isinstance(error, Cancelled):
-            attempts.append({**attempt, "cancelled": True})
-        elif error is None or kind is not None:
-            attempts.append(attempt)
-        return step, attempts, tools
-
-    def _retry_rows(self, error: HarnessError | None) -> list[dict[str, Any]]:
-        """An attempt row for each failed request the CLI reported while retrying.
-
-        The request the run ended on is the final row: a report of it (the one the run
-        was stopped on, the one still being retried at the deadline, or Copilot's report
-        of its last failure), when nothing came after it, is not counted twice.
-        """
-        reports = list(self.turn.reports)
-        end = self.end
-        last_is_final = self.turn.retrying and (
-            self.turn.stop is not None
-            or (end is not None and end.timed_out)
-            or self.agent.reports_every_failure
-        )
-        if reports and error is not None and last_is_final:
-            reports.pop()
-        model = self.turn.model or self.model
-        return [
-            {
-                "step": 1,
-                "attempt": i,
-                "provider": self.agent.name,
-                "model": model,
-                "kind": cause.kind.value,
-                "status": cause.status,
-                "retry_after_s": cause.retry_after,
-                "request_id": self.turn.session_id,
-                "fell_back": False,
-                "error": _code(cause),
-                "started_at": at,
-            }
-            for i, (cause, at) in enumerate(reports, start=1)
-        ]
-
     def _checkpoint(self) -> dict[str, Any]:
         # Not resumable by hn.resume: what a later run needs is the CLI's session id.
         return {
@@ -563,24 +478,6 @@ class _AgentRun:
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
-
-
-def _reported_cost(usage: dict[str, Any]) -> float | None:
-    """The invocation's cost as the CLI reported it (Claude Code does), else None:
-    unknown, which the run's cost says (a CLI's login may be a subscription)."""
-    cost = usage.get("cost_usd")
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
-        return float(cost)
-    return None
-
-
-def _code(cause: Cause) -> str:
-    """The error code a failed request of this cause is stored with."""
-    codes = {
-        ProviderErrorKind.AUTH: NotAuthenticated.CODE,
-        ProviderErrorKind.RATE_LIMITED: RateLimited.CODE,
-    }
-    return codes.get(cause.kind, AgentError.CODE)
 
 
 class _Stopped(Exception):
