@@ -114,8 +114,14 @@ class Driver:
             prices=prices if prices is not None else default_prices(),
         )
         self.tools = StepTools(self.executor, self.recorder, clock=clock, remaining=self.remaining)
-        self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
-                                 clock=clock, remaining=self.remaining)  # fmt: skip
+        self.checks = StepChecks(
+            contract,
+            self.workspace,
+            policy=self.policy,
+            approver=approver,
+            clock=clock,
+            remaining=self.remaining,
+        )
         self.state = RunState.new(contract)  # the checkpoint, saved and restored whole
         self.started = clock.monotonic()
         self.elapsed_before = 0.0  # time spent before this process took the run (resume)
