@@ -252,8 +252,9 @@ def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(
 
     assert not issubclass(Driver, StepTools)
     provider = hn.ScriptedProvider(["done"])
+    (tmp_path / "ws").mkdir()
     driver = Driver(
-        hn.TaskContract("t", tmp_path),
+        hn.TaskContract("t", tmp_path / "ws"),
         provider,
         store=store,
         policy=hn.Policy.default(),
@@ -286,9 +287,11 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
     from harnessnb.loop._driver import Driver
     from harnessnb.loop._state import RunState
 
-    (tmp_path / "a.txt").write_text("hello\n")
+    ws = tmp_path / "ws"  # the store (tmp_path/runs.duckdb) is outside it
+    ws.mkdir()
+    (ws / "a.txt").write_text("hello\n")
     contract = hn.TaskContract(
-        "read a.txt", tmp_path, verification=hn.FileContains("a.txt", "hello")
+        "read a.txt", ws, verification=hn.FileContains("a.txt", "hello")
     )
     provider = hn.ScriptedProvider(
         [
