@@ -290,9 +290,7 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
     ws = tmp_path / "ws"  # the store (tmp_path/runs.duckdb) is outside it
     ws.mkdir()
     (ws / "a.txt").write_text("hello\n")
-    contract = hn.TaskContract(
-        "read a.txt", ws, verification=hn.FileContains("a.txt", "hello")
-    )
+    contract = hn.TaskContract("read a.txt", ws, verification=hn.FileContains("a.txt", "hello"))
     provider = hn.ScriptedProvider(
         [
             {"tool": "read_file", "args": {"path": "a.txt"}},
