@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb.events import FinishedEvent
 from harnessnb.loop import _recorder
 from harnessnb.loop._events import EventSink
 from harnessnb.loop._outcome import invocation_outcome
@@ -24,13 +25,6 @@ from harnessnb.loop._recorder import RunRecorder
 
 sys.path.insert(0, str(Path(__file__).with_name("agents")))
 from agent_helpers import CLIs  # the agents tests' stand-in CLIs
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[hn.Store]:
-    s = hn.Store(tmp_path / "runs.duckdb")
-    yield s
-    s.close()
 
 
 def lease_row(store: hn.Store, key: str) -> dict[str, Any]:
@@ -74,7 +68,7 @@ async def test_start_holds_the_lease_and_a_final_step_commits_the_outcome_and_re
     assert rec.lease is not None  # a step that does not end the run keeps it
     last = {**step, "step": 2, "decision": "answer", "tool_calls": 0}
     await rec.commit_step(last, checkpoint={"tokens": 9}, ending=hn.RunOutcome.FINISHED)
-    await rec.emit("finished", 2, outcome="finished")
+    await rec.emit(FinishedEvent(outcome="finished", steps=2, tokens=9), 2)
 
     assert rec.lease is None and lease_row(store, "r1")["released"]
     run = store.get_run("r1")
@@ -316,11 +310,15 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
     assert restored.calls.attempts == result.attempts and restored.tokens == result.tokens
 
 
+class _NotACompletion:
+    attempts: tuple[Any, ...] = ()  # past the provider call, the loop trips on the rest
+
+
 class _Broken(hn.ScriptedProvider):
     """Answers with something that is no Completion: a bug the loop does not expect."""
 
-    async def complete(self, messages: Any, *, tools: Any = None) -> Any:
-        return "not a completion"
+    async def complete(self, messages: Any, tools: Any = None) -> Any:
+        return _NotACompletion()
 
 
 async def test_a_bug_in_the_loop_ends_the_run_terminal_with_its_lease_released(

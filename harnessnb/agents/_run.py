@@ -41,6 +41,14 @@ from ..rules._errors import (
     HarnessError,
     wrap_unknown,
 )
+from ..rules._events import (
+    AnyEvent,
+    FinishedEvent,
+    RetryEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+)
 from ..rules._retry import SystemClock
 from ..rules._secrets import is_secret_name, scrub
 from ..store._open import open_store, refuse_store_inside
@@ -220,11 +228,13 @@ class _AgentRun:
         }
         await self.recorder.start(run)
         await self._emit(
-            "started",
-            provider=self.agent.name,
-            model=self.model,
-            max_steps=self.agent.max_turns or 0,
-            session=self.session,
+            StartedEvent(
+                provider=self.agent.name,
+                model=self.model,
+                task=self.task,
+                max_steps=self.agent.max_turns or 0,
+                session=self.session,
+            )
         )
         return self.recorder
 
@@ -369,8 +379,8 @@ class _AgentRun:
             # An event of a shape this driver does not know: counted, never fatal.
             self.turn.unreadable(line)
         events, self.turn.events = self.turn.events, []
-        for event, data in events:
-            await self._emit(event, **data)
+        for event in events:
+            await self._emit(event)
         if self.turn.session_id and not self.confirmed:
             self.confirmed = True  # bound (or re-bound to this run) once confirmed
             await self._bind(self.turn.session_id)
@@ -453,12 +463,13 @@ class _AgentRun:
             model=turn.model or self.model,
         )
         await self._emit(
-            "finished",
-            outcome=outcome.value,
-            steps=int(self.spawned),
-            tokens=turn.tokens,
-            verified=None,
-            error=None if error is None else error.to_dict(),
+            FinishedEvent(
+                outcome=outcome.value,
+                steps=int(self.spawned),
+                tokens=turn.tokens,
+                verified=None,
+                error=None if error is None else error.to_dict(),
+            )
         )
         return result
 
@@ -472,9 +483,10 @@ class _AgentRun:
             "unparsed": self.turn.unparsed,
         }
 
-    async def _emit(self, event: Any, /, **data: Any) -> None:
-        step = max(1, self.turn.messages) if event in ("step", "tool_call", "retry") else 0
-        await self.recorder.emit(event, step, **data)
+    async def _emit(self, event: AnyEvent) -> None:
+        in_turn = isinstance(event, StepEvent | ToolCallEvent | RetryEvent)
+        step = max(1, self.turn.messages) if in_turn else 0
+        await self.recorder.emit(event, step)
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")

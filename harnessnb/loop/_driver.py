@@ -16,16 +16,25 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
-from ..rules._errors import ConfigError, HarnessError, RefusedError, StoreError, wrap_unknown
+from ..rules._errors import ConfigError, HarnessError, StoreError, wrap_unknown
+from ..rules._events import (
+    AnyEvent,
+    FinishedEvent,
+    ReplanEvent,
+    StalledEvent,
+    StartedEvent,
+    StepEvent,
+    ToolEvent,
+)
 from ..rules._retry import Clock, SystemClock
 from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
-from ._events import Callback, EventSink
+from ._events import Asking, Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._recorder import RunRecorder
-from ._result import RunResult
+from ._result import RunResult, StepSummary
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
@@ -126,7 +135,7 @@ class Driver:
         self.started = clock.monotonic()
         self.elapsed_before = 0.0  # time spent before this process took the run (resume)
         self.base_policy = policy  # what the caller gave, stored with the run for resume
-        self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
+        self.asking = Asking()  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
 
     @property
@@ -149,31 +158,12 @@ class Driver:
         budget = self.contract.budget_seconds
         return None if budget is None else budget - self.elapsed()
 
-    async def emit(self, kind: Any, /, **data: Any) -> None:
-        await self.recorder.emit(kind, self.state.step, **data)
+    async def emit(self, event: AnyEvent, /) -> None:
+        await self.recorder.emit(event, self.state.step)
 
-    async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "approval_requested":
-            self.asking = data
-        elif kind == "approval_decided":
-            self.asking = None
-        await self.emit(kind, **data)
-
-    def _unanswered(self) -> dict[str, Any] | None:
-        """The approval a cancelled run was waiting for, as its error: not answered."""
-        ask, self.asking = self.asking, None
-        if ask is None:
-            return None
-        act, target = str(ask.get("act")), str(ask.get("target"))
-        return RefusedError(
-            f"cancelled while awaiting approval: {act} {target} via {ask.get('tool')} was "
-            "not answered (a resume asks again)",
-            act=act,
-            target=target,
-            rule=ask.get("rule"),
-            layer=ask.get("layer"),
-            code="APPROVAL_UNANSWERED",
-        ).to_dict()
+    async def _tool_event(self, event: ToolEvent) -> None:
+        self.asking.see(event)
+        await self.emit(event)
 
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
@@ -210,15 +200,16 @@ class Driver:
             return await self.finish(RunOutcome.DENIED, refusal)
         return None
 
-    async def _announce(self, **extra: Any) -> None:
+    async def _announce(self, *, resumed: bool = False) -> None:
         """The ``started`` event (with ``resumed=True`` when a resume takes the run up)."""
         await self.emit(
-            "started",
-            task=self.contract.task,
-            provider=self.provider.name,
-            model=self.provider.model,
-            max_steps=self.contract.max_steps,
-            **extra,
+            StartedEvent(
+                task=self.contract.task,
+                provider=self.provider.name,
+                model=self.provider.model,
+                max_steps=self.contract.max_steps,
+                resumed=resumed,
+            )
         )
 
     async def take_step(self, state: RunState, pending: PendingStep | None = None) -> StepResult:
@@ -282,8 +273,8 @@ class Driver:
         checked: StepChecked,
         tool_rows: list[dict[str, Any]],
     ) -> RunResult | None:
-        """Commit the step (and the run's end, when it ends the run) in one transaction.
-        Its attempts are not part of it: each was written when it ended."""
+        """Commit the step (and the run's end, if it ends) in one transaction; keep its
+        summary in ``state``."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         row = {
             "step": state.step,
@@ -303,16 +294,19 @@ class Driver:
             stalls=stall_rows,
             ending=ending,
         )
+        state.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         await self.emit(
-            "step",
-            tokens=state.tokens,
-            cost_usd=state.calls.cost_usd,
-            tool_calls=len(completion.tool_calls),
-            changed_workspace=changed,
-            provider=completion.provider,
+            StepEvent(
+                tokens=state.tokens,
+                cost_usd=state.calls.cost_usd,
+                tool_calls=len(completion.tool_calls),
+                changed_workspace=changed,
+                provider=completion.provider,
+            )
         )
         for row in stall_rows:
-            await self.emit(row["action"], signal=row["signal"], detail=row["detail"])
+            stall = ReplanEvent if row["action"] == "replan" else StalledEvent
+            await self.emit(stall(signal=str(row["signal"]), detail=str(row["detail"])))
         if ending is not None:
             return await self.finished(ending, None)
         return None
@@ -351,7 +345,7 @@ class Driver:
     def record_cancelled(self) -> None:
         """Record the run ``cancelled`` now (its task is being torn down), a pending
         approval as not answered; a store busy or full leaves it to its lease's expiry."""
-        self.recorder.record_cancelled(self._unanswered())
+        self.recorder.record_cancelled(self.asking.unanswered())
 
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
@@ -369,13 +363,14 @@ class Driver:
         """The result and the ``finished`` event of a run whose end is committed."""
         result = self.result(outcome, error)
         await self.emit(
-            "finished",
-            outcome=outcome.value,
-            steps=self.state.step,
-            tokens=self.state.tokens,
-            cost_usd=self.state.calls.cost_usd,
-            verified=self.state.checks.verified,
-            error=error.to_dict() if error else None,
+            FinishedEvent(
+                outcome=outcome.value,
+                steps=self.state.step,
+                tokens=self.state.tokens,
+                cost_usd=self.state.calls.cost_usd,
+                verified=self.state.checks.verified,
+                error=error.to_dict() if error else None,
+            )
         )
         return result
 
@@ -397,8 +392,9 @@ class Driver:
             fallbacks=calls.fallbacks,
             replans=state.checks.detector.replans,
             task=self.contract.task,
-            verify_detail=self.checks.verify_detail,
+            verify_detail=state.checks.verify_detail,
             commands=containment(),
+            step_summaries=tuple(state.summaries),
         )
 
     async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:

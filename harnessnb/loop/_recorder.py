@@ -26,9 +26,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules._errors import HarnessError, StoreError
+from ..rules._events import AnyEvent, stamped
 from ..rules._outcomes import RunOutcome
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
-from ._events import EventSink, RunEvent
+from ._events import EventSink
 from ._model_call import AttemptRows
 from ._store_wait import gave_out_outcome, patiently
 
@@ -88,9 +89,10 @@ class RunRecorder:
         end the run with (``gave_out``)."""
         return await patiently(write, remaining=self.remaining, sleep=self.clock.sleep)
 
-    async def emit(self, kind: Any, step: int, /, **data: Any) -> None:
-        """Send one event of the run to the caller's callback."""
-        await self.events.emit(RunEvent(kind, self.run_id, step, self.clock.time(), data))
+    async def emit(self, event: AnyEvent, step: int, /) -> None:
+        """Send one event of the run, stamped with its run, ``step`` and time, to the
+        caller's callback."""
+        await self.events.emit(stamped(event, self.run_id, step, self.clock.time()))
 
     async def start(self, row: dict[str, Any]) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""

@@ -19,7 +19,7 @@ from ._conversation import Conversation, initial_messages
 
 if TYPE_CHECKING:
     from ._contract import TaskContract
-    from ._result import RunResult
+    from ._result import RunResult, StepSummary
 
 __all__ = ["CallCounts", "CheckState", "RunState", "StepResult"]
 
@@ -54,12 +54,15 @@ class CheckState:
         verified: The last check's result (None: not run).
         refused: A tool call of the run was refused (a failed check then ends it
             ``denied``).
+        verify_detail: The last check's detail (the card of a run read back says it
+            too).
     """
 
     detector: StallDetector
     feedback_given: bool = False
     verified: bool | None = None
     refused: bool = False
+    verify_detail: str | None = None
 
 
 @dataclasses.dataclass
@@ -67,7 +70,10 @@ class RunState:
     """A run between steps: the conversation, the steps committed, the tokens used,
     the last answer's text, the model calls' counts and the checks' state.
 
-    ``checkpoint`` is its stored form; ``from_checkpoints`` rebuilds it whole.
+    ``checkpoint`` is its stored form; ``from_checkpoints`` rebuilds it whole. The
+    committed steps' summaries (``summaries``, what the result's card shows) are not
+    in it: they are the store's step rows, read back once by a resume
+    (``_result.stored_steps``).
     """
 
     conversation: Conversation
@@ -76,6 +82,7 @@ class RunState:
     tokens: int = 0
     text: str = ""
     calls: CallCounts = dataclasses.field(default_factory=CallCounts)
+    summaries: list[StepSummary] = dataclasses.field(default_factory=list)
 
     @classmethod
     def new(cls, contract: TaskContract) -> RunState:
@@ -95,6 +102,7 @@ class RunState:
             "verify_feedback_given": checks.feedback_given,
             "verified": checks.verified,
             "refused": checks.refused,
+            "verify_detail": checks.verify_detail,
             "providers": calls.providers,
             "counts": {
                 "attempts": calls.attempts,
@@ -126,6 +134,7 @@ class RunState:
                 feedback_given=bool(state.get("verify_feedback_given")),
                 verified=state.get("verified"),
                 refused=bool(state.get("refused")),
+                verify_detail=state.get("verify_detail"),
             ),
             step=int(checkpoints[-1]["step"]),
             tokens=int(state.get("tokens", 0)),

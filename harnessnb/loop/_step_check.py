@@ -54,8 +54,6 @@ class StepChecks:
     clock: Clock
     remaining: Callable[[], float | None] = lambda: None
     """Seconds left in the run's time budget (None: no budget): a check is cut to them."""
-    verify_detail: str | None = dataclasses.field(default=None, init=False)
-    """The last check's detail (what the result shows; not in the checkpoint)."""
 
     async def verify(self, checks: CheckState) -> VerifyOutcome | None:
         """Run the contract's verification (None when it has none)."""
@@ -69,7 +67,7 @@ class StepChecks:
             remaining_s=self.remaining(),
         )
         checks.verified = outcome.passed if outcome.ran else None
-        self.verify_detail = outcome.detail
+        checks.verify_detail = outcome.detail
         return outcome
 
     async def after_tools(
