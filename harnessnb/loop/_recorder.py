@@ -4,13 +4,13 @@ coding-agent CLIs alike.
 A run is begun with its lease in one commit (``start``: a run is never recorded
 undriven), or taken up by taking its lease (``take_lease``, a resume). While it is
 driven, its lease and any other lease it holds (a CLI's named session: ``hold``) are
-renewed (``keep_leases``). Its events go to the caller's callback (``emit``); its rows
-go to the store through here: attempts as each call ends (``attempt_rows``), a
-tool call's write-ahead intent and its completion, a step with its tool calls,
-stalls and checkpoint in one commit, and the run's end with its outcome (with the
-last step, or alone: ``finish``), the lease released in the same commit. A cancelled
-run is recorded ``cancelled`` from the thread that tears it down
-(``record_cancelled``).
+renewed (``keep_leases``). Its typed events go to the caller's callback, stamped
+with the run, step and time (``emit``); its rows go to the store through here:
+attempts as each call ends (``attempt_rows``), a tool call's write-ahead intent and
+its completion, a step with its tool calls, stalls and checkpoint in one commit, and
+the run's end with its outcome (with the last step, or alone: ``finish``), the lease
+released in the same commit. A cancelled run is recorded ``cancelled`` from the
+thread that tears it down (``record_cancelled``).
 
 Every write waits out a busy or full store while the run has time left
 (``patient``, ``_store_wait``); a store that stays so ends the run with the outcome
