@@ -18,6 +18,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.store import _conn
 from harnessnb.store._batch import WriteOp
+from harnessnb.store._writer import store_writer
 from tests.files_helpers import folder
 
 
@@ -114,7 +115,9 @@ async def test_a_run_cancelled_during_its_start_closes_the_store_it_opened(
         gate.wait(10)
 
     with hn.Store(path) as mine:
-        mine.submit(WriteOp("hold", hold))  # the file's writer is busy: the start waits
+        store_writer(mine).submit(
+            WriteOp("hold", hold)
+        )  # the file's writer is busy: the start waits
         assert began.wait(10)
         run = hn.run(contract(ws), hn.ScriptedProvider(["done"]), store=path)
         task = asyncio.ensure_future(run)

@@ -733,3 +733,15 @@ def test_context_may_read_follows_the_policy(ws: Workspace) -> None:
 
 def test_public_names() -> None:
     assert (hn.Effect, hn.Tool, hn.ToolResult, hn.tool) == (Effect, Tool, ToolResult, tool)
+
+
+async def test_a_call_s_command_timeout_is_its_argument_and_leaves_the_executor_unchanged(
+    ws: Workspace,
+) -> None:
+    executor = make(ws, timeout=30.0)
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    call = ToolCall("c1", "run_command", {"argv": argv})
+    result = await executor.execute(call, idempotency_key="k", command_timeout_s=0.3)
+    assert result.error is not None and result.error["code"] == "SANDBOX_TIMEOUT"
+    assert "0.3 s" in result.output
+    assert executor.command_timeout_s == 30.0  # the next call's default is untouched

@@ -14,7 +14,8 @@ subclasses) and never retried automatically.
 
 - ``_cli``: ``AgentCLI``, what every driver shares, and the output stream's readers;
 - ``_drivers``: ``ClaudeCode``, ``Codex``, ``Copilot``: argv, environment, output;
-- ``_run``: ``run``/``run_sync`` for a CLI: leases, sessions, store rows;
+- ``_run``: ``run``/``run_sync`` for a CLI: its invocation and named session, recorded
+  through the loop's ``RunRecorder``; ``_rows``: the rows a CLI run is stored as;
 - ``_process``: a CLI's process through the one runner; ``_turn``: one turn's events,
   usage and tool calls; ``_codex_config``: what Codex's configuration names;
 - ``_classify``, ``_cause``, ``_verdict``: a CLI's failure read into a kind and a

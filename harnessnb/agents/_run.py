@@ -9,12 +9,17 @@ reader raises; the runner kills the process group). A named session is bound in
 ``agent_sessions`` once the CLI's stream names it; while a run drives it, the session
 is held by a lease in the same store, so a second run on it, from this kernel or
 another, gets ``SessionBusy``. Nothing is retried here.
+
+The run's life in the store (its row with its lease, the leases' renewal, events,
+rows, its end) is the loop's ``RunRecorder``'s, as for ``hn.run``; its outcome is
+``loop._outcome.invocation_outcome``. What is a CLI's own is here: the invocation,
+its stream read into a ``Turn``, and the session; the rows are built from them by
+``_rows``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import errno
 import json
@@ -25,14 +30,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink
+from ..loop._outcome import invocation_outcome
+from ..loop._recorder import RunRecorder
+from ..loop._start import uncut
 from ..rules._errors import (
     ConfigError,
     ConflictError,
     HarnessError,
-    ProviderErrorKind,
     wrap_unknown,
 )
 from ..rules._events import (
@@ -42,34 +48,30 @@ from ..rules._events import (
     StartedEvent,
     StepEvent,
     ToolCallEvent,
-    stamped,
 )
+from ..rules._retry import SystemClock
 from ..rules._secrets import is_secret_name, scrub
-from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
 from ..store._writer import store_writer
-from ._cause import Cause
 from ._drivers import AgentCLI, Invocation
 from ._errors import (
-    AgentError,
     Cancelled,
     CLIError,
     CommandLineTooLarge,
-    NotAuthenticated,
     NotInstalled,
-    RateLimited,
     SessionBusy,
     SessionConflict,
     Spawn,
 )
 from ._process import ProcessEnd, run_process, too_large
 from ._result import AgentResult
+from ._rows import run_rows
 from ._turn import Turn, to_int
 from ._verdict import verdict
 
 if TYPE_CHECKING:
     from ..store._leases import Lease
-    from ..store._row_types import AttemptRow, Finish, RunRow, StepRow, ToolCallRow
+    from ..store._row_types import RunRow
     from ..store._store import Store
 
 __all__ = ["run", "run_sync"]
@@ -114,8 +116,15 @@ async def run(
     if session is not None and not session.strip():
         raise ConfigError("session must be a non-empty name")
     refuse_store_inside(store, root)  # the CLI's own tools must not reach its record
-    driver = _AgentRun(agent, task, root.resolve(), session, open_store(store),
-                       EventSink(on_event), run_id or new_id("run"))  # fmt: skip
+    driver = _AgentRun(
+        agent,
+        task,
+        root.resolve(),
+        session,
+        open_store(store),
+        EventSink(on_event),
+        run_id or new_id("run"),
+    )
     return await driver.drive()
 
 
@@ -139,7 +148,8 @@ class _AgentRun:
     run_id: str
     turn: Turn = dataclasses.field(init=False)
     started: float = dataclasses.field(default_factory=time.time, init=False)
-    run_lease: Lease | None = dataclasses.field(default=None, init=False)
+    recorder: RunRecorder = dataclasses.field(init=False)
+    """The run's life in the store: its row, its leases, events, rows and end."""
     session_lease: Lease | None = dataclasses.field(default=None, init=False)
     bound: str | None = dataclasses.field(default=None, init=False)
     """The session id written in agent_sessions."""
@@ -160,14 +170,18 @@ class _AgentRun:
 
     def __post_init__(self) -> None:
         self.turn = Turn(self.agent.limits)
+        self.recorder = RunRecorder(
+            self.store, self.run_id, clock=SystemClock(), events=self.events
+        )
         # The model asked for, or the one the CLI's own configuration names.
         self.model = self.agent.configured_model(self.agent.environment())
 
     # ------------------------------------------------------------------ drive
 
     async def drive(self) -> AgentResult:
-        await self._start()
-        renewer = asyncio.create_task(self._keep_leases())
+        # An interrupt during the start lets it end and records the run cancelled.
+        await uncut(self._start(), self.store)
+        renewer = asyncio.create_task(self.recorder.keep_leases())
         changed: bool | None = None
         error: HarnessError | None
         try:
@@ -183,8 +197,11 @@ class _AgentRun:
             except CLIError as exc:
                 error = exc
             except asyncio.CancelledError:
-                error = Cancelled(f"the {self.agent.bin} run was cancelled; its processes are gone",
-                                  agent=self.agent.name, bin=self.agent.bin)  # fmt: skip
+                error = Cancelled(
+                    f"the {self.agent.bin} run was cancelled; its processes are gone",
+                    agent=self.agent.name,
+                    bin=self.agent.bin,
+                )
                 await asyncio.shield(self._finish(error, changed))
                 raise
             except HarnessError as exc:
@@ -196,19 +213,24 @@ class _AgentRun:
             renewer.cancel()
             if self.session_lease is not None:
                 lease, self.session_lease = self.session_lease, None
-                await asyncio.shield(store_writer(self.store).queued.release_lease(lease))
+                await asyncio.shield(self.recorder.let_go(lease))
 
-    async def _start(self) -> None:
+    async def _start(self) -> RunRecorder:
         run: RunRow = {
-            "run_id": self.run_id, "task": self.task, "workspace": str(self.root),
-            "provider": self.agent.name, "model": self.model, "started_at": self.started,
-            "extras": {"agent": self.agent.name, "agent_bin": self.agent.bin,
-                       "session": self.session, "permission": self.agent.permission},
-        }  # fmt: skip
-        self.run_lease = await store_writer(self.store).queued.start_run(
-            run, owner_identity(), ttl_s=LEASE_TTL_S,
-            owner_alive=owner_alive,
-        )  # fmt: skip
+            "run_id": self.run_id,
+            "task": self.task,
+            "workspace": str(self.root),
+            "provider": self.agent.name,
+            "model": self.model,
+            "started_at": self.started,
+            "extras": {
+                "agent": self.agent.name,
+                "agent_bin": self.agent.bin,
+                "session": self.session,
+                "permission": self.agent.permission,
+            },
+        }
+        await self.recorder.start(run)
         await self._emit(
             StartedEvent(
                 provider=self.agent.name,
@@ -218,22 +240,23 @@ class _AgentRun:
                 session=self.session,
             )
         )
+        return self.recorder
 
     async def _take_session(self) -> str | None:
         """Hold the named session and return the CLI session id to resume (if any)."""
         if self.session is None:
             return None
         try:
-            self.session_lease = await store_writer(self.store).queued.acquire_lease(
-                _session_key(self.root, self.session),
-                owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive,
-            )  # fmt: skip
+            self.session_lease = await self.recorder.hold(_session_key(self.root, self.session))
         except ConflictError as exc:
             raise SessionBusy(
                 f"session {self.session!r} is being driven by another run ({exc.owner}); "
                 "wait for it to end, or use another name",
-                agent=self.agent.name, bin=self.agent.bin, name=self.session, holder=exc.owner,
-            ) from exc  # fmt: skip
+                agent=self.agent.name,
+                bin=self.agent.bin,
+                name=self.session,
+                holder=exc.owner,
+            ) from exc
         bound = await asyncio.to_thread(
             store_writer(self.store).agent_session, str(self.root), self.session
         )
@@ -243,9 +266,12 @@ class _AgentRun:
             raise SessionConflict(
                 f"session {self.session!r} belongs to {bound['agent']}, not {self.agent.name}: "
                 "a CLI cannot continue another CLI's session; use another name",
-                agent=self.agent.name, bin=self.agent.bin, name=self.session,
-                bound=bound["agent"], requested=self.agent.name,
-            )  # fmt: skip
+                agent=self.agent.name,
+                bin=self.agent.bin,
+                name=self.session,
+                bound=bound["agent"],
+                requested=self.agent.name,
+            )
         self.bound = bound["session_id"]
         if self.agent.cumulative_usage and bound.get("run_id"):
             last = await asyncio.to_thread(
@@ -288,17 +314,24 @@ class _AgentRun:
         if exe is None:
             raise NotInstalled(
                 f"{agent.bin} was not found on PATH; install it with: {agent.install_hint}",
-                agent=agent.name, bin=agent.bin, hint=agent.install_hint,
-            )  # fmt: skip
+                agent=agent.name,
+                bin=agent.bin,
+                hint=agent.install_hint,
+            )
         # The name is bound once the CLI confirms the session (its first event naming
         # it), so a run killed before that leaves the name free for a new session.
         self.spawned = True
         spawned_at = time.monotonic()
         try:
             self.end = await run_process(
-                [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
-                timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
-            )  # fmt: skip
+                [exe, *invocation.argv[1:]],
+                cwd=self.root,
+                env=env,
+                stdin=invocation.stdin,
+                timeout_s=agent.timeout,
+                on_line=self._on_line,
+                limits=agent.limits,
+            )
         except _Stopped:
             self.stopped_after = time.monotonic() - spawned_at  # the group is gone
         except OSError as exc:
@@ -314,18 +347,28 @@ class _AgentRun:
             return Spawn(
                 f"{agent.bin} ({exe}) could not be started: the interpreter its first line "
                 "names was not found on PATH (the npm-installed CLIs need node)",
-                agent=agent.name, bin=agent.bin, reason="interpreter_missing",
-            )  # fmt: skip
+                agent=agent.name,
+                bin=agent.bin,
+                reason="interpreter_missing",
+            )
         if too_large(exc):
             size = sum(len(a.encode()) + 1 for a in invocation.argv)
             return CommandLineTooLarge(
                 f"the command line for {agent.bin} is too large ({size} bytes of arguments "
-                "plus the environment)", agent=agent.name, bin=agent.bin, what="argv",
-                size=size, limit=os.sysconf("SC_ARG_MAX"),
-            )  # fmt: skip
+                "plus the environment)",
+                agent=agent.name,
+                bin=agent.bin,
+                what="argv",
+                size=size,
+                limit=os.sysconf("SC_ARG_MAX"),
+            )
         reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        return Spawn(f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
-                     agent=agent.name, bin=agent.bin, reason=reason)  # fmt: skip
+        return Spawn(
+            f"{agent.bin} ({exe}) could not be started: {exc.strerror or exc}",
+            agent=agent.name,
+            bin=agent.bin,
+            reason=reason,
+        )
 
     async def _on_line(self, raw: bytes) -> None:
         line = raw.decode("utf-8", "replace").strip()
@@ -356,24 +399,13 @@ class _AgentRun:
         if self.session is None:
             return
         await store_writer(self.store).queued.bind_agent_session(
-            str(self.root), self.session,
-            agent=self.agent.name, session_id=session_id, run_id=self.run_id,
-        )  # fmt: skip
+            str(self.root),
+            self.session,
+            agent=self.agent.name,
+            session_id=session_id,
+            run_id=self.run_id,
+        )
         self.bound = session_id
-
-    async def _keep_leases(self) -> None:
-        while True:
-            await asyncio.sleep(LEASE_TTL_S / 3)
-            for attr in ("run_lease", "session_lease"):
-                lease = getattr(self, attr)
-                if lease is None:
-                    continue
-                # A lease taken over is reported by the run's final commit.
-                with contextlib.suppress(HarnessError):
-                    renewed = await store_writer(self.store).queued.renew_lease(
-                        lease, ttl_s=LEASE_TTL_S
-                    )
-                    setattr(self, attr, renewed)
 
     # -------------------------------------------------------------- classify
 
@@ -381,10 +413,13 @@ class _AgentRun:
         """The failure this invocation ended with, or None for a good answer."""
         lost = ""
         if self.bound:
-            lost = (f" (session {self.session!r} is bound to {self.bound}, which "
-                    f"{self.agent.bin} no longer has: use a new session name)")  # fmt: skip
-        return verdict(self.agent, self.turn, self.end, scrub=self._scrub, hint=self.hint,
-                       lost=lost)  # fmt: skip
+            lost = (
+                f" (session {self.session!r} is bound to {self.bound}, which "
+                f"{self.agent.bin} no longer has: use a new session name)"
+            )
+        return verdict(
+            self.agent, self.turn, self.end, scrub=self._scrub, hint=self.hint, lost=lost
+        )
 
     def _scrub(self, text: str) -> str:
         # The child's own variables are secret for this run (not process-wide: TERM...).
@@ -394,36 +429,47 @@ class _AgentRun:
 
     async def _finish(self, error: HarnessError | None, changed: bool | None) -> AgentResult:
         turn, end, agent = self.turn, self.end, self.agent
-        if error is None:
-            outcome = RunOutcome.FINISHED
-        elif isinstance(error, Cancelled):
-            outcome = RunOutcome.CANCELLED
-        elif isinstance(error, CLIError) and error.retryable:
-            outcome = RunOutcome.ESCALATED_RETRYABLE
-        else:
-            outcome = RunOutcome.ESCALATED_TERMINAL
+        outcome = invocation_outcome(error, cancelled=isinstance(error, Cancelled))
         now = time.time()
-        finish: Finish = {"outcome": outcome.value, "finished_at": now,
-                          "error": None if error is None else error.to_dict()}  # fmt: skip
         if not self.spawned:
             # Never started (not installed, busy session...): no attempt, no step.
-            await store_writer(self.store).queued.finish_run(self.run_id, lease=self.run_lease,
-                                               release=True, **finish)  # fmt: skip
+            await self.recorder.finish(outcome, error, finished_at=now)
         else:
-            step, attempts, tools = self._rows(error, changed, now)
-            await store_writer(self.store).queued.commit_step(self.run_id, step, attempts=attempts,
-                                                tool_calls=tools, stalls=[],
-                                                checkpoint=self._checkpoint(),
-                                                lease=self.run_lease, finish=finish)  # fmt: skip
-        self.run_lease = None
+            step, attempts, tools = run_rows(
+                self.agent,
+                self.turn,
+                self.end,
+                error,
+                changed=changed,
+                model=self.model,
+                started=self.started,
+                stopped_after=self.stopped_after,
+                now=now,
+            )
+            await self.recorder.commit_step(
+                step,
+                checkpoint=self._checkpoint(),
+                tool_calls=tools,
+                attempts=attempts,
+                ending=outcome,
+                error=error,
+                finished_at=now,
+            )
         result = AgentResult(
-            run_id=self.run_id, agent=agent.name, outcome=outcome,
-            text="" if error is not None else turn.text, usage=dict(turn.usage),
-            session_id=turn.session_id or self.bound, session=self.session,
-            exit_code=None if end is None else end.exit_code, error=error,
-            elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
-            changed_workspace=changed, model=turn.model or self.model,
-        )  # fmt: skip
+            run_id=self.run_id,
+            agent=agent.name,
+            outcome=outcome,
+            text="" if error is not None else turn.text,
+            usage=dict(turn.usage),
+            session_id=turn.session_id or self.bound,
+            session=self.session,
+            exit_code=None if end is None else end.exit_code,
+            error=error,
+            elapsed=now - self.started,
+            tool_calls=turn.tool_calls_seen,
+            changed_workspace=changed,
+            model=turn.model or self.model,
+        )
         await self._emit(
             FinishedEvent(
                 outcome=outcome.value,
@@ -435,98 +481,23 @@ class _AgentRun:
         )
         return result
 
-    def _rows(
-        self, error: HarnessError | None, changed: bool | None, now: float
-    ) -> tuple[StepRow, list[AttemptRow], list[ToolCallRow]]:
-        turn, end, agent = self.turn, self.end, self.agent
-        kind = error.kind if isinstance(error, CLIError) else None
-        decision = "answer" if error is None else "error"
-        if isinstance(error, Cancelled):
-            decision = "cancelled"
-        step: StepRow = {"step": 1, "decision": decision,
-                "tool_calls": turn.tool_calls_seen, "tokens": turn.tokens,
-                "changed_workspace": changed, "provider": agent.name, "at": now}  # fmt: skip
-        attempts = self._retry_rows(error)
-        ran_s = end.elapsed_s if end is not None else self.stopped_after
-        attempt: AttemptRow = {
-            "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
-            "model": turn.model or self.model, "kind": None if kind is None else kind.value,
-            "status": getattr(error, "status", None),
-            "retry_after_s": getattr(error, "retry_after", None),
-            "latency_ms": None if ran_s is None else ran_s * 1000,
-            "input_tokens": turn.usage["input_tokens"],
-            "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,
-            "fell_back": False, "error": None if error is None else error.code,
-            "started_at": self.started, "cost_usd": _reported_cost(turn.usage),
-        }  # fmt: skip
-        tools: list[ToolCallRow] = [
-            {"step": 1, "seq": i, "tool": call["tool"], "effect": "agent", "args": call["args"],
-             "status": call["status"], "output_bytes": call["output_bytes"], "at": now}
-            for i, call in enumerate(turn.tool_calls, start=1)
-        ]  # fmt: skip
-        # A cancel cut the CLI's request off in flight: a row marked ``cancelled`` (in
-        # no failure rate). A failure with no kind (a harnessnb bug) is no provider
-        # outcome to count: the step keeps the usage, the failure rates are not skewed.
-        if isinstance(error, Cancelled):
-            attempts.append({**attempt, "cancelled": True})
-        elif error is None or kind is not None:
-            attempts.append(attempt)
-        return step, attempts, tools
-
-    def _retry_rows(self, error: HarnessError | None) -> list[AttemptRow]:
-        """An attempt row for each failed request the CLI reported while retrying.
-
-        The request the run ended on is the final row: a report of it (the one the run
-        was stopped on, the one still being retried at the deadline, or Copilot's report
-        of its last failure), when nothing came after it, is not counted twice.
-        """
-        reports = list(self.turn.reports)
-        end = self.end
-        last_is_final = self.turn.retrying and (
-            self.turn.stop is not None
-            or (end is not None and end.timed_out)
-            or self.agent.reports_every_failure
-        )
-        if reports and error is not None and last_is_final:
-            reports.pop()
-        model = self.turn.model or self.model
-        return [
-            {"step": 1, "attempt": i, "provider": self.agent.name, "model": model,
-             "kind": cause.kind.value, "status": cause.status,
-             "retry_after_s": cause.retry_after, "request_id": self.turn.session_id,
-             "fell_back": False, "error": _code(cause), "started_at": at}
-            for i, (cause, at) in enumerate(reports, start=1)
-        ]  # fmt: skip
-
     def _checkpoint(self) -> dict[str, Any]:
         # Not resumable by hn.resume: what a later run needs is the CLI's session id.
-        return {"agent": self.agent.name, "session_id": self.turn.session_id or self.bound,
-                "usage": self.turn.usage, "usage_total": self.usage_total or self.prior_usage,
-                "unparsed": self.turn.unparsed}  # fmt: skip
+        return {
+            "agent": self.agent.name,
+            "session_id": self.turn.session_id or self.bound,
+            "usage": self.turn.usage,
+            "usage_total": self.usage_total or self.prior_usage,
+            "unparsed": self.turn.unparsed,
+        }
 
     async def _emit(self, event: AnyEvent) -> None:
         in_turn = isinstance(event, StepEvent | ToolCallEvent | RetryEvent)
         step = max(1, self.turn.messages) if in_turn else 0
-        await self.events.emit(stamped(event, self.run_id, step, time.time()))
+        await self.recorder.emit(event, step)
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")
-
-
-def _reported_cost(usage: dict[str, Any]) -> float | None:
-    """The invocation's cost as the CLI reported it (Claude Code does), else None:
-    unknown, which the run's cost says (a CLI's login may be a subscription)."""
-    cost = usage.get("cost_usd")
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
-        return float(cost)
-    return None
-
-
-def _code(cause: Cause) -> str:
-    """The error code a failed request of this cause is stored with."""
-    codes = {ProviderErrorKind.AUTH: NotAuthenticated.CODE,
-             ProviderErrorKind.RATE_LIMITED: RateLimited.CODE}  # fmt: skip
-    return codes.get(cause.kind, AgentError.CODE)
 
 
 class _Stopped(Exception):

@@ -3,10 +3,14 @@
 - ``_contract``: ``TaskContract``, verifications, ``RunOutcome``;
 - ``_driver``: ``run``/``run_sync`` and ``Driver``, which takes steps and commits each
   one (with the run's end, when it ends) in one store transaction; its lease;
+- ``_recorder``: ``RunRecorder``, a run's life in the store (start with its lease,
+  renewal, events, rows, the end with its outcome), for the driver and the agent CLIs;
+- ``_state``: ``RunState``, a run between steps as one value (its checkpoint, restored
+  whole on resume), and ``StepResult``;
 - ``_outcome``: the pure rules that decide how a run ends (budgets, provider failures,
   the step's outcome, egress denial, what a resumed step does with a settled call);
 - ``_model_call``: one model turn: retries, the run's deadline, one context shrink,
-  attempt rows and the attempts/retries/fallbacks counters;
+  attempt rows, counted into the run's state (attempts, retries, fallbacks, spend);
 - ``_step_tools``: a step's tool calls: write-ahead intents, settling, finishing a
   step a previous process began;
 - ``_step_check``: stall detection and verification after the tools, and the step's

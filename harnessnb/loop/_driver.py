@@ -10,10 +10,9 @@ store transaction.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
@@ -26,28 +25,26 @@ from ..rules._events import (
     StartedEvent,
     StepEvent,
     ToolEvent,
-    stamped,
 )
 from ..rules._retry import Clock, SystemClock
-from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
 from ._contract import RunOutcome, TaskContract
-from ._conversation import Conversation, initial_messages
 from ._events import Asking, Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
+from ._recorder import RunRecorder
 from ._result import RunResult, StepSummary
 from ._start import awake_on_main_thread, begin_run, uncut
+from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
-from ._store_wait import close_opened, gave_out_outcome, patiently
+from ._store_wait import close_opened
 
 if TYPE_CHECKING:
     from ..providers._prices import Prices
     from ..rules._policy import Policy
-    from ..store._leases import Lease
-    from ..store._row_types import Finish, RunRow, StepRow, ToolCallRow
+    from ..store._row_types import RunRow, StepRow, ToolCallRow
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._executor import ToolExecutor
@@ -62,8 +59,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
-class Driver(StepTools):
-    """Drives one run, one committed step at a time; holds the state a checkpoint captures.
+class Driver:
+    """Drives one run, one committed step at a time (:meth:`take_step`).
+
+    It holds the run's ``RunState`` (``state``: each step's checkpoint, restored whole
+    by :meth:`restore`) and composes what a step needs: the model calls
+    (``model_calls``), the tool calls (``tools``), the checks after them (``checks``)
+    and the run's recorder (``recorder``: the store, the lease, the events).
 
     ``run`` drives a new run with :meth:`drive`. ``resume`` takes the run's lease
     (:meth:`take_lease`), hands the stored checkpoints to :meth:`restore` and goes on
@@ -101,6 +103,9 @@ class Driver(StepTools):
         self.clock = clock
         self.run_id = run_id
         self.events = EventSink(on_event)
+        self.recorder = RunRecorder(
+            store, run_id, clock=clock, events=self.events, remaining=self.remaining
+        )
         self.workspace = Workspace(contract.workspace)
         self.executor: ToolExecutor = ToolExecutor(
             self.workspace,
@@ -115,26 +120,37 @@ class Driver(StepTools):
             provider,
             contract,
             clock,
-            tool_specs=self.executor.specs,
-            elapsed=self.elapsed,
-            remaining=self.remaining,
-            emit=self.emit,
+            run=self,
             prices=prices if prices is not None else default_prices(),
-            rows=AttemptRows(store, run_id, patient=self.patient),
         )
-        self.checks = StepChecks(contract, self.workspace, policy=self.policy, approver=approver,
-                                 clock=clock, remaining=self.remaining)  # fmt: skip
-        self.conversation = Conversation()
-        self.tokens = 0
-        self.step = 0
+        self.tools = StepTools(self.executor, self.recorder, clock=clock, remaining=self.remaining)
+        self.checks = StepChecks(
+            contract,
+            self.workspace,
+            policy=self.policy,
+            approver=approver,
+            clock=clock,
+            remaining=self.remaining,
+        )
+        self.state = RunState.new(contract)  # the checkpoint, saved and restored whole
         self.started = clock.monotonic()
         self.elapsed_before = 0.0  # time spent before this process took the run (resume)
-        self.text = ""
-        self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking = Asking()  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
-        self.summaries: list[StepSummary] = []  # the committed steps, for the result
+
+    @property
+    def attempt_rows(self) -> AttemptRows:
+        """The run's attempt rows, written as each model call ends."""
+        return self.recorder.attempt_rows
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools offered to the model."""
+        return self.executor.specs()
+
+    def use_executor(self, executor: ToolExecutor) -> None:
+        """Run the tool calls through ``executor`` (the replay's recorded answers)."""
+        self.executor = self.tools.executor = executor
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -143,50 +159,23 @@ class Driver(StepTools):
         budget = self.contract.budget_seconds
         return None if budget is None else budget - self.elapsed()
 
-    async def emit(self, event: AnyEvent) -> None:
-        await self.events.emit(stamped(event, self.run_id, self.step, self.clock.time()))
+    async def emit(self, event: AnyEvent, /) -> None:
+        await self.recorder.emit(event, self.state.step)
 
     async def _tool_event(self, event: ToolEvent) -> None:
         self.asking.see(event)
         await self.emit(event)
 
-    async def patient(self, write: Callable[[], Awaitable[T]]) -> T:
-        """A store write, tried again while the store is busy or full and the run has
-        time left (``_store_wait``); then its ``StoreError`` ends the run (``drive``)."""
-        return await patiently(write, remaining=self.remaining, sleep=self.clock.sleep)
-
     async def take_lease(self) -> None:
         """One driver per run: another live process holding the run -> ConflictError."""
-        self.lease = await self.patient(
-            lambda: self.writer.queued.acquire_lease(
-                self.run_id, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
-            )
-        )
-
-    async def keep_lease(self) -> None:
-        """Renew the lease while the run is driven (a provider call may take minutes)."""
-        while self.lease is not None:
-            await asyncio.sleep(LEASE_TTL_S / 3)
-            if self.lease is None:
-                return
-            try:
-                self.lease = await self.writer.queued.renew_lease(self.lease, ttl_s=LEASE_TTL_S)
-            except StoreError as exc:
-                if not exc.retryable:
-                    return
-                # Busy or full: tried again at the next renewal, well before it expires.
-            except HarnessError:
-                return  # taken over: the next commit is refused with ConflictError
+        await self.recorder.take_lease()
 
     async def release(self) -> None:
         """Give the run's lease back (a resume that could not load the run)."""
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            await self.patient(lambda: self.writer.queued.release_lease(lease))
+        await self.recorder.release()
 
     async def begin(self) -> None:
         """The run row and its lease in one commit: a run is never recorded undriven."""
-        self.conversation = Conversation(initial_messages(self.contract))
         row: RunRow = {
             "run_id": self.run_id,
             "task": self.contract.task,
@@ -199,16 +188,12 @@ class Driver(StepTools):
             "policy": self.base_policy.to_dict(),
             "sweep_id": self.sweep_id,
         }
-        self.lease = await self.patient(
-            lambda: self.writer.queued.start_run(
-                row, owner_identity(), ttl_s=LEASE_TTL_S, owner_alive=owner_alive
-            )
-        )
+        await self.recorder.start(row)
 
     async def start(self) -> RunResult | None:
         """The ``started`` event (the row written first, unless ``begin`` wrote it),
         then the egress check: a provider the policy denies ends the run ``denied``."""
-        if self.lease is None:
+        if self.recorder.lease is None:
             await self.begin()
         await self._announce()
         refusal = egress_refusal(self.policy, self.provider.hosts())
@@ -228,69 +213,72 @@ class Driver(StepTools):
             )
         )
 
-    async def take_step(self, pending: PendingStep | None = None) -> RunResult | None:
-        """One step. Returns a result when the run ends, else None.
+    async def take_step(self, state: RunState, pending: PendingStep | None = None) -> StepResult:
+        """One step of the run in ``state``, which it moves on (a step that is not
+        committed leaves it as it was). ``ended`` in the result when the run ends.
 
         ``pending`` is a step a previous process began (its answer was durable with
         its first intent): it is finished without asking the model again.
         """
-        self.step += 1
+        state.step += 1
         if pending is None:
-            called = await self.model_calls.call(self.conversation, self.step)
+            called = await self.model_calls.call(state.conversation, state.step)
             if isinstance(called, Failure):
-                self.step -= 1  # no step was committed
-                return await self.finish(called.outcome, called.error)
+                state.step -= 1  # no step was committed
+                return StepResult(await self.finish(called.outcome, called.error))
             completion = called
         else:
             completion = pending.completion
-        messages_before = len(self.conversation)
+        messages_before = len(state.conversation)
         step_tokens = completion.usage.total_tokens
-        self.tokens += step_tokens
-        self.text = completion.text or self.text
-        self.conversation.append(completion.to_message())
+        state.tokens += step_tokens
+        state.text = completion.text or state.text
+        state.conversation.append(completion.to_message())
 
         tool_rows: list[ToolCallRow] = []
-        tools = await self.run_tools(completion, tool_rows, pending.settled if pending else None)
+        tools = await self.tools.run_tools(
+            completion,
+            tool_rows,
+            pending.settled if pending else None,
+            step=state.step,
+            conversation=state.conversation,
+        )
         if tools.unreconciled is not None or tools.deferred:
             # The step stays uncommitted; the next resume picks it up again (a call
             # waiting for a person is asked again; the model is not).
-            self.conversation.truncate(messages_before)
-            self.tokens -= step_tokens
-            self.step -= 1
+            state.conversation.truncate(messages_before)
+            state.tokens -= step_tokens
+            state.step -= 1
             if tools.unreconciled is not None:
-                return await self.finish(RunOutcome.NEEDS_RECONCILIATION, tools.unreconciled)
-            await self.keep_begun(completion, tool_rows)
-            return await self.finish(RunOutcome.AWAITING_APPROVAL)
+                unreconciled = RunOutcome.NEEDS_RECONCILIATION
+                return StepResult(await self.finish(unreconciled, tools.unreconciled))
+            await self.tools.keep_begun(completion, tool_rows)
+            return StepResult(await self.finish(RunOutcome.AWAITING_APPROVAL))
 
         checked = await self.checks.after_tools(
-            self.step,
-            completion,
-            changed=tools.changed,
-            deferred=tools.deferred,
-            tokens=self.tokens,
-            refused=tools.refused,
-            cost_usd=self.model_calls.cost_usd,
+            state, completion, changed=tools.changed, deferred=tools.deferred, refused=tools.refused
         )
         for message in checked.messages:
-            self.conversation.append(message)
-        return await self._commit_step(completion, step_tokens, tools.changed, checked, tool_rows)
+            state.conversation.append(message)
+        committed = await self._commit_step(
+            state, completion, step_tokens, tools.changed, checked, tool_rows
+        )
+        return StepResult(committed, committed=True)
 
     async def _commit_step(
         self,
+        state: RunState,
         completion: Completion,
         step_tokens: int,
         changed: bool,
         checked: StepChecked,
         tool_rows: list[ToolCallRow],
     ) -> RunResult | None:
-        """Commit the step (and the run's end, if it ends) in one transaction; keep its summary."""
+        """Commit the step (and the run's end, if it ends) in one transaction; keep its
+        summary in ``state``."""
         ending, stall_rows = checked.outcome, checked.stall_rows
-        final: Finish | None = None
-        if ending is not None:
-            # The last step and the run's end (lease released) are one commit.
-            final = {"outcome": ending.value, "finished_at": self.clock.time(), "error": None}
         row: StepRow = {
-            "step": self.step,
+            "step": state.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
             "tool_calls": len(completion.tool_calls),
             "tokens": step_tokens,
@@ -298,28 +286,20 @@ class Driver(StepTools):
             "provider": completion.provider or self.provider.name,
             "at": self.clock.time(),
         }
-        checkpoint = self.checkpoint()
-        await self.patient(
-            lambda: self.writer.queued.commit_step(
-                self.run_id,
-                row,
-                attempts=[],  # each was written when its call ended
-                tool_calls=tool_rows,
-                stalls=stall_rows,
-                checkpoint=checkpoint,
-                lease=self.lease,
-                finish=final,
-            )
+        # Its attempts are not part of it: each was written when its call ended. The
+        # last step and the run's end (lease released) are one commit.
+        await self.recorder.commit_step(
+            row,
+            checkpoint=state.checkpoint(self.elapsed()),
+            tool_calls=tool_rows,
+            stalls=stall_rows,
+            ending=ending,
         )
-        # Its attempt rows (not part of it) were queued ahead of it as their calls ended.
-        await self.model_calls.rows.settle()
-        self.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
-        if final is not None:
-            self.lease = None
+        state.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         await self.emit(
             StepEvent(
-                tokens=self.tokens,
-                cost_usd=self.model_calls.cost_usd,
+                tokens=state.tokens,
+                cost_usd=state.calls.cost_usd,
                 tool_calls=len(completion.tool_calls),
                 changed_workspace=changed,
                 provider=completion.provider,
@@ -332,19 +312,6 @@ class Driver(StepTools):
             return await self.finished(ending, None)
         return None
 
-    def checkpoint(self) -> dict[str, Any]:
-        """The state a resume needs; the conversation as this step's delta (see
-        ``Conversation.checkpoint``)."""
-        return {
-            **self.conversation.checkpoint(),
-            "tokens": self.tokens,
-            "elapsed_s": self.elapsed(),
-            **self.checks.state(),
-            "providers": self.model_calls.providers,
-            "counts": self.model_calls.counts(),
-            "text": self.text,
-        }
-
     def restore(self, run: dict[str, Any], checkpoints: list[dict[str, Any]]) -> None:
         """Take up a stored run from its step checkpoints (in step order): conversation,
         tokens, counters and time already used (the time the process was down included).
@@ -356,16 +323,7 @@ class Driver(StepTools):
         """
         self.elapsed_before = max(0.0, self.clock.time() - float(run["started_at"]))
         self.started = self.clock.monotonic()
-        if not checkpoints:  # stopped before its first step was committed
-            self.conversation = Conversation(initial_messages(self.contract))
-            return
-        self.conversation = Conversation.from_checkpoints([c["state"] for c in checkpoints])
-        state = checkpoints[-1]["state"]
-        self.step = int(checkpoints[-1]["step"])
-        self.tokens = int(state.get("tokens", 0))
-        self.checks.restore(state)
-        self.model_calls.restore(state.get("counts", {}), state.get("providers", []))
-        self.text = str(state.get("text", ""))
+        self.state = RunState.from_checkpoints(self.contract, checkpoints)
 
     async def resume_from(self, pending: PendingStep | None) -> RunResult:
         """Drive a run taken up with :meth:`restore` (the lease held) to its end.
@@ -382,38 +340,13 @@ class Driver(StepTools):
         outcome: RunOutcome,
         error: HarnessError | None = None,
     ) -> RunResult:
-        await self.model_calls.rows.settle()
-        finished_at = self.clock.time()
-        await self.patient(
-            lambda: self.writer.queued.finish_run(
-                self.run_id,
-                outcome=outcome.value,
-                finished_at=finished_at,
-                error=error.to_dict() if error is not None else None,
-                lease=self.lease,
-                release=True,  # the lease is given up in the same commit
-            )
-        )
-        self.lease = None
+        await self.recorder.finish(outcome, error)
         return await self.finished(outcome, error)
 
     def record_cancelled(self) -> None:
         """Record the run ``cancelled`` now (its task is being torn down), a pending
         approval as not answered; a store busy or full leaves it to its lease's expiry."""
-        lease, self.lease = self.lease, None
-        try:
-            self.model_calls.rows.settle_now()
-            self.writer.finish_run(
-                self.run_id,
-                outcome=RunOutcome.CANCELLED.value,
-                finished_at=self.clock.time(),
-                error=self.asking.unanswered(),
-                lease=lease,
-                release=True,
-            )
-        except StoreError as exc:
-            if not exc.retryable and exc.kind != "missing":
-                raise
+        self.recorder.record_cancelled(self.asking.unanswered())
 
     async def store_gave_out(self, exc: StoreError) -> RunResult:
         """End the run whose store stayed busy or full for the rest of its time.
@@ -424,14 +357,7 @@ class Driver(StepTools):
         released, if one last try gets through; otherwise the result alone reports it
         and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
         """
-        outcome = gave_out_outcome(self.contract.budget_seconds)
-        lease, self.lease = self.lease, None  # stops the renewals whatever happens
-        # If the store still cannot be written, the result is the only report.
-        with contextlib.suppress(HarnessError):
-            await self.writer.queued.finish_run(
-                self.run_id, outcome=outcome.value, finished_at=self.clock.time(),
-                error=exc.to_dict(), lease=lease, release=True,
-            )  # fmt: skip
+        outcome = await self.recorder.gave_out(exc, self.contract.budget_seconds)
         return await self.finished(outcome, exc)
 
     async def finished(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
@@ -440,35 +366,36 @@ class Driver(StepTools):
         await self.emit(
             FinishedEvent(
                 outcome=outcome.value,
-                steps=self.step,
-                tokens=self.tokens,
-                cost_usd=self.model_calls.cost_usd,
-                verified=self.checks.verified,
+                steps=self.state.step,
+                tokens=self.state.tokens,
+                cost_usd=self.state.calls.cost_usd,
+                verified=self.state.checks.verified,
                 error=error.to_dict() if error else None,
             )
         )
         return result
 
     def result(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
+        state, calls = self.state, self.state.calls
         return RunResult(
             run_id=self.run_id,
             outcome=outcome,
-            steps=self.step,
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
-            verified=self.checks.verified,
+            steps=state.step,
+            tokens=state.tokens,
+            cost_usd=calls.cost_usd,
+            verified=state.checks.verified,
             error=error,
             elapsed=self.elapsed(),
-            text=self.text,
-            providers=tuple(self.model_calls.providers),
-            attempts=self.model_calls.attempts,
-            retries=self.model_calls.retries,
-            fallbacks=self.model_calls.fallbacks,
-            replans=self.checks.detector.replans,
+            text=state.text,
+            providers=tuple(calls.providers),
+            attempts=calls.attempts,
+            retries=calls.retries,
+            fallbacks=calls.fallbacks,
+            replans=state.checks.detector.replans,
             task=self.contract.task,
-            verify_detail=self.checks.verify_detail,
+            verify_detail=state.checks.verify_detail,
             commands=containment(),
-            step_summaries=tuple(self.summaries),
+            step_summaries=tuple(state.summaries),
         )
 
     async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:
@@ -478,15 +405,15 @@ class Driver(StepTools):
         renewer: asyncio.Task[None] | None = None
         awake = awake_on_main_thread()
         try:
-            ended = await self.start() if fresh or self.lease is None else None
-            renewer = asyncio.create_task(self.keep_lease())
+            ended = await self.start() if fresh or self.recorder.lease is None else None
+            renewer = asyncio.create_task(self.recorder.keep_leases())
             if ended is None and pending is not None:
-                ended = await self.take_step(pending)
+                ended = (await self.take_step(self.state, pending)).ended
             while ended is None:
                 if out_of_time(self.remaining()):
                     ended = await self.finish(RunOutcome.TIME_BUDGET)
                     break
-                ended = await self.take_step()
+                ended = (await self.take_step(self.state)).ended
             return ended
         except StoreError as exc:
             if not exc.retryable:
@@ -560,12 +487,7 @@ async def run(
     except Exception as exc:  # a bug: keep the run on record, surface it typed
         err = wrap_unknown(exc)
         try:
-            driver.writer.finish_run(
-                driver.run_id,
-                outcome=RunOutcome.ESCALATED_TERMINAL.value,
-                finished_at=driver.clock.time(),
-                error=err.to_dict(),
-            )
+            driver.recorder.record_now(RunOutcome.ESCALATED_TERMINAL, err.to_dict())
         finally:
             raise err from exc
     finally:

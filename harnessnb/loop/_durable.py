@@ -174,7 +174,7 @@ async def resume(
         await driver.release()
         raise
     await store_writer(store).queued.add_marker(
-        run_id, "resume", f"at step {driver.step + 1}", clock.time()
+        run_id, "resume", f"at step {driver.state.step + 1}", clock.time()
     )
     return await driver.resume_from(pending)
 
@@ -185,18 +185,17 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         checkpoints = await asyncio.to_thread(store.checkpoints, driver.run_id)
         driver.restore(row, checkpoints)
         begun = await asyncio.to_thread(
-            store_writer(store).pending_step, driver.run_id, driver.step + 1
+            store_writer(store).pending_step, driver.run_id, driver.state.step + 1
         )
         await _continue_attempt_numbers(driver, store, begun)
         # The card's steps before the resume, and the attempts of the step it goes on with.
         summaries, attempts = await asyncio.to_thread(stored_steps, store, driver.run_id)
-        driver.summaries = list(summaries)
-        driver.model_calls.step_attempts = [a for a in attempts if a["step"] == driver.step + 1]
+        step = driver.state.step + 1
+        driver.state.summaries = list(summaries)
+        driver.model_calls.step_attempts = [a for a in attempts if a["step"] == step]
         if begun is None:
             return None
-        rows = await asyncio.to_thread(
-            store_writer(store).step_tool_calls, driver.run_id, driver.step + 1
-        )
+        rows = await asyncio.to_thread(store_writer(store).step_tool_calls, driver.run_id, step)
         return PendingStep(
             completion=Completion.from_dict(begun["completion"]),
             settled={int(r["seq"]): cast("ToolCallRow", r) for r in rows},
@@ -227,7 +226,7 @@ async def _continue_attempt_numbers(
     if unwritten:
         await store_writer(store).queued.add_attempts(driver.run_id, unwritten)
     numbers += [int(a["attempt"]) for a in legacy]
-    driver.model_calls.attempts = max([driver.model_calls.attempts, *numbers])
+    driver.state.calls.attempts = max([driver.state.calls.attempts, *numbers])
 
 
 def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:

@@ -25,7 +25,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..providers._base import Call, ask
 from ..providers._completion import AttemptRecord, Completion, Provider, attempts_of, shown_url
@@ -43,7 +43,7 @@ from ..store._writer import store_writer
 from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
-from ._events import Emit, TextDeltas
+from ._events import AnyEvent, Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ..store._store import Store
     from ._contract import TaskContract
     from ._conversation import Conversation
+    from ._state import CallCounts, RunState
 
 __all__ = ["ATTEMPT_LINGER_S", "AttemptRows", "Failure", "ModelCalls", "provider_url"]
 
@@ -142,6 +143,30 @@ class AttemptRows:
                     future.result()
 
 
+class CallingRun(Protocol):
+    """What model calls need of the run they are made for (the loop's ``Driver``)."""
+
+    @property
+    def attempt_rows(self) -> AttemptRows:
+        """Where attempt rows go, as each call ends."""
+
+    def elapsed(self) -> float:
+        """Seconds the run has used."""
+
+    def remaining(self) -> float | None:
+        """Seconds the run has left (None: no time budget)."""
+
+    async def emit(self, event: AnyEvent, /) -> None:
+        """Send a run event (``retry``, ``fell_back``, ``shrunk``, ``delta``)."""
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools offered to the model."""
+
+    @property
+    def state(self) -> RunState:
+        """The run's state: the calls count into its ``calls``."""
+
+
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
 class ModelCalls:
     """Calls the model for each step and keeps the run's provider counters.
@@ -150,47 +175,39 @@ class ModelCalls:
         provider: The run's provider.
         contract: Its retry policy, retries and time budget apply.
         clock: The run's clock (sleeps between retries go through it).
-        tool_specs: The tools offered to the model.
-        elapsed: Seconds the run has used; remaining: seconds left (None: no budget).
-        emit: Sends a run event (``retry``, ``fell_back``, ``shrunk``, and ``delta``
-            with streamed text, throttled by ``TextDeltas``).
-        rows: Where attempt rows go, as each call ends.
+        run: The run the calls are made for: its time used and left, its events
+            (``delta`` with streamed text throttled by ``TextDeltas``), its attempt
+            rows, the tools it offers (bound here as ``elapsed``, ``remaining``,
+            ``emit``, ``rows``, ``tool_specs``).
         prices: How attempts are priced (the catalogue, local servers free).
-        cost_usd: Dollars the run's attempts cost so far; None once one that used
-            tokens could not be priced (the spend is then unknown).
         step_attempts: The attempt rows of the latest step called for (its summary's).
+
+    What the calls came to (attempts, retries, fallbacks, providers, the spend) is
+    counted in the run's state (``counts``: ``RunState.calls``), never here.
     """
 
     provider: Provider
     contract: TaskContract
     clock: Clock
     _: dataclasses.KW_ONLY
-    tool_specs: Callable[[], list[dict[str, Any]]]
-    elapsed: Callable[[], float]
-    remaining: Callable[[], float | None]
-    emit: Emit
-    rows: AttemptRows
-    attempts: int = dataclasses.field(default=0, init=False)
-    retries: int = dataclasses.field(default=0, init=False)
-    fallbacks: int = dataclasses.field(default=0, init=False)
-    providers: list[str] = dataclasses.field(default_factory=list, init=False)
+    run: CallingRun
+    tool_specs: Callable[[], list[dict[str, Any]]] = dataclasses.field(init=False)
+    elapsed: Callable[[], float] = dataclasses.field(init=False)
+    remaining: Callable[[], float | None] = dataclasses.field(init=False)
+    emit: Emit = dataclasses.field(init=False)
+    rows: AttemptRows = dataclasses.field(init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
-    cost_usd: float | None = dataclasses.field(default=0.0, init=False)
     step_attempts: list[Mapping[str, Any]] = dataclasses.field(default_factory=list, init=False)
 
-    def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
-        """Take up the counters a checkpoint stored."""
-        self.attempts = int(counts.get("attempts", 0))
-        self.retries = int(counts.get("retries", 0))
-        self.fallbacks = int(counts.get("fallbacks", 0))
-        self.providers = list(providers)
-        # A checkpoint from before costs were kept: the spend of its attempts is unknown.
-        cost = counts.get("cost_usd", None if self.attempts else 0.0)
-        self.cost_usd = None if cost is None else float(cost)
+    def __post_init__(self) -> None:
+        run = self.run
+        self.tool_specs, self.elapsed, self.remaining = run.tool_specs, run.elapsed, run.remaining
+        self.emit, self.rows = run.emit, run.attempt_rows
 
-    def counts(self) -> dict[str, Any]:
-        return {"attempts": self.attempts, "retries": self.retries, "fallbacks": self.fallbacks,
-                "cost_usd": self.cost_usd}  # fmt: skip
+    @property
+    def counts(self) -> CallCounts:
+        """The run's counters (its state's, restored with it on resume)."""
+        return self.run.state.calls
 
     async def call(self, conversation: Conversation, step: int) -> Completion | Failure:
         """One model turn with the loop's retries, deadline, and one context shrink.
@@ -204,15 +221,15 @@ class ModelCalls:
         while True:
             result = await self._call_once(messages, step)
             if isinstance(result, Completion):
-                if result.provider and result.provider not in self.providers:
-                    self.providers.append(result.provider)
+                if result.provider and result.provider not in self.counts.providers:
+                    self.counts.providers.append(result.provider)
                 if shrunk:
                     conversation.rewrite(messages)
                 return result
             err = result
             if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
                 return Failure(ended, err)
-            if over_cost(self.cost_usd, self.contract.max_cost_usd):
+            if over_cost(self.counts.cost_usd, self.contract.max_cost_usd):
                 # Billed answers that could not be used count too: no retry past the budget.
                 return Failure(RunOutcome.COST_BUDGET, err)
             assert isinstance(err, ProviderError)  # anything else ended the run above
@@ -246,7 +263,7 @@ class ModelCalls:
         )
         if decision.action == "stop":
             return False
-        self.retries += 1
+        self.counts.retries += 1
         await self.emit(
             RetryEvent(
                 error_kind=err.kind.value,
@@ -313,7 +330,7 @@ class ModelCalls:
             await self.rows.write(self._attempt_rows(records, step, call_start))
         for rec in records:
             if rec.fell_back:
-                self.fallbacks += 1
+                self.counts.fallbacks += 1
                 await self.emit(
                     FellBackEvent(
                         from_provider=rec.provider,
@@ -342,13 +359,13 @@ class ModelCalls:
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
     ) -> AttemptRow:
-        self.attempts += 1
+        self.counts.attempts += 1
         # Map the provider's wall-clock start onto the run's clock, so an injected
         # clock orders attempts the way the retry waits did.
         started_at = call_start + max(0.0, rec.started_at - first_real)
         return {
             "step": step,
-            "attempt": self.attempts,
+            "attempt": self.counts.attempts,
             "provider": rec.provider,
             "model": rec.model,
             "kind": rec.kind,
@@ -384,10 +401,10 @@ class ModelCalls:
         cost = self.prices.cost_usd(
             provider, rec.model, rec.input_tokens, rec.output_tokens, base_url
         )
-        if cost is not None and self.cost_usd is not None:
-            self.cost_usd += cost
+        if cost is not None and self.counts.cost_usd is not None:
+            self.counts.cost_usd += cost
         elif cost is None and (rec.input_tokens is not None or rec.output_tokens is not None):
-            self.cost_usd = None  # tokens spent at an unknown price: the total is unknown
+            self.counts.cost_usd = None  # tokens spent at an unknown price: the total is unknown
         return cost
 
 

@@ -16,7 +16,8 @@ Where each ``RunOutcome`` is decided:
   ``token_budget``, ``cost_budget``, ``step_cap``: :func:`step_outcome`, after a step's tools, stall
   check and verification;
 - ``cancelled`` (the task was cancelled) and ``escalated_terminal`` for a bug in the
-  loop are exceptions, caught where they surface: ``Driver.drive`` and ``run``.
+  loop are exceptions, caught where they surface: ``Driver.drive`` and ``run``;
+- a coding-agent CLI's invocation (one step, no retries of ours): :func:`invocation_outcome`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "StepDecision",
     "StepFacts",
     "egress_refusal",
+    "invocation_outcome",
     "out_of_time",
     "over_cost",
     "provider_failure_outcome",
@@ -82,6 +84,18 @@ def provider_failure_outcome(err: HarnessError, *, retries_exhausted: bool) -> R
     if not retries_exhausted:
         return None
     return RunOutcome.ESCALATED_RETRYABLE if err.retryable else RunOutcome.ESCALATED_TERMINAL
+
+
+def invocation_outcome(error: HarnessError | None, *, cancelled: bool) -> RunOutcome:
+    """How a run of one invocation that harnessnb does not retry ends (a coding-agent
+    CLI's): ``finished`` without an error, ``cancelled`` when it was cancelled, else
+    ``escalated_retryable`` when a later try could cure the error (a rate limit, an
+    overloaded server), ``escalated_terminal`` when it cannot."""
+    if error is None:
+        return RunOutcome.FINISHED
+    if cancelled:
+        return RunOutcome.CANCELLED
+    return RunOutcome.ESCALATED_RETRYABLE if error.retryable else RunOutcome.ESCALATED_TERMINAL
 
 
 SettledAction = Literal["reuse", "reconcile", "rerun"]

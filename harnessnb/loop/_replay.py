@@ -110,7 +110,7 @@ async def replay(
         clock=SystemClock(),
         run_id=new_id,
     )
-    driver.executor = RecordedTools(driver, recorded, tools)
+    driver.use_executor(RecordedTools(driver, recorded, tools))
     return await driver.drive()
 
 
@@ -169,6 +169,7 @@ class RecordedTools(ToolExecutor):
         *,
         idempotency_key: str,
         before_run: Callable[[], Awaitable[None]] | None = None,
+        command_timeout_s: float | None = None,
     ) -> ToolResult:
         found = self._take(call)
         if found is None:
@@ -177,7 +178,10 @@ class RecordedTools(ToolExecutor):
             result = _answer(found)
             if result.ok and call.name in _REPLAYED_WRITES:
                 made = await super().execute(
-                    call, idempotency_key=idempotency_key, before_run=before_run
+                    call,
+                    idempotency_key=idempotency_key,
+                    before_run=before_run,
+                    command_timeout_s=command_timeout_s,
                 )
                 if not made.ok:
                     return made

@@ -31,14 +31,21 @@ T = TypeVar("T")
 
 
 @runtime_checkable
-class Begun(Protocol):
-    """What ``begin_run`` builds: a ``loop._driver.Driver``."""
+class Cancellable(Protocol):
+    """What a start an interrupt let end gives back, to record ``cancelled``: a
+    ``loop._driver.Driver``, or the ``RunRecorder`` of a coding-agent CLI's run."""
 
     store: Store
 
+    def record_cancelled(self) -> None: ...
+
+
+@runtime_checkable
+class Begun(Cancellable, Protocol):
+    """What ``begin_run`` builds: a ``loop._driver.Driver``."""
+
     async def begin(self) -> None: ...
     async def store_gave_out(self, exc: StoreError) -> RunResult: ...
-    def record_cancelled(self) -> None: ...
 
 
 B = TypeVar("B", bound=Begun)
@@ -120,7 +127,7 @@ async def _cancelled_in_start(
         return
     except Exception:  # the start's own error: the interrupt is what the caller asked
         return
-    if isinstance(begun, Begun):
+    if isinstance(begun, Cancellable):
         try:
             begun.record_cancelled()
         finally:

@@ -1,8 +1,9 @@
 """The check half of a step: stall detection, the contract's verification, the outcome.
 
-``StepChecks`` holds the state these carry from step to step (the stall detector,
-whether the model was already told the check fails, the last check's result) and
-turns a step's facts into its decision with :func:`._outcome.step_outcome`.
+``StepChecks`` runs them after a step's tools and turns the step's facts into its
+decision with :func:`._outcome.step_outcome`; what they carry from step to step
+(the stall detector, whether the model was already told the check fails, the last
+check's result) is the run's state's (``RunState.checks``), saved with it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..rules._stall import StallDetector, call_signature, replan_directive
+from ..rules._stall import call_signature, replan_directive
 from ._conversation import verify_feedback
 from ._outcome import StepFacts, should_verify, step_outcome
 from ._verify import VerifyOutcome, run_verification
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ..tools._approval import Approver
     from ..tools._workspace import Workspace
     from ._contract import RunOutcome, TaskContract
+    from ._state import CheckState, RunState
 
 __all__ = ["StepChecked", "StepChecks"]
 
@@ -53,36 +55,8 @@ class StepChecks:
     clock: Clock
     remaining: Callable[[], float | None] = lambda: None
     """Seconds left in the run's time budget (None: no budget): a check is cut to them."""
-    detector: StallDetector = dataclasses.field(init=False)
-    feedback_given: bool = dataclasses.field(default=False, init=False)
-    """The model was told once that the check fails."""
-    verified: bool | None = dataclasses.field(default=None, init=False)
-    refused: bool = dataclasses.field(default=False, init=False)
-    """A tool call of the run was refused (a failed check then ends it ``denied``)."""
-    verify_detail: str | None = dataclasses.field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self.detector = StallDetector(self.contract.stall)
-
-    def state(self) -> dict[str, Any]:
-        """This part of a step checkpoint."""
-        return {
-            "stall": self.detector.state(),
-            "verify_feedback_given": self.feedback_given,
-            "verified": self.verified,
-            "refused": self.refused,
-            "verify_detail": self.verify_detail,  # the card of a run read back says it too
-        }
-
-    def restore(self, state: dict[str, Any]) -> None:
-        """Take up what :meth:`state` stored."""
-        self.detector = StallDetector.from_state(self.contract.stall, state.get("stall", {}))
-        self.feedback_given = bool(state.get("verify_feedback_given"))
-        self.verified = state.get("verified")
-        self.refused = bool(state.get("refused"))
-        self.verify_detail = state.get("verify_detail")
-
-    async def verify(self) -> VerifyOutcome | None:
+    async def verify(self, checks: CheckState) -> VerifyOutcome | None:
         """Run the contract's verification (None when it has none)."""
         if self.contract.verification is None:
             return None
@@ -93,24 +67,25 @@ class StepChecks:
             approver=self.approver,
             remaining_s=self.remaining(),
         )
-        self.verified = outcome.passed if outcome.ran else None
-        self.verify_detail = outcome.detail
+        checks.verified = outcome.passed if outcome.ran else None
+        checks.verify_detail = outcome.detail
         return outcome
 
     async def after_tools(
         self,
-        step: int,
+        state: RunState,
         completion: Completion,
         *,
         changed: bool,
         deferred: bool,
-        tokens: int,
         refused: bool = False,
-        cost_usd: float | None = 0.0,
     ) -> StepChecked:
-        """Observe the step for stalls, verify when the rule says so, and decide."""
-        self.refused = self.refused or refused
-        signal = self.detector.observe(
+        """Observe the step (``state.step``, its tokens and spend counted in) for stalls,
+        verify when the rule says so, and decide; what carries to the next step goes
+        in ``state.checks``."""
+        step, checks = state.step, state.checks
+        checks.refused = checks.refused or refused
+        signal = checks.detector.observe(
             step, [call_signature(c.name, c.arguments) for c in completion.tool_calls], changed
         )
         stall_rows: list[StallRow] = []
@@ -131,18 +106,18 @@ class StepChecks:
             changed_workspace=changed,
             answered=answered,
         ):
-            check = await self.verify()
+            check = await self.verify(checks)
         decision = step_outcome(
             StepFacts(
                 answered=answered,
                 deferred=deferred,
                 stall_action=signal.action if signal is not None else None,
                 check_passed=check.passed if check is not None else None,
-                feedback_given=self.feedback_given,
-                refused=self.refused,
-                tokens=tokens,
+                feedback_given=checks.feedback_given,
+                refused=checks.refused,
+                tokens=state.tokens,
                 max_tokens=self.contract.max_tokens,
-                cost_usd=cost_usd,
+                cost_usd=state.calls.cost_usd,
                 max_cost_usd=self.contract.max_cost_usd,
                 step=step,
                 max_steps=self.contract.max_steps,
@@ -152,6 +127,6 @@ class StepChecks:
         if decision.replan and signal is not None:
             messages.append({"role": "user", "content": replan_directive(signal)})
         if decision.feedback and check is not None:
-            self.feedback_given = True
+            checks.feedback_given = True
             messages.append({"role": "user", "content": verify_feedback(check.detail)})
         return StepChecked(decision.outcome, stall_rows, messages)

@@ -1,9 +1,9 @@
 """A step's tool calls: write-ahead intents, per-call rows, and finishing a begun step.
 
-``StepTools`` is a mixin of the driver (it shares the driver's run id, step, lease
-and store calls, which must stay the driver's: one lease per run, renewed while
-the step runs). Each call goes through the ``ToolExecutor`` (policy, approval,
-per-effect retry); an effectful call's intent is committed before it runs and its
+``StepTools`` is one of the driver's collaborators: it runs a step's calls through
+the ``ToolExecutor`` (policy, approval, per-effect retry) and writes their rows
+through the run's ``RunRecorder`` (which holds the run's one lease, renewed while
+the step runs); an effectful call's intent is committed before it runs and its
 completion right after. On resume, the rows a previous process left are reused,
 run again or sent to reconciliation as :func:`._outcome.settled_call` says.
 """
@@ -19,17 +19,19 @@ from typing import TYPE_CHECKING, TypeVar, cast
 from ..providers._completion import Completion, ToolCall
 from ..rules._errors import HarnessError, ResumeError
 from ..rules._secrets import scrub_values
-from ..store._writer import StoreWriter, store_writer
-from ._conversation import NOT_RUN_AWAITING_APPROVAL, abandoned_output, tool_message
+from ._conversation import (
+    NOT_RUN_AWAITING_APPROVAL,
+    Conversation,
+    abandoned_output,
+    tool_message,
+)
 from ._outcome import settled_call
 
 if TYPE_CHECKING:
     from ..rules._retry import Clock
-    from ..store._leases import Lease
     from ..store._row_types import ToolCallRow
-    from ..store._store import Store
     from ..tools._executor import ToolExecutor
-    from ._conversation import Conversation
+    from ._recorder import RunRecorder
 
 __all__ = ["COMMAND_TIMEOUT_S", "PendingStep", "StepTools", "idempotency_key"]
 
@@ -86,39 +88,50 @@ class ToolsDone:
 
 
 class StepTools:
-    """The driver's tool-call half of a step (a mixin: see the module docstring)."""
+    """The driver's tool-call half of a step (see the module docstring).
 
-    if TYPE_CHECKING:
-        run_id: str
-        step: int
-        store: Store
-        lease: Lease | None
-        clock: Clock
-        executor: ToolExecutor
-        conversation: Conversation
+    Args:
+        executor: Runs each call (the replay's answers from recordings instead).
+        recorder: Where the calls' rows go.
+        clock: The run's clock (the rows' times).
+        remaining: Seconds the run has left (None: no time budget): a command's
+            timeout is cut to them.
+    """
 
-        def remaining(self) -> float | None: ...
-
-        async def patient(self, write: Callable[[], Awaitable[T]]) -> T: ...
-
-    @property
-    def writer(self) -> StoreWriter:
-        """The writes of the run's store."""
-        return store_writer(self.store)
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        recorder: RunRecorder,
+        *,
+        clock: Clock,
+        remaining: Callable[[], float | None],
+    ) -> None:
+        self.executor = executor
+        self.recorder = recorder
+        self.run_id = recorder.run_id
+        self.clock = clock
+        self.remaining = remaining
+        self.step = 0
+        self.conversation = Conversation()
 
     async def run_tools(
         self,
         completion: Completion,
         tool_rows: list[ToolCallRow],
         settled: dict[int, ToolCallRow] | None = None,
+        *,
+        step: int,
+        conversation: Conversation,
     ) -> ToolsDone:
-        """Run the step's tool calls in order, appending one row each to ``tool_rows``.
+        """Run step ``step``'s tool calls in order, each answer appended to
+        ``conversation`` and one row each to ``tool_rows``.
 
         ``settled`` holds the tool rows a previous process left for this step (on
         resume): a finished call's output is reused, a READ or IDEMPOTENT intent is
         run again with its recorded key, a WRITE intent is NOT run: the step stops for
         reconciliation.
         """
+        self.step, self.conversation = step, conversation  # the step being run
         done = ToolsDone()
         record_intent = self._intent_recorder(completion)
         for seq, call in enumerate(completion.tool_calls, start=1):
@@ -148,12 +161,7 @@ class StepTools:
         """Keep the step whose call waits for approval as begun (its answer, the rows
         of the calls made), for a resume to finish: ``keep_begun_step``."""
         step = int(tool_rows[-1]["step"])
-        pending = {"completion": completion.to_dict()}
-        await self.patient(
-            lambda: self.writer.queued.keep_begun_step(
-                self.run_id, step, pending, tool_rows, lease=self.lease
-            )
-        )
+        await self.recorder.keep_begun(step, {"completion": completion.to_dict()}, tool_rows)
 
     def _intent_recorder(self, completion: Completion) -> Callable[[ToolCallRow], Awaitable[None]]:
         """Write-ahead: an effectful call's intent is durable before it runs, with the
@@ -169,11 +177,7 @@ class StepTools:
             if not pending_saved:
                 pending = {"completion": completion.to_dict()}
                 pending_saved = True
-            await self.patient(
-                lambda: self.writer.queued.record_intent(
-                    self.run_id, row.copy(), lease=self.lease, pending=pending
-                )
-            )
+            await self.recorder.record_intent(row, pending)
 
         return record
 
@@ -207,10 +211,12 @@ class StepTools:
 
         # A command may not outlive the run's time budget either.
         remaining = self.remaining()
-        self.executor.command_timeout_s = (
+        timeout_s = (
             COMMAND_TIMEOUT_S if remaining is None else max(0.1, min(COMMAND_TIMEOUT_S, remaining))
         )
-        result = await self.executor.execute(call, idempotency_key=key, before_run=before_run)
+        result = await self.executor.execute(
+            call, idempotency_key=key, before_run=before_run, command_timeout_s=timeout_s
+        )
         done.changed = done.changed or result.changed_workspace
         # Secret values never reach the model, the checkpoint or the row (a printenv, say).
         content = scrub_values(result.to_message_content())
@@ -230,15 +236,8 @@ class StepTools:
         if effect != "read" and result.executions > 0:
             # The call's completion is durable at once: a crash later in the step
             # must not make a finished write look like one that may not have run.
-            await self.patient(
-                lambda: self.writer.queued.settle_tool_call(
-                    self.run_id,
-                    self.step,
-                    seq,
-                    status=result.status,
-                    output=content,
-                    sandbox=result.sandbox,
-                )
+            await self.recorder.settle_tool_call(
+                self.step, seq, status=result.status, output=content, sandbox=result.sandbox
             )
         if result.status == "deferred":
             done.deferred = True
@@ -259,10 +258,8 @@ class StepTools:
         tool_rows.append(row)
 
     async def _needs_reconciliation(self, earlier: ToolCallRow) -> HarnessError:
-        await self.patient(
-            lambda: self.writer.queued.settle_tool_call(
-                self.run_id, self.step, int(earlier["seq"]), status="needs_reconciliation"
-            )
+        await self.recorder.settle_tool_call(
+            self.step, int(earlier["seq"]), status="needs_reconciliation"
         )
         args = json.dumps(earlier.get("args"), ensure_ascii=False)
         return ResumeError(

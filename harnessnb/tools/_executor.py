@@ -110,7 +110,7 @@ class ToolExecutor:
         on_event: Called (sync or async) with ``tool_call``, ``refused``,
             ``approval_requested`` and ``approval_decided`` events; its failures are
             logged and ignored, because the trace, not the events, is authoritative.
-        command_timeout_s: The ``run_command`` timeout.
+        command_timeout_s: The ``run_command`` timeout when a call gives none.
         remaining: Seconds the run has left (None: no time budget); every execution
             is cut there, plus ``SETTLE_S``.
 
@@ -161,9 +161,12 @@ class ToolExecutor:
         *,
         idempotency_key: str,
         before_run: Callable[[], Awaitable[None]] | None = None,
+        command_timeout_s: float | None = None,
     ) -> ToolResult:
-        """Run one tool call end to end; every failure comes back as a result."""
-        result = await self._execute(call, idempotency_key, before_run)
+        """Run one tool call end to end; every failure comes back as a result.
+        ``command_timeout_s``: this call's ``run_command`` timeout (None: the executor's)."""
+        limit = self.command_timeout_s if command_timeout_s is None else command_timeout_s
+        result = await self._execute(call, idempotency_key, before_run, limit)
         await self.emit_call(call, result)
         return result
 
@@ -187,6 +190,7 @@ class ToolExecutor:
         call: ToolCall,
         idempotency_key: str,
         before_run: Callable[[], Awaitable[None]] | None,
+        command_timeout_s: float,
     ) -> ToolResult:
         tool_ = self._tools.get(call.name)
         if tool_ is None:
@@ -210,7 +214,7 @@ class ToolExecutor:
             return gate
         if before_run is not None:
             await before_run()
-        return await self._run(tool_, args, call, idempotency_key, act_target)
+        return await self._run(tool_, args, call, idempotency_key, act_target, command_timeout_s)
 
     async def _gate(
         self,
@@ -243,6 +247,7 @@ class ToolExecutor:
         call: ToolCall,
         idempotency_key: str,
         judged: tuple[str, str] | None,
+        command_timeout_s: float,
     ) -> ToolResult:
         """Execute with per-effect retry; the same key on every attempt."""
         executions = 0
@@ -251,7 +256,7 @@ class ToolExecutor:
             ctx = ToolContext(
                 workspace=self.workspace,
                 idempotency_key=idempotency_key,
-                command_timeout_s=self._command_timeout(),
+                command_timeout_s=self._command_timeout(command_timeout_s),
                 policy=self.policy,
                 run_id=self.run_id,
                 call_id=call.id,
@@ -299,13 +304,13 @@ class ToolExecutor:
                 message += "; it may still complete, so check before repeating it"
             raise SandboxError(message, reason="timeout") from exc
 
-    def _command_timeout(self) -> float:
+    def _command_timeout(self, limit: float) -> float:
         """``run_command``'s timeout, cut so the command ends by the run's deadline: its
         SIGTERM comes one grace early, so the SIGKILL that follows lands on time."""
         left = None if self.remaining is None else self.remaining()
         if left is None:
-            return self.command_timeout_s
-        return min(self.command_timeout_s, max(left - TERM_GRACE_S, 0.0))
+            return limit
+        return min(limit, max(left - TERM_GRACE_S, 0.0))
 
     def _out_of_time(self) -> bool:
         left = None if self.remaining is None else self.remaining()
