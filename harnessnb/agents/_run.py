@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..loop._bridge import sync_twin
 from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink, RunEvent
@@ -108,13 +109,9 @@ async def run(
     return await driver.drive()
 
 
-def run_sync(
-    agent: AgentCLI, task: str, workspace: str | os.PathLike[str], **kwargs: Any
-) -> AgentResult:
-    """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
-    from ..loop._bridge import run_blocking
-
-    return run_blocking(run(agent, task, workspace, **kwargs))
+run_sync = sync_twin(
+    run, """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
+)
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run

@@ -22,6 +22,7 @@ from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
 from ..tools._sandbox import containment
+from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
 from ._events import Callback, EventSink, RunEvent
@@ -588,12 +589,10 @@ def _default_approver() -> Approver | None:
     return _approver_factory() if _approver_factory is not None else None
 
 
-def run_sync(contract: TaskContract, provider: Provider, **kwargs: Any) -> RunResult:
+run_sync = sync_twin(
+    run,
     """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel.
 
     The run happens on harnessnb's own loop thread; Ctrl-C (or the notebook's
-    interrupt) cancels it cleanly, recording ``cancelled``.
-    """
-    from ._bridge import run_blocking
-
-    return run_blocking(run(contract, provider, **kwargs))
+    interrupt) cancels it cleanly, recording ``cancelled``.""",
+)
