@@ -401,7 +401,7 @@ def _demo(args: argparse.Namespace, workspace: Path, *, kept: bool) -> int:
         DEMO_TASK,
         workspace,
         verification=FileContains("NOTES.md", "#"),
-        max_seconds=60,
+        max_time_s=60,
         # Short real waits so the demo takes seconds; more retries than the default 2
         # so a failure streak at 35% chaos rarely ends the run.
         max_retries=4,

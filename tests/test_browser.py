@@ -79,7 +79,7 @@ def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype:
     import harnessnb.agents as ag
 
     cause = hn.ProviderError("slow down", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429,
-                             retry_after=100.0, provider="openai")  # fmt: skip
+                             retry_after_s=100.0, provider="openai")  # fmt: skip
     cards = [
         cause._repr_mimebundle_()["text/html"],
         hn.RunResult("r1", hn.RunOutcome.ESCALATED_RETRYABLE, 1, 10, error=cause,

@@ -25,7 +25,7 @@ FACTORIES: dict[type[hn.HarnessError], Callable[[str], hn.HarnessError]] = {
         m,
         kind=hn.ProviderErrorKind.RATE_LIMITED,
         status=429,
-        retry_after=12.0,
+        retry_after_s=12.0,
         provider="openai",
         request_id="req_1",
         model="gpt",

@@ -200,9 +200,9 @@ async def test_classification_row(name: str, row: Row, stream: bool, srv: ChaosS
     assert err.kind.value == row.kind, err.message
     assert err.status == row.status
     if row.retry_after is not None and row.id == "429-http-date":
-        assert err.retry_after is not None and abs(err.retry_after - 120.0) < 5
+        assert err.retry_after_s is not None and abs(err.retry_after_s - 120.0) < 5
     else:
-        assert err.retry_after == row.retry_after
+        assert err.retry_after_s == row.retry_after
     expected_retryable = row.retryable if row.retryable is not None else err.kind.retryable
     assert err.retryable is expected_retryable
     assert err.provider == name and err.model == provider.model
@@ -212,7 +212,7 @@ async def test_classification_row(name: str, row: Row, stream: bool, srv: ChaosS
     # Exactly one attempt reported, carrying the same facts.
     (attempt,) = attempts
     assert (attempt.provider, attempt.kind, attempt.status) == (name, row.kind, row.status)
-    assert attempt.retry_after_s == err.retry_after
+    assert attempt.retry_after_s == err.retry_after_s
     assert attempt.request_id == err.request_id
     assert attempt.error == err.message
     assert KEY not in repr(attempt) and KEY not in str(err)
@@ -229,7 +229,7 @@ async def test_connection_refused_is_transport(name: str, stream: bool, srv: Cha
     cls = {"openai": hn.OpenAI, "openrouter": hn.OpenRouter, "anthropic": hn.Anthropic}[name]
     err, attempts = await fail(cls("m", api_key=KEY, base_url=url), stream)
     assert err.kind is hn.ProviderErrorKind.TRANSPORT
-    assert (err.status, err.retry_after, err.request_id) == (None, None, None)
+    assert (err.status, err.retry_after_s, err.request_id) == (None, None, None)
     assert err.retryable
     assert attempts[0].kind == "transport"
 

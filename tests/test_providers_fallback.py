@@ -89,7 +89,8 @@ async def test_all_failing_raises_fallback_error_holding_every_failure(servers: 
         ("anthropic", "rate_limited"),
     ]
     assert err.exceptions == tuple(err.failures)
-    assert (err.kind, err.status, err.retry_after) == (hn.ProviderErrorKind.RATE_LIMITED, 429, 4.0)
+    kind = hn.ProviderErrorKind.RATE_LIMITED
+    assert (err.kind, err.status, err.retry_after_s) == (kind, 429, 4.0)
     assert err.retryable is True
     assert err.provider == "fallback(openai,anthropic)"
     assert err.request_id == servers[1].requests[-1].request_id

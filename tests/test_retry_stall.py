@@ -19,7 +19,7 @@ K = hn.ProviderErrorKind
 
 
 def err(kind: hn.ProviderErrorKind, retry_after: float | None = None) -> hn.ProviderError:
-    return hn.ProviderError("x", kind=kind, retry_after=retry_after)
+    return hn.ProviderError("x", kind=kind, retry_after_s=retry_after)
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ def _error_cards() -> list[tuple[str, str]]:
     cards = []
     for kind in hn.ProviderErrorKind:
         err = hn.ProviderError(
-            f"{kind.value} from the provider", kind=kind, status=429, retry_after=100.0,
+            f"{kind.value} from the provider", kind=kind, status=429, retry_after_s=100.0,
             provider="openai", request_id="req-1",
         )  # fmt: skip
         cards.append((f"provider-{kind.value}", err))

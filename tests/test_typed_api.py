@@ -1,4 +1,5 @@
-"""mypy sees the public API's parameters: a misspelled keyword is a type error.
+"""mypy sees the public API's parameters: a misspelled keyword is a type error, and so
+is a deprecated spelling (its new name is the one mypy knows).
 
 One ``mypy --strict`` run (the venv's pinned mypy, from the repository root so the
 package checked is this one and its cache is reused) on one generated file holding every
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 HEADER = """\
 import harnessnb as hn
+
+K = hn.ProviderErrorKind.SERVER
 
 
 def cases(
@@ -41,7 +44,22 @@ CASES: list[tuple[str, str, str | None]] = [
         'r5: hn.agents.AgentResult = hn.agents.run_sync(a, "t", "w", session="x")',
         None,
     ),
-    ("run_sync wrong type", 'hn.run_sync(c, p, run_id=3)', "run_id"),
+    ("run_sync wrong type", "hn.run_sync(c, p, run_id=3)", "run_id"),
+    # Names and units (docs/api.md): mypy knows the new names, not the deprecated ones.
+    (
+        "contract new names",
+        'k1 = hn.TaskContract("t", "w", max_time_s=1, max_total_tokens=5)',
+        None,
+    ),
+    ("contract max_seconds", 'hn.TaskContract("t", "w", max_seconds=1.0)', "max_seconds"),
+    ("contract max_tokens", 'hn.TaskContract("t", "w", max_tokens=9)', "max_tokens"),
+    ("error retry_after_s", "k3: float | None = hn.ProviderError('x', kind=K).retry_after_s", None),
+    ("error retry_after", 'hn.ProviderError("x", kind=K, retry_after=1.0)', "retry_after"),
+    (
+        "agent error retry_after_s",
+        'k4: float | None = hn.agents.RateLimited("", agent="", bin="", detail="").retry_after_s',
+        None,
+    ),
 ]
 
 
@@ -71,7 +89,7 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[str]
 
 
 @pytest.mark.parametrize(("case", "code", "wrong"), CASES, ids=[c[0] for c in CASES])
-def test_mypy_checks_the_keywords_of_each_sync_twin(
+def test_mypy_checks_the_public_keywords(
     mypy_errors: dict[int, list[str]], case: str, code: str, wrong: str | None
 ) -> None:
     line = HEADER.count("\n") + 1 + [c[0] for c in CASES].index(case)

@@ -15,7 +15,7 @@ async def typed_usage(store: hn.Store) -> None:
         "repo",
         verification=hn.FileContains("NOTES.md", "#"),
         max_steps=12,
-        max_seconds=300.0,
+        max_time_s=300.0,
         max_cost_usd=0.50,
         retry=hn.RetryPolicy(base=0.5, cap=30.0),
         stall=hn.StallPolicy(window=3, max_replans=1),
@@ -34,7 +34,7 @@ async def typed_usage(store: hn.Store) -> None:
     error: hn.HarnessError | None = result.error
     if isinstance(error, hn.ProviderError):
         kind: hn.ProviderErrorKind = error.kind
-        wait: float | None = error.retry_after
+        wait: float | None = error.retry_after_s
         print(kind.value, kind.retryable, wait, error.status, error.request_id)
     print(outcome.value, result.steps, result.tokens, result.verified)
     completion: hn.Completion = await hn.ScriptedProvider(["hi"]).complete(

@@ -419,7 +419,7 @@ class _AgentRun:
             "step": 1, "attempt": len(attempts) + 1, "provider": agent.name,
             "model": turn.model or self.model, "kind": None if kind is None else kind.value,
             "status": getattr(error, "status", None),
-            "retry_after_s": getattr(error, "retry_after", None),
+            "retry_after_s": getattr(error, "retry_after_s", None),
             "latency_ms": None if ran_s is None else ran_s * 1000,
             "input_tokens": turn.usage["input_tokens"],
             "output_tokens": turn.usage["output_tokens"], "request_id": turn.session_id,

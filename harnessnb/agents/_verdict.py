@@ -107,10 +107,10 @@ def error_from_cause(
                                 status=cause.status)  # fmt: skip
     if cause.kind is K.RATE_LIMITED:
         return RateLimited(message, agent=name, bin=bin_, detail=detail, status=cause.status,
-                           retry_after=cause.retry_after, quota=cause.quota,
+                           retry_after_s=cause.retry_after, quota=cause.quota,
                            resets_at=resets_at)  # fmt: skip
     return AgentError(message, agent=name, bin=bin_, detail=detail, status=cause.status,
-                      kind=cause.kind, retry_after=cause.retry_after)  # fmt: skip
+                      kind=cause.kind, retry_after_s=cause.retry_after)  # fmt: skip
 
 
 def _timed_out(agent: AgentCLI, turn: Turn, scrub: Callable[[str], str], hint: str) -> CLIError:

@@ -398,7 +398,7 @@ def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
     """
     from ..loop._contract import TaskContract
 
-    budgets: dict[str, Any] = {"max_seconds": args.max_seconds}
+    budgets: dict[str, Any] = {"max_time_s": args.max_seconds}
     if getattr(args, "max_cost", None) is not None:
         budgets["max_cost_usd"] = args.max_cost
     if args.max_steps is not None:

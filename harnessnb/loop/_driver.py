@@ -129,7 +129,7 @@ class Driver(StepTools):
         return self.elapsed_before + (self.clock.monotonic() - self.started)
 
     def remaining(self) -> float | None:
-        budget = self.contract.budget_seconds
+        budget = self.contract._budget_s
         return None if budget is None else budget - self.elapsed()
 
     async def emit(self, kind: Any, /, **data: Any) -> None:
@@ -430,7 +430,7 @@ class Driver(StepTools):
         released, if one last try gets through; otherwise the result alone reports it
         and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
         """
-        outcome = gave_out_outcome(self.contract.budget_seconds)
+        outcome = gave_out_outcome(self.contract._budget_s)
         lease, self.lease = self.lease, None  # stops the renewals whatever happens
         # If the store still cannot be written, the result is the only report.
         with contextlib.suppress(HarnessError):

@@ -75,8 +75,9 @@ class StoredError:
         if self.fields.get("status") is not None:
             parts.append(f"HTTP {self.fields['status']}")
         parts.append("retryable" if self.retryable else "not retryable")
-        if self.fields.get("retry_after") is not None:
-            parts.append(f"retry after {self.fields['retry_after']:g} s")
+        wait = self.fields.get("retry_after_s", self.fields.get("retry_after"))  # older: no _s
+        if wait is not None:
+            parts.append(f"retry after {wait:g} s")
         return ", ".join(parts)
 
     def _card_text(self) -> str:

@@ -138,7 +138,7 @@ class StepChecks:
                 feedback_given=self.feedback_given,
                 refused=self.refused,
                 tokens=tokens,
-                max_tokens=self.contract.max_tokens,
+                max_tokens=self.contract.max_total_tokens,
                 cost_usd=cost_usd,
                 max_cost_usd=self.contract.max_cost_usd,
                 step=step,

@@ -244,7 +244,7 @@ class AttemptRecord:
             latency_ms=latency_ms,
             kind=error.kind.value,
             status=error.status,
-            retry_after_s=error.retry_after,
+            retry_after_s=error.retry_after_s,
             ttft_ms=ttft_ms,
             request_id=error.request_id,
             error=error.message,

@@ -31,7 +31,7 @@ class FallbackError(ProviderError):
             f"all providers failed ({parts}); last: {last.message}",
             kind=last.kind,
             status=last.status,
-            retry_after=last.retry_after,
+            retry_after_s=last.retry_after_s,
             provider=provider,
             request_id=last.request_id,
             should_retry=last.retryable,

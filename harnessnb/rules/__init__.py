@@ -8,7 +8,8 @@
 - ``_text``: ``shorten``, the one rule for cutting text to a length;
 - ``_retry``: the backoff rule and the deadline check ("never sleep past the budget");
 - ``_stall``: the stall detector (window and bare repetition) and the replan text;
-- ``_policy``: layered permission rules and their verdict {effect, rule, layer}.
+- ``_policy``: layered permission rules and their verdict {effect, rule, layer};
+- ``_renamed``: old public spellings kept one release, each warning with its new name.
 
 May import: the standard library only (time and randomness come in as arguments).
 Everything else in harnessnb may import this package.

@@ -170,7 +170,7 @@ class RetryPolicy:
             default, so runs are reproducible).
         max_wait: The longest Retry-After a run waits out (300 s). A server asking for
             more is not slept on, budget or not: the run ends ``escalated_retryable``
-            at once, the error keeping its ``retry_after``, so a hostile or confused
+            at once, the error keeping its ``retry_after_s``, so a hostile or confused
             ``Retry-After: 100000000`` cannot hang a run for years.
     """
 
@@ -228,15 +228,15 @@ def retry_decision(
 
     A wait that would end past the run's time budget, or a Retry-After above
     ``policy.max_wait``, is never slept: the caller stops at once (the error keeps its
-    ``retry_after``).
+    ``retry_after_s``).
     """
     if not error.retryable:
         return RetryDecision("stop", reason="not_retryable")
     if retries_done >= max_retries:
         return RetryDecision("stop", reason="retries_exhausted")
-    if error.retry_after is not None and error.retry_after > policy.max_wait:
-        return RetryDecision("stop", delay=error.retry_after, reason="beyond_max_wait")
-    wait = policy.delay(retries_done + 1, error.retry_after, rng)
+    if error.retry_after_s is not None and error.retry_after_s > policy.max_wait:
+        return RetryDecision("stop", delay=error.retry_after_s, reason="beyond_max_wait")
+    wait = policy.delay(retries_done + 1, error.retry_after_s, rng)
     if max_seconds is not None and elapsed + wait > max_seconds:
         return RetryDecision("stop", delay=wait, reason="past_deadline")
     return RetryDecision("retry", delay=wait)

@@ -181,9 +181,9 @@ def test_an_agent_errors_kind_and_retryable_follow_its_cause(
 
 def test_a_rate_limit_with_a_retry_after_knows_when_it_resets() -> None:
     err = ag.RateLimited("slow", agent="claude-code", bin="claude", detail="429",
-                         status=429, retry_after=7.0)  # fmt: skip
+                         status=429, retry_after_s=7.0)  # fmt: skip
     assert err.retryable and err.status == 429 and err.resets_at is not None
-    assert err.to_dict()["retry_after"] == 7.0
+    assert err.to_dict()["retry_after_s"] == 7.0
     quota = ag.RateLimited("quota", agent="codex", bin="codex", detail="q", quota=True)
     assert not quota.retryable and quota.kind is K.RATE_LIMITED
 

@@ -116,7 +116,7 @@ class Outcome:
             return f"{self.cli:8} {self.mode:9} ok {self.result.text!r} ({self.seconds:.0f} s)"
         return (f"{self.cli:8} {self.mode:9} {type(err).__name__} kind={err.kind.value} "
                 f"retryable={err.retryable} status={getattr(err, 'status', None)} "
-                f"retry_after={getattr(err, 'retry_after', None)} "
+                f"retry_after={getattr(err, 'retry_after_s', None)} "
                 f"attempt rows={len(self.attempts)} requests={self.requests} "
                 f"({self.seconds:.0f} s)")  # fmt: skip
 
@@ -161,7 +161,7 @@ def check(o: Outcome, *, timeout: float) -> None:
     if o.mode == "429":
         assert isinstance(err, ag.RateLimited) and err.retryable and not err.quota, where
         if o.cli != "codex":  # codex's stream and logs never say the retry-after
-            assert err.retry_after == RETRY_AFTER and final["retry_after_s"] == RETRY_AFTER
+            assert err.retry_after_s == RETRY_AFTER and final["retry_after_s"] == RETRY_AFTER
             assert err.resets_at is not None and err.resets_at > time.time() - timeout
     elif o.mode == "quota":  # used up: stopped (or given up) at once, not retryable
         assert isinstance(err, ag.RateLimited) and err.quota and not err.retryable, where

@@ -51,7 +51,7 @@ def test_max_wait_defaults_to_300_seconds_and_takes_a_timedelta() -> None:
 def test_retry_after_beyond_max_wait_is_never_slept(
     retry_after: float | None, max_seconds: float | None, action: str, reason: str
 ) -> None:
-    err = hn.ProviderError("x", kind=K.RATE_LIMITED, status=429, retry_after=retry_after)
+    err = hn.ProviderError("x", kind=K.RATE_LIMITED, status=429, retry_after_s=retry_after)
     decision = retry_decision(
         err, retries_done=0, max_retries=2, policy=hn.RetryPolicy(), elapsed=0.0,
         max_seconds=max_seconds,
@@ -68,13 +68,13 @@ async def test_retry_after_of_a_hundred_million_seconds_ends_the_run_at_once(
     with ChaosServer() as srv:
         srv.set_default(Fault.status(429, retry_after="100000000"))
         result = await hn.run(
-            _contract(ws, max_seconds=max_seconds), _openai(srv), store=store, clock=clock
+            _contract(ws, max_time_s=max_seconds), _openai(srv), store=store, clock=clock
         )
         assert len(srv.requests) == 1
     assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
     assert clock.sleeps == []
     assert isinstance(result.error, hn.ProviderError)
-    assert result.error.retry_after == 100000000.0
+    assert result.error.retry_after_s == 100000000.0
     attempts = store.attempts(result.run_id)
     assert attempts[["kind", "status", "retry_after_s"]].values.tolist() == [
         ["rate_limited", 429, 100000000.0]

@@ -1,0 +1,93 @@
+"""One name per idea, units as suffixes (docs/api.md, "Names and units"): each renamed
+spelling still works for one release, warning ``DeprecationWarning`` with its new name;
+the new names work without a warning."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+import harnessnb as hn
+from harnessnb import agents as ag
+
+K = hn.ProviderErrorKind
+
+
+def test_the_contract_budgets_new_names_work_without_a_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = hn.TaskContract("t", tmp_path, max_time_s=10, max_total_tokens=500)
+        assert (c.max_time_s, c.max_total_tokens) == (10.0, 500)
+        assert c.to_dict()["max_time_s"] == 10.0 and c.to_dict()["max_total_tokens"] == 500
+
+
+def test_max_seconds_and_max_tokens_still_work_as_keywords_and_attributes(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(DeprecationWarning, match=r"max_seconds= .* use max_time_s=") as w:
+        c = hn.TaskContract("t", tmp_path, max_seconds=10)
+    assert w[0].filename == __file__  # the warning points at the caller's line
+    assert c.max_time_s == 10.0
+    with pytest.warns(DeprecationWarning, match=r"max_tokens= .* use max_total_tokens="):
+        c = hn.TaskContract("t", tmp_path, max_tokens=500)
+    assert c.max_total_tokens == 500
+    with pytest.warns(DeprecationWarning, match=r"TaskContract: max_seconds .* use max_time_s"):
+        assert hn.TaskContract("t", tmp_path, max_time_s=3).max_seconds == 3.0
+    with pytest.warns(DeprecationWarning, match=r"budget_seconds .* use max_time_s"):
+        assert hn.TaskContract("t", tmp_path, max_time_s=3).budget_seconds == 3.0
+    with pytest.warns(DeprecationWarning, match=r"max_tokens .* use max_total_tokens"):
+        assert hn.TaskContract("t", tmp_path, max_total_tokens=7).max_tokens == 7
+
+
+def test_an_old_and_a_new_name_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="max_seconds= and max_time_s= name one thing"):
+        hn.TaskContract("t", tmp_path, max_seconds=1, max_time_s=2)
+
+
+def test_a_contract_stored_under_the_old_keys_reads_back(tmp_path: Path) -> None:
+    stored = hn.TaskContract("t", tmp_path, max_time_s=5, max_total_tokens=9).to_dict()
+    stored["max_seconds"], stored["max_tokens"] = (
+        stored.pop("max_time_s"),
+        stored.pop("max_total_tokens"),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = hn.TaskContract.from_dict(stored)
+    assert (back.max_time_s, back.max_total_tokens) == (5.0, 9)
+
+
+def test_provider_error_retry_after_is_retry_after_s() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        err = hn.ProviderError("slow", kind=K.RATE_LIMITED, status=429, retry_after_s=3.0)
+        assert err.retry_after_s == 3.0 and err.to_dict()["retry_after_s"] == 3.0
+    with pytest.warns(DeprecationWarning, match=r"ProviderError: retry_after= .* retry_after_s="):
+        old = hn.ProviderError("slow", kind=K.RATE_LIMITED, retry_after=4.0)
+    with pytest.warns(DeprecationWarning, match=r"ProviderError: retry_after .* retry_after_s"):
+        assert old.retry_after == 4.0
+    assert old.retry_after_s == 4.0
+
+
+@pytest.mark.parametrize("cls", [ag.RateLimited, ag.AgentError])
+def test_agent_errors_retry_after_is_retry_after_s(cls: type[ag.RateLimited]) -> None:
+    fields = {"agent": "codex", "bin": "codex", "detail": "429", "status": 429}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        err = cls("slow", **fields, retry_after_s=7.0)  # type: ignore[arg-type]
+        assert err.retry_after_s == 7.0 and err.to_dict()["retry_after_s"] == 7.0
+    with pytest.warns(DeprecationWarning, match=r"retry_after= .* use retry_after_s="):
+        old = cls("slow", **fields, retry_after=8.0)  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match=r"retry_after .* use retry_after_s"):
+        assert old.retry_after == 8.0
+
+
+def test_an_error_stored_with_the_old_retry_after_key_still_shows_its_wait() -> None:
+    from harnessnb.loop._result import StoredError
+
+    old = StoredError.from_dict(
+        {"name": "ProviderError", "code": "PROVIDER_RATE_LIMITED", "message": "slow",
+         "kind": "rate_limited", "status": 429, "retryable": True, "retry_after": 6.0}
+    )  # fmt: skip
+    assert "retry after 6 s" in old._card_html()  # the card's badge
