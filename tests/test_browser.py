@@ -154,7 +154,7 @@ def _stat_cards() -> list[tuple[str, str]]:
     cause = hn.ProviderError("no key", kind=hn.ProviderErrorKind.AUTH, status=401,
                              provider="openai")  # fmt: skip
     runs = [
-        hn.RunResult("run_51c57599c555485d", outcome, 3, 421, verified=True, elapsed=0.04,
+        hn.RunResult("run_51c57599c555485d", outcome, 3, 421, verified=True, elapsed_s=0.04,
                      providers=("demo",), attempts=3, cost_usd=0.0, task="summarise README.md",
                      commands="sandbox: bubblewrap", error=error)
         for outcome, error in [(hn.RunOutcome.SUCCESS, None),

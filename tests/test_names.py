@@ -91,3 +91,34 @@ def test_an_error_stored_with_the_old_retry_after_key_still_shows_its_wait() -> 
          "kind": "rate_limited", "status": 429, "retryable": True, "retry_after": 6.0}
     )  # fmt: skip
     assert "retry after 6 s" in old._card_html()  # the card's badge
+
+
+def test_run_and_agent_results_elapsed_is_elapsed_s() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = hn.RunResult("run_x", hn.RunOutcome.FINISHED, 1, 10, elapsed_s=2.5)
+        agent = ag.AgentResult("run_y", "codex", hn.RunOutcome.FINISHED, elapsed_s=4.0)
+        assert (run.elapsed_s, agent.elapsed_s) == (2.5, 4.0)
+        assert "2.5 s" in run.summary_text()
+    with pytest.warns(DeprecationWarning, match=r"RunResult: elapsed= .* use elapsed_s="):
+        old = hn.RunResult("run_x", hn.RunOutcome.FINISHED, 1, 10, elapsed=3.5)
+    with pytest.warns(DeprecationWarning, match=r"RunResult: elapsed .* use elapsed_s"):
+        assert old.elapsed == 3.5
+    with pytest.warns(DeprecationWarning, match=r"AgentResult: elapsed= .* use elapsed_s="):
+        older = ag.AgentResult("run_y", "codex", hn.RunOutcome.FINISHED, elapsed=5.0)
+    with pytest.warns(DeprecationWarning, match=r"AgentResult: elapsed .* use elapsed_s"):
+        assert older.elapsed == 5.0
+
+
+def test_a_sweeps_seconds_is_elapsed_s_and_its_old_column_stays_one_release() -> None:
+    from harnessnb.loop._sweep_result import SweepRun
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = SweepRun("t", "p", "m", 0, outcome="finished", elapsed_s=1.5, run_id="run_x")
+    with pytest.warns(DeprecationWarning, match=r"SweepRun: seconds .* use elapsed_s"):
+        assert row.seconds == 1.5
+    swept = hn.SweepResult("sweep_x", None, (row,))  # type: ignore[arg-type]
+    frame = swept.runs
+    assert frame["elapsed_s"].tolist() == [1.5] and frame["seconds"].tolist() == [1.5]
+    assert list(frame.columns)[-1] == "seconds"  # the deprecated copy, last

@@ -83,7 +83,7 @@ def _run_cards() -> list[tuple[str, str]]:
         result = hn.RunResult(
             f"run-{outcome.value}", outcome, 2, 460, verified=outcome.value == "success",
             error=None if outcome.value in ("success", "finished") else cause,
-            elapsed=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
+            elapsed_s=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
             attempts=4, retries=2, fallbacks=1, task="write the notes",
             verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap", step_rows=rows,
         )  # fmt: skip

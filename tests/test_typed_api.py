@@ -55,6 +55,9 @@ CASES: list[tuple[str, str, str | None]] = [
     ("contract max_tokens", 'hn.TaskContract("t", "w", max_tokens=9)', "max_tokens"),
     ("error retry_after_s", "k3: float | None = hn.ProviderError('x', kind=K).retry_after_s", None),
     ("error retry_after", 'hn.ProviderError("x", kind=K, retry_after=1.0)', "retry_after"),
+    ("result elapsed_s", "k5: float = hn.run_sync(c, p).elapsed_s", None),
+    ("result elapsed", "hn.run_sync(c, p).elapsed", "elapsed"),
+    ("agent result elapsed_s", 'k6: float = hn.agents.run_sync(a, "t", "w").elapsed_s', None),
     (
         "agent error retry_after_s",
         'k4: float | None = hn.agents.RateLimited("", agent="", bin="", detail="").retry_after_s',

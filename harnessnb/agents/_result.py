@@ -8,12 +8,14 @@ from typing import Any
 from ..loop._contract import RunOutcome
 from ..rules._errors import HarnessError
 from ..rules._html import Html, Tone, badge, card, code, kv_table, text_block
+from ..rules._renamed import renamed
 from ..rules._secrets import scrub
 from ..rules._text import shorten
 
 __all__ = ["AgentResult"]
 
 
+@renamed(elapsed="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class AgentResult:
     """The end of one coding-agent CLI run.
@@ -31,7 +33,7 @@ class AgentResult:
         session: The session name it is bound to, if one was given.
         exit_code: The CLI's exit code (None when it was killed or never started).
         error: The typed failure (``hn.agents.CLIError``), None on success.
-        elapsed: Seconds from start to end.
+        elapsed_s: Seconds from start to end (was ``elapsed``, deprecated).
         tool_calls: Tool calls the agent made, as its stream reported them.
         changed_workspace: Whether the workspace's files changed during the run.
     """
@@ -45,7 +47,7 @@ class AgentResult:
     session: str | None = None
     exit_code: int | None = None
     error: HarnessError | None = None
-    elapsed: float = 0.0
+    elapsed_s: float = 0.0
     tool_calls: int = 0
     changed_workspace: bool | None = None
     model: str | None = None
@@ -74,7 +76,7 @@ class AgentResult:
             f"  tokens in {usage.get('input_tokens', 0)} (cached "
             f"{usage.get('cached_input_tokens', 0)}), out {usage.get('output_tokens', 0)}"
             + (f", cost ${cost:.4f}" if isinstance(cost, int | float) else "")
-            + f"; {self.tool_calls} tool calls; {self.elapsed:.1f} s",
+            + f"; {self.tool_calls} tool calls; {self.elapsed_s:.1f} s",
             f"  session {self.session or '-'} -> {self.session_id or '-'}; "
             f"exit code {self.exit_code if self.exit_code is not None else '-'}",
         ]
@@ -101,7 +103,7 @@ class AgentResult:
             ("changed workspace", {True: "yes", False: "no", None: "-"}[self.changed_workspace]),
             ("session", f"{self.session or '-'} -> {self.session_id or '-'}"),
             ("exit code", "-" if self.exit_code is None else str(self.exit_code)),
-            ("elapsed", f"{self.elapsed:.1f} s"),
+            ("elapsed", f"{self.elapsed_s:.1f} s"),
         ]  # fmt: skip
         return card(
             "harnessnb-agent-result",

@@ -394,7 +394,7 @@ class _AgentRun:
             text="" if error is not None else turn.text, usage=dict(turn.usage),
             session_id=turn.session_id or self.bound, session=self.session,
             exit_code=None if end is None else end.exit_code, error=error,
-            elapsed=now - self.started, tool_calls=turn.tool_calls_seen,
+            elapsed_s=now - self.started, tool_calls=turn.tool_calls_seen,
             changed_workspace=changed, model=turn.model or self.model,
         )  # fmt: skip
         await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),

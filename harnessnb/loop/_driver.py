@@ -463,7 +463,7 @@ class Driver(StepTools):
             cost_usd=self.model_calls.cost_usd,
             verified=self.checks.verified,
             error=error,
-            elapsed=self.elapsed(),
+            elapsed_s=self.elapsed(),
             text=self.text,
             providers=tuple(self.model_calls.providers),
             attempts=self.model_calls.attempts,

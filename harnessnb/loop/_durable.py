@@ -119,7 +119,7 @@ def _stored_result(row: dict[str, Any]) -> RunResult:
         steps=int(row.get("steps") or 0),
         tokens=int(row.get("tokens") or 0),
         cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
-        elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
+        elapsed_s=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
         task=str(row.get("task") or ""),
     )
 

@@ -23,6 +23,7 @@ from ..rules._html import (
     retry_badge,
     text_block,
 )
+from ..rules._renamed import renamed
 from ..rules._secrets import scrub
 from ..rules._text import shorten
 from ._contract import RunOutcome
@@ -102,6 +103,7 @@ class StoredError:
         )
 
 
+@renamed(elapsed="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """The end of a run.
@@ -113,7 +115,8 @@ class RunResult:
         tokens: Tokens used (input + output, all steps).
         verified: True/False when a verification ran, None when none did.
         error: The error that ended the run, if one did.
-        elapsed: Seconds from start to end (time the process was down included on resume).
+        elapsed_s: Seconds from start to end (time the process was down included on
+            resume); was ``elapsed`` (deprecated).
         text: The model's last text answer.
         providers: Leaf providers that answered, in first-use order.
         attempts: Provider HTTP attempts made. retries/fallbacks/replans: counts.
@@ -135,7 +138,7 @@ class RunResult:
     tokens: int
     verified: bool | None = None
     error: HarnessError | None = None
-    elapsed: float = 0.0
+    elapsed_s: float = 0.0
     text: str = ""
     providers: tuple[str, ...] = ()
     attempts: int = 0
@@ -165,7 +168,7 @@ class RunResult:
         lines = [
             f"run {self.run_id}: {self.outcome.value}",
             f"  steps {self.steps}, tokens {self.tokens}{self._cost_text()}, "
-            f"{self.elapsed:.1f} s, verified {_verified_word(self.verified)}",
+            f"{self.elapsed_s:.1f} s, verified {_verified_word(self.verified)}",
             f"  providers {', '.join(self.providers) or '-'}; attempts {self.attempts}, "
             f"retries {self.retries}, fallbacks {self.fallbacks}, replans {self.replans}",
         ]
@@ -222,7 +225,7 @@ class RunResult:
                 ("steps", self.steps),
                 ("tokens", self.tokens),
                 *([("cost", usd(self.cost_usd))] if self.cost_usd is not None else []),
-                ("time", f"{self.elapsed:.1f} s"),
+                ("time", f"{self.elapsed_s:.1f} s"),
                 ("verified", _verified_word(self.verified)),
                 ("providers", ", ".join(self.providers) or "-"),
                 ("attempts", self.attempts),

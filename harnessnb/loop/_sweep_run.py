@@ -52,7 +52,7 @@ async def one_run(
             shutil.rmtree(folder, ignore_errors=True)
     return SweepRun(
         contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
-        result.tokens, result.cost_usd, result.elapsed, _error_kind(result.error),
+        result.tokens, result.cost_usd, result.elapsed_s, _error_kind(result.error),
         retries=result.retries, run_id=result.run_id,
     )  # fmt: skip
 
