@@ -122,3 +122,32 @@ def test_a_sweeps_seconds_is_elapsed_s_and_its_old_column_stays_one_release() ->
     frame = swept.runs
     assert frame["elapsed_s"].tolist() == [1.5] and frame["seconds"].tolist() == [1.5]
     assert list(frame.columns)[-1] == "seconds"  # the deprecated copy, last
+
+
+def test_retry_policy_waits_are_in_seconds_by_name() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy = hn.RetryPolicy(base_s=1.0, cap_s=3.0, max_wait_s=60)
+        assert (policy.base_s, policy.cap_s, policy.max_wait_s) == (1.0, 3.0, 60.0)
+        assert [policy.delay(n) for n in (1, 2, 3)] == [1.0, 2.0, 3.0]
+        assert policy.delay(1, retry_after_s=9.0) == 9.0
+    with pytest.warns(DeprecationWarning) as caught:
+        old = hn.RetryPolicy(base=2.0, cap=5.0, max_wait=10)
+    said = [str(w.message) for w in caught]
+    for name in ("base", "cap", "max_wait"):
+        assert any(f"RetryPolicy: {name}= " in m and f"use {name}_s=" in m for m in said), said
+    assert (old.base_s, old.cap_s, old.max_wait_s) == (2.0, 5.0, 10.0)
+    with pytest.warns(DeprecationWarning, match=r"RetryPolicy: cap .* use cap_s"):
+        assert old.cap == 5.0
+    with pytest.warns(DeprecationWarning, match=r"retry_after= .* use retry_after_s="):
+        assert old.delay(1, retry_after=7.0) == 7.0
+
+
+def test_a_contract_stored_with_the_old_retry_keys_reads_back(tmp_path: Path) -> None:
+    stored = hn.TaskContract("t", tmp_path, retry=hn.RetryPolicy(base_s=0.2)).to_dict()
+    assert stored["retry"]["base_s"] == 0.2
+    stored["retry"] = {"base": 0.2, "cap": 4.0, "jitter": 0.0, "max_wait": 50.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = hn.TaskContract.from_dict(stored)
+    assert back.retry == hn.RetryPolicy(base_s=0.2, cap_s=4.0, max_wait_s=50.0)

@@ -55,6 +55,8 @@ CASES: list[tuple[str, str, str | None]] = [
     ("contract max_tokens", 'hn.TaskContract("t", "w", max_tokens=9)', "max_tokens"),
     ("error retry_after_s", "k3: float | None = hn.ProviderError('x', kind=K).retry_after_s", None),
     ("error retry_after", 'hn.ProviderError("x", kind=K, retry_after=1.0)', "retry_after"),
+    ("retry policy new names", "hn.RetryPolicy(base_s=1, cap_s=2, max_wait_s=3)", None),
+    ("retry policy base", "hn.RetryPolicy(base=1)", "base"),
     ("result elapsed_s", "k5: float = hn.run_sync(c, p).elapsed_s", None),
     ("result elapsed", "hn.run_sync(c, p).elapsed", "elapsed"),
     ("agent result elapsed_s", 'k6: float = hn.agents.run_sync(a, "t", "w").elapsed_s', None),

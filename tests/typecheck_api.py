@@ -17,7 +17,7 @@ async def typed_usage(store: hn.Store) -> None:
         max_steps=12,
         max_time_s=300.0,
         max_cost_usd=0.50,
-        retry=hn.RetryPolicy(base=0.5, cap=30.0),
+        retry=hn.RetryPolicy(base_s=0.5, cap_s=30.0),
         stall=hn.StallPolicy(window=3, max_replans=1),
     )
     provider = hn.Fallback(

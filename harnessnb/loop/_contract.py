@@ -74,6 +74,15 @@ def verification_from_dict(data: dict[str, Any] | None) -> Verification | None:
     raise ConfigError(f"unknown verification {data.get('type')!r}")
 
 
+# A contract stored before the names and units rule (docs/api.md) spells these so.
+_RETRY_RENAMES = {"base": "base_s", "cap": "cap_s", "max_wait": "max_wait_s"}
+
+
+def _unrenamed(stored: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """``stored`` with its old keys under their new names (read back without warning)."""
+    return {renames.get(k, k): v for k, v in stored.items()}
+
+
 @renamed(max_seconds="max_time_s", max_tokens="max_total_tokens")
 @dataclasses.dataclass(frozen=True)
 class TaskContract:
@@ -169,7 +178,7 @@ class TaskContract:
             max_total_tokens=data.get("max_total_tokens", data.get("max_tokens")),
             max_cost_usd=data.get("max_cost_usd"),
             max_retries=data.get("max_retries", 2),
-            retry=RetryPolicy(**data.get("retry", {})),
+            retry=RetryPolicy(**_unrenamed(data.get("retry", {}), _RETRY_RENAMES)),
             stall=StallPolicy(**data.get("stall", {})),
             system_prompt=data.get("system_prompt"),
         )

@@ -36,10 +36,10 @@ def _contract(ws: Path, **kw: Any) -> hn.TaskContract:
 
 
 def test_max_wait_defaults_to_300_seconds_and_takes_a_timedelta() -> None:
-    assert hn.RetryPolicy().max_wait == 300.0
-    assert hn.RetryPolicy(max_wait=dt.timedelta(minutes=1)).max_wait == 60.0
+    assert hn.RetryPolicy().max_wait_s == 300.0
+    assert hn.RetryPolicy(max_wait_s=dt.timedelta(minutes=1)).max_wait_s == 60.0
     with pytest.raises(ValueError):
-        hn.RetryPolicy(max_wait=-1)
+        hn.RetryPolicy(max_wait_s=-1)
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ async def test_retry_after_within_max_wait_is_waited(ws: Path) -> None:
     clock = hn.FakeClock()
     with ChaosServer() as srv:
         srv.push(Fault.status(429, retry_after="120"))
-        contract = _contract(ws, retry=hn.RetryPolicy(max_wait=120))
+        contract = _contract(ws, retry=hn.RetryPolicy(max_wait_s=120))
         result = await hn.run(contract, _openai(srv), store=hn.Store(":memory:"), clock=clock)
     assert result.outcome is hn.RunOutcome.FINISHED
     assert clock.sleeps == [120.0]

@@ -134,7 +134,7 @@ def test_the_defaults_wait_out_three_minutes_of_thought_and_end_silence_in_ten()
     # headers and then nothing (the default 2 retries, their backoff) end within 600 s.
     contract = hn.TaskContract("x", ".")
     attempts = contract.max_retries + 1
-    backoff = sum(min(contract.retry.cap, contract.retry.base * 2**i)
+    backoff = sum(min(contract.retry.cap_s, contract.retry.base_s * 2**i)
                   for i in range(contract.max_retries))  # fmt: skip
     assert DEFAULT_FIRST_EVENT_TIMEOUT > 180
     assert attempts * DEFAULT_FIRST_EVENT_TIMEOUT + backoff <= 600
