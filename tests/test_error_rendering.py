@@ -123,9 +123,9 @@ async def _fresh(srv: ChaosServer) -> AsyncIterator[None]:
 
 def providers(srv: ChaosServer) -> list[Any]:
     return [
-        hn.OpenAI("gpt", api_key=KEY, base_url=srv.openai_url, timeout=0.2),
-        hn.OpenRouter("or", api_key=KEY, base_url=srv.openai_url, timeout=0.2),
-        hn.Anthropic("claude", api_key=KEY, base_url=srv.anthropic_url, timeout=0.2),
+        hn.OpenAI("gpt", api_key=KEY, base_url=srv.openai_url, timeout_s=0.2),
+        hn.OpenRouter("or", api_key=KEY, base_url=srv.openai_url, timeout_s=0.2),
+        hn.Anthropic("claude", api_key=KEY, base_url=srv.anthropic_url, timeout_s=0.2),
     ]
 
 

@@ -151,3 +151,52 @@ def test_a_contract_stored_with_the_old_retry_keys_reads_back(tmp_path: Path) ->
         warnings.simplefilter("error")
         back = hn.TaskContract.from_dict(stored)
     assert back.retry == hn.RetryPolicy(base_s=0.2, cap_s=4.0, max_wait_s=50.0)
+
+
+def test_provider_timeouts_are_in_seconds_by_name() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", timeout_s=5, idle_timeout_s=2)
+        assert (p.timeout_s, p.idle_timeout_s) == (5.0, 2.0)
+        q = p.with_timeout(7, idle_timeout_s=3, first_event_timeout_s=9)
+        assert (q.timeout_s, q.idle_timeout_s, q.first_event_timeout_s) == (7.0, 3.0, 9.0)
+        r = hn.OpenRouter("m", base_url="http://127.0.0.1:1/v1", timeout_s=4)
+        assert r.timeout_s == 4.0 and hn.REQUEST_TIMEOUT_S == 600.0
+    with pytest.warns(DeprecationWarning, match=r"OpenAI: timeout= .* use timeout_s="):
+        old = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", timeout=6)
+    assert old.timeout_s == 6.0
+    with pytest.warns(DeprecationWarning, match=r"OpenRouter: idle_timeout= .* idle_timeout_s="):
+        hn.OpenRouter("m", base_url="http://127.0.0.1:1/v1", idle_timeout=6)
+    with pytest.warns(DeprecationWarning, match=r"timeout .* use timeout_s"):
+        assert old.timeout == 6.0
+    with pytest.warns(DeprecationWarning, match=r"first_event_timeout= .* first_event_timeout_s="):
+        later = old.with_timeout(8, first_event_timeout=11)
+    assert later.first_event_timeout_s == 11.0
+    with pytest.warns(DeprecationWarning, match=r"harnessnb: REQUEST_TIMEOUT .* REQUEST_TIMEOUT_S"):
+        assert hn.REQUEST_TIMEOUT == 600.0
+
+
+def test_from_env_takes_the_new_timeout_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-names")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hn.OpenAI.from_env(timeout_s=9, idle_timeout_s=3).timeout_s == 9.0
+    with pytest.warns(DeprecationWarning, match=r"from_env: timeout= .* use timeout_s="):
+        assert hn.OpenAI.from_env(timeout=8).timeout_s == 8.0
+
+
+def test_agent_and_approver_timeouts_are_timeout_s() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ag.Codex(timeout_s=30).timeout_s == 30
+        assert hn.WidgetApprover(timeout_s=2, widgets=False).timeout_s == 2.0
+    for cls in (ag.ClaudeCode, ag.Codex, ag.Copilot):
+        with pytest.warns(DeprecationWarning, match=rf"{cls.__name__}: timeout= .* timeout_s="):
+            agent = cls(timeout=40)
+        assert agent.timeout_s == 40
+        with pytest.warns(DeprecationWarning, match=rf"{cls.__name__}: timeout .* timeout_s"):
+            assert agent.timeout == 40
+    with pytest.warns(DeprecationWarning, match=r"WidgetApprover: timeout= .* timeout_s="):
+        approver = hn.WidgetApprover(timeout=3, widgets=False)
+    with pytest.warns(DeprecationWarning, match=r"WidgetApprover: timeout .* timeout_s"):
+        assert approver.timeout == 3.0

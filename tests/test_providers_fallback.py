@@ -161,8 +161,8 @@ def test_hosts_union_and_with_timeout_applies_to_all() -> None:
         if isinstance(p, hn.Fallback):
             stack.extend(p.providers)
         else:
-            timeouts.append(p.timeout)  # type: ignore[attr-defined]
+            timeouts.append(p.timeout_s)  # type: ignore[attr-defined]
     assert timeouts == [3.0, 3.0, 3.0, 3.0]
-    assert a.timeout == hn.REQUEST_TIMEOUT
+    assert a.timeout_s == hn.REQUEST_TIMEOUT_S
     assert isinstance(fb, Provider)
     assert "canary" not in repr(fb)  # no key in the nested reprs

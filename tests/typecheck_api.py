@@ -22,7 +22,7 @@ async def typed_usage(store: hn.Store) -> None:
     )
     provider = hn.Fallback(
         hn.OpenAI("gpt-4o-mini", api_key="k"),
-        hn.Anthropic("claude", api_key="k", idle_timeout=20.0, stream=False).with_timeout(30.0),
+        hn.Anthropic("claude", api_key="k", idle_timeout_s=20.0, stream=False).with_timeout(30.0),
     )
     streams: bool = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", stream=False).stream
     policy = hn.Policy.default().layer("app").allow_write("NOTES.md")
@@ -47,7 +47,7 @@ async def typed_usage(store: hn.Store) -> None:
     print(spent, hn.RunOutcome.COST_BUDGET.value)
     again: hn.RunResult = await hn.resume(result.run_id, provider, store=store, prices=prices)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
-    assert hn.REQUEST_TIMEOUT == 600.0
+    assert hn.REQUEST_TIMEOUT_S == 600.0
     swept: hn.SweepResult = await hn.sweep(
         ["say hello", contract], {"a": provider}, workspace="repo", repeats=3, concurrency=4,
         store=store, keep_workspaces=False, max_cost_usd=1.0, prices=prices,
@@ -75,7 +75,7 @@ async def typed_usage(store: hn.Store) -> None:
     if isinstance(done.error, hn.agents.RateLimited):
         print(done.error.detail, done.error.resets_at, done.error.retryable)
     print(done.text, done.usage, done.session_id, done.exit_code, done.outcome.value)
-    print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
+    print(hn.agents.run_sync(hn.agents.Codex(timeout_s=600.0), "x", "repo").ok)
 
 
 async def typed_store_writes(store: hn.Store) -> None:

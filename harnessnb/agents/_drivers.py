@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
 from ..rules._errors import ConfigError
+from ..rules._renamed import renamed
 from ._cause import (
     claude_retry_after,
     copilot_log_waits,
@@ -56,6 +57,7 @@ class Invocation:
     session_id: str | None  # known before the run (chosen by us, or resumed)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class AgentCLI:
     """A coding-agent CLI run headless.
@@ -66,7 +68,7 @@ class AgentCLI:
             workspace), ``edit`` (it may edit files in the workspace) or ``bypass``
             (every tool, no sandbox: only for an externally sandboxed machine).
         bin: The executable, looked up on ``PATH`` (the driver's usual name by default).
-        timeout: Seconds before the whole process group is killed (None: no limit).
+        timeout_s: Seconds before the whole process group is killed (None: no limit).
         max_turns: Cap on the agent's turns, for CLIs that have one (``Unsupported``
             otherwise: never silently ignored).
         extra_args: Further arguments, placed before the prompt.
@@ -77,7 +79,7 @@ class AgentCLI:
     model: str | None = None
     permission: Permission = "read_only"
     bin: str = ""
-    timeout: float | None = None
+    timeout_s: float | None = None
     max_turns: int | None = None
     extra_args: Sequence[str] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -105,8 +107,10 @@ class AgentCLI:
             raise ConfigError(
                 f"permission must be one of {', '.join(_PERMISSIONS)}, not {self.permission!r}"
             )
-        if self.timeout is not None and not self.timeout > 0:
-            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(
+                f"timeout_s must be a positive number of seconds, not {self.timeout_s!r}"
+            )
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"max_turns must be at least 1, not {self.max_turns!r}")
         if not self.bin:
@@ -190,6 +194,7 @@ class AgentCLI:
         return self.model or (env.get(self.model_env) if self.model_env else None) or None
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class ClaudeCode(AgentCLI):
     """Claude Code: ``claude -p --output-format stream-json --verbose``.
@@ -291,6 +296,7 @@ class ClaudeCode(AgentCLI):
             _rate_limit(obj.get("rate_limit_info") or obj, turn)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class Codex(AgentCLI):
     """OpenAI Codex: ``codex exec --json`` (``codex exec resume <id>`` to continue).
@@ -298,7 +304,7 @@ class Codex(AgentCLI):
     Codex authenticates ``exec`` with ``CODEX_API_KEY`` or a stored login (an
     ``OPENAI_API_KEY`` alone is not used by ``exec``). It reports the usage of the whole
     thread, so a resumed run's usage is the difference from the previous run's.
-    Without a network it retries for ever: give it a ``timeout``.
+    Without a network it retries for ever: give it a ``timeout_s``.
     """
 
     name: ClassVar[str] = "codex"
@@ -407,6 +413,7 @@ class Codex(AgentCLI):
         turn.tool_ended(call_id, ok=ok, output=_str(item.get("aggregated_output")) or None)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class Copilot(AgentCLI):
     """GitHub Copilot CLI: ``copilot --output-format json --allow-all-tools --no-ask-user``.

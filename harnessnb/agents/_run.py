@@ -272,7 +272,7 @@ class _AgentRun:
         try:
             self.end = await run_process(
                 [exe, *invocation.argv[1:]], cwd=self.root, env=env, stdin=invocation.stdin,
-                timeout_s=agent.timeout, on_line=self._on_line, limits=agent.limits,
+                timeout_s=agent.timeout_s, on_line=self._on_line, limits=agent.limits,
             )  # fmt: skip
         except _Stopped:
             self.stopped_after = time.monotonic() - spawned_at  # the group is gone

@@ -115,7 +115,7 @@ def error_from_cause(
 
 def _timed_out(agent: AgentCLI, turn: Turn, scrub: Callable[[str], str], hint: str) -> CLIError:
     """Killed at the deadline: the last cause it was retrying, else a bare Timeout."""
-    bin_, timeout = agent.bin, float(agent.timeout or 0)
+    bin_, timeout = agent.bin, float(agent.timeout_s or 0)
     if turn.cause is not None:
         return error_from_cause(
             agent, turn.cause, scrub, hint=hint, resets_at=_resets(turn),

@@ -508,4 +508,4 @@ def agent_from(args: argparse.Namespace) -> AgentCLI:
     from ..agents import driver
 
     return driver(args.agent, model=args.model, permission=args.permission or "read_only",
-                  timeout=args.timeout, max_turns=args.max_steps)  # fmt: skip
+                  timeout_s=args.timeout, max_turns=args.max_steps)  # fmt: skip

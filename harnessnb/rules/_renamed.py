@@ -66,24 +66,23 @@ def renamed(**renames: str) -> Callable[[C], C]:
 
     def decorate(cls: C) -> C:
         init: Callable[..., None] = cls.__init__  # type: ignore[misc]
-        owner = cls.__name__
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            moved_keywords(owner, kwargs, renames)
+            moved_keywords(type(self).__name__, kwargs, renames)
             init(self, *args, **kwargs)
 
         cls.__init__ = __init__  # type: ignore[misc]
         for old, new in renames.items():
-            setattr(cls, old, _alias(owner, old, new))
+            setattr(cls, old, _alias(old, new))
         return cls
 
     return decorate
 
 
-def _alias(owner: str, old: str, new: str) -> property:
+def _alias(old: str, new: str) -> property:
     def read(self: object) -> Any:
-        warn_renamed(owner, old, new, keyword=False)
+        warn_renamed(type(self).__name__, old, new, keyword=False)
         return getattr(self, new)
 
     return property(read, doc=f"Deprecated: ``{new}``.")

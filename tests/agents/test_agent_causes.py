@@ -128,7 +128,7 @@ def test_claudes_wait_is_the_retry_after_only_when_it_is_whole_seconds() -> None
 @pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
 def test_at_the_deadline_the_error_is_the_cause_still_being_retried(clis: CLIs, name: str) -> None:
     clis.scenario(mode="retry_hang")
-    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    result = ag.run_sync(ag.driver(name, timeout_s=1.5), "hi", clis.ws, store=clis.store)
     err = result.error
     assert isinstance(err, ag.AgentError) and err.kind is K.SERVER and err.retryable, err
     assert err.status == 503 and "still retrying" in err.message
@@ -139,7 +139,7 @@ def test_at_the_deadline_the_error_is_the_cause_still_being_retried(clis: CLIs, 
 @pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
 def test_a_retry_the_cli_got_past_is_no_cause_at_the_deadline(clis: CLIs, name: str) -> None:
     clis.scenario(mode="retry_hang", recovered=True)
-    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    result = ag.run_sync(ag.driver(name, timeout_s=1.5), "hi", clis.ws, store=clis.store)
     assert isinstance(result.error, ag.Timeout), result.error
     rows = clis.store.attempts(result.run_id)[["attempt", "kind"]].values.tolist()
     assert rows == [[1, "server"], [2, "timeout"]]
@@ -250,7 +250,7 @@ def test_redaction_hides_keys_not_base_urls(clis: CLIs, monkeypatch: pytest.Monk
 def test_a_session_name_is_bound_only_once_the_cli_confirmed_the_session(clis: CLIs) -> None:
     # killed before it printed anything: the CLI never confirmed (or saved) the session
     clis.scenario(mode="ok", sleep=30)
-    first = ag.run_sync(ag.ClaudeCode(timeout=1), "hi", clis.ws, store=clis.store,
+    first = ag.run_sync(ag.ClaudeCode(timeout_s=1), "hi", clis.ws, store=clis.store,
                         session="early")  # fmt: skip
     assert isinstance(first.error, ag.Timeout)
     assert clis.store.agent_session(str(clis.ws.resolve()), "early") is None

@@ -271,7 +271,7 @@ def test_bad_options_are_config_errors() -> None:
     with pytest.raises(hn.ConfigError, match="permission"):
         ag.ClaudeCode(permission="yolo")  # type: ignore[arg-type]
     with pytest.raises(hn.ConfigError, match="timeout"):
-        ag.Codex(timeout=0)
+        ag.Codex(timeout_s=0)
     with pytest.raises(hn.ConfigError, match="unknown agent 'gemini'"):
         ag.driver("gemini")
 
@@ -474,7 +474,7 @@ def test_timeout_kills_the_whole_process_group_and_keeps_partial_output(
     monkeypatch.setattr(_process, "TERM_GRACE_S", 0.2)
     clis.scenario(mode="hang", grandchild=True)
     started = time.monotonic()
-    result = run(clis, name, timeout=1.0)
+    result = run(clis, name, timeout_s=1.0)
     assert time.monotonic() - started < 10
     err = result.error
     assert isinstance(err, ag.Timeout) and err.retryable

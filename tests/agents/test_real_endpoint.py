@@ -66,7 +66,7 @@ class Rig:
             env |= {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": KEY}
             if knobs:
                 env["CLAUDE_CODE_MAX_RETRIES"] = "1"
-            return ag.ClaudeCode(bin=exe, model="fake-model", timeout=timeout, env=env), ws
+            return ag.ClaudeCode(bin=exe, model="fake-model", timeout_s=timeout, env=env), ws
         if self.cli == "codex":
             codex_home = home / ".codex"
             codex_home.mkdir()
@@ -77,11 +77,11 @@ class Rig:
                 f'wire_api = "responses"\n{retries}'
             )
             env |= {"CODEX_HOME": str(codex_home), "FAKE_MODEL_KEY": KEY}
-            return ag.Codex(bin=exe, timeout=timeout, env=env), ws
+            return ag.Codex(bin=exe, timeout_s=timeout, env=env), ws
         env |= {"COPILOT_PROVIDER_BASE_URL": f"{fake.url}/v1", "COPILOT_PROVIDER_API_KEY": KEY,
                 "COPILOT_OFFLINE": "true", "COPILOT_MODEL": "fake-model",
                 "XDG_CACHE_HOME": str(self.cache)}  # fmt: skip
-        return ag.Copilot(bin=exe, timeout=timeout, env=env), ws
+        return ag.Copilot(bin=exe, timeout_s=timeout, env=env), ws
 
 
 @pytest.fixture(scope="module")
