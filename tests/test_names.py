@@ -4,6 +4,10 @@ the new names work without a warning."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import inspect
+import re
 import warnings
 from pathlib import Path
 
@@ -200,3 +204,73 @@ def test_agent_and_approver_timeouts_are_timeout_s() -> None:
         approver = hn.WidgetApprover(timeout=3, widgets=False)
     with pytest.warns(DeprecationWarning, match=r"WidgetApprover: timeout .* timeout_s"):
         assert approver.timeout == 3.0
+
+
+# A name that holds a duration or money says its unit (docs/api.md, "Names and units").
+_HOLDS_A_QUANTITY = re.compile(
+    r"(timeout|seconds|elapsed|retry_after|wait|delay|duration|latency|ttft|ttl|interval|cost)$"
+)
+_SAYS_ITS_UNIT = re.compile(r"_(s|ms|usd)$")
+# Kept as the standard library spells them: Clock.sleep(delay) is asyncio.sleep(delay).
+_AS_THE_STANDARD_LIBRARY = {
+    "Clock.sleep(delay)",
+    "FakeClock.sleep(delay)",
+    "FakeClock.advance(delay)",
+}
+
+
+def _public_names(owner: str, obj: object) -> set[str]:
+    """Parameters, fields and properties a user of ``obj`` spells (deprecated aliases,
+    documented "Deprecated:", left out: they go in the next release)."""
+    names: set[str] = set()
+    if callable(obj):
+        with contextlib.suppress(TypeError, ValueError):
+            names |= {f"{owner}({p})" for p in inspect.signature(obj).parameters}
+    if inspect.isclass(obj):
+        for cls in obj.__mro__:
+            if not cls.__module__.startswith("harnessnb"):
+                continue
+            for key, value in vars(cls).items():
+                if key.startswith("_"):
+                    continue
+                if isinstance(value, property):
+                    if not (value.__doc__ or "").startswith("Deprecated:"):
+                        names.add(f"{owner}.{key}")
+                    continue
+                func = getattr(value, "__func__", value)
+                if inspect.isfunction(func):
+                    with contextlib.suppress(TypeError, ValueError):
+                        params = inspect.signature(func).parameters
+                        names |= {f"{obj.__name__}.{key}({p})" for p in params
+                                  if p not in ("self", "cls")}  # fmt: skip
+        if dataclasses.is_dataclass(obj):
+            names |= {f"{owner}.{f.name}" for f in dataclasses.fields(obj)}
+    return names
+
+
+def test_every_public_duration_and_amount_names_its_unit() -> None:
+    spelled: set[str] = set()
+    for module, listed in ((hn, hn.__all__), (ag, ag.__all__)):
+        for name in listed:
+            spelled |= _public_names(name, getattr(module, name))
+    wrong = sorted(
+        n for n in spelled
+        if _HOLDS_A_QUANTITY.search(n.rstrip(")").split("(")[-1].split(".")[-1])
+        and not _SAYS_ITS_UNIT.search(n.rstrip(")").split("(")[-1].split(".")[-1])
+        and n not in _AS_THE_STANDARD_LIBRARY
+    )  # fmt: skip
+    assert wrong == [], "name the unit (_s, _ms, _usd), keeping the old name as an alias"
+
+
+def test_wrapping_providers_with_timeout_takes_timeout_s() -> None:
+    leaf = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1")
+    scripted = hn.ScriptedProvider(["hi"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        both = hn.Fallback(leaf, scripted).with_timeout(timeout_s=12)
+        assert scripted.with_timeout(timeout_s=3) is scripted
+    with pytest.warns(DeprecationWarning, match=r"with_timeout: timeout= .* use timeout_s="):
+        hn.Fallback(leaf, scripted).with_timeout(timeout=12)
+    with pytest.warns(DeprecationWarning, match=r"with_timeout: seconds= .* use timeout_s="):
+        scripted.with_timeout(seconds=3)
+    assert "timeout_s=12" in repr(both)

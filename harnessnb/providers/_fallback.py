@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..rules._errors import ProviderError
+from ..rules._renamed import renamed_keywords
 from ._completion import Completion, Messages, Provider, ToolSpecs, mark_last_fell_back
 
 __all__ = ["Fallback", "FallbackError"]
@@ -79,9 +80,10 @@ class Fallback:
                 seen.setdefault(host, None)
         return list(seen)
 
-    def with_timeout(self, timeout: float | datetime.timedelta) -> Fallback:
+    @renamed_keywords(timeout="timeout_s")
+    def with_timeout(self, timeout_s: float | datetime.timedelta) -> Fallback:
         """A new ``Fallback`` whose every provider has this deadline."""
-        return Fallback(*(_with_timeout(p, timeout) for p in self._providers))
+        return Fallback(*(_with_timeout(p, timeout_s) for p in self._providers))
 
     def __repr__(self) -> str:
         return f"Fallback({', '.join(repr(p) for p in self._providers)})"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..rules._errors import ConfigError, ProviderError, ProviderErrorKind
+from ..rules._renamed import renamed_keywords
 from ._completion import (
     AttemptRecord,
     Completion,
@@ -59,7 +60,8 @@ class ScriptedProvider:
     def hosts(self) -> list[str]:
         return []
 
-    def with_timeout(self, seconds: float) -> ScriptedProvider:
+    @renamed_keywords(seconds="timeout_s")
+    def with_timeout(self, timeout_s: float) -> ScriptedProvider:
         return self
 
     def __repr__(self) -> str:
