@@ -274,3 +274,23 @@ def test_wrapping_providers_with_timeout_takes_timeout_s() -> None:
     with pytest.warns(DeprecationWarning, match=r"with_timeout: seconds= .* use timeout_s="):
         scripted.with_timeout(seconds=3)
     assert "timeout_s=12" in repr(both)
+
+
+def test_an_agent_runs_usage_is_a_usage_and_its_dict_reads_warn() -> None:
+    from harnessnb.agents._result import usage_of
+
+    counts = {"input_tokens": 420, "output_tokens": 40, "cached_input_tokens": 300}
+    result = ag.AgentResult("run_y", "claude-code", hn.RunOutcome.FINISHED,
+                            usage=usage_of(counts, 0.5), cost_usd=0.5)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert result.usage == hn.Usage(420, 40, cached_input_tokens=300)
+        assert (result.usage.total_tokens, result.tokens, result.cost_usd) == (460, 460, 0.5)
+        assert "cached 300" in result.summary_text() and "$0.5000" in result.summary_text()
+    read = r"usage\['input_tokens'\] .* use AgentResult.usage.input_tokens"
+    with pytest.warns(DeprecationWarning, match=read):
+        assert result.usage["input_tokens"] == 420
+    with pytest.warns(DeprecationWarning, match=r"usage\['cost_usd'\] .* AgentResult.cost_usd"):
+        assert result.usage.get("cost_usd") == 0.5
+    with pytest.warns(DeprecationWarning):
+        assert result.usage.get("no_such_key", 7) == 7

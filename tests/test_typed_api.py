@@ -63,6 +63,8 @@ CASES: list[tuple[str, str, str | None]] = [
     ("agent timeout_s", "k7: float | None = hn.agents.Codex(timeout_s=1).timeout_s", None),
     ("agent timeout", "hn.agents.Codex(timeout=1)", "timeout"),
     ("approver timeout", "hn.WidgetApprover(timeout=1)", "timeout"),
+    ("agent usage", 'k8: int = hn.agents.run_sync(a, "t", "w").usage.cached_input_tokens', None),
+    ("agent cost", 'k9: float | None = hn.agents.run_sync(a, "t", "w").cost_usd', None),
     ("result elapsed_s", "k5: float = hn.run_sync(c, p).elapsed_s", None),
     ("result elapsed", "hn.run_sync(c, p).elapsed", "elapsed"),
     ("agent result elapsed_s", 'k6: float = hn.agents.run_sync(a, "t", "w").elapsed_s', None),

@@ -74,7 +74,8 @@ async def typed_usage(store: hn.Store) -> None:
     )
     if isinstance(done.error, hn.agents.RateLimited):
         print(done.error.detail, done.error.resets_at, done.error.retryable)
-    print(done.text, done.usage, done.session_id, done.exit_code, done.outcome.value)
+    print(done.text, done.usage.cached_input_tokens, done.cost_usd, done.session_id)
+    print(done.exit_code, done.outcome.value)
     print(hn.agents.run_sync(hn.agents.Codex(timeout_s=600.0), "x", "repo").ok)
 
 

@@ -54,7 +54,7 @@ from ._errors import (
     Spawn,
 )
 from ._process import ProcessEnd, run_process, too_large
-from ._result import AgentResult
+from ._result import AgentResult, usage_of
 from ._turn import Turn, to_int
 from ._verdict import verdict
 
@@ -391,7 +391,8 @@ class _AgentRun:
         self.run_lease = None
         result = AgentResult(
             run_id=self.run_id, agent=agent.name, outcome=outcome,
-            text="" if error is not None else turn.text, usage=dict(turn.usage),
+            text="" if error is not None else turn.text, cost_usd=_reported_cost(turn.usage),
+            usage=usage_of(turn.usage, _reported_cost(turn.usage)),
             session_id=turn.session_id or self.bound, session=self.session,
             exit_code=None if end is None else end.exit_code, error=error,
             elapsed_s=now - self.started, tool_calls=turn.tool_calls_seen,

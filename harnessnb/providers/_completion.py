@@ -79,6 +79,8 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the provider's cache (0: none reported)."""
 
     @property
     def total_tokens(self) -> int:

@@ -70,22 +70,22 @@ def test_a_good_run_returns_the_answer_usage_session_and_exit_code(clis: CLIs, n
     assert result.text == "a.txt says hello"
     assert result.exit_code == 0
     assert result.session_id and len(result.session_id) == 36
-    assert result.usage["output_tokens"] == 40 and result.usage["cached_input_tokens"] == 300
+    assert result.usage.output_tokens == 40 and result.usage.cached_input_tokens == 300
     assert result.tool_calls == 1
 
 
 def test_claude_usage_counts_cache_reads_and_writes_as_input(clis: CLIs) -> None:
     clis.scenario(mode="ok")
-    usage = run(clis, "claude").usage
+    result = run(clis, "claude")
     # Anthropic's input_tokens exclude the cache: 100 fresh + 20 written + 300 read.
-    assert usage == {"input_tokens": 420, "output_tokens": 40, "cached_input_tokens": 300,
-                     "cost_usd": 0.0123}  # fmt: skip
+    assert result.usage == hn.Usage(input_tokens=420, output_tokens=40, cached_input_tokens=300)
+    assert result.cost_usd == 0.0123
 
 
 def test_codex_usage_input_already_includes_the_cached_tokens(clis: CLIs) -> None:
     clis.scenario(mode="ok")
     usage = run(clis, "codex").usage
-    assert (usage["input_tokens"], usage["cached_input_tokens"]) == (420, 300)
+    assert (usage.input_tokens, usage.cached_input_tokens) == (420, 300)
 
 
 @pytest.mark.parametrize("name", AGENTS)
@@ -618,7 +618,7 @@ def test_a_resumed_session_is_charged_only_this_runs_usage(clis: CLIs, name: str
     second = run(clis, name, session="long")
     third = run(clis, name)  # a new session starts from zero
     for result in (first, second, third):
-        assert result.usage["input_tokens"] == 420 and result.usage["output_tokens"] == 40
+        assert result.usage.input_tokens == 420 and result.usage.output_tokens == 40
     tokens = clis.store.runs()[["run_id", "tokens"]].set_index("run_id")["tokens"].to_dict()
     assert [tokens[r.run_id] for r in (first, second, third)] == [460, 460, 460]
 

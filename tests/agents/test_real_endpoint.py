@@ -143,7 +143,7 @@ def check(o: Outcome, *, timeout: float) -> None:
     assert all(a["model"] == "fake-model" for a in o.attempts), (where, o.attempts)
     if o.mode == "ok":
         assert o.result.ok and o.result.text == "answer 1", where
-        assert o.result.usage["input_tokens"] > 0 and o.result.session_id, where
+        assert o.result.usage.input_tokens > 0 and o.result.session_id, where
         assert len(o.attempts) == 1 and pd.isna(o.attempts[0]["kind"]), where
         return
     kind = KIND[o.mode]
@@ -200,7 +200,7 @@ def test_a_real_cli_answers_and_its_named_session_resumes(
         agent, ws = rig.agent(fake, f"session-{cli}", timeout=60)
         first = ag.run_sync(agent, "remember the word quince", ws, store=store, session="s")
         assert first.ok and first.text == "answer 1", first.error
-        assert first.session_id and first.usage["input_tokens"] > 0
+        assert first.session_id and first.usage.input_tokens > 0
         assert first.model == "fake-model"
         runs = store.runs(first.run_id).to_dict("records")
         assert [r["model"] for r in runs] == ["fake-model"]
