@@ -58,6 +58,7 @@ _LAZY: dict[str, str] = {
     "Command": ".loop._contract",
     "RunOutcome": ".loop._contract",
     "RunResult": ".loop._result",
+    "StepSummary": ".loop._result",
     "RetryPolicy": ".rules._retry",
     "set_testing": ".rules._retry",
     "FakeClock": ".rules._retry",
@@ -98,7 +99,7 @@ if TYPE_CHECKING:
     )
     from .loop._events import RunEvent, unscrubbed_events
     from .loop._replay import replay, replay_sync
-    from .loop._result import RunResult
+    from .loop._result import RunResult, StepSummary
     from .loop._sweep import sweep, sweep_sync
     from .loop._sweep_result import SweepResult
     from .notebook._approver import WidgetApprover
@@ -154,6 +155,7 @@ __all__ = [
     "SandboxError",
     "ScriptedProvider",
     "StallPolicy",
+    "StepSummary",
     "Store",
     "StoreError",
     "SweepResult",

@@ -79,6 +79,7 @@ from .loop._driver import run_sync
 from .loop._durable import resume_sync
 from .loop._events import DELTA_TAIL
 from .rules._errors import ConfigError, HarnessError, wrap_unknown
+from .rules._events import DeltaEvent, FinishedEvent, StartedEvent
 from .rules._policy import Policy
 from .rules._retry import RetryPolicy
 from .rules._secrets import scrub
@@ -161,7 +162,7 @@ class LineProgress:
 
     def __call__(self, event: RunEvent) -> None:
         out = self._stream or sys.stdout
-        if event.kind == "delta":
+        if isinstance(event, DeltaEvent):
             self._show_streamed(event, out)
             return
         self._streamed = ""
@@ -172,11 +173,11 @@ class LineProgress:
         if line is not None:
             _out(line, file=out, flush=True)
 
-    def _show_streamed(self, event: RunEvent, out: TextIO) -> None:
+    def _show_streamed(self, event: DeltaEvent, out: TextIO) -> None:
         if not out.isatty():
             return
-        text = str(event.data.get("text") or "")
-        tail = text if event.data.get("restart") else self._streamed + text
+        text = event.text
+        tail = text if event.restart else self._streamed + text
         self._streamed = tail[-DELTA_TAIL:]
         width = max(20, shutil.get_terminal_size().columns - 5)
         out.write(f"\r\x1b[K  > {streamed_words(self._streamed, width)}")
@@ -185,11 +186,11 @@ class LineProgress:
 
     def line(self, event: RunEvent) -> str | None:
         """The line for ``event`` (indented below its run's first line), or None."""
-        if event.kind == "started":
+        if isinstance(event, StartedEvent):
             self.run_id = event.run_id
-            self.max_steps = int(event.data.get("max_steps") or 0)
+            self.max_steps = event.max_steps or 0
         words = event_words(event, max_steps=self.max_steps)
-        if words is None or event.kind == "started":
+        if words is None or isinstance(event, StartedEvent):
             return words
         return "  " + words
 
@@ -449,14 +450,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     prices = prices_from(args)
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
-    store = _store(args)
-    progress = LineProgress()
-    approver = approver_from(args)
+    store, progress, approver = _store(args), LineProgress(), approver_from(args)
     result = _drive(
-        lambda: run_sync(contract, provider, store=store, policy=policy, approver=approver,
-                         on_event=progress, prices=prices),
+        lambda: run_sync(
+            contract,
+            provider,
+            store=store,
+            policy=policy,
+            approver=approver,
+            on_event=progress,
+            prices=prices,
+        ),
         progress,
-    )  # fmt: skip
+    )
     return _finish(result)
 
 
@@ -472,20 +478,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
     def finished(event: RunEvent) -> None:
-        if event.kind == "finished":
-            _out(f"{event.run_id}: {event.data.get('outcome')}", flush=True)
+        if isinstance(event, FinishedEvent):
+            _out(f"{event.run_id}: {event.outcome}", flush=True)
 
     def ended(row: Any) -> None:  # a run on a cluster worker, told here
         _out(f"{row.run_id}: {row.outcome}", flush=True)
 
     try:
         with cluster(args) as client:
-            if client is None:
-                result = sweep_sync(contracts, providers, store=_store(args),
-                                    on_event=finished, **kwargs)  # fmt: skip
-            else:
-                result = sweep_sync(contracts, providers, executor=client,
-                                    shards=args.shards, on_run=ended, **kwargs)  # fmt: skip
+            runs_on: dict[str, Any] = {"executor": client, "shards": args.shards, "on_run": ended}
+            if client is None:  # the store is opened only for a run here
+                runs_on = {"store": _store(args), "on_event": finished}
+            result = sweep_sync(contracts, providers, **runs_on, **kwargs)
     except KeyboardInterrupt:
         where = f"hn.Store.combine({args.shards!r})" if args.executor else "harnessnb runs"
         _out(
@@ -535,10 +539,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     progress.run_id = args.run_id
     approver = approver_from(args)
     result = _drive(
-        lambda: resume_sync(args.run_id, provider, store=store, approver=approver,
-                            on_event=progress, prices=prices),
+        lambda: resume_sync(
+            args.run_id, provider, store=store, approver=approver, on_event=progress, prices=prices
+        ),
         progress,
-    )  # fmt: skip
+    )
     return _finish(result)
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from harnessnb import Store
+from harnessnb.chaos import ChaosServer
 from harnessnb.rules import _retry
 from harnessnb.store._conn import SharedDb
+from tests.files_helpers import folder
 
 
 @pytest.fixture(autouse=True)
@@ -73,3 +75,56 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(SharedDb, "_transact", transact)
     return seen
+
+
+# The fixtures many modules share (a module's own fixture of the same name overrides one).
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace folder with a README."""
+    return folder(tmp_path / "ws", {"README.md": "# Title\n"})
+
+
+@pytest.fixture
+def empty_ws(tmp_path: Path) -> Path:
+    """A workspace folder with nothing in it."""
+    return folder(tmp_path / "ws")
+
+
+@pytest.fixture
+def srv() -> Iterator[ChaosServer]:
+    """The chaos server on loopback (seeded: its random faults repeat)."""
+    with ChaosServer(seed=0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_srv() -> Iterator[ChaosServer]:
+    """One chaos server for a whole module (seeded), for modules of many short tests."""
+    with ChaosServer(seed=0) as server:
+        yield server
+
+
+# Every variable by which a face picks a provider or a store: cleared for a notebook test.
+FACE_ENV_KEYS = (
+    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
+    "HARNESSNB_NO_WIDGETS",
+)  # fmt: skip
+
+
+@pytest.fixture
+def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """An IPython shell with ``%load_ext harnessnb``, no provider in the environment and
+    its store in ``tmp_path``; the names tests bind are taken back afterwards."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    for key in FACE_ENV_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "harnessnb")
+    yield sh
+    for name in ("R", "frame", "x", "who", "place", "db", "rid"):
+        sh.user_ns.pop(name, None)

@@ -7,11 +7,14 @@ Shared by test_notebook_exec.py and test_browser.py. The servers: healthy OpenAI
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply, echo_responder
@@ -82,3 +85,20 @@ def cell(nb: Any, tag: str) -> Any:
         if tag in c.get("metadata", {}).get("tags", []):
             return c
     raise KeyError(tag)
+
+
+@contextlib.contextmanager
+def started_kernel(home: Path, **env: str) -> Iterator[tuple[KernelManager, Any]]:
+    """A python3 kernel run in ``home``, with no ``HARNESSNB_`` variable of ours but those
+    in ``env``: its manager and its client, ready; shut down when done."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HARNESSNB_")}
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env={**environ, **env}, cwd=str(home))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

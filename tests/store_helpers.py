@@ -8,8 +8,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 ROOT = Path(__file__).resolve().parent.parent
 AT = 1_700_000_000.0
+
+
+def old_store(path: Path, version: int) -> duckdb.DuckDBPyConnection:
+    """A connection to a new store file at ``path`` as harnessnb wrote it at schema
+    ``version`` (its migrations up to there, each recorded): add the old rows, close."""
+    from harnessnb.store._schema import MIGRATIONS
+
+    con = duckdb.connect(str(path))
+    for v in range(1, version + 1):
+        for statement in MIGRATIONS[v]:
+            con.execute(statement)
+        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [v])
+    return con
 
 
 def run_row(run_id: str = "r1", **extra: Any) -> dict[str, Any]:

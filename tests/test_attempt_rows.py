@@ -18,6 +18,8 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from tests.files_helpers import folder
+from tests.store_helpers import old_store
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = (
@@ -141,9 +143,7 @@ def test_sigkill_keeps_every_failed_attempt(tmp_path: Path) -> None:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    folder = tmp_path / "ws"
-    folder.mkdir()
-    return folder
+    return folder(tmp_path / "ws")
 
 
 async def test_attempts_that_end_the_run_are_written_once(ws: Path, tmp_path: Path) -> None:
@@ -235,16 +235,8 @@ async def test_an_attempt_the_time_budget_cuts_off_is_a_timeout_not_a_cancel(
 
 
 def test_a_store_from_before_cancelled_attempts_keeps_its_rows_counted(tmp_path: Path) -> None:
-    import duckdb
-
-    from harnessnb.store._schema import MIGRATIONS
-
     path = tmp_path / "v7.duckdb"
-    con = duckdb.connect(str(path))
-    for version in range(1, 8):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 7)
     con.execute("INSERT INTO attempts (run_id, attempt, provider, kind) VALUES "
                 "('old', 1, 'openai', 'server'), ('old', 2, 'openai', NULL)")  # fmt: skip
     con.close()

@@ -83,7 +83,8 @@ def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype:
     cards = [
         cause._repr_mimebundle_()["text/html"],
         hn.RunResult("r1", hn.RunOutcome.ESCALATED_RETRYABLE, 1, 10, error=cause,
-                     step_rows=({"step": 1, "decision": "tool"},))._repr_mimebundle_()["text/html"],
+                     step_summaries=(hn.StepSummary(1, "tool_calls"),),
+                     )._repr_mimebundle_()["text/html"],
         ag.RateLimited("quota", agent="codex", bin="codex", detail="q")._repr_mimebundle_()[
             "text/html"],
     ]  # fmt: skip

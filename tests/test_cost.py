@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
@@ -16,17 +15,9 @@ from genai_prices import Usage, calc_price
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
 from harnessnb.demo._model import provider_for
-from harnessnb.store._schema import MIGRATIONS
+from tests.store_helpers import old_store
 
 LIST = {"tool": "list_dir", "args": {"path": "."}}
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
 
 
 def catalogue(model: str, provider: str, inp: int, out: int) -> float:
@@ -184,11 +175,7 @@ def test_failure_rates_show_each_groups_spend(ws: Path, store: hn.Store) -> None
 
 def test_a_store_from_before_costs_migrates_with_unknown_costs(tmp_path: Path) -> None:
     path = tmp_path / "v5.duckdb"
-    con = duckdb.connect(str(path))
-    for version in range(1, 6):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 5)
     con.execute("INSERT INTO run_rows (run_id, provider, model) VALUES "
                 "('old', 'openai', 'gpt-4o'), ('idle', 'openai', 'gpt-4o')")  # fmt: skip
     con.execute("INSERT INTO attempts (run_id, step, attempt, provider, model, input_tokens, "

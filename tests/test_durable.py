@@ -38,14 +38,29 @@ def snapshot(ws: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], list[str]]:
+    """One uninterrupted reference run: its workspace at the end, and its trace (each
+    store write's name as it committed, "ledger" where a ledger append ran)."""
     root = tmp_path_factory.mktemp("reference")
     ws = root / "ws"
     ref.seed_workspace(ws)
     out = subprocess.run([sys.executable, CHILD, str(root / "r.duckdb"), str(ws), "run_ref"],
                          capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout)["outcome"] == "success"
-    return snapshot(ws)
+    report = json.loads(out.stdout)
+    assert report["outcome"] == "success"
+    return snapshot(ws), report["trace"]
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run: tuple[dict[str, str], list[str]]) -> dict[str, str]:
+    return reference_run[0]
+
+
+def ledger_intents(trace: list[str]) -> list[int]:
+    """The write numbers (from 1) after which a ledger append ran first: its intent."""
+    writes = [i for i, name in enumerate(trace) if name != "ledger"]
+    return [n for n, i in enumerate(writes, start=1)
+            if trace[i] == "record_intent" and trace[i + 1:i + 2] == ["ledger"]]
 
 
 def child(store: Path, ws: Path, run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -111,25 +126,33 @@ def check_against_reference(ws: Path, reference: dict[str, str], store_path: Pat
 REFERENCE_WRITES = 69  # store writes in one uninterrupted reference run (20 of them attempt rows)
 
 
-def test_reference_run_makes_the_expected_number_of_commits(tmp_path: Path) -> None:
+def test_reference_run_makes_the_expected_number_of_commits(
+    tmp_path: Path, reference_run: tuple[dict[str, str], list[str]]
+) -> None:
     ws = tmp_path / "ws"
     ref.seed_workspace(ws)
     out = child(tmp_path / "s.duckdb", ws, "run_count")
     assert json.loads(out.stdout)["writes"] == REFERENCE_WRITES
+    assert len(ledger_intents(reference_run[1])) == 4  # one intent per ledger line
 
 
-def test_kill_at_every_commit_boundary_then_resume(tmp_path: Path,
-                                                   reference: dict[str, str]) -> None:
-    reconciled = 0
-    for k in range(1, REFERENCE_WRITES + 1):
-        ws, store = tmp_path / f"ws{k}", tmp_path / f"s{k}.duckdb"
-        ref.seed_workspace(ws)
-        out = child(store, ws, f"run_{k}", "--kill-at", str(k))
-        assert out.returncode == -signal.SIGKILL, out.stderr
-        outcomes = drive_to_the_end(store, ws, f"run_{k}")
-        reconciled += outcomes.count("needs_reconciliation")
-        check_against_reference(ws, reference, store, f"run_{k}")
-    assert reconciled >= 4  # every ledger intent boundary left a write to reconcile
+@pytest.mark.parametrize("k", range(1, REFERENCE_WRITES + 1), ids=lambda k: f"write{k:02d}")
+def test_kill_at_every_commit_boundary_then_resume(
+    tmp_path: Path, reference_run: tuple[dict[str, str], list[str]], k: int
+) -> None:
+    """Killed right after its kth store write (one test per commit boundary), the run
+    resumes to the reference's end; killed right after a ledger intent, it leaves a
+    write a person reconciles."""
+    reference, trace = reference_run
+    boundary = [name for name in trace if name != "ledger"][k - 1]
+    ws, store = tmp_path / "ws", tmp_path / "s.duckdb"
+    ref.seed_workspace(ws)
+    out = child(store, ws, f"run_{k}", "--kill-at", str(k))
+    assert out.returncode == -signal.SIGKILL, (boundary, out.stderr)
+    outcomes = drive_to_the_end(store, ws, f"run_{k}")
+    if k in ledger_intents(trace):
+        assert "needs_reconciliation" in outcomes, (boundary, outcomes)
+    check_against_reference(ws, reference, store, f"run_{k}")
 
 
 def test_kill_inside_a_write_ends_needs_reconciliation_then_resolve_resume_success(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -12,7 +12,6 @@ import harnessnb as hn
 from harnessnb import AttemptRecord
 from harnessnb.chaos import ChaosServer, Fault
 from harnessnb.providers import _http
-from harnessnb.providers._completion import collect_attempts
 from harnessnb.providers._fallback import FallbackError
 from harnessnb.rules import _errors
 
@@ -108,16 +107,10 @@ def test_provider_card_says_kind_status_retry_after_provider_request_id() -> Non
 # ---------------------------------------------- real errors with a key configured
 
 
-@pytest.fixture(scope="module")
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
-async def _fresh(srv: ChaosServer) -> AsyncIterator[None]:
-    srv.reset()
-    yield
+async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
+    module_srv.reset()  # one server for the module, as new for each test
+    yield module_srv
     await _http.aclose_client()
 
 
@@ -158,8 +151,9 @@ async def test_real_provider_errors_never_show_the_key(
 ) -> None:
     for provider in providers(srv):
         srv.push(fault)
-        with collect_attempts() as attempts, pytest.raises(hn.ProviderError) as info:
+        with pytest.raises(hn.ProviderError) as info:
             await provider.complete([{"role": "user", "content": "hi"}], stream=stream)
+        attempts = list(info.value.attempts)
         assert attempts, "every attempt is reported"
         assert_no_key(info.value, attempts, provider)
     # The key did reach the server, so the absence above is redaction, not luck.
@@ -172,7 +166,8 @@ async def test_real_provider_errors_never_show_the_key(
 async def test_fallback_error_from_real_providers_never_shows_the_key(srv: ChaosServer) -> None:
     a, _, c = providers(srv)
     srv.push(Fault.status(503, body=f"down, {KEY}"), Fault.error_in_200({"code": 502}))
-    with collect_attempts() as attempts, pytest.raises(FallbackError) as info:
+    with pytest.raises(FallbackError) as info:
         await hn.Fallback(a, c).complete([{"role": "user", "content": "hi"}])
     assert len(info.value.failures) == 2
-    assert_no_key(info.value, attempts, hn.Fallback(a, c))
+    assert len(info.value.attempts) == 2
+    assert_no_key(info.value, list(info.value.attempts), hn.Fallback(a, c))

@@ -292,8 +292,10 @@ def _sample(hint: Any, name: str) -> Any:
 
 
 def _with_every_field(cls: type[hn.HarnessError]) -> hn.HarnessError:
-    hints = typing.get_type_hints(cls.__init__)
-    params = inspect.signature(cls.__init__).parameters
+    # A class declaring its fields (rules._fields) has them as annotations, its
+    # signature on the class; the others have theirs on __init__.
+    hints = typing.get_type_hints(cls.__init__) | typing.get_type_hints(cls)
+    params = inspect.signature(cls).parameters
     kwargs = {n: _sample(hints[n], n) for n in params if n not in ("self", "message")}
     if "message" in params:
         return cls(f"{cls.__name__} happened", **kwargs)
@@ -317,7 +319,7 @@ def test_every_error_pickles_round_trip_with_its_fields(cls: type[hn.HarnessErro
     assert back.to_dict() == err.to_dict()  # every shown field, and the cause chain
     assert back.to_dict()["causes"] == ["OSError: the connection was reset"]
     assert repr(back) == repr(err)
-    for name in inspect.signature(cls.__init__).parameters:
+    for name in inspect.signature(cls).parameters:
         if name not in ("self", "message") and hasattr(err, name):
             want, got = getattr(err, name), getattr(back, name)
             if isinstance(want, list):  # errors compare by what they say
@@ -357,3 +359,36 @@ def test_a_pickled_error_carries_no_secret_from_its_message_fields_or_causes(
     back = pickle.loads(data)
     assert back.to_dict()["causes"] == ["ValueError: the server said: invalid key [redacted]"]
     assert key not in repr(back.to_dict()) and back.model == "model [redacted]"
+
+
+# ------------------------------------------------------- context fields declared once
+
+
+def test_error_classes_declare_their_context_fields_once_with_no_init_of_their_own() -> None:
+    """One ``__init__`` (rules._fields.Declared) sets every declared field; a class that
+    repeats it is the duplication this rule removed (AgentError keeps one: its ``kind``
+    keyword is a property of every CLIError, not a field)."""
+    from harnessnb.rules._fields import Declared
+
+    declared = [c for c in ERROR_CLASSES if issubclass(c, Declared)]
+    assert {"CLIError", "Timeout", "RateLimited", "RefusedError", "ConflictError"} <= {
+        c.__name__ for c in declared
+    }
+    own = [c.__name__ for c in declared if "__init__" in vars(c)]
+    assert own == ["AgentError"]
+
+
+def test_a_misspelled_or_missing_context_field_is_a_type_error_naming_it() -> None:
+    import harnessnb.agents as ag
+
+    with pytest.raises(TypeError, match="timeot_s"):
+        ag.Timeout("slow", agent="codex", bin="codex", timeot_s=3.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="timeout_s"):
+        ag.Timeout("slow", agent="codex", bin="codex")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="target"):
+        hn.RefusedError("no", act="read")  # type: ignore[call-arg]
+    err = ag.RateLimited("slow down", agent="codex", bin="codex", detail="d", retry_after_s=5.0)
+    assert err.resets_at is not None and err.quota is False  # derived, and the default
+    assert list(err.to_dict())[3:8] == ["agent", "bin", "retryable", "detail", "status"]
+    params = inspect.signature(ag.SessionBusy).parameters  # what help() shows
+    assert list(params) == ["message", "agent", "bin", "name", "holder"]

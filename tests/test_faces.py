@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from IPython.core.error import UsageError
@@ -18,24 +17,30 @@ from IPython.utils.capture import capture_output
 import harnessnb as hn
 from harnessnb import cli
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.events import (
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    FellBackEvent,
+    FinishedEvent,
+    RefusedEvent,
+    ReplanEvent,
+    RetryEvent,
+    RunEvent,
+    ShrunkEvent,
+    StalledEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+)
 from harnessnb.launch._options import AGENT_NAMES, FACE_MARK, PERMISSIONS, Face
 from harnessnb.notebook import _magics
 
-ENV_KEYS = (
-    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
-    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
-)  # fmt: skip
-
 
 @pytest.fixture
-def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InteractiveShell]:
-    for key in ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
+def shell(shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> InteractiveShell:
+    """The suite's notebook shell (conftest.py), with text progress instead of widgets."""
     monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "harnessnb")
-    yield sh
+    return shell
 
 
 def _options(help_text: str) -> dict[str, str]:
@@ -264,41 +269,52 @@ def test_fallback_serves_the_step_after_a_retryable_failure_in_both_faces(
 # ------------------------------------------------------------------ words
 
 
-def ev(kind: Any, step: int = 0, /, **data: Any) -> hn.RunEvent:
-    return hn.RunEvent(kind, "run_x", step, 0.0, data)
+E = TypeVar("E", bound=RunEvent)
+
+
+def ev(kind: type[E], step: int = 0, /, **fields: Any) -> E:
+    return kind(run_id="run_x", step=step, at=0.0, **fields)
 
 
 WORDS = [
-    (ev("started", provider="openai", model="m", max_steps=12), "started run_x with openai (m)"),
-    (ev("started", provider="demo", model="d", resumed=True), "resumed run_x with demo (d)"),
-    (ev("tool_call", 1, tool="read_file", args={"path": "a.md"}, status="ok"),
+    (ev(StartedEvent, provider="openai", model="m", max_steps=12),
+     "started run_x with openai (m)"),
+    (ev(StartedEvent, provider="demo", model="d", max_steps=12, resumed=True),
+     "resumed run_x with demo (d)"),
+    (ev(ToolCallEvent, 1, tool="read_file", args={"path": "a.md"}, status="ok"),
      'read_file("path": "a.md") ok'),
-    (ev("tool_call", 1, tool="write_file", args={"path": "N.md", "content": "x" * 99},
+    (ev(ToolCallEvent, 1, tool="write_file", args={"path": "N.md", "content": "x" * 99},
         status="intent"), 'write_file("path": "N.md", "content": "<99 chars>") intent'),
-    (ev("tool_call", 1, tool="grep", args={"pattern": "y" * 80}, status="ok"),
+    (ev(ToolCallEvent, 1, tool="grep", args={"pattern": "y" * 80}, status="ok"),
      'grep("pattern": "' + "y" * 45 + "...) ok"),
-    (ev("step", 3, tool_calls=1, tokens=110), "step 3/12: 1 tool call, 110 tokens"),
-    (ev("step", 4, tool_calls=2, tokens=120), "step 4/12: 2 tool calls, 120 tokens"),
-    (ev("step", 5, tool_calls=0, tokens=130), "step 5/12: answered, 130 tokens"),
-    (ev("step", 6, tool_calls=1, tokens=140, cost_usd=0.0035),
+    (ev(StepEvent, 3, tool_calls=1, tokens=110, provider=None),
+     "step 3/12: 1 tool call, 110 tokens"),
+    (ev(StepEvent, 4, tool_calls=2, tokens=120, provider=None),
+     "step 4/12: 2 tool calls, 120 tokens"),
+    (ev(StepEvent, 5, tool_calls=0, tokens=130, provider=None), "step 5/12: answered, 130 tokens"),
+    (ev(StepEvent, 6, tool_calls=1, tokens=140, provider=None, cost_usd=0.0035),
      "step 6/12: 1 tool call, 140 tokens, $0.003500 so far"),
-    (ev("step", 7, tool_calls=1, tokens=150, cost_usd=0.0), "step 7/12: 1 tool call, 150 tokens"),
-    (ev("step", 8, tool_calls=1, tokens=160, cost_usd=None), "step 8/12: 1 tool call, 160 tokens"),
-    (ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3, delay=6.2,
-        retry_after=6.2), "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"),
-    (ev("retry", kind="transport", status=None, attempt=2, max_attempts=3, delay=0.5),
+    (ev(StepEvent, 7, tool_calls=1, tokens=150, provider=None, cost_usd=0.0),
+     "step 7/12: 1 tool call, 150 tokens"),
+    (ev(StepEvent, 8, tool_calls=1, tokens=160, provider=None, cost_usd=None),
+     "step 8/12: 1 tool call, 160 tokens"),
+    (ev(RetryEvent, error_kind="rate_limited", status=429, attempt=2, max_attempts=3,
+        delay_s=6.2, retry_after_s=6.2), "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"),
+    (ev(RetryEvent, error_kind="transport", status=None, attempt=2, max_attempts=3, delay_s=0.5),
      "transport - retrying in 1 s, attempt 2/3"),
-    (ev("fell_back", from_provider="openai", kind="server", status=503),
+    (ev(FellBackEvent, from_provider="openai", model="m", error_kind="server", status=503),
      "fell back from openai after server (HTTP 503)"),
-    (ev("replan", 2, signal="window", detail="same calls"),
+    (ev(ReplanEvent, 2, signal="window", detail="same calls"),
      "stall (window): same calls; told the model to change approach"),
-    (ev("stalled", 7, signal="repetition", detail="read a.md 3 times"),
+    (ev(StalledEvent, 7, signal="repetition", detail="read a.md 3 times"),
      "stall (repetition): read a.md 3 times; stopping"),
-    (ev("refused", act="write", target="x.md"), "refused: write x.md"),
-    (ev("approval_requested", act="exec", target="ls"), "approval asked: exec ls"),
-    (ev("approval_decided", decision="approve"), "approval: approve"),
-    (ev("shrunk"), "context too long: old tool output dropped and the call retried"),
-    (ev("finished", outcome="success"), None),
+    (ev(RefusedEvent, act="write", target="x.md", rule=None, layer=None), "refused: write x.md"),
+    (ev(ApprovalRequestedEvent, act="exec", target="ls", preview="ls", rule=None, layer=None,
+        tool="run_command", args={}), "approval asked: exec ls"),
+    (ev(ApprovalDecidedEvent, tool="run_command", decision="approve"), "approval: approve"),
+    (ev(ShrunkEvent, before_chars=900, after_chars=300),
+     "context too long: old tool output dropped and the call retried"),
+    (ev(FinishedEvent, outcome="success", steps=1, tokens=10), None),
 ]  # fmt: skip
 
 
@@ -309,7 +325,7 @@ def test_both_faces_put_an_event_in_the_same_words(event: hn.RunEvent, words: st
 
     command, notebook = cli.LineProgress(), ProgressState()
     for progress_line in (command.line, lambda e: notebook.fold(e, now=0.0)):
-        progress_line(ev("started", provider="openai", model="m", max_steps=12))
+        progress_line(ev(StartedEvent, provider="openai", model="m", max_steps=12))
     assert event_words(event, max_steps=12) == words
     assert notebook.fold(event, now=0.0) == words
     line = command.line(event)
@@ -319,4 +335,5 @@ def test_both_faces_put_an_event_in_the_same_words(event: hn.RunEvent, words: st
 def test_a_step_without_a_cap_has_no_slash() -> None:
     from harnessnb.launch._words import event_words
 
-    assert event_words(ev("step", 2, tool_calls=1, tokens=5)) == "step 2: 1 tool call, 5 tokens"
+    step = ev(StepEvent, 2, tool_calls=1, tokens=5, provider=None)
+    assert event_words(step) == "step 2: 1 tool call, 5 tokens"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
+from notebook_helpers import started_kernel
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
@@ -31,21 +31,9 @@ from tests.test_notebook_interrupt import Kernel, _one_line
 @pytest.fixture
 def fresh_kernel(tmp_path: Path) -> Iterator[Kernel]:
     """A kernel that has run nothing of harnessnb's but ``%load_ext`` (as a new user's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESSNB_")}
-    env.update(OPENAI_API_KEY="sk-test", HARNESSNB_STORE=str(tmp_path / "unused.duckdb"))
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env, cwd=str(tmp_path))
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
-        kern = Kernel(km, kc)
-        setup = kern.run("import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
-        assert setup.reply["status"] == "ok", setup.text()
-        yield kern
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    store = str(tmp_path / "unused.duckdb")
+    with started_kernel(tmp_path, OPENAI_API_KEY="sk-test", HARNESSNB_STORE=store) as (km, kc):
+        yield Kernel.with_harnessnb(km, kc)
 
 
 def _answers_done(request: ChaosRequest) -> Reply:
@@ -119,6 +107,7 @@ FIRST_RUN = """
 import asyncio, json, sys
 from typing import Annotated
 import harnessnb as hn
+from harnessnb.events import ToolCallEvent
 
 @hn.tool
 def label(tag: Annotated[str, {"pattern": "^[a-z]+$"}]) -> str:
@@ -128,8 +117,8 @@ def label(tag: Annotated[str, {"pattern": "^[a-z]+$"}]) -> str:
 calls = []
 
 def on_event(event):
-    if event.kind == "tool_call":
-        calls.append([event.data["tool"], event.data["status"], event.data["error"]])
+    if isinstance(event, ToolCallEvent):
+        calls.append([event.tool, event.status, event.error])
 
 provider = hn.ScriptedProvider([
     {"tool": "label", "args": {"tag": "Bad Name"}},

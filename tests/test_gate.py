@@ -16,6 +16,7 @@ from harnessnb import (
     Policy,
     sandbox_backend,
 )
+from harnessnb.events import RefusedEvent, ToolEvent
 from harnessnb.loop._verify import run_verification
 from harnessnb.tools._gate import Gate
 from harnessnb.tools._sandbox import sandbox_label
@@ -32,13 +33,13 @@ def defer(request: ApprovalRequest) -> Decision:
 
 class Events:
     def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.seen: list[ToolEvent] = []
 
-    def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        self.seen.append((name, payload))
+    def __call__(self, event: ToolEvent) -> None:
+        self.seen.append(event)
 
     def names(self) -> list[str]:
-        return [name for name, _ in self.seen]
+        return [event.kind for event in self.seen]
 
 
 # (policy, approver, stop kind or None, events, error code, refusal message start)
@@ -85,7 +86,7 @@ async def test_the_gate_verdict_approver_and_refusal(
     gate = Gate(policy, approver, run_id="run-1", on_event=seen)
     stop = await gate.check("exec", "make all", tool="run_command", preview=preview, call_id="c1")
     assert seen.names() == events
-    assert all(payload["run_id"] == "run-1" for _, payload in seen.seen)
+    assert all(event.run_id == "run-1" for event in seen.seen)
     assert previews == (["shown"] if "approval_requested" in events else [])
     if kind is None:
         assert stop is None
@@ -94,18 +95,19 @@ async def test_the_gate_verdict_approver_and_refusal(
     assert stop.error.code == code and stop.error.message.startswith(message or "")
     assert (stop.error.act, stop.error.target, stop.error.layer) == ("exec", "make all", "app")
     if "refused" in events:
-        refused = dict(seen.seen[-1][1])
-        assert refused["source"] == {"denied": "policy", "no_approver": "policy"}.get(
+        refused = seen.seen[-1]
+        assert isinstance(refused, RefusedEvent)
+        assert refused.source == {"denied": "policy", "no_approver": "policy"}.get(
             kind, "approver"
         )
-        assert (refused["call_id"], refused["tool"]) == ("c1", "run_command")
-        assert refused["rule"] == stop.error.rule and refused["message"] == stop.error.message
+        assert (refused.call_id, refused.tool) == ("c1", "run_command")
+        assert refused.rule == stop.error.rule and refused.message == stop.error.message
     if kind == "deferred":
         assert stop.request is not None and stop.request.preview == "$ make all"
 
 
 async def test_a_listener_that_raises_changes_nothing() -> None:
-    def broken(name: str, payload: dict[str, Any]) -> None:
+    def broken(event: ToolEvent) -> None:
         raise RuntimeError("listener bug")
 
     stop = await Gate(DENY, None, on_event=broken).check(

@@ -71,3 +71,34 @@ def test_the_import_contract_holds() -> None:
     assert linter is not None, "import-linter is in the test extra: pip install -e '.[test]'"
     done = subprocess.run([linter], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_package_docstring_lists_exactly_its_modules() -> None:
+    """A package's docstring names each of its modules (as ````_name````), and no other:
+    a module added, moved or renamed is said there too."""
+    import re
+
+    wrong = {}
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        named = set(re.findall(r"``(_[a-z0-9_]+)``", doc))
+        there = {p.stem for p in init.parent.glob("*.py") if not p.name.startswith("__")}
+        if named != there:
+            missing, gone = sorted(there - named), sorted(named - there)
+            wrong[_rel(init)] = {"not listed": missing, "listed, not there": gone}
+    assert wrong == {}, f"fix these package docstrings: {wrong}"
+
+
+def test_the_rules_contract_names_every_third_party_package_harnessnb_imports() -> None:
+    """``rules/``: the standard library only, so its import-linter contract must forbid
+    every package outside it that harnessnb imports (a new dependency joins the list)."""
+    import tomllib
+
+    import grimp
+
+    graph = grimp.build_graph("harnessnb", include_external_packages=True)
+    external = {m for m in graph.modules if not m.startswith("harnessnb")}
+    third_party = external - set(sys.stdlib_module_names)
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (rules,) = [c for c in contracts["contracts"] if c.get("source_modules") == ["harnessnb.rules"]]
+    assert third_party and third_party <= set(rules["forbidden_modules"])

@@ -13,17 +13,18 @@ import pytest
 import harnessnb as hn
 from harnessnb import FakeClock
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.events import FellBackEvent, ToolCallEvent
+from tests.files_helpers import folder
 
 K = hn.ProviderErrorKind
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\nSome text.\n\n## Usage\n\nRun it.\n")
-    (root / "a.txt").write_text("alpha\n")
-    return root
+    return folder(tmp_path / "ws", {
+        "README.md": "# Title\n\nSome text.\n\n## Usage\n\nRun it.\n",
+        "a.txt": "alpha\n",
+    })
 
 
 @pytest.fixture
@@ -177,7 +178,7 @@ async def test_async_event_callback_sees_tool_calls(ws: Path, store: hn.Store) -
     await hn.run(contract(ws), provider, store=store, on_event=listener)
     kinds = [e.kind for e in events]
     assert kinds == ["started", "tool_call", "step", "step", "finished"]
-    assert events[1].data["tool"] == "read_file"
+    assert isinstance(events[1], ToolCallEvent) and events[1].tool == "read_file"
 
 
 async def test_context_overflow_shrinks_once_then_is_terminal(ws: Path, store: hn.Store) -> None:
@@ -333,9 +334,9 @@ async def test_fallback_from_always_503_to_healthy_records_the_leaf(
             hn.Anthropic("good-model", api_key="k", base_url=good.anthropic_url),
         )
         result = await hn.run(contract(ws), provider, store=store, on_event=events.append)
-    fell = [e.data for e in events if e.kind == "fell_back"]
-    assert fell == [
-        {"from_provider": "openai", "model": "bad-model", "kind": "server", "status": 503}
+    fell = [e for e in events if isinstance(e, FellBackEvent)]
+    assert [(e.from_provider, e.model, e.error_kind, e.status) for e in fell] == [
+        ("openai", "bad-model", "server", 503)
     ]
     assert result.outcome is hn.RunOutcome.FINISHED
     assert result.providers == ("anthropic",)

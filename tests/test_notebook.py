@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import _thread
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,38 +17,14 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.notebook import _magics
 from harnessnb.notebook._args import help_text
+from tests.files_helpers import folder
 
-ENV_KEYS = (
-    "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
-    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
-    "HARNESSNB_NO_WIDGETS",
-)  # fmt: skip
-
-
-@pytest.fixture
-def shell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InteractiveShell]:
-    for key in ENV_KEYS:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HARNESSNB_STORE", str(tmp_path / "runs.duckdb"))
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "harnessnb")
-    yield sh
-    for name in ("R", "frame", "x", "who", "place", "db", "rid"):
-        sh.user_ns.pop(name, None)
-
-
-@pytest.fixture
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer() as server:
-        yield server
+# `shell` (the suite's notebook shell) and `srv` (the chaos server) are conftest.py's.
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\n## Usage\n")
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# Title\n\n## Usage\n"})
 
 
 def opts(srv: ChaosServer, ws: Path, tmp_path: Path) -> str:
@@ -74,7 +49,7 @@ def test_cell_magic_runs_the_body_and_assigns_out(
     result = shell.user_ns["R"]
     assert isinstance(result, hn.RunResult)
     assert (result.outcome, result.text, result.steps) == (hn.RunOutcome.FINISHED, "say hi", 1)
-    assert result.step_rows[0]["decision"] == "answer"
+    assert result.step_summaries[0].decision == "answer"
     assert srv.requests[0].messages[-1]["content"] == "say hi"
     assert "[harnessnb] started" in cap.stdout  # text progress: no widget frontend here
     (card,) = [o for o in cap.outputs if "text/html" in o.data]
@@ -324,7 +299,9 @@ def test_allow_write_and_verify_make_a_successful_run(
     result = shell.user_ns["R"]
     assert (result.outcome, result.verified) == (hn.RunOutcome.SUCCESS, True)
     assert (ws / "NOTES.md").read_text() == "# Notes\n"
-    assert result.step_rows[0]["tools"] == ["write_file"]
+    assert [(c.name, c.status) for c in result.step_summaries[0].tool_calls] == [
+        ("write_file", "ok")
+    ]
 
 
 def test_without_allow_write_the_write_is_refused_with_a_hint(

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.manager import KernelManager
+from notebook_helpers import started_kernel
 
 from harnessnb import Store
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
@@ -57,6 +58,14 @@ class Cell:
 class Kernel:
     def __init__(self, km: KernelManager, kc: Any) -> None:
         self.km, self.kc = km, kc
+
+    @classmethod
+    def with_harnessnb(cls, km: KernelManager, kc: Any) -> Kernel:
+        """The kernel, having imported harnessnb (testing mode) and loaded its magics."""
+        kern = cls(km, kc)
+        setup = kern.run("import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
+        assert setup.reply["status"] == "ok", setup.text()
+        return kern
 
     def run(
         self,
@@ -98,21 +107,9 @@ class Kernel:
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     home = tmp_path_factory.mktemp("kernel")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESSNB_")}
-    env.update(OPENAI_API_KEY="sk-test", HARNESSNB_STORE=str(home / "unused.duckdb"))
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env, cwd=str(home))
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
-        kern = Kernel(km, kc)
-        setup = kern.run("import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
-        assert setup.reply["status"] == "ok", setup.text()
-        yield kern
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+    store = str(home / "unused.duckdb")
+    with started_kernel(home, OPENAI_API_KEY="sk-test", HARNESSNB_STORE=store) as (km, kc):
+        yield Kernel.with_harnessnb(km, kc)
 
 
 def _tool_results(request: ChaosRequest) -> int:

@@ -10,20 +10,33 @@ import io
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+from harnessnb.events import (
+    FellBackEvent,
+    FinishedEvent,
+    ReplanEvent,
+    RetryEvent,
+    RunEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+)
+from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook import WidgetApprover, plot_failures
 from harnessnb.notebook._env import widget_frontend
 from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
 from tests.store_helpers import attempt, run_row
 
+E = TypeVar("E", bound=RunEvent)
 
-def ev(event: Any, step: int = 0, /, **data: Any) -> hn.RunEvent:
-    return hn.RunEvent(event, "run_x", step, 0.0, data)
+
+def ev(kind: type[E], step: int = 0, /, **fields: Any) -> E:
+    return kind(run_id="run_x", step=step, at=0.0, **fields)
 
 
 def request(**kw: Any) -> hn.ApprovalRequest:
@@ -37,22 +50,23 @@ def request(**kw: Any) -> hn.ApprovalRequest:
 
 def test_retry_line_counts_down_the_wait() -> None:
     state = ProgressState()
-    state.fold(ev("started", max_steps=5, provider="openai", model="m"), now=100.0)
-    line = state.fold(ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3,
-                         delay=7.0, retry_after=7.0), now=100.0)
+    state.fold(ev(StartedEvent, max_steps=5, provider="openai", model="m"), now=100.0)
+    line = state.fold(ev(RetryEvent, error_kind="rate_limited", status=429, attempt=2,
+                         max_attempts=3, delay_s=7.0, retry_after_s=7.0), now=100.0)
     assert line == "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"
     assert state.retry_line(now=103.2) == "rate_limited (HTTP 429) - retrying in 4 s, attempt 2/3"
     assert state.text(now=103.2).startswith("run_x: step 0/5, 0 tokens, 3 s - rate_limited")
-    state.fold(ev("step", 1, tokens=40, tool_calls=0, provider="openai"), now=104.0)
+    state.fold(ev(StepEvent, 1, tokens=40, tool_calls=0, provider="openai"), now=104.0)
     assert state.retry is None and (state.step, state.tokens) == (1, 40)
 
 
 def test_fallback_replan_and_step_served_elsewhere_become_notes() -> None:
     state = ProgressState()
-    state.fold(ev("started", max_steps=3, provider="fallback"), now=0.0)
-    state.fold(ev("fell_back", from_provider="openai", kind="server", status=503), now=1.0)
-    state.fold(ev("step", 1, tokens=5, provider="anthropic"), now=1.0)
-    state.fold(ev("replan", 2, signal="window", detail="same calls"), now=2.0)
+    state.fold(ev(StartedEvent, max_steps=3, provider="fallback", model=None), now=0.0)
+    state.fold(ev(FellBackEvent, from_provider="openai", model="m", error_kind="server",
+                  status=503), now=1.0)
+    state.fold(ev(StepEvent, 1, tokens=5, tool_calls=0, provider="anthropic"), now=1.0)
+    state.fold(ev(ReplanEvent, 2, signal="window", detail="same calls"), now=2.0)
     assert state.notes == [
         "fell back from openai after server (HTTP 503)",
         "step 1 served by anthropic",
@@ -65,7 +79,8 @@ def test_fallback_replan_and_step_served_elsewhere_become_notes() -> None:
 
 def test_progress_html_escapes_tool_arguments() -> None:
     state = ProgressState()
-    state.fold(ev("tool_call", 1, tool="read_file", args={"path": "<img src=x>"}, status="ok"),
+    state.fold(ev(ToolCallEvent, 1, tool="read_file", args={"path": "<img src=x>"},
+                  status="ok"),
                now=0.0)
     assert "<img" not in state.html(now=0.0)
     assert "&lt;img src=x&gt;" in state.html(now=0.0)
@@ -74,9 +89,10 @@ def test_progress_html_escapes_tool_arguments() -> None:
 def test_text_progress_prints_one_line_per_event_worth_it() -> None:
     out = io.StringIO()
     progress = TextProgress(stream=out, clock=lambda: 0.0)
-    progress(ev("started", max_steps=2, provider="openai", model="m"))
-    progress(ev("retry", kind="server", status=503, attempt=2, max_attempts=3, delay=1.0))
-    progress(ev("finished", outcome="finished"))
+    progress(ev(StartedEvent, max_steps=2, provider="openai", model="m"))
+    progress(ev(RetryEvent, error_kind="server", status=503, attempt=2, max_attempts=3,
+                delay_s=1.0))
+    progress(ev(FinishedEvent, outcome="finished", steps=1, tokens=0))
     assert out.getvalue().splitlines() == [
         "[harnessnb] started run_x with openai (m)",
         "[harnessnb] server (HTTP 503) - retrying in 1 s, attempt 2/3",
@@ -86,15 +102,17 @@ def test_text_progress_prints_one_line_per_event_worth_it() -> None:
 def test_widget_progress_updates_from_another_thread_and_throttles() -> None:
     now = [0.0]
     progress = WidgetProgress(min_interval=0.5, clock=lambda: now[0])
-    progress(ev("started", max_steps=4, provider="openai", model="m"))
-    worker = threading.Thread(target=progress, args=(ev("step", 1, tokens=10),))
+    progress(ev(StartedEvent, max_steps=4, provider="openai", model="m"))
+    step = ev(StepEvent, 1, tokens=10, tool_calls=0, provider=None)
+    worker = threading.Thread(target=progress, args=(step,))
     worker.start()
     worker.join()
     assert progress.bar.value == 0  # throttled: within 0.5 s of the last update
     now[0] = 1.0
-    progress(ev("step", 2, tokens=20))
+    progress(ev(StepEvent, 2, tokens=20, tool_calls=0, provider=None))
     assert (progress.bar.value, progress.bar.max) == (2, 4)
-    progress(ev("retry", kind="rate_limited", status=429, attempt=2, max_attempts=3, delay=9))
+    progress(ev(RetryEvent, error_kind="rate_limited", status=429, attempt=2, max_attempts=3,
+                delay_s=9))
     assert "rate_limited (HTTP 429) - retrying in 9 s, attempt 2/3" in progress.status.value
     progress.show()
     progress.close()
@@ -229,8 +247,8 @@ def test_run_card_has_an_escaped_collapsible_step_table() -> None:
     result = hn.RunResult(
         run_id="run_1", outcome=hn.RunOutcome.FINISHED, steps=1, tokens=3,
         text="<script>x()</script>",
-        step_rows=({"step": 1, "decision": "tool_calls", "tools": ["read_file"], "tokens": 3,
-                    "provider": "<b>p</b>", "changed": False, "failures": ["server 503"]},),
+        step_summaries=(hn.StepSummary(1, "tool_calls", (ToolCallSummary("read_file", "ok"),), 3,
+                                       provider="<b>p</b>", failures=("server 503",)),),
     )
     bundle = result._repr_mimebundle_()
     html = bundle["text/html"]

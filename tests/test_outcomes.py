@@ -12,17 +12,16 @@ import pytest
 import harnessnb as hn
 from harnessnb import cli
 from harnessnb.rules._html import Tone
+from tests.files_helpers import folder
 from tests.test_cli import keyless_env
 
 TASK = "summarise README.md into NOTES.md"
+WRITE_NOTES = {"tool": "write_file", "args": {"path": "NOTES.md", "content": "# Notes\n"}}
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\nSome text.\n\n## Usage\n\nRun it.\n")
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# Title\n\nSome text.\n\n## Usage\n\nRun it.\n"})
 
 
 def _failing_check() -> hn.Command:
@@ -31,13 +30,7 @@ def _failing_check() -> hn.Command:
 
 async def test_a_written_file_with_a_failing_command_check_is_unverified(ws: Path) -> None:
     store = hn.Store(":memory:")
-    provider = hn.ScriptedProvider(
-        [
-            {"tool": "write_file", "args": {"path": "NOTES.md", "content": "# Notes\n"}},
-            "done",
-            "really done",
-        ]
-    )
+    provider = hn.ScriptedProvider([WRITE_NOTES, "done", "really done"])
     (ws / "check.sh").write_text("exit 3\n")
     policy = hn.Policy.default().layer("test").allow_write("NOTES.md").allow_exec("sh check.sh")
     c = hn.TaskContract(TASK, ws, verification=_failing_check())
@@ -55,13 +48,7 @@ async def test_a_written_file_with_a_failing_command_check_is_unverified(ws: Pat
 
 async def test_a_run_whose_only_path_is_a_refused_write_ends_denied(ws: Path) -> None:
     store = hn.Store(":memory:")
-    provider = hn.ScriptedProvider(
-        [
-            {"tool": "write_file", "args": {"path": "NOTES.md", "content": "# Notes\n"}},
-            "I could not write NOTES.md",
-            "still cannot",
-        ]
-    )
+    provider = hn.ScriptedProvider([WRITE_NOTES, "I could not write NOTES.md", "still cannot"])
     c = hn.TaskContract(TASK, ws, verification=hn.FileContains("NOTES.md", "#"))
     result = await hn.run(c, provider, store=store, policy=hn.Policy.default())
 

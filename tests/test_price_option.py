@@ -58,14 +58,6 @@ def looker() -> Iterator[ChaosServer]:
         yield server
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
     env.update(HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9",

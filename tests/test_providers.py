@@ -18,7 +18,7 @@ import harnessnb as hn
 from harnessnb import AttemptRecord
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.providers import _http
-from harnessnb.providers._completion import Provider, collect_attempts
+from harnessnb.providers._completion import Provider
 
 KEY = "sk-SECRET-canary-12345"
 PROVIDERS = ["openai", "openrouter", "anthropic"]
@@ -26,16 +26,10 @@ HI = [{"role": "user", "content": "hi"}]
 CONTEXT_MSG = "This model's maximum context length is 8192 tokens. Please reduce the length."
 
 
-@pytest.fixture(scope="module")
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer(seed=0) as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
-async def _fresh(srv: ChaosServer) -> AsyncIterator[None]:
-    srv.reset()
-    yield
+async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
+    module_srv.reset()  # one server for the module, as new for each test
+    yield module_srv
     await _http.aclose_client()
 
 
@@ -48,9 +42,9 @@ def make(name: str, srv: ChaosServer, **kw: Any) -> _http.HTTPProvider:
 
 
 async def fail(provider: Any, stream: bool) -> tuple[hn.ProviderError, list[AttemptRecord]]:
-    with collect_attempts() as attempts, pytest.raises(hn.ProviderError) as info:
+    with pytest.raises(hn.ProviderError) as info:
         await provider.complete(HI, stream=stream)
-    return info.value, attempts
+    return info.value, list(info.value.attempts)
 
 
 # ----------------------------------------------------------------- the table
@@ -394,16 +388,15 @@ async def test_tool_calls_parse_to_the_same_completion_for_every_protocol(
 async def test_text_answer_has_usage_finish_reason_and_request_id(
     name: str, stream: bool, srv: ChaosServer
 ) -> None:
-    with collect_attempts() as attempts:
-        c = await make(name, srv).complete(
-            [{"role": "user", "content": "say something long enough to split"}], stream=stream
-        )
+    c = await make(name, srv).complete(
+        [{"role": "user", "content": "say something long enough to split"}], stream=stream
+    )
     assert c.text == "say something long enough to split"
     assert c.tool_calls == ()
     assert c.finish_reason == "stop"
     assert c.usage.input_tokens > 0 and c.usage.output_tokens > 0
     assert c.model == make(name, srv).model
-    (attempt,) = attempts
+    (attempt,) = c.attempts
     assert attempt.kind is None and attempt.status == 200
     assert attempt.request_id == c.request_id == srv.requests[-1].request_id
     assert (attempt.input_tokens, attempt.output_tokens) == (

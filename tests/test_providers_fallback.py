@@ -9,7 +9,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Fault, Reply
 from harnessnb.providers import _http
-from harnessnb.providers._completion import Provider, collect_attempts
+from harnessnb.providers._completion import Provider
 from harnessnb.providers._fallback import FallbackError
 
 HI = [{"role": "user", "content": "hi"}]
@@ -49,10 +49,9 @@ async def test_always_503_primary_falls_back_to_healthy_secondary(servers: Serve
     servers[0].set_default(Fault.status(503))
     a, b, _ = leaves(servers)
     fb = hn.Fallback(a, b)
-    with collect_attempts() as attempts:
-        done = await fb.complete(HI)
+    done = await fb.complete(HI)
     assert (done.text, done.provider, done.model) == ("from b", "anthropic", "model-b")
-    assert [(x.provider, x.kind, x.status, x.fell_back) for x in attempts] == [
+    assert [(x.provider, x.kind, x.status, x.fell_back) for x in done.attempts] == [
         ("openai", "server", 503, True),
         ("anthropic", None, 200, False),
     ]
@@ -63,12 +62,12 @@ async def test_non_retryable_primary_failure_is_raised_without_trying_secondary(
 ) -> None:
     servers[0].push(Fault.status(401))
     a, b, _ = leaves(servers)
-    with collect_attempts() as attempts, pytest.raises(hn.ProviderError) as info:
+    with pytest.raises(hn.ProviderError) as info:
         await hn.Fallback(a, b).complete(HI)
     assert not isinstance(info.value, FallbackError)
     assert info.value.kind is hn.ProviderErrorKind.AUTH and info.value.provider == "openai"
     assert servers[1].requests == []
-    assert [(x.provider, x.fell_back) for x in attempts] == [("openai", False)]
+    assert [(x.provider, x.fell_back) for x in info.value.attempts] == [("openai", False)]
 
 
 async def test_all_failing_raises_fallback_error_holding_every_failure(servers: Servers) -> None:
@@ -76,13 +75,12 @@ async def test_all_failing_raises_fallback_error_holding_every_failure(servers: 
     servers[1].push(Fault.status(429, retry_after="4"))
     a, b, _ = leaves(servers)
     fb = hn.Fallback(a, b)
-    with collect_attempts() as attempts:
-        try:
-            await fb.complete(HI)
-        except hn.ProviderError as caught:  # the group is caught as a ProviderError
-            err = caught
-        else:
-            pytest.fail("no error")
+    try:
+        await fb.complete(HI)
+    except hn.ProviderError as caught:  # the group is caught as a ProviderError
+        err = caught
+    else:
+        pytest.fail("no error")
     assert isinstance(err, FallbackError)
     assert [(f.provider, f.kind.value) for f in err.failures] == [
         ("openai", "server"),
@@ -95,7 +93,7 @@ async def test_all_failing_raises_fallback_error_holding_every_failure(servers: 
     assert err.provider == "fallback(openai,anthropic)"
     assert err.request_id == servers[1].requests[-1].request_id
     assert err.__cause__ is err.failures[-1]
-    assert [x.fell_back for x in attempts] == [True, False]
+    assert [x.fell_back for x in err.attempts] == [True, False]
 
 
 async def test_fallback_error_not_retryable_when_last_is_not(servers: Servers) -> None:
@@ -126,10 +124,9 @@ async def test_three_nested_fall_through_in_order(servers: Servers) -> None:
     assert fb.name == "fallback(fallback(openai,anthropic),openrouter)"
     assert fb.model == "model-a"
     assert fb.hosts() == ["127.0.0.1"]
-    with collect_attempts() as attempts:
-        done = await fb.complete(HI, stream=True)
+    done = await fb.complete(HI, stream=True)
     assert done.text == "from c" and done.provider == "openrouter"
-    assert [(x.provider, x.kind, x.fell_back) for x in attempts] == [
+    assert [(x.provider, x.kind, x.fell_back) for x in done.attempts] == [
         ("openai", "malformed", True),
         ("anthropic", "transport", True),
         ("openrouter", None, False),

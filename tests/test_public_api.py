@@ -45,6 +45,7 @@ INTENDED = {
     "SandboxError",
     "ScriptedProvider",
     "StallPolicy",
+    "StepSummary",
     "Store",
     "StoreError",
     "SweepResult",

@@ -18,6 +18,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.store import _conn
 from harnessnb.store._batch import WriteOp
+from tests.files_helpers import folder
 
 
 def users(path: Path) -> int:
@@ -29,9 +30,7 @@ def users(path: Path) -> int:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+    return folder(tmp_path / "ws")
 
 
 def contract(ws: Path) -> hn.TaskContract:

@@ -23,7 +23,7 @@ from harnessnb.store._leases import Lease
 from harnessnb.store._rows import sanitize, scrub_text
 from harnessnb.store._schema import MIGRATIONS
 from harnessnb.store._store import SCHEMA_VERSION
-from tests.store_helpers import AT, ROOT, attempt, run_row, step_kwargs, tool
+from tests.store_helpers import AT, ROOT, attempt, old_store, run_row, step_kwargs, tool
 
 
 def ts(seconds: float) -> pd.Timestamp:
@@ -100,11 +100,7 @@ def test_v1_store_is_migrated_in_place_keeping_its_rows(tmp_path: Path) -> None:
 
 def test_v4_store_gains_the_sandbox_column_its_old_tool_rows_null(tmp_path: Path) -> None:
     path = tmp_path / "v4.duckdb"
-    con = duckdb.connect(str(path))
-    for version in (1, 2, 3, 4):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 4)
     con.execute("INSERT INTO run_rows (run_id, task) VALUES ('old', 'before v5')")
     con.execute("INSERT INTO tool_calls (run_id, step, seq, tool, effect, status, output) "
                 "VALUES ('old', 1, 1, 'run_command', 'write', 'ok', 'exit code 0')")  # fmt: skip

@@ -16,7 +16,8 @@ import pytest
 import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
-from harnessnb.store._schema import MIGRATIONS, SCHEMA_VERSION
+from harnessnb.store._schema import SCHEMA_VERSION
+from tests.store_helpers import old_store
 
 _RUN_TABLES = ("run_rows", "steps", "attempts", "tool_calls", "stalls", "markers",
                "pending_steps", "leases")  # fmt: skip
@@ -188,11 +189,7 @@ def test_an_older_shard_says_how_to_upgrade(tmp_path: Path) -> None:
     shards = tmp_path / "shards"
     shards.mkdir()
     old = shards / "old.duckdb"
-    con = duckdb.connect(str(old))
-    for version in range(1, 7):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, now())", [version])
+    con = old_store(old, 6)
     con.close()
     said = rf"version 6, older than {SCHEMA_VERSION}: open it once as hn\.Store"
     with pytest.raises(hn.StoreError, match=said):

@@ -20,6 +20,20 @@ from harnessnb.store._writes import commit_step, finish_run
 from tests.store_helpers import AT, run_row, step_kwargs
 
 
+def _last_steps_at_once(store: Store, leases: list[Lease], outcome: str) -> list[Future[Any]]:
+    """Run i's last step (ending it ``outcome``) for each lease, queued while the writer
+    is held, so the writer finds them all waiting at once."""
+    db = store._db
+    assert db is not None
+    finish = {"outcome": outcome, "finished_at": AT + 9, "error": None}
+    row, kwargs = step_kwargs(1, tokens=40)
+    with db._lock:
+        return [
+            store.submit(commit_step(f"r{i}", row, **kwargs, lease=lease, finish=finish))
+            for i, lease in enumerate(leases)
+        ]
+
+
 def test_start_run_writes_the_run_and_its_first_lease_together(store: Store) -> None:
     lease = store.start_run(run_row("r1"), "kernel-a", now=AT, ttl_s=30)
     assert (lease.run_id, lease.owner, lease.generation, lease.expires_at) == (
@@ -113,15 +127,7 @@ def test_last_steps_of_many_runs_end_them_in_one_group(
 ) -> None:
     leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(6)]
     store.acquire_lease("r4", "other", owner_alive=lambda _: False)  # r4's lease is stale
-    db = store._db
-    assert db is not None
-    finish = {"outcome": "finished", "finished_at": AT + 9, "error": None}
-    row, kwargs = step_kwargs(1, tokens=40)
-    with db._lock:
-        futures = [
-            store.submit(commit_step(f"r{i}", row, **kwargs, lease=lease, finish=finish))
-            for i, lease in enumerate(leases)
-        ]  # fmt: skip
+    futures = _last_steps_at_once(store, leases, "finished")
     errors = [f.exception(timeout=10) for f in futures]
     assert [type(e).__name__ if e else None for e in errors] == [
         None, None, None, None, "ConflictError", None,
@@ -143,15 +149,7 @@ def test_last_steps_of_many_runs_merge_into_one_transaction(
 ) -> None:
     leases = [store.start_run(run_row(f"r{i}"), "me") for i in range(5)]
     batches.clear()
-    db = store._db
-    assert db is not None
-    finish = {"outcome": "step_cap", "finished_at": AT + 9, "error": None}
-    row, kwargs = step_kwargs(1, tokens=40)
-    with db._lock:
-        futures = [
-            store.submit(commit_step(f"r{i}", row, **kwargs, lease=lease, finish=finish))
-            for i, lease in enumerate(leases)
-        ]  # fmt: skip
+    futures = _last_steps_at_once(store, leases, "step_cap")
     assert [f.result(timeout=10) for f in futures] == [None] * 5
     # Merged (some group of several), and no op redone alone after a failed group.
     assert max(len(b) for b in batches) > 1 and sum(len(b) for b in batches) == 5

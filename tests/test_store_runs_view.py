@@ -18,9 +18,9 @@ import harnessnb as hn
 from harnessnb import Store
 from harnessnb.store._conn import SharedDb
 from harnessnb.store._leases import Lease
-from harnessnb.store._schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION
+from harnessnb.store._schema import COLUMNS, SCHEMA_VERSION
 from harnessnb.store._writes import commit_step
-from tests.store_helpers import AT, ROOT, child, run_row, step_kwargs
+from tests.store_helpers import AT, ROOT, child, old_store, run_row, step_kwargs
 
 
 def _ts(seconds: float) -> dt.datetime:
@@ -44,11 +44,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def _v2_file(path: Path) -> None:
     """A store as harnessnb wrote it at schema version 2: runs is a table with counters."""
-    con = duckdb.connect(str(path))
-    for version in (1, 2):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 2)
     runs = [
         # run_id, outcome, steps, tokens, finished_at, updated_at
         ("done", "finished", 2, 30, _ts(AT + 9), _ts(AT + 9)),

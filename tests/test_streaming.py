@@ -19,20 +19,13 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.cli import LineProgress
+from harnessnb.events import AnyEvent, DeltaEvent
 from harnessnb.loop._events import DELTA_INTERVAL, DELTA_TAIL, EventSink, TextDeltas
 from harnessnb.notebook._progress import TextProgress, WidgetProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = 0.3  # the idle timeout of these tests' providers, in seconds
 ANSWER = "Streaming works: the first words arrive before the last ones are written."
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
 
 
 @pytest.fixture
@@ -228,9 +221,9 @@ async def test_the_delta_events_of_a_fast_stream_carry_the_whole_answer(
     events: list[hn.RunEvent] = []
     with ChaosServer(responder=answer) as srv:  # every event at once: most are held
         await hn.run(contract(ws), make(protocol, srv), store=store, on_event=events.append)
-    deltas = [e.data for e in events if e.kind == "delta"]
-    assert "".join(d["text"] for d in deltas) == ANSWER
-    assert [d["restart"] for d in deltas] == [True] + [False] * (len(deltas) - 1)
+    deltas = [e for e in events if isinstance(e, DeltaEvent)]
+    assert "".join(d.text for d in deltas) == ANSWER
+    assert [d.restart for d in deltas] == [True] + [False] * (len(deltas) - 1)
 
 
 async def test_streamed_text_is_escaped_in_the_widget(ws: Path, store: hn.Store) -> None:
@@ -248,8 +241,9 @@ async def test_delta_events_are_throttled_and_a_retry_starts_the_text_over() -> 
     sent: list[dict[str, Any]] = []
     now = [0.0]
 
-    async def emit(kind: str, **data: Any) -> None:
-        sent.append({"kind": kind, **data})
+    async def emit(event: AnyEvent) -> None:
+        assert isinstance(event, DeltaEvent)
+        sent.append({"kind": event.kind, "text": event.text, "restart": event.restart})
 
     deltas = TextDeltas(emit, clock=lambda: now[0])
     await deltas("He", True)  # a word still arriving: held until whitespace ends it
@@ -274,13 +268,10 @@ async def test_only_the_tail_of_a_long_delta_reaches_a_callback() -> None:
     seen: list[hn.RunEvent] = []
     sink = EventSink(seen.append)
 
-    async def emit(kind: str, **data: Any) -> None:
-        await sink.emit(hn.RunEvent(kind, "run_1", 1, 0.0, data))  # type: ignore[arg-type]
-
-    deltas = TextDeltas(emit, clock=lambda: 0.0)
+    deltas = TextDeltas(sink.emit, clock=lambda: 0.0)
     await deltas("x" * 5000, False)  # a word longer than any key is not held
     await deltas.flush()
-    assert [len(e.data["text"]) for e in seen] == [DELTA_TAIL]
+    assert [len(e.text) for e in seen if isinstance(e, DeltaEvent)] == [DELTA_TAIL]
 
 
 async def test_the_command_shows_streamed_text_on_a_terminal_and_not_in_a_pipe(

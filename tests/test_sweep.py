@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pandas as pd
 import pytest
 
@@ -22,7 +21,8 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosServer
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
-from harnessnb.store._schema import MIGRATIONS
+from tests.files_helpers import folder
+from tests.store_helpers import old_store
 
 # Three simulated providers, each failing its attempts at its own configured rates.
 PROFILES: dict[str, dict[str, float]] = {
@@ -37,10 +37,7 @@ WRITE = {"tool": "write_file", "args": {"path": "OUT.md", "content": "# out\n"}}
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "template"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n\n## Usage\n")
-    return root
+    return folder(tmp_path / "template", {"README.md": "# Title\n\n## Usage\n"})
 
 
 @pytest.fixture
@@ -155,15 +152,15 @@ async def test_every_run_writes_its_own_copy_of_the_workspace(ws: Path, store: h
     assert set(kept.runs["outcome"]) == {"finished"}
     folders = store.runs(sweep=kept.sweep_id)["workspace"].tolist()
     assert len(set(folders)) == 5 and str(ws) not in folders
-    for folder in folders:
-        assert (Path(folder) / "OUT.md").read_text() == "# out\n"
-        assert (Path(folder) / "README.md").read_text() == "# Title\n\n## Usage\n"
+    for kept_ws in folders:
+        assert (Path(kept_ws) / "OUT.md").read_text() == "# out\n"
+        assert (Path(kept_ws) / "README.md").read_text() == "# Title\n\n## Usage\n"
     assert sorted(os.listdir(ws)) == before  # the template is unchanged
     removed = await hn.sweep(["write OUT.md"], [writer], workspace=ws, repeats=2, store=store,
                              policy=writer_policy())  # fmt: skip
     assert set(removed.runs["outcome"]) == {"finished"}
-    for folder in store.runs(sweep=removed.sweep_id)["workspace"]:
-        assert not os.path.exists(folder)
+    for gone in store.runs(sweep=removed.sweep_id)["workspace"]:
+        assert not os.path.exists(gone)
 
 
 async def test_a_run_that_cannot_start_is_a_row_and_its_reason_is_logged(
@@ -350,11 +347,7 @@ async def test_one_model_on_two_servers_is_named_by_server_and_twins_are_refused
 
 def test_a_store_from_before_sweeps_migrates_its_runs_untagged(tmp_path: Path) -> None:
     path = tmp_path / "v6.duckdb"
-    con = duckdb.connect(str(path))
-    for version in range(1, 7):
-        for statement in MIGRATIONS[version]:
-            con.execute(statement)
-        con.execute("INSERT INTO schema_version VALUES (?, TIMESTAMP '2025-01-01')", [version])
+    con = old_store(path, 6)
     con.execute("INSERT INTO run_rows (run_id, task) VALUES ('old', 'before sweeps')")
     con.close()
     with hn.Store(path) as store:

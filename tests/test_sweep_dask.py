@@ -25,6 +25,7 @@ from harnessnb.demo._chaos import ChaosServer, Fault
 from harnessnb.demo._model import provider_for
 from harnessnb.loop._sweep_dask import cancel_marker
 from harnessnb.tools._approval import PromptApprover
+from tests.files_helpers import folder
 
 distributed = pytest.importorskip("distributed")
 
@@ -49,10 +50,7 @@ def client() -> Iterator[Any]:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "template"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\n")
-    return root
+    return folder(tmp_path / "template", {"README.md": "# Title\n"})
 
 
 def test_import_harnessnb_does_not_import_dask() -> None:

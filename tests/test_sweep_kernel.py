@@ -3,13 +3,12 @@ updated as runs end, and the final table takes its place."""
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.manager import KernelManager
+from notebook_helpers import started_kernel
 
 from harnessnb import Store
 from harnessnb.demo import demo_server
@@ -39,22 +38,13 @@ def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path)
     ws, store = tmp_path / "ws", tmp_path / "runs.duckdb"
     ws.mkdir()
     (ws / "README.md").write_text("# Title\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESSNB_")}
-    km = KernelManager(kernel_name="python3")
-    km.start_kernel(env=env, cwd=str(tmp_path))
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
+    with started_kernel(tmp_path) as (_, kc):
         execute(kc, "import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
         with demo_server(seed=1) as srv:
             messages = execute(kc, (
                 f"%%harness sweep --providers local --base-url {srv.openai_url} --repeats 3 "
                 f"--concurrency 2 --workspace {ws} --store {store}\nsay hello\nsay bye\n"
             ))  # fmt: skip
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
     errors = [m["content"] for m in messages if m["msg_type"] == "error"]
     assert not errors, errors
     shown = [m for m in messages if m["msg_type"] == "display_data"]

@@ -30,6 +30,8 @@ import pytest
 
 import harnessnb as hn
 import harnessnb.agents as ag
+import harnessnb.events as ev
+from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook._approver import ApprovalRecord, _request_html
 from harnessnb.notebook._progress import ProgressState
 from harnessnb.rules._html import panel
@@ -72,10 +74,11 @@ def _error_cards() -> list[tuple[str, str]]:
 
 def _run_cards() -> list[tuple[str, str]]:
     rows = (
-        {"step": 1, "decision": "tool", "tools": ["read_file"], "tokens": 120,
-         "provider": "openai", "changed": False, "failures": None},
-        {"step": 2, "decision": "tool", "tools": ["write_file"], "tokens": 340,
-         "provider": "openrouter", "changed": True, "failures": ["rate_limited", "server"]},
+        hn.StepSummary(1, "tool_calls", (ToolCallSummary("read_file", "ok"),), 120,
+                       provider="openai"),
+        hn.StepSummary(2, "tool_calls", (ToolCallSummary("write_file", "refused"),), 340,
+                       cost_usd=0.0123, provider="openrouter", changed_workspace=True,
+                       failures=("rate_limited 429", "server 503")),
     )  # fmt: skip
     cause = hn.ProviderError("slow down", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429)
     cards = []
@@ -85,7 +88,8 @@ def _run_cards() -> list[tuple[str, str]]:
             error=None if outcome.value in ("success", "finished") else cause,
             elapsed_s=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
             attempts=4, retries=2, fallbacks=1, task="write the notes",
-            verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap", step_rows=rows,
+            verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap",
+            step_summaries=rows,
         )  # fmt: skip
         cards.append((f"run-{outcome.value}", result._repr_mimebundle_()["text/html"]))
     return cards
@@ -116,12 +120,12 @@ def _approval_cards() -> list[tuple[str, str]]:
 def _progress_cards() -> list[tuple[str, str]]:
     state = ProgressState()
     events = [
-        hn.RunEvent("started", "r-9", 0, 0.0, {"max_steps": 8, "provider": "openai"}),
-        hn.RunEvent("step", "r-9", 1, 0.0, {"tokens": 120, "provider": "openrouter"}),
-        hn.RunEvent("fell_back", "r-9", 1, 0.0, {"from_provider": "openai", "kind": "server",
-                                              "status": 503}),
-        hn.RunEvent("retry", "r-9", 2, 0.0, {"kind": "rate_limited", "status": 429, "attempt": 2,
-                                          "max_attempts": 3, "delay": 7.0}),
+        ev.StartedEvent(run_id="r-9", max_steps=8, provider="openai", model="m"),
+        ev.StepEvent(run_id="r-9", step=1, tokens=120, tool_calls=0, provider="openrouter"),
+        ev.FellBackEvent(run_id="r-9", step=1, from_provider="openai", model="m",
+                         error_kind="server", status=503),
+        ev.RetryEvent(run_id="r-9", step=2, error_kind="rate_limited", status=429, attempt=2,
+                      max_attempts=3, delay_s=7.0),
     ]  # fmt: skip
     for event in events:
         state.fold(event, 10.0)

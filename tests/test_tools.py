@@ -31,6 +31,7 @@ from harnessnb import (
     ToolResult,
     tool,
 )
+from harnessnb.events import ApprovalDecidedEvent, RefusedEvent, ToolEvent
 from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools
 from harnessnb.tools._executor import MAX_EXECUTIONS, ToolExecutor, retry_decision
 from harnessnb.tools._protocol import ToolContext, ToolOutput, bound_output
@@ -379,13 +380,13 @@ def test_permanent_errors_never_retry(effect: Effect, error: BaseException) -> N
 
 class Recorder:
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[ToolEvent] = []
 
-    async def __call__(self, name: str, payload: dict[str, Any]) -> None:
-        self.events.append((name, payload))
+    async def __call__(self, event: ToolEvent) -> None:
+        self.events.append(event)
 
     def names(self) -> list[str]:
-        return [name for name, _ in self.events]
+        return [event.kind for event in self.events]
 
 
 @pytest.fixture
@@ -598,7 +599,7 @@ async def test_containment_refusal_does_no_io_and_skips_everything_after(ws: Wor
     assert not (ws.root.parent / "escape.txt").exists()
     assert calls == []
     assert rec.names() == ["refused", "tool_call"]
-    assert rec.events[0][1]["source"] == "containment"
+    assert isinstance(rec.events[0], RefusedEvent) and rec.events[0].source == "containment"
 
 
 async def test_policy_deny_names_rule_and_layer_and_never_asks(ws: Workspace) -> None:
@@ -642,8 +643,9 @@ async def test_ask_goes_to_the_approver_with_a_diff_preview(ws: Workspace) -> No
     )
     assert "-hello\n+bye\n" in request.preview
     assert rec.names() == ["approval_requested", "approval_decided", "tool_call"]
-    assert rec.events[1][1]["decision"] == "approve"
-    assert rec.events[0][1]["run_id"] == "run-1"
+    assert isinstance(rec.events[1], ApprovalDecidedEvent)
+    assert rec.events[1].decision == "approve"
+    assert rec.events[0].run_id == "run-1"
 
 
 async def test_approver_deny_reason_reaches_the_model(ws: Workspace) -> None:
@@ -696,7 +698,7 @@ async def test_approve_all_lets_asks_through(ws: Workspace) -> None:
 
 
 async def test_a_failing_event_listener_does_not_change_the_result(ws: Workspace) -> None:
-    def broken(name: str, payload: dict[str, Any]) -> None:
+    def broken(event: ToolEvent) -> None:
         raise RuntimeError("listener bug")
 
     ex = ToolExecutor(

@@ -17,25 +17,21 @@ from harnessnb.tools._builtin import MAX_READ_BYTES, builtin_tools, glob_to_rege
 from harnessnb.tools._process import run_argv
 from harnessnb.tools._protocol import ToolContext, ToolOutput
 from harnessnb.tools._workspace import Workspace
+from tests.files_helpers import folder
 
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A folder next to the workspace holding a file the agent must never touch."""
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "secret.txt").write_text("top secret")
-    return folder
+    return folder(tmp_path / "outside", {"secret.txt": "top secret"})
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "src").mkdir()
-    (root / "src" / "app.py").write_text("print('hi')\nx = 1\n")
-    (root / "README.md").write_text("# Title\nhello world\n")
-    return Workspace(root)
+    return Workspace(folder(tmp_path / "ws", {
+        "src/app.py": "print('hi')\nx = 1\n",
+        "README.md": "# Title\nhello world\n",
+    }))
 
 
 def _tool(name: str) -> Tool:

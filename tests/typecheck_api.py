@@ -7,6 +7,17 @@ type-checking.
 from __future__ import annotations
 
 import harnessnb as hn
+from harnessnb.events import AnyEvent, FinishedEvent, RetryEvent
+
+
+def on_event(event: AnyEvent) -> None:
+    match event:
+        case RetryEvent(error_kind=kind, delay_s=wait, retry_after_s=asked):
+            print(kind, wait + 1.0, asked)
+        case FinishedEvent(outcome=outcome, cost_usd=spent):
+            print(outcome, spent)
+        case _:
+            print(event.kind, event.run_id, event.step, event.at)
 
 
 async def typed_usage(store: hn.Store) -> None:
@@ -30,6 +41,8 @@ async def typed_usage(store: hn.Store) -> None:
         contract, provider, store=store, policy=policy, approver=hn.ApproveAll()
     )
     outcome: hn.RunOutcome = result.outcome
+    await hn.run(contract, provider, store=store, on_event=on_event)
+    await hn.run(contract, provider, store=store, on_event=lambda e: print(e.kind))
     print(streams)
     error: hn.HarnessError | None = result.error
     if isinstance(error, hn.ProviderError):
@@ -41,6 +54,8 @@ async def typed_usage(store: hn.Store) -> None:
         [{"role": "user", "content": "hi"}]
     )
     print(completion.text, completion.tool_calls, completion.usage.total_tokens)
+    made: tuple[hn.AttemptRecord, ...] = completion.attempts
+    print([attempt.latency_ms for attempt in made])
     prices = hn.Prices({"my-model": (0.5, 1.5), "gpt-4o": hn.Price(2.5, 10.0)}, local_free=True)
     priced: hn.RunResult = await hn.run(contract, provider, store=store, prices=prices)
     spent: float | None = priced.cost_usd

@@ -12,8 +12,18 @@ the run, its usage and its failure in the same store tables, with
 ``provider`` = the CLI. Failures are typed (``hn.agents.CLIError`` and its
 subclasses) and never retried automatically.
 
+- ``_cli``: ``AgentCLI``, what every driver shares, and the output stream's readers;
+- ``_drivers``: ``ClaudeCode``, ``Codex``, ``Copilot``: argv, environment, output;
+- ``_run``: ``run``/``run_sync`` for a CLI: leases, sessions, store rows;
+- ``_process``: a CLI's process through the one runner; ``_turn``: one turn's events,
+  usage and tool calls; ``_codex_config``: what Codex's configuration names;
+- ``_classify``, ``_cause``, ``_verdict``: a CLI's failure read into a kind and a
+  typed failure; ``_errors``: ``CLIError`` and its subclasses;
+- ``_result``: ``AgentResult``.
+
 May import: ``loop``, ``tools``, ``store``, ``rules`` (a CLI run is stored and reported
-like a loop run). Never a face (cli, notebook) or IPython.
+like a loop run) and ``providers._completion`` (its usage is an ``hn.Usage``). Never a
+face (cli, notebook) or IPython.
 """
 
 from . import _errors

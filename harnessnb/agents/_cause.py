@@ -263,8 +263,12 @@ def copilot_log_waits(folder: str, limit: int = 1 << 20) -> list[tuple[int | Non
                 record = None
             if isinstance(record, dict):
                 status, wait = record.get("http_status"), record.get("retry_after_ms")
-                waits.append((status if isinstance(status, int) else None,
-                              wait / 1000 if isinstance(wait, int | float) else None))  # fmt: skip
+                waits.append(
+                    (
+                        status if isinstance(status, int) else None,
+                        wait / 1000 if isinstance(wait, int | float) else None,
+                    )
+                )
     return waits
 
 

@@ -34,6 +34,7 @@ import warnings
 from typing import Any, ClassVar
 
 from ..rules._errors import HarnessError, ProviderErrorKind, classify_status
+from ..rules._fields import Declared, context
 from ..rules._html import Html, retry_badge
 from ..rules._renamed import renamed
 from ..rules._text import shorten
@@ -69,8 +70,11 @@ class _DeprecatedRetryableFlag:
         return owner.RETRYABLE
 
 
-class CLIError(HarnessError):
+class CLIError(Declared, HarnessError):
     """A coding-agent CLI run failed.
+
+    Each subclass declares its context fields once, as annotations (``rules._fields``):
+    they are its keywords, and its card shows them after agent, bin and retryable.
 
     Args:
         message: What happened, for a person (holds no secret).
@@ -82,13 +86,10 @@ class CLIError(HarnessError):
     KIND: ClassVar[ProviderErrorKind | None] = None
     RETRYABLE: ClassVar[bool] = False
     TRANSIENT = _DeprecatedRetryableFlag()
-    # The attributes a subclass adds, shown (in this order) after agent, bin, retryable.
-    CONTEXT: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, message: str, *, agent: str, bin: str, code: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.agent = agent
-        self.bin = bin
+    message: str = context(kw_only=False)
+    agent: str = context(shown=False)
+    bin: str = context(shown=False)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -130,8 +131,8 @@ class CLIError(HarnessError):
         return isinstance(self, Cancelled)
 
     def _fields(self) -> dict[str, Any]:
-        context = {name: getattr(self, name) for name in self.CONTEXT}
-        return {"agent": self.agent, "bin": self.bin, "retryable": self.retryable, **context}
+        shown = self._declared_fields()
+        return {"agent": self.agent, "bin": self.bin, "retryable": self.retryable, **shown}
 
     def _badge_html(self) -> Html:
         kind = self.kind.value if self.kind is not None else "not started"
@@ -142,20 +143,12 @@ class CLIError(HarnessError):
 class _WithDetail(CLIError):
     """A failure the CLI explained in its own words: ``.detail``."""
 
-    CONTEXT: ClassVar[tuple[str, ...]] = ("detail",)
-
-    def __init__(self, message: str, *, agent: str, bin: str, detail: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.detail = detail
+    detail: str
 
 
 class NotInstalled(CLIError):
     CODE = "AGENT_NOT_INSTALLED"
-    CONTEXT = ("hint",)
-
-    def __init__(self, message: str, *, agent: str, bin: str, hint: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.hint = hint
+    hint: str
 
     def _hint(self) -> str:
         return f"install it with: {self.hint}"
@@ -163,33 +156,19 @@ class NotInstalled(CLIError):
 
 class Spawn(CLIError):
     CODE = "AGENT_SPAWN"
-    CONTEXT = ("reason",)
-
-    def __init__(self, message: str, *, agent: str, bin: str, reason: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.reason = reason
+    reason: str
 
 
 class CommandLineTooLarge(CLIError):
     CODE = "AGENT_COMMAND_LINE_TOO_LARGE"
-    CONTEXT = ("what", "size", "limit")
-
-    def __init__(
-        self, message: str, *, agent: str, bin: str, what: str, size: int, limit: int
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.what = what
-        self.size = size
-        self.limit = limit
+    what: str
+    size: int
+    limit: int
 
 
 class Unsupported(CLIError):
     CODE = "AGENT_UNSUPPORTED"
-    CONTEXT = ("what",)
-
-    def __init__(self, message: str, *, agent: str, bin: str, what: str) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.what = what
+    what: str
 
 
 class FlagRejected(_WithDetail):
@@ -205,16 +184,12 @@ class Timeout(CLIError):
     KIND = ProviderErrorKind.TIMEOUT
     RETRYABLE = True
 
-    def __init__(
-        self, message: str, *, agent: str, bin: str, timeout_s: float, partial: str = ""
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.timeout_s = timeout_s
-        self.partial = partial
+    timeout_s: float
+    partial: str = ""
 
     def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "timeout_s": self.timeout_s,
-                "partial": shorten(self.partial.strip(), CARD_CHARS) or None}  # fmt: skip
+        partial = shorten(self.partial.strip(), CARD_CHARS) or None
+        return {**super()._fields(), "partial": partial}
 
 
 class Cancelled(CLIError):
@@ -225,16 +200,11 @@ class Failed(CLIError):
     CODE = "AGENT_FAILED"
     KIND = ProviderErrorKind.SERVER
 
-    def __init__(
-        self, message: str, *, agent: str, bin: str, exit_code: int, stderr: str = ""
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.exit_code = exit_code
-        self.stderr = stderr
+    exit_code: int
+    stderr: str = ""
 
     def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "exit_code": self.exit_code,
-                "stderr": shorten(self.stderr.strip(), CARD_CHARS) or None}  # fmt: skip
+        return {**super()._fields(), "stderr": shorten(self.stderr.strip(), CARD_CHARS) or None}
 
 
 @renamed(retry_after="retry_after_s")
@@ -243,24 +213,10 @@ class _WithCause(_WithDetail):
     status, when the CLI said it) and ``.retry_after_s`` (seconds the server asked to
     wait, when the CLI said it; ``.retry_after`` is its deprecated spelling)."""
 
-    CONTEXT: ClassVar[tuple[str, ...]] = ("status", "retry_after_s", "detail")
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        agent: str,
-        bin: str,
-        detail: str,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail)
-        self.status = status
-        self.retry_after_s = retry_after_s
+    status: int | None = None
+    retry_after_s: float | None = None
 
 
-@renamed(retry_after="retry_after_s")
 class RateLimited(_WithCause):
     """Rate limited (retryable), or a quota used up (``.quota``: not retryable).
 
@@ -271,26 +227,13 @@ class RateLimited(_WithCause):
     CODE = "AGENT_RATE_LIMITED"
     KIND = ProviderErrorKind.RATE_LIMITED
     RETRYABLE = True
-    CONTEXT = ("status", "retry_after_s", "quota", "detail")
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        agent: str,
-        bin: str,
-        detail: str,
-        resets_at: float | None = None,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-        quota: bool = False,
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status,
-                         retry_after_s=retry_after_s)  # fmt: skip
-        self.quota = quota
-        if resets_at is None and retry_after_s is not None:
-            resets_at = time.time() + retry_after_s
-        self.resets_at = resets_at
+    quota: bool = False
+    resets_at: float | None = context(default=None, shown=False)
+
+    def _settle(self) -> None:
+        if self.resets_at is None and self.retry_after_s is not None:
+            self.resets_at = time.time() + self.retry_after_s
 
     @property
     def retryable(self) -> bool:
@@ -312,20 +255,8 @@ class RateLimited(_WithCause):
 class NotAuthenticated(_WithCause):
     CODE = "AGENT_NOT_AUTHENTICATED"
     KIND = ProviderErrorKind.AUTH
-    CONTEXT = ("status", "detail", "hint")
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        agent: str,
-        bin: str,
-        detail: str,
-        hint: str,
-        status: int | None = None,
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status)
-        self.hint = hint
+    hint: str
 
     def _hint(self) -> str:
         if self.hint.startswith("set "):  # a key to provide, not a login
@@ -352,8 +283,10 @@ class AgentError(_WithCause):
         kind: ProviderErrorKind | None = None,
         retry_after_s: float | None = None,
     ) -> None:
-        super().__init__(message, agent=agent, bin=bin, detail=detail, status=status,
-                         retry_after_s=retry_after_s)  # fmt: skip
+        # ``kind`` is a property every CLIError has, not a field: kept apart.
+        super().__init__(
+            message, agent=agent, bin=bin, detail=detail, status=status, retry_after_s=retry_after_s
+        )
         self._kind = kind
 
     @property
@@ -387,28 +320,16 @@ class Parse(_WithDetail):
 
 class SessionConflict(CLIError):
     CODE = "AGENT_SESSION_CONFLICT"
-    CONTEXT = ("name", "bound", "requested")
-
-    def __init__(
-        self, message: str, *, agent: str, bin: str, name: str, bound: str, requested: str
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.name = name
-        self.bound = bound
-        self.requested = requested
+    name: str
+    bound: str
+    requested: str
 
 
 class SessionBusy(CLIError):
     CODE = "AGENT_SESSION_BUSY"
     RETRYABLE = True
-    CONTEXT = ("name", "holder")
-
-    def __init__(
-        self, message: str, *, agent: str, bin: str, name: str, holder: str | None = None
-    ) -> None:
-        super().__init__(message, agent=agent, bin=bin)
-        self.name = name
-        self.holder = holder
+    name: str
+    holder: str | None = None
 
 
 CARD_CHARS = 400  # characters of stderr or partial output a card and its dict keep

@@ -28,13 +28,22 @@ from typing import TYPE_CHECKING, Any
 from ..loop._bridge import sync_twin
 from ..loop._contract import RunOutcome
 from ..loop._driver import new_id
-from ..loop._events import Callback, EventSink, RunEvent
+from ..loop._events import Callback, EventSink
 from ..rules._errors import (
     ConfigError,
     ConflictError,
     HarnessError,
     ProviderErrorKind,
     wrap_unknown,
+)
+from ..rules._events import (
+    AnyEvent,
+    FinishedEvent,
+    RetryEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+    stamped,
 )
 from ..rules._secrets import is_secret_name, scrub
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
@@ -195,8 +204,15 @@ class _AgentRun:
             run, owner_identity(), ttl_s=LEASE_TTL_S,
             owner_alive=owner_alive,
         )  # fmt: skip
-        await self._emit("started", provider=self.agent.name, model=self.model,
-                         max_steps=self.agent.max_turns or 0, session=self.session)  # fmt: skip
+        await self._emit(
+            StartedEvent(
+                provider=self.agent.name,
+                model=self.model,
+                task=self.task,
+                max_steps=self.agent.max_turns or 0,
+                session=self.session,
+            )
+        )
 
     async def _take_session(self) -> str | None:
         """Hold the named session and return the CLI session id to resume (if any)."""
@@ -319,8 +335,8 @@ class _AgentRun:
             # An event of a shape this driver does not know: counted, never fatal.
             self.turn.unreadable(line)
         events, self.turn.events = self.turn.events, []
-        for event, data in events:
-            await self._emit(event, **data)
+        for event in events:
+            await self._emit(event)
         if self.turn.session_id and not self.confirmed:
             self.confirmed = True  # bound (or re-bound to this run) once confirmed
             await self._bind(self.turn.session_id)
@@ -398,9 +414,15 @@ class _AgentRun:
             elapsed_s=now - self.started, tool_calls=turn.tool_calls_seen,
             changed_workspace=changed, model=turn.model or self.model,
         )  # fmt: skip
-        await self._emit("finished", outcome=outcome.value, steps=int(self.spawned),
-                         tokens=turn.tokens, verified=None,
-                         error=None if error is None else error.to_dict())  # fmt: skip
+        await self._emit(
+            FinishedEvent(
+                outcome=outcome.value,
+                steps=int(self.spawned),
+                tokens=turn.tokens,
+                verified=None,
+                error=None if error is None else error.to_dict(),
+            )
+        )
         return result
 
     def _rows(
@@ -472,9 +494,10 @@ class _AgentRun:
                 "usage": self.turn.usage, "usage_total": self.usage_total or self.prior_usage,
                 "unparsed": self.turn.unparsed}  # fmt: skip
 
-    async def _emit(self, event: Any, /, **data: Any) -> None:
-        step = max(1, self.turn.messages) if event in ("step", "tool_call", "retry") else 0
-        await self.events.emit(RunEvent(event, self.run_id, step, time.time(), data))
+    async def _emit(self, event: AnyEvent) -> None:
+        in_turn = isinstance(event, StepEvent | ToolCallEvent | RetryEvent)
+        step = max(1, self.turn.messages) if in_turn else 0
+        await self.events.emit(stamped(event, self.run_id, step, time.time()))
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")

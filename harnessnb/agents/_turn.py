@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from ..loop._events import EventKind
+from ..rules._events import AnyEvent, RefusedEvent, RetryEvent, StepEvent, ToolCallEvent
 from ..rules._secrets import scrub, scrub_values
 from ..rules._text import clip
 from ._cause import Cause
@@ -45,9 +45,12 @@ class Turn:
     text: str = ""
     usage: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
-            "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0, "cost_usd": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_input_tokens": 0,
+            "cost_usd": None,
         }
-    )  # fmt: skip
+    )
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     tool_calls_seen: int = 0
     messages: int = 0
@@ -63,7 +66,7 @@ class Turn:
     first_unparsed: str = ""
     partial: list[str] = dataclasses.field(default_factory=list)
     _partial_bytes: int = 0
-    events: list[tuple[EventKind, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    events: list[AnyEvent] = dataclasses.field(default_factory=list)
     secrets: list[str] = dataclasses.field(default_factory=list)
 
     # ---------------------------------------------------------------- bounds
@@ -79,9 +82,9 @@ class Turn:
 
     # ------------------------------------------------------------- recording
 
-    def emit(self, event: EventKind, /, **data: Any) -> None:
+    def emit(self, event: AnyEvent) -> None:
         """Queue an event for the run's ``on_event`` (drained after each line)."""
-        self.events.append((event, data))
+        self.events.append(event)
 
     def retry(
         self, cause: Cause, *, attempt: Any = None, of: Any = None, delay_s: float | None = None
@@ -90,10 +93,18 @@ class Turn:
         report kept for the attempt rows, and ``stop`` set when waiting cannot help."""
         self.reports.append((cause, time.time()))
         self.retrying = True
-        self.emit("retry", kind=cause.kind.value, status=cause.status,
-                  attempt=to_int(attempt) or None, max_attempts=to_int(of) or None,
-                  delay=delay_s or 0.0, retry_after=cause.retry_after, provider=None,
-                  detail=self.shown(cause.detail, 300) or None)  # fmt: skip
+        self.emit(
+            RetryEvent(
+                error_kind=cause.kind.value,
+                status=cause.status,
+                attempt=to_int(attempt) or None,
+                max_attempts=to_int(of) or None,
+                delay_s=delay_s or 0.0,
+                retry_after_s=cause.retry_after,
+                provider=None,
+                detail=self.shown(cause.detail, 300) or None,
+            )
+        )
         if cause.fatal and self.stop is None:
             self.stop = cause
 
@@ -104,7 +115,7 @@ class Turn:
 
     def step(self, provider: str) -> None:
         """An assistant turn ended: a ``step`` event, as the loop emits after each step."""
-        self.emit("step", tool_calls=self.tool_calls_seen, tokens=self.tokens, provider=provider)
+        self.emit(StepEvent(tool_calls=self.tool_calls_seen, tokens=self.tokens, provider=provider))
 
     def say(self, text: str, *, progress: bool = True) -> None:
         """An assistant message: it becomes the answer so far, and partial output.
@@ -129,12 +140,17 @@ class Turn:
         self.retrying = False
         self.tool_calls_seen += 1
         shown = args if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
-        call = {"id": call_id, "tool": self.shown(tool, 200),
-                "args": self.kept(shown, self.limits.event_bytes), "status": "started",
-                "output_bytes": None}  # fmt: skip
+        name, kept = self.shown(tool, 200), self.kept(shown, self.limits.event_bytes)
+        call = {
+            "id": call_id,
+            "tool": name,
+            "args": kept,
+            "status": "started",
+            "output_bytes": None,
+        }
         if len(self.tool_calls) < _MAX_TOOL_CALLS:
             self.tool_calls.append(call)
-        self.emit("tool_call", tool=call["tool"], args=call["args"], status="started")
+        self.emit(ToolCallEvent(tool=name, args=kept, status="started"))
 
     def tool_ended(self, call_id: str | None, *, ok: bool, output: str | None = None) -> None:
         for call in reversed(self.tool_calls):
@@ -142,7 +158,8 @@ class Turn:
                 call["status"] = "ok" if ok else "error"
                 if output is not None:
                     call["output_bytes"] = len(output.encode("utf-8", "replace"))
-                self.emit("tool_call", tool=call["tool"], args=call["args"], status=call["status"])
+                tool, args = str(call["tool"]), str(call["args"])
+                self.emit(ToolCallEvent(tool=tool, args=args, status=call["status"]))
                 return
 
     def tool_refused(self, call_id: str | None, reason: str = "") -> None:
@@ -150,9 +167,15 @@ class Turn:
         for call in reversed(self.tool_calls):
             if call["id"] == call_id and call["status"] in ("started", "error"):
                 call["status"] = "refused"
-                self.emit("refused", act=call["tool"], target=self.shown(call["args"], 200),
-                          rule="the CLI's permission mode", layer="agent",
-                          reason=self.shown(reason, 300))  # fmt: skip
+                self.emit(
+                    RefusedEvent(
+                        act=call["tool"],
+                        target=self.shown(call["args"], 200),
+                        rule="the CLI's permission mode",
+                        layer="agent",
+                        reason=self.shown(reason, 300),
+                    )
+                )
                 return
 
     def add_usage(self, usage: Any, *, replace: bool = False) -> None:

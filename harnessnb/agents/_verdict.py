@@ -62,10 +62,14 @@ def verdict(
     if turn.stop is not None:
         what = _what(turn.stop)
         return error_from_cause(
-            agent, turn.stop, scrub, hint=hint, resets_at=_resets(turn),
+            agent,
+            turn.stop,
+            scrub,
+            hint=hint,
+            resets_at=_resets(turn),
             message=f"{bin_} reported {what}, which waiting cannot fix; it was stopped at "
             f"once instead of retrying: {scrub(turn.stop.detail)}",
-        )  # fmt: skip
+        )
     assert end is not None
     if end.timed_out:
         return _timed_out(agent, turn, scrub, hint)
@@ -73,20 +77,29 @@ def verdict(
     if end.exit_code == 0 and turn.failure is None:
         if turn.done:
             return None
-        what = (f"{turn.unparsed} line(s) were not JSON, the first: {turn.first_unparsed!r}"
-                if turn.unparsed else "it printed no structured output")  # fmt: skip
+        what = (
+            f"{turn.unparsed} line(s) were not JSON, the first: {turn.first_unparsed!r}"
+            if turn.unparsed
+            else "it printed no structured output"
+        )
         return Parse(
             f"{bin_} exited 0 but its stream never reported the end of the turn; {what}",
-            agent=agent.name, bin=bin_, detail=what,
-        )  # fmt: skip
+            agent=agent.name,
+            bin=bin_,
+            detail=what,
+        )
     detail = scrub(turn.failure[0]) if turn.failure else ""
     exit_note = f" (exit code {end.exit_code})" if end.exit_code else " although it exited 0"
     cause = _final_cause(turn, detail)
     if cause is not None:
         return error_from_cause(
-            agent, cause, scrub, hint=hint, resets_at=_resets(turn),
+            agent,
+            cause,
+            scrub,
+            hint=hint,
+            resets_at=_resets(turn),
             message=f"{bin_} reported a failed turn{exit_note}: {detail or cause.detail}",
-        )  # fmt: skip
+        )
     code = end.exit_code if end.exit_code is not None else -1
     return _by_stderr(agent, turn, stderr, detail, (code, exit_note), hint, lost)
 
@@ -103,14 +116,29 @@ def error_from_cause(
     """The ``CLIError`` for ``cause``: NotAuthenticated, RateLimited or AgentError."""
     name, bin_, detail = agent.name, agent.bin, scrub(cause.detail)
     if cause.kind is K.AUTH:
-        return NotAuthenticated(message, agent=name, bin=bin_, detail=detail, hint=hint,
-                                status=cause.status)  # fmt: skip
+        return NotAuthenticated(
+            message, agent=name, bin=bin_, detail=detail, hint=hint, status=cause.status
+        )
     if cause.kind is K.RATE_LIMITED:
-        return RateLimited(message, agent=name, bin=bin_, detail=detail, status=cause.status,
-                           retry_after_s=cause.retry_after, quota=cause.quota,
-                           resets_at=resets_at)  # fmt: skip
-    return AgentError(message, agent=name, bin=bin_, detail=detail, status=cause.status,
-                      kind=cause.kind, retry_after_s=cause.retry_after)  # fmt: skip
+        return RateLimited(
+            message,
+            agent=name,
+            bin=bin_,
+            detail=detail,
+            status=cause.status,
+            retry_after_s=cause.retry_after,
+            quota=cause.quota,
+            resets_at=resets_at,
+        )
+    return AgentError(
+        message,
+        agent=name,
+        bin=bin_,
+        detail=detail,
+        status=cause.status,
+        kind=cause.kind,
+        retry_after_s=cause.retry_after,
+    )
 
 
 def _timed_out(agent: AgentCLI, turn: Turn, scrub: Callable[[str], str], hint: str) -> CLIError:
@@ -118,14 +146,21 @@ def _timed_out(agent: AgentCLI, turn: Turn, scrub: Callable[[str], str], hint: s
     bin_, timeout = agent.bin, float(agent.timeout_s or 0)
     if turn.cause is not None:
         return error_from_cause(
-            agent, turn.cause, scrub, hint=hint, resets_at=_resets(turn),
+            agent,
+            turn.cause,
+            scrub,
+            hint=hint,
+            resets_at=_resets(turn),
             message=f"{bin_} was still retrying when the {timeout:g} s timeout killed its "
             f"process group; the last failure it reported: {scrub(turn.cause.detail)}",
-        )  # fmt: skip
+        )
     return Timeout(
         f"{bin_} did not finish within {timeout:g} s; its process group was killed",
-        agent=agent.name, bin=bin_, timeout_s=timeout, partial=scrub(turn.partial_text()),
-    )  # fmt: skip
+        agent=agent.name,
+        bin=bin_,
+        timeout_s=timeout,
+        partial=scrub(turn.partial_text()),
+    )
 
 
 def _final_cause(turn: Turn, detail: str) -> Cause | None:
@@ -138,9 +173,10 @@ def _final_cause(turn: Turn, detail: str) -> Cause | None:
         return last if turn.failure is not None else None
     if last is not None and last.kind is final.kind:
         final = dataclasses.replace(
-            final, status=final.status or last.status,
+            final,
+            status=final.status or last.status,
             retry_after=final.retry_after if final.retry_after is not None else last.retry_after,
-        )  # fmt: skip
+        )
     return final
 
 
@@ -161,39 +197,55 @@ def _by_stderr(
         notice = (
             detail or (auth if turn.error_kind not in _AUTH_KINDS else "") or str(turn.error_kind)
         )
-        return NotAuthenticated(f"{bin_} is not authenticated: {notice}", agent=name,
-                                bin=bin_, detail=notice, hint=hint)  # fmt: skip
+        return NotAuthenticated(
+            f"{bin_} is not authenticated: {notice}", agent=name, bin=bin_, detail=notice, hint=hint
+        )
     if turn.rate_limit is not None or turn.error_kind in _QUOTA_KINDS:
         limit, resets_at = turn.rate_limit or (detail or str(turn.error_kind), None)
         quota = rate_limit(stderr, answer) or limit
-        return RateLimited(f"{bin_} hit a rate limit: {quota}", agent=name, bin=bin_,
-                           detail=quota, resets_at=resets_at)  # fmt: skip
+        return RateLimited(
+            f"{bin_} hit a rate limit: {quota}",
+            agent=name,
+            bin=bin_,
+            detail=quota,
+            resets_at=resets_at,
+        )
     if worded := rate_limit(stderr, answer):
-        return RateLimited(f"{bin_} hit a rate limit: {worded}", agent=name, bin=bin_,
-                           detail=worded)  # fmt: skip
+        return RateLimited(
+            f"{bin_} hit a rate limit: {worded}", agent=name, bin=bin_, detail=worded
+        )
     if flag := flag_rejected(stderr):
-        return FlagRejected(f"{bin_} rejected an argument: {flag}", agent=name, bin=bin_,
-                            detail=flag)  # fmt: skip
+        return FlagRejected(
+            f"{bin_} rejected an argument: {flag}", agent=name, bin=bin_, detail=flag
+        )
     if turn.failure is not None:
         gone = bool(lost) and bool(_LOST_SESSION.search(detail))
         return AgentError(
             f"{bin_} reported a failed turn{exit_note}: {detail or 'no detail given'}"
             + (lost if gone else ""),
-            agent=name, bin=bin_, detail=detail, status=turn.failure[1],
+            agent=name,
+            bin=bin_,
+            detail=detail,
+            status=turn.failure[1],
             kind=K.REQUEST if gone else None,
-        )  # fmt: skip
+        )
     line = explanatory_line(stderr)
     return Failed(
         f"{bin_} exited with code {code}" + (f": {line}" if line else ""),
-        agent=name, bin=bin_, exit_code=code, stderr=stderr,
-    )  # fmt: skip
+        agent=name,
+        bin=bin_,
+        exit_code=code,
+        stderr=stderr,
+    )
 
 
 def _what(cause: Cause) -> str:
     if cause.kind is K.RATE_LIMITED:
         return "an exhausted quota"
-    return {K.AUTH: "a refused key or login", K.CONTEXT_OVERFLOW: "a prompt too long for "
-            "the model's context window"}.get(cause.kind, "a rejected request")  # fmt: skip
+    return {
+        K.AUTH: "a refused key or login",
+        K.CONTEXT_OVERFLOW: "a prompt too long for the model's context window",
+    }.get(cause.kind, "a rejected request")
 
 
 def _resets(turn: Turn) -> float | None:

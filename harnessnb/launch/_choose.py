@@ -168,8 +168,7 @@ def build_provider(
                 code="CONFIG_BASE_URL",
             )
         # Named ``local`` in every row, so its failures never merge with OpenAI's.
-        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url,
-                      name="local")  # fmt: skip
+        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url, name="local")
     classes: dict[str, type[OpenAI] | type[Anthropic]] = {
         "openai": OpenAI,
         "openrouter": OpenRouter,

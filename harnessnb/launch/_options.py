@@ -191,8 +191,11 @@ class Option:
         return f"{self.help} {FACE_MARK[self.only]}" if self.only else self.help
 
 
-STORE = Option("--store", "the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
-               {"metavar": "PATH"})  # fmt: skip
+STORE = Option(
+    "--store",
+    "the DuckDB store (default: $HARNESSNB_STORE, else ./runs.duckdb)",
+    {"metavar": "PATH"},
+)
 
 PROVIDER_OPTIONS = (
     Option("--provider",
@@ -216,7 +219,9 @@ APPROVAL_TIMEOUT = Option(
     "Approve/Deny panel; the command asks on the terminal, which it does only with this "
     "option), then stop the run awaiting_approval, resumable (default: the notebook "
     "waits until answered or interrupted; the command refuses what needs approval)",
-    {"metavar": "S", "type": positive_float}, scope="loop")  # fmt: skip
+    {"metavar": "S", "type": positive_float},
+    scope="loop",
+)
 
 PRICE_OPTIONS = (
     Option("--price",
@@ -293,8 +298,10 @@ RESUME_OPTIONS: tuple[Option, ...] = (
 )
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
 
-_AGENT_GROUP = ("coding-agent CLI", "hand the task to an installed CLI instead of harnessnb's "
-                "own loop")  # fmt: skip
+_AGENT_GROUP = (
+    "coding-agent CLI",
+    "hand the task to an installed CLI instead of harnessnb's own loop",
+)
 
 
 def add_options(
@@ -367,8 +374,9 @@ def check_run_options(args: argparse.Namespace) -> None:
         loop_only = _given(args, "loop")
         if loop_only:
             hint = " (use --permission edit)" if loop_only[0] == "--allow-write" else ""
-            raise ConfigError(f"{loop_only[0]} applies to harnessnb's own loop, not to "
-                              f"--agent {args.agent}{hint}")  # fmt: skip
+            raise ConfigError(
+                f"{loop_only[0]} applies to harnessnb's own loop, not to --agent {args.agent}{hint}"
+            )
     else:
         agent_only = _given(args, "agent")
         if agent_only:
@@ -507,5 +515,10 @@ def agent_from(args: argparse.Namespace) -> AgentCLI:
     """
     from ..agents import driver
 
-    return driver(args.agent, model=args.model, permission=args.permission or "read_only",
-                  timeout_s=args.timeout, max_turns=args.max_steps)  # fmt: skip
+    return driver(
+        args.agent,
+        model=args.model,
+        permission=args.permission or "read_only",
+        timeout_s=args.timeout,
+        max_turns=args.max_steps,
+    )

@@ -98,9 +98,11 @@ def _named_provider(
                 code="CONFIG_PROVIDER",
             )
         if slash and (not model or base.lower() == "demo"):
-            raise ConfigError(f"--providers: {name!r}: write PROVIDER/MODEL, e.g. "
-                              "openai/gpt-4o (the demo has one model)",
-                              code="CONFIG_PROVIDER")  # fmt: skip
+            raise ConfigError(
+                f"--providers: {name!r}: write PROVIDER/MODEL, e.g. "
+                "openai/gpt-4o (the demo has one model)",
+                code="CONFIG_PROVIDER",
+            )
         built = build_provider(base, model=model or args.model, base_url=args.base_url)
         return {f"{base.lower()}/{model}" if slash else base.lower(): built}
     value = namespace[name]

@@ -2,8 +2,8 @@
 notebook's text progress, widget status and notes.
 
 ``event_words`` is pure: an event (and the run's step cap) in, one line out, or None
-for an event not worth a line. Layout (indent, a ``[harnessnb]`` prefix, HTML and its
-escaping) is each face's own; the words are not.
+for an event not worth a line; it matches on the event's class. Layout (indent, a
+``[harnessnb]`` prefix, HTML and its escaping) is each face's own; the words are not.
 """
 
 from __future__ import annotations
@@ -14,6 +14,19 @@ from typing import Any
 
 from ..loop._events import RunEvent
 from ..loop._result import usd
+from ..rules._events import (
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    FellBackEvent,
+    RefusedEvent,
+    ReplanEvent,
+    RetryEvent,
+    ShrunkEvent,
+    StalledEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+)
 from ..rules._secrets import scrub
 from ..rules._text import printable, shorten
 
@@ -41,37 +54,36 @@ def event_words(event: RunEvent, *, max_steps: int = 0) -> str | None:
 
 
 def _words(event: RunEvent, max_steps: int) -> str | None:
-    data = event.data
-    kind = event.kind
-    if kind == "started":
-        verb = "resumed" if data.get("resumed") else "started"
-        return f"{verb} {event.run_id} with {data.get('provider')} ({data.get('model')})"
-    if kind == "step":
-        calls = int(data.get("tool_calls") or 0)
-        did = "answered" if not calls else f"{calls} tool call{'' if calls == 1 else 's'}"
-        of = f"/{max_steps}" if max_steps else ""
-        spent = data.get("cost_usd")
-        cost = f", {usd(spent)} so far" if isinstance(spent, float) and spent > 0 else ""
-        return f"step {event.step}{of}: {did}, {int(data.get('tokens') or 0)} tokens{cost}"
-    if kind == "tool_call":
-        return tool_call_words(data)
-    if kind == "retry":
-        return retry_words(data.get("kind"), data.get("status"), float(data.get("delay") or 0.0),
-                           data.get("attempt"), data.get("max_attempts"))  # fmt: skip
-    if kind == "fell_back":
-        return (f"fell back from {data.get('from_provider')} after {data.get('kind')}"
-                f"{_http(data.get('status'))}")  # fmt: skip
-    if kind in ("replan", "stalled"):
-        then = "told the model to change approach" if kind == "replan" else "stopping"
-        return f"stall ({data.get('signal')}): {data.get('detail')}; {then}"
-    if kind == "refused":
-        return f"refused: {data.get('act', '')} {data.get('target', '')}".rstrip()
-    if kind == "approval_requested":
-        return f"approval asked: {data.get('act', '')} {data.get('target', '')}".rstrip()
-    if kind == "approval_decided":
-        return f"approval: {data.get('decision', data.get('kind', ''))}"
-    if kind == "shrunk":
-        return "context too long: old tool output dropped and the call retried"
+    match event:
+        case StartedEvent():
+            verb = "resumed" if event.resumed else "started"
+            return f"{verb} {event.run_id} with {event.provider} ({event.model})"
+        case StepEvent():
+            calls = event.tool_calls
+            did = "answered" if not calls else f"{calls} tool call{'' if calls == 1 else 's'}"
+            of = f"/{max_steps}" if max_steps else ""
+            spent = event.cost_usd
+            cost = f", {usd(spent)} so far" if spent is not None and spent > 0 else ""
+            return f"step {event.step}{of}: {did}, {event.tokens} tokens{cost}"
+        case ToolCallEvent():
+            return tool_call_words(event.tool, event.args, event.status)
+        case RetryEvent():
+            return retry_words(event.error_kind, event.status, event.delay_s, event.attempt,
+                               event.max_attempts)  # fmt: skip
+        case FellBackEvent():
+            after = f"{event.error_kind}{_http(event.status)}"
+            return f"fell back from {event.from_provider} after {after}"
+        case ReplanEvent(signal=signal, detail=detail):
+            return f"stall ({signal}): {detail}; told the model to change approach"
+        case StalledEvent(signal=signal, detail=detail):
+            return f"stall ({signal}): {detail}; stopping"
+        case RefusedEvent() | ApprovalRequestedEvent():
+            said = "refused" if isinstance(event, RefusedEvent) else "approval asked"
+            return f"{said}: {event.act} {event.target}".rstrip()
+        case ApprovalDecidedEvent():
+            return f"approval: {event.decision}"
+        case ShrunkEvent():
+            return "context too long: old tool output dropped and the call retried"
     return None
 
 
@@ -87,18 +99,20 @@ def streamed_words(text: str, width: int = 72) -> str:
     return printable(flat)
 
 
-def retry_words(kind: Any, status: Any, wait_s: float, attempt: Any, of: Any) -> str:
+def retry_words(
+    kind: str, status: int | None, wait_s: float, attempt: int | None, of: int | None
+) -> str:
     """``rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3`` (the wait rounded up)."""
     wait = max(0, math.ceil(wait_s))
     return f"{kind}{_http(status)} - retrying in {wait} s, attempt {attempt}/{of}"
 
 
-def tool_call_words(data: dict[str, Any]) -> str:
+def tool_call_words(tool: str, args: dict[str, Any] | str, status: str) -> str:
     """``write_file("path": "NOTES.md", "content": "<8 chars>") ok``."""
-    return printable(f"{data.get('tool')}({_args(data.get('args'))}) {data.get('status')}")
+    return printable(f"{tool}({_args(args)}) {status}")
 
 
-def _http(status: Any) -> str:
+def _http(status: int | None) -> str:
     return f" (HTTP {status})" if status is not None else ""
 
 

@@ -14,8 +14,13 @@
 - ``_conversation``: the messages the harness writes, shrinking to fit the context
   window, the conversation's checkpoint deltas and their replay;
 - ``_verify``: checking a contract's verification; ``_result``: ``RunResult``;
-- ``_durable``: resume, resolve/abandon, Record/Replay;
-- ``_events``: the events a run emits; ``_bridge``: the loop thread for sync calls.
+- ``_durable``: resume, resolve/abandon, Record/Replay; ``_replay``: ``hn.replay``;
+- ``_start``: a run's start, which an interrupt does not cut; ``_store_wait``: a run's
+  store writes tried again while the store is busy or full;
+- ``_events``: delivering the events a run emits (scrubbed; their classes are
+  ``rules._events``); ``_bridge``: the loop thread for sync calls;
+- ``_sweep``: ``hn.sweep``; ``_sweep_run``: one run of a sweep; ``_sweep_dask``: a
+  sweep on a Dask cluster; ``_sweep_result``: ``SweepResult``.
 
 May import: ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
 """

@@ -48,6 +48,9 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 
 
+# A scheduling flag, not data between layers: whether the main thread waits, blocked,
+# for the run this coroutine is part of (the one ContextVar harnessnb keeps; attempts,
+# streamed text and the calling run are arguments and values, never ambient).
 _main_waits: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "harnessnb_main_waits", default=False
 )

@@ -17,7 +17,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
-from ..rules._errors import ConfigError, HarnessError, RefusedError, StoreError, wrap_unknown
+from ..rules._errors import ConfigError, HarnessError, StoreError, wrap_unknown
+from ..rules._events import (
+    AnyEvent,
+    FinishedEvent,
+    ReplanEvent,
+    StalledEvent,
+    StartedEvent,
+    StepEvent,
+    ToolEvent,
+    stamped,
+)
 from ..rules._retry import Clock, SystemClock
 from ..store._leases import LEASE_TTL_S, owner_alive, owner_identity
 from ..store._open import default_store
@@ -25,10 +35,10 @@ from ..tools._sandbox import containment
 from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._conversation import Conversation, initial_messages
-from ._events import Callback, EventSink, RunEvent
+from ._events import Asking, Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
-from ._result import RunResult
+from ._result import RunResult, StepSummary
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
@@ -122,8 +132,9 @@ class Driver(StepTools):
         self.text = ""
         self.lease: Lease | None = None
         self.base_policy = policy  # what the caller gave, stored with the run for resume
-        self.asking: dict[str, Any] | None = None  # an approval asked and not yet answered
+        self.asking = Asking()  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
+        self.summaries: list[StepSummary] = []  # the committed steps, for the result
 
     def elapsed(self) -> float:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
@@ -132,31 +143,12 @@ class Driver(StepTools):
         budget = self.contract._budget_s
         return None if budget is None else budget - self.elapsed()
 
-    async def emit(self, kind: Any, /, **data: Any) -> None:
-        await self.events.emit(RunEvent(kind, self.run_id, self.step, self.clock.time(), data))
+    async def emit(self, event: AnyEvent) -> None:
+        await self.events.emit(stamped(event, self.run_id, self.step, self.clock.time()))
 
-    async def _tool_event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "approval_requested":
-            self.asking = data
-        elif kind == "approval_decided":
-            self.asking = None
-        await self.emit(kind, **data)
-
-    def _unanswered(self) -> dict[str, Any] | None:
-        """The approval a cancelled run was waiting for, as its error: not answered."""
-        ask, self.asking = self.asking, None
-        if ask is None:
-            return None
-        act, target = str(ask.get("act")), str(ask.get("target"))
-        return RefusedError(
-            f"cancelled while awaiting approval: {act} {target} via {ask.get('tool')} was "
-            "not answered (a resume asks again)",
-            act=act,
-            target=target,
-            rule=ask.get("rule"),
-            layer=ask.get("layer"),
-            code="APPROVAL_UNANSWERED",
-        ).to_dict()
+    async def _tool_event(self, event: ToolEvent) -> None:
+        self.asking.see(event)
+        await self.emit(event)
 
     async def patient(self, write: Callable[[], Awaitable[T]]) -> T:
         """A store write, tried again while the store is busy or full and the run has
@@ -224,15 +216,16 @@ class Driver(StepTools):
             return await self.finish(RunOutcome.DENIED, refusal)
         return None
 
-    async def _announce(self, **extra: Any) -> None:
+    async def _announce(self, *, resumed: bool = False) -> None:
         """The ``started`` event (with ``resumed=True`` when a resume takes the run up)."""
         await self.emit(
-            "started",
-            task=self.contract.task,
-            provider=self.provider.name,
-            model=self.provider.model,
-            max_steps=self.contract.max_steps,
-            **extra,
+            StartedEvent(
+                task=self.contract.task,
+                provider=self.provider.name,
+                model=self.provider.model,
+                max_steps=self.contract.max_steps,
+                resumed=resumed,
+            )
         )
 
     async def take_step(self, pending: PendingStep | None = None) -> RunResult | None:
@@ -290,8 +283,7 @@ class Driver(StepTools):
         checked: StepChecked,
         tool_rows: list[dict[str, Any]],
     ) -> RunResult | None:
-        """Commit the step (and the run's end, when it ends the run) in one transaction.
-        Its attempts are not part of it: each was written when it ended."""
+        """Commit the step (and the run's end, if it ends) in one transaction; keep its summary."""
         ending, stall_rows = checked.outcome, checked.stall_rows
         final = None
         if ending is not None:
@@ -319,21 +311,23 @@ class Driver(StepTools):
                 finish=final,
             )
         )
-        # The step's attempt rows, queued as their calls ended, were ahead of it in the
-        # writer's queue: committed by now (in its transaction or an earlier one).
+        # Its attempt rows (not part of it) were queued ahead of it as their calls ended.
         await self.model_calls.rows.settle()
+        self.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         if final is not None:
             self.lease = None
         await self.emit(
-            "step",
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
-            tool_calls=len(completion.tool_calls),
-            changed_workspace=changed,
-            provider=completion.provider,
+            StepEvent(
+                tokens=self.tokens,
+                cost_usd=self.model_calls.cost_usd,
+                tool_calls=len(completion.tool_calls),
+                changed_workspace=changed,
+                provider=completion.provider,
+            )
         )
         for row in stall_rows:
-            await self.emit(row["action"], signal=row["signal"], detail=row["detail"])
+            stall = ReplanEvent if row["action"] == "replan" else StalledEvent
+            await self.emit(stall(signal=str(row["signal"]), detail=str(row["detail"])))
         if ending is not None:
             return await self.finished(ending, None)
         return None
@@ -413,7 +407,7 @@ class Driver(StepTools):
                 self.run_id,
                 outcome=RunOutcome.CANCELLED.value,
                 finished_at=self.clock.time(),
-                error=self._unanswered(),
+                error=self.asking.unanswered(),
                 lease=lease,
                 release=True,
             )
@@ -444,13 +438,14 @@ class Driver(StepTools):
         """The result and the ``finished`` event of a run whose end is committed."""
         result = self.result(outcome, error)
         await self.emit(
-            "finished",
-            outcome=outcome.value,
-            steps=self.step,
-            tokens=self.tokens,
-            cost_usd=self.model_calls.cost_usd,
-            verified=self.checks.verified,
-            error=error.to_dict() if error else None,
+            FinishedEvent(
+                outcome=outcome.value,
+                steps=self.step,
+                tokens=self.tokens,
+                cost_usd=self.model_calls.cost_usd,
+                verified=self.checks.verified,
+                error=error.to_dict() if error else None,
+            )
         )
         return result
 
@@ -473,6 +468,7 @@ class Driver(StepTools):
             task=self.contract.task,
             verify_detail=self.checks.verify_detail,
             commands=containment(),
+            step_summaries=tuple(self.summaries),
         )
 
     async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:

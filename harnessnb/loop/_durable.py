@@ -19,15 +19,8 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..providers._completion import (
-    AttemptRecord,
-    Completion,
-    Messages,
-    Provider,
-    ToolSpecs,
-    calling_run,
-    report_attempt,
-)
+from ..providers._base import BaseProvider, Call, LocalProvider, ask
+from ..providers._completion import Completion, Messages, Provider, ToolSpecs
 from ..rules._errors import (
     HarnessError,
     ProviderError,
@@ -43,7 +36,7 @@ from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
-from ._result import RunResult
+from ._result import RunResult, stored_steps
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
@@ -112,18 +105,6 @@ def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
         ) from exc
 
 
-def _stored_result(row: dict[str, Any]) -> RunResult:
-    return RunResult(
-        run_id=row["run_id"],
-        outcome=RunOutcome(row["outcome"]),
-        steps=int(row.get("steps") or 0),
-        tokens=int(row.get("tokens") or 0),
-        cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
-        elapsed_s=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
-        task=str(row.get("task") or ""),
-    )
-
-
 async def resume(
     run_id: str,
     provider: Provider,
@@ -169,7 +150,7 @@ async def resume(
         )
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
         await store.queued.add_marker(run_id, "skipped", f"already {row['outcome']}", clock.time())
-        return _stored_result(row)
+        return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
     driver = Driver(
         contract,
@@ -200,6 +181,10 @@ async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> Pending
         driver.restore(row, checkpoints)
         begun = await asyncio.to_thread(store.pending_step, driver.run_id, driver.step + 1)
         await _continue_attempt_numbers(driver, store, begun)
+        # The card's steps before the resume, and the attempts of the step it goes on with.
+        summaries, attempts = await asyncio.to_thread(stored_steps, store, driver.run_id)
+        driver.summaries = list(summaries)
+        driver.model_calls.step_attempts = [a for a in attempts if a["step"] == driver.step + 1]
         if begun is None:
             return None
         rows = await asyncio.to_thread(store.step_tool_calls, driver.run_id, driver.step + 1)
@@ -364,13 +349,14 @@ def _run_prefix(run_id: str) -> str:
 _recording_lock = threading.Lock()
 
 
-class Record:
+class Record(BaseProvider):
     """Wraps a provider and records every successful completion in ``store``.
 
     Identical requests are recorded in order, so a replay answers them in the same
-    order. A call made for a run is also recorded under that run, so ``replay`` of a run
-    answers as that run was answered, not as another run asking the same was. Nothing
-    but the completion is stored: no header, no key.
+    order. A call made for a run (its ``run_id`` argument) is also recorded under that
+    run, so ``replay`` of a run answers as that run was answered, not as another run
+    asking the same was. Nothing but the completion is stored: no header, no key; the
+    inner provider's attempts pass through on the answer.
     """
 
     def __init__(self, provider: Provider, store: Store | str | os.PathLike[str]) -> None:
@@ -391,19 +377,13 @@ class Record:
     def __repr__(self) -> str:
         return f"Record({self.inner!r})"
 
-    async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
-        stream: bool | None = None,
-    ) -> Completion:
-        completion = await self.inner.complete(messages, tools, max_tokens, stream)
+    async def _answer(self, call: Call) -> Completion:
+        completion = await ask(self.inner, call)  # its attempts on it, passed through
         payload = completion.to_dict()
+        messages, tools = call.messages, call.tools
         keys = [request_key(self.inner.model, messages, tools), request_key(None, messages, tools)]
-        run_id = calling_run()
-        if run_id is not None:
-            keys.append(request_key(None, messages, tools, run_id=run_id))
+        if call.run_id is not None:
+            keys.append(request_key(None, messages, tools, run_id=call.run_id))
         for key in keys:
             await asyncio.to_thread(self._append, key, payload)
         return completion
@@ -414,7 +394,7 @@ class Record:
             self.store.put_recording(key, seq, payload)
 
 
-class Replay:
+class Replay(LocalProvider):
     """Answers requests from recordings in ``store``: no network, no key.
 
     Args:
@@ -449,44 +429,22 @@ class Replay:
     def model(self) -> str:
         return self._model or "replay"
 
-    def hosts(self) -> list[str]:
-        return []
-
     def __repr__(self) -> str:
         return f"Replay({self.store!r}, model={self._model!r}, run_id={self._run_id!r})"
 
-    async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
-        stream: bool | None = None,
-    ) -> Completion:
-        started = time.time()
-        key = await self._key(messages, tools)
+    async def _reply(self, call: Call) -> Completion:
+        key = await self._key(call.messages, call.tools)
         recorded = await asyncio.to_thread(self.store.get_recordings, key)
         index = self._served.get(key, 0)
         if index >= len(recorded):
-            err = ProviderError(
-                _no_recording(messages, index, first=not self._served),
+            raise ProviderError(
+                _no_recording(call.messages, index, first=not self._served),
                 kind=ProviderErrorKind.REQUEST,
                 provider="replay",
                 model=self.model,
             )
-            report_attempt(
-                AttemptRecord.failed(
-                    err, provider="replay", model=self.model, started_at=started, latency_ms=0.0
-                )
-            )
-            raise err
         self._served[key] = index + 1
-        completion = Completion.from_dict(recorded[index])
-        report_attempt(
-            AttemptRecord.succeeded(
-                completion, started_at=started, latency_ms=(time.time() - started) * 1000
-            )
-        )
-        return completion
+        return Completion.from_dict(recorded[index])
 
     async def _key(self, messages: Messages, tools: ToolSpecs) -> str:
         if self._run_id is not None and self._per_run is None:

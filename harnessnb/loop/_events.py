@@ -7,6 +7,9 @@ waits for the next one), so no secret is ever split across two events, where no
 scrubber could see it whole; a word longer than any key (512 characters) is sent as it
 comes.
 
+The events themselves, one typed class per kind, are ``rules._events``'s (the gate
+and the executor, below this package, emit them too); ``RunEvent`` is their base.
+
 Events are scrubbed before any callback sees them (``EventSink``): tool arguments,
 streamed text and errors through the one scrubber, and only then is a delta's text cut
 to its tail. A caller who needs the raw values wraps its callback in
@@ -20,13 +23,27 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+from ..rules._errors import RefusedError
+from ..rules._events import (
+    AnyEvent,
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    DeltaEvent,
+    EventKind,
+    RunEvent,
+    ToolEvent,
+)
 from ..rules._secrets import scrubber
 
 __all__ = [
     "DELTA_INTERVAL",
     "DELTA_TAIL",
+    "AnyEvent",
+    "Asking",
+    "Callback",
+    "Emit",
     "EventKind",
     "EventSink",
     "RunEvent",
@@ -36,44 +53,11 @@ __all__ = [
 
 log = logging.getLogger("harnessnb")
 
-EventKind = Literal[
-    "started",
-    "step",
-    "delta",
-    "tool_call",
-    "refused",
-    "approval_requested",
-    "approval_decided",
-    "retry",
-    "fell_back",
-    "shrunk",
-    "replan",
-    "stalled",
-    "finished",
-]
+Callback = Callable[[AnyEvent], Awaitable[None] | None]
+"""An ``on_event`` callback: handed each event (one of ``AnyEvent``), sync or async."""
 
-
-@dataclasses.dataclass(frozen=True)
-class RunEvent:
-    """One thing that happened in a run.
-
-    ``data`` by kind: step {tokens, cost_usd, tool_calls, changed_workspace, provider};
-    delta {text, restart}: answer text streamed since the last delta (its last
-    ``DELTA_TAIL`` characters), ``restart`` when it begins a new attempt's answer;
-    tool_call {tool, args, status, changed_workspace}; retry {kind, status, attempt,
-    max_attempts, delay, retry_after}; fell_back {from_provider, kind, status};
-    replan/stalled {signal, detail}; finished {outcome, steps, tokens, cost_usd, verified,
-    error}. ``cost_usd`` is the run's spend so far in dollars, None when unknown.
-    """
-
-    kind: EventKind
-    run_id: str
-    step: int
-    at: float
-    data: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-Callback = Callable[[RunEvent], Awaitable[None] | None]
+Emit = Callable[[AnyEvent], Awaitable[None]]
+"""How a run's parts send an event (the run stamps its run, step and time)."""
 
 DELTA_INTERVAL = 0.1
 """Seconds between two ``delta`` events at most once a stream is going (10 a second)."""
@@ -88,13 +72,11 @@ _WORD_HELD_MAX = 512
 class TextDeltas:
     """Streamed text in, throttled ``delta`` events out (through ``emit``).
 
-    ``__call__`` is a provider's text sink (``providers._completion.stream_text_to``);
+    ``__call__`` is the text sink a model call passes to ``complete(on_text=...)``;
     ``flush`` sends what is still held, when the answer is complete.
     """
 
-    def __init__(
-        self, emit: Callable[..., Awaitable[None]], clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, emit: Emit, clock: Callable[[], float] = time.monotonic) -> None:
         self._emit = emit
         self._clock = clock
         self._held: list[str] = []
@@ -128,7 +110,7 @@ class TextDeltas:
         self._restart = False
         self._last = self._clock()
         # Whole: the sink scrubs it, then keeps the tail (a cut first could halve a key).
-        await self._emit("delta", text=text, restart=restart)
+        await self._emit(DeltaEvent(text=text, restart=restart))
 
 
 _C = TypeVar("_C", bound=Callable[..., Any])
@@ -156,6 +138,18 @@ def _scrubbed(value: Any, clean: Callable[[str], str]) -> Any:
     return value
 
 
+def _scrubbed_event(event: AnyEvent, clean: Callable[[str], str]) -> AnyEvent:
+    """``event`` with every text its emitter chose (not its run, step or time) scrubbed;
+    the same event when there was nothing to scrub."""
+    fields = vars(event)
+    changes = {
+        name: kept
+        for name, value in fields.items()
+        if name not in ("run_id", "step", "at") and (kept := _scrubbed(value, clean)) != value
+    }
+    return type(event)(**{**fields, **changes}) if changes else event
+
+
 class EventSink:
     """Delivers events to a sync or async callback; a callback that raises is logged once
     and never kills the run."""
@@ -165,15 +159,14 @@ class EventSink:
         self._warned = False
         self._raw = bool(getattr(callback, "__harnessnb_unscrubbed__", False))
 
-    async def emit(self, event: RunEvent) -> None:
+    async def emit(self, event: AnyEvent) -> None:
         if self._callback is None:
             return
-        if not self._raw and event.data:
-            event = dataclasses.replace(event, data=_scrubbed(event.data, scrubber()))
-        if event.kind == "delta":  # scrubbed whole above; only then cut to its tail
-            text = event.data.get("text")
-            if isinstance(text, str) and len(text) > DELTA_TAIL:
-                event = dataclasses.replace(event, data={**event.data, "text": text[-DELTA_TAIL:]})
+        if not self._raw:
+            event = _scrubbed_event(event, scrubber())
+        if isinstance(event, DeltaEvent) and len(event.text) > DELTA_TAIL:
+            # scrubbed whole above; only then cut to its tail
+            event = dataclasses.replace(event, text=event.text[-DELTA_TAIL:])
         try:
             result = self._callback(event)
             if inspect.isawaitable(result):
@@ -182,3 +175,32 @@ class EventSink:
             if not self._warned:
                 self._warned = True
                 log.warning("on_event callback raised; further errors are ignored", exc_info=True)
+
+
+class Asking:
+    """The approval a run asked for and has not had answered, followed through its tool
+    events: a run cancelled while it waits records it as its error (``unanswered``)."""
+
+    def __init__(self) -> None:
+        self.request: ApprovalRequestedEvent | None = None
+
+    def see(self, event: ToolEvent) -> None:
+        if isinstance(event, ApprovalRequestedEvent):
+            self.request = event
+        elif isinstance(event, ApprovalDecidedEvent):
+            self.request = None
+
+    def unanswered(self) -> dict[str, Any] | None:
+        """The approval a cancelled run was waiting for, as its error: not answered."""
+        ask, self.request = self.request, None
+        if ask is None:
+            return None
+        return RefusedError(
+            f"cancelled while awaiting approval: {ask.act} {ask.target} via {ask.tool} was "
+            "not answered (a resume asks again)",
+            act=ask.act,
+            target=ask.target,
+            rule=ask.rule,
+            layer=ask.layer,
+            code="APPROVAL_UNANSWERED",
+        ).to_dict()

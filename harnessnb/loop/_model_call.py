@@ -23,19 +23,12 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
-from ..providers._completion import (
-    AttemptRecord,
-    Completion,
-    Provider,
-    calling_for,
-    collect_attempts,
-    shown_url,
-    stream_text_to,
-)
+from ..providers._base import Call, ask
+from ..providers._completion import AttemptRecord, Completion, Provider, attempts_of, shown_url
 from ..providers._prices import Prices, default_prices, is_local
 from ..rules._errors import (
     HarnessError,
@@ -44,11 +37,12 @@ from ..rules._errors import (
     StoreError,
     wrap_unknown,
 )
+from ..rules._events import FellBackEvent, RetryEvent, ShrunkEvent
 from ..rules._retry import Clock, retry_decision
 from ..store._writes import add_attempts
 from ._contract import RunOutcome
 from ._conversation import shrink_messages
-from ._events import TextDeltas
+from ._events import Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
 
 if TYPE_CHECKING:
@@ -61,8 +55,6 @@ __all__ = ["ATTEMPT_LINGER_S", "AttemptRows", "Failure", "ModelCalls", "provider
 # A successful call's attempt rows are committed within this long of its end, or with
 # its step when that commits first (the usual case: one commit per step, not two).
 ATTEMPT_LINGER_S: Final = 0.05
-
-Emit = Callable[..., Awaitable[None]]
 
 
 @dataclasses.dataclass
@@ -164,6 +156,7 @@ class ModelCalls:
         prices: How attempts are priced (the catalogue, local servers free).
         cost_usd: Dollars the run's attempts cost so far; None once one that used
             tokens could not be priced (the spend is then unknown).
+        step_attempts: The attempt rows of the latest step called for (its summary's).
     """
 
     provider: Provider
@@ -181,6 +174,7 @@ class ModelCalls:
     providers: list[str] = dataclasses.field(default_factory=list, init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
     cost_usd: float | None = dataclasses.field(default=0.0, init=False)
+    step_attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False)
 
     def restore(self, counts: dict[str, Any], providers: list[str]) -> None:
         """Take up the counters a checkpoint stored."""
@@ -226,9 +220,10 @@ class ModelCalls:
                     shrunk = True
                     messages = smaller
                     await self.emit(
-                        "shrunk",
-                        before=len(json.dumps(conversation.messages)),
-                        after=len(json.dumps(messages)),
+                        ShrunkEvent(
+                            before_chars=len(json.dumps(conversation.messages)),
+                            after_chars=len(json.dumps(messages)),
+                        )
                     )
                     continue
             if not await self._retry(err, retries_done):
@@ -251,14 +246,15 @@ class ModelCalls:
             return False
         self.retries += 1
         await self.emit(
-            "retry",
-            kind=err.kind.value,
-            status=err.status,
-            attempt=retries_done + 2,
-            max_attempts=self.contract.max_retries + 1,
-            delay=decision.delay,
-            retry_after=err.retry_after_s,
-            provider=err.provider,
+            RetryEvent(
+                error_kind=err.kind.value,
+                status=err.status,
+                attempt=retries_done + 2,
+                max_attempts=self.contract.max_retries + 1,
+                delay_s=decision.delay,
+                retry_after_s=err.retry_after_s,
+                provider=err.provider,
+            )
         )
         await self.clock.sleep(decision.delay)
         return True
@@ -272,38 +268,42 @@ class ModelCalls:
         real_start = time.time()
         result: Completion | HarnessError
         deltas = TextDeltas(self.emit)
-        with collect_attempts() as records, stream_text_to(deltas), calling_for(self.rows.run_id):
-            try:
-                coro = self.provider.complete(messages, tools=self.tool_specs())
-                result = await asyncio.wait_for(coro, timeout=remaining)
-            except TimeoutError:
-                result = ProviderError(
-                    "the run's time budget ran out while waiting for the provider",
-                    kind=ProviderErrorKind.TIMEOUT,
-                    provider=self.provider.name,
-                    model=self.provider.model,
-                    code="RUN_TIME_BUDGET",
-                )
-                # The budget, not a person, cut the attempt: it is the provider's timeout.
-                records[:] = [_timed_out(rec, result) for rec in records]
-            except ProviderError as exc:
-                result = exc
-            except HarnessError as exc:
-                result = exc
-            except asyncio.CancelledError:
-                # The legs that ended before the cancel (a Fallback's) and the one it cut
-                # off (``cancelled``) are written now.
-                if not records:  # a provider that reports nothing: its cut-off call
-                    records.append(_cut_off_record(self.provider, real_start))
-                self.rows.send(self._attempt_rows(records, step, call_start))
-                self.rows.settle_now()
-                raise
-            except Exception as exc:  # a custom provider's bug: typed, with its cause
-                result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
+        call = Call(messages, self.tool_specs(), on_text=deltas, run_id=self.rows.run_id)
+        records: tuple[AttemptRecord, ...] = ()
+        try:
+            # In this task (no wait_for task): a cut-off call's CancelledError is the one
+            # its provider put the attempts on.
+            async with asyncio.timeout(remaining):
+                result = await ask(self.provider, call)
+            records = result.attempts
+        except TimeoutError as exc:
+            result = ProviderError(
+                "the run's time budget ran out while waiting for the provider",
+                kind=ProviderErrorKind.TIMEOUT,
+                provider=self.provider.name,
+                model=self.provider.model,
+                code="RUN_TIME_BUDGET",
+            )
+            # The budget, not a person, cut the attempt: it is the provider's timeout.
+            records = tuple(_timed_out(rec, result) for rec in _cut_off_attempts(exc))
+        except HarnessError as exc:  # a ProviderError carries the attempts it made
+            result = exc
+            records = attempts_of(exc)
+        except asyncio.CancelledError as exc:
+            # The legs that ended before the cancel (a Fallback's) and the one it cut
+            # off (``cancelled``) are written now.
+            records = attempts_of(exc)
+            if not records:  # a provider that reports nothing: its cut-off call
+                records = (_cut_off_record(self.provider, real_start),)
+            self.rows.send(self._attempt_rows(records, step, call_start))
+            self.rows.settle_now()
+            raise
+        except Exception as exc:  # a custom provider's bug: typed, with its cause
+            result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
         if isinstance(result, Completion):
             await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
-            records.append(_synthetic_record(self.provider, result, real_start))
+            records = (_synthetic_record(self.provider, result, real_start),)
         if isinstance(result, Completion):
             rows = self._attempt_rows(records, step, call_start)
             self.rows.send(rows, linger_s=ATTEMPT_LINGER_S)
@@ -313,16 +313,17 @@ class ModelCalls:
             if rec.fell_back:
                 self.fallbacks += 1
                 await self.emit(
-                    "fell_back",
-                    from_provider=rec.provider,
-                    model=rec.model,
-                    kind=rec.kind,
-                    status=rec.status,
+                    FellBackEvent(
+                        from_provider=rec.provider,
+                        model=rec.model,
+                        error_kind=rec.kind,
+                        status=rec.status,
+                    )
                 )
         return result
 
     def _attempt_rows(
-        self, records: list[AttemptRecord], step: int, call_start: float
+        self, records: Sequence[AttemptRecord], step: int, call_start: float
     ) -> list[dict[str, Any]]:
         """The rows of a call's attempts, numbered on from the run's last one.
 
@@ -332,7 +333,9 @@ class ModelCalls:
         if not records:
             return []
         first = records[0].started_at
-        return [self._attempt_row(rec, step, call_start, first) for rec in records]
+        rows = [self._attempt_row(rec, step, call_start, first) for rec in records]
+        self.step_attempts = [*(r for r in self.step_attempts if r["step"] == step), *rows]
+        return rows
 
     def _attempt_row(
         self, rec: AttemptRecord, step: int, call_start: float, first_real: float
@@ -398,6 +401,12 @@ def _timed_out(rec: AttemptRecord, err: ProviderError) -> AttemptRecord:
     if not rec.cancelled:
         return rec
     return dataclasses.replace(rec, cancelled=False, kind=err.kind.value, error=err.message)
+
+
+def _cut_off_attempts(exc: BaseException) -> tuple[AttemptRecord, ...]:
+    """The attempts of a call the run's time budget cut off: on the ``CancelledError``
+    the ``TimeoutError`` was raised from (its cause, or on 3.11 its context)."""
+    return attempts_of(exc.__cause__) or attempts_of(exc.__context__)
 
 
 def _cut_off_record(provider: Provider, started: float) -> AttemptRecord:

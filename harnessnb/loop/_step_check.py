@@ -70,6 +70,7 @@ class StepChecks:
             "verify_feedback_given": self.feedback_given,
             "verified": self.verified,
             "refused": self.refused,
+            "verify_detail": self.verify_detail,  # the card of a run read back says it too
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -78,6 +79,7 @@ class StepChecks:
         self.feedback_given = bool(state.get("verify_feedback_given"))
         self.verified = state.get("verified")
         self.refused = bool(state.get("refused"))
+        self.verify_detail = state.get("verify_detail")
 
     async def verify(self) -> VerifyOutcome | None:
         """Run the contract's verification (None when it has none)."""

@@ -127,20 +127,15 @@ async def sweep(
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"sweep: concurrency must be an int >= 1, not {concurrency!r}")
     the_id = sweep_id or new_id("sweep")
+    options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
+    options |= {"prices": prices, "sweep_id": the_id}
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
-        remote = {"policy": policy, "approver": approver, "tools": tools, "prices": prices,
-                   "sweep_id": the_id}  # fmt: skip
-        rows, combined = await sweep_on_cluster(
-            plan.jobs, plan.spent_reaches, executor, folder, concurrency, remote,
-            keep_workspaces, on_run,
-        )  # fmt: skip
+        cluster = (executor, folder, concurrency, options, keep_workspaces, on_run)
+        rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
         return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases)
     opened = await open_patiently(store, None, SystemClock())
-    options: dict[str, Any] = {
-        "store": opened, "policy": policy, "approver": approver, "tools": tools,
-        "on_event": on_event, "prices": prices, "sweep_id": the_id,
-    }  # fmt: skip
+    options |= {"store": opened, "on_event": on_event}
     rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run)
     return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases)
 
@@ -191,9 +186,10 @@ def _plan(
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"sweep: repeats must be an int >= 1, not {repeats!r}")
     if max_cost_usd is not None and not (
-        isinstance(max_cost_usd, int | float) and not isinstance(max_cost_usd, bool)
+        isinstance(max_cost_usd, int | float)
+        and not isinstance(max_cost_usd, bool)
         and max_cost_usd > 0
-    ):  # fmt: skip
+    ):
         raise ConfigError(f"sweep: max_cost_usd must be dollars > 0, not {max_cost_usd!r}")
     named = _named(providers)
     contracts = [_contract(t, workspace) for t in tasks]
@@ -268,8 +264,9 @@ def _aliases(named: Mapping[str, Provider]) -> tuple[tuple[tuple[str | None, ...
     and as many of ``SPLIT`` as the sweep needs to tell those providers apart."""
     leaves = {key: _leaf_signatures(provider) for key, provider in named.items()}
     every = [s for signatures in leaves.values() for s in signatures]
-    alone = {key: sigs[0] for key, sigs in leaves.items()
-             if len(sigs) == 1 and every.count(sigs[0]) == 1}  # fmt: skip
+    alone = {
+        key: sigs[0] for key, sigs in leaves.items() if len(sigs) == 1 and every.count(sigs[0]) == 1
+    }
     if not alone:
         return ()
     width = max(apart(s, [o for o in every if o != s]) or 0 for s in alone.values())

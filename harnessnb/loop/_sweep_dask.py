@@ -210,8 +210,9 @@ async def sweep_on_cluster(
         client.cancel(list(submitted))  # the runs not begun are dropped
         raise
     store = await asyncio.to_thread(_combined, folder)
-    found = await asyncio.to_thread(_settle, [r for r in rows.values()
-                                              if r.outcome == UNFINISHED], store)  # fmt: skip
+    found = await asyncio.to_thread(
+        _settle, [r for r in rows.values() if r.outcome == UNFINISHED], store
+    )
     out = []
     for i, (contract, name, provider, repeat) in enumerate(jobs):
         row = rows.get(i) or SweepRun(contract.task, name, provider.model, repeat)
@@ -231,8 +232,9 @@ def _row_of(future: Any, job: WorkerJob) -> SweepRun:
         holder = _claim_holder(job)
         if holder is not None:
             return _unfinished(job, holder, type(exc).__name__)
-        return crashed(job.contract, job.name, job.provider, job.repeat, job.run_id,
-                       wrap_unknown(exc))  # fmt: skip
+        return crashed(
+            job.contract, job.name, job.provider, job.repeat, job.run_id, wrap_unknown(exc)
+        )
 
 
 def cancel_marker(folder: str, sweep_id: str) -> str:
@@ -273,10 +275,13 @@ def _settle(unfinished: list[SweepRun], store: Store) -> dict[str, SweepRun]:
         stored = store.get_run(row.run_id or "")
         if stored is not None and stored.get("outcome"):
             found[row.run_id or ""] = dataclasses.replace(
-                row, outcome=str(stored["outcome"]), steps=int(stored.get("steps") or 0),
-                tokens=int(stored.get("tokens") or 0), cost_usd=stored.get("cost_usd"),
+                row,
+                outcome=str(stored["outcome"]),
+                steps=int(stored.get("steps") or 0),
+                tokens=int(stored.get("tokens") or 0),
+                cost_usd=stored.get("cost_usd"),
                 error_kind=None,
-            )  # fmt: skip
+            )
     return found
 
 
@@ -315,13 +320,20 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
     finally:
         os.close(fd)
     options = {**job.options, "store": store}
-    work = one_run(job.contract, job.name, job.provider, job.repeat, job.keep, options,
-                   run_id=job.run_id)  # fmt: skip
+    work = one_run(
+        job.contract, job.name, job.provider, job.repeat, job.keep, options, run_id=job.run_id
+    )
     try:
         row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
     except asyncio.CancelledError:  # recorded ``cancelled`` in the shard by now
-        row = SweepRun(job.contract.task, job.name, job.provider.model, job.repeat,
-                       RunOutcome.CANCELLED.value, run_id=job.run_id)  # fmt: skip
+        row = SweepRun(
+            job.contract.task,
+            job.name,
+            job.provider.model,
+            job.repeat,
+            RunOutcome.CANCELLED.value,
+            run_id=job.run_id,
+        )
     return dataclasses.replace(row, shard=store.path)
 
 
@@ -334,5 +346,13 @@ def _claim_holder(job: WorkerJob) -> str | None:
 
 
 def _unfinished(job: WorkerJob, shard: str, why: str) -> SweepRun:
-    return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat, UNFINISHED,
-                    error_kind=why, run_id=job.run_id, shard=shard)  # fmt: skip
+    return SweepRun(
+        job.contract.task,
+        job.name,
+        job.provider.model,
+        job.repeat,
+        UNFINISHED,
+        error_kind=why,
+        run_id=job.run_id,
+        shard=shard,
+    )

@@ -153,8 +153,9 @@ class SweepResult:
         from ..store._frames import CATEGORY_ORDER
 
         started = [r for r in self.records if r.outcome is not None]
-        data = pd.DataFrame([[getattr(r, c) for c in RUN_COLUMNS] for r in started],
-                            columns=list(RUN_COLUMNS))  # fmt: skip
+        data = pd.DataFrame(
+            [[getattr(r, c) for c in RUN_COLUMNS] for r in started], columns=list(RUN_COLUMNS)
+        )
         types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64", "retries": "Int64",
                  "cost_usd": "Float64", "elapsed_s": "Float64"}  # fmt: skip
         for name in ("task", "provider", "model", "run_id"):
@@ -192,8 +193,9 @@ class SweepResult:
         # Attempts no alias names (a Fallback's leaves): each under its own name, with as
         # much of its model and server as tells it apart from the others.
         rest = sorted({k for k in keys if k not in names}, key=str)
-        padded = [(str(k[0]), str(k[1]) if len(k) > 1 else "", k[2] if len(k) > 2 else None)
-                  for k in rest]  # fmt: skip
+        padded = [
+            (str(k[0]), str(k[1]) if len(k) > 1 else "", k[2] if len(k) > 2 else None) for k in rest
+        ]
         shown = dict(zip(rest, labels(padded), strict=True))
         frame["provider"] = pd.array(
             [names.get(k) or shown.get(k) or str(k[0]) for k in keys], dtype="string"
@@ -223,14 +225,16 @@ class SweepResult:
             kinds = Counter(r.error_kind for r in done if r.error_kind)
             costs = [r.cost_usd for r in done]
             spend = "?" if any(c is None for c in costs) else usd(sum(c or 0.0 for c in costs))
-            rows.append((
-                name,
-                f"{len(done)}/{len(mine)}",
-                ", ".join(f"{k} {n}" for k, n in outcomes.most_common()) or "-",
-                ", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "-",
-                sum(r.retries for r in done),
-                spend,
-            ))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    f"{len(done)}/{len(mine)}",
+                    ", ".join(f"{k} {n}" for k, n in outcomes.most_common()) or "-",
+                    ", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "-",
+                    sum(r.retries for r in done),
+                    spend,
+                )
+            )
         return rows
 
     def summary_text(self) -> str:

@@ -51,10 +51,19 @@ async def one_run(
         if folder is not None and not keep:  # at once, even while being cancelled
             shutil.rmtree(folder, ignore_errors=True)
     return SweepRun(
-        contract.task, name, provider.model, repeat, result.outcome.value, result.steps,
-        result.tokens, result.cost_usd, result.elapsed_s, _error_kind(result.error),
-        retries=result.retries, run_id=result.run_id,
-    )  # fmt: skip
+        contract.task,
+        name,
+        provider.model,
+        repeat,
+        result.outcome.value,
+        result.steps,
+        result.tokens,
+        result.cost_usd,
+        result.elapsed_s,
+        _error_kind(result.error),
+        retries=result.retries,
+        run_id=result.run_id,
+    )
 
 
 def crashed(
@@ -69,8 +78,15 @@ def crashed(
     # otherwise be "UNKNOWN" and nothing more), scrubbed like every harnessnb log line.
     _log.warning("sweep: %s (%s, repeat %d) could not run: %s", run_id, name, repeat, exc)
     outcome = RunOutcome.ESCALATED_TERMINAL.value
-    return SweepRun(contract.task, name, provider.model, repeat, outcome,
-                    error_kind=_error_kind(exc), run_id=run_id)  # fmt: skip
+    return SweepRun(
+        contract.task,
+        name,
+        provider.model,
+        repeat,
+        outcome,
+        error_kind=_error_kind(exc),
+        run_id=run_id,
+    )
 
 
 def _error_kind(error: HarnessError | None) -> str | None:

@@ -3,6 +3,12 @@
 The only part of harnessnb that imports IPython or ipywidgets, and only when used:
 importing this package stays cheap; ``%load_ext harnessnb`` loads the magics.
 
+- ``_magics``: ``%harness`` / ``%%harness``; ``_sweep_magic``: ``%%harness sweep``;
+  ``_args``: the magic's parsers;
+- ``_progress``: live progress; ``_approver``: ``WidgetApprover``; ``_wait``: how a
+  cell waits for a run; ``_tables``, ``_plots``: tables that scroll, ``plot_failures``;
+- ``_env``: which frontend is there; ``_ipython``: typed doors to IPython.
+
 May import: everything (it is a face, like ``cli``). Nothing imports it but
 ``harnessnb/__init__`` (for ``hn.WidgetApprover`` and ``hn.plot_failures``, lazily).
 """

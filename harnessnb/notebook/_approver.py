@@ -187,13 +187,18 @@ class ApprovalRecord:
         shown = _shown_preview(request)
         return card(
             "harnessnb-approval harnessnb-approval-record",
-            [badge(word[self.decision.kind], tone), f"asked to {request.act}",
-             code(request.target), "via", code(request.tool)],
+            [
+                badge(word[self.decision.kind], tone),
+                f"asked to {request.act}",
+                code(request.target),
+                "via",
+                code(request.tool),
+            ],
             text_block(join([bold(self.verdict()), self.when(), self.note], " ")),
             text_block(_rule_words(request), faint=True),
             details(f"what was shown ({len(request.preview)} characters)", preview(shown)),
             tone=tone,
-        )  # fmt: skip
+        )
 
 
 def _asked_text(request: ApprovalRequest) -> str:

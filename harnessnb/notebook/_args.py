@@ -9,10 +9,11 @@ would otherwise call ``sys.exit``, which IPython reports as a SystemExit traceba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import shlex
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
@@ -119,8 +120,16 @@ def _build() -> dict[str, _Parser]:
     tb = _parser("tb", "The full traceback (or stored error) a card shortened.")
     tb.add_argument("run_id", metavar="RUN_ID")
     _store_option(tb)
-    return {"run": run, "resume": resume, "runs": runs, "failures": failures, "show": show,
-            "replay": replay, "sweep": sweep, "tb": tb}  # fmt: skip
+    return {
+        "run": run,
+        "resume": resume,
+        "runs": runs,
+        "failures": failures,
+        "show": show,
+        "replay": replay,
+        "sweep": sweep,
+        "tb": tb,
+    }
 
 
 PARSERS = _build()
@@ -202,15 +211,19 @@ class _Strict(dict[str, Any]):
 
 def interpolate(body: str, namespace: Mapping[str, Any]) -> str:
     """Replace ``{name}`` (and ``{name.attr}``, ``{name[0]}``) from ``namespace``."""
-    try:
+    with _filling("%%harness: cannot fill in the cell's {...} fields"):
         return string.Formatter().vformat(body, (), _Strict(namespace))
+
+
+@contextlib.contextmanager
+def _filling(what: str) -> Iterator[None]:
+    """A field that cannot be filled in: a ``UsageError`` saying ``what`` and why."""
+    try:
+        yield
     except UsageError:
         raise
     except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
-        raise UsageError(
-            f"%%harness: cannot fill in the cell's {{...}} fields ({exc}); write {{{{ and }}}} "
-            "for literal braces"
-        ) from None
+        raise UsageError(f"{what} ({exc}); write {{{{ and }}}} for literal braces") from None
 
 
 _DOLLAR = re.compile(r"\$(\$|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
@@ -228,7 +241,7 @@ def expand_word(word: str, namespace: Mapping[str, Any]) -> str:
     if not any(c in word for c in "{}$"):
         return word
     out = []
-    try:
+    with _filling(f"%harness: cannot fill in {word!r} on the line"):
         for literal, field, spec, conversion in _FORMAT.parse(word):
             out.append(_DOLLAR.sub(lambda m: _dollar(m.group(1), namespace), literal))
             if field is None:
@@ -238,13 +251,6 @@ def expand_word(word: str, namespace: Mapping[str, Any]) -> str:
             value, _ = _FORMAT.get_field(field, (), _Strict(namespace))
             value = _FORMAT.convert_field(value, conversion)
             out.append(_FORMAT.format_field(value, spec or ""))
-    except UsageError:
-        raise
-    except (ValueError, IndexError, KeyError, AttributeError, TypeError) as exc:
-        raise UsageError(
-            f"%harness: cannot fill in {word!r} on the line ({exc}); write {{{{ and }}}} for "
-            "literal braces"
-        ) from None
     return "".join(out)
 
 

@@ -38,7 +38,7 @@ from ..launch._options import (
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
-from ..loop._result import RunResult, StoredError
+from ..loop._result import RunResult
 from ..rules._errors import ConfigError, HarnessError, StoreError
 from ..rules._html import bold, panel
 from ..rules._text import printable
@@ -50,7 +50,7 @@ from ._sweep_magic import plan_sweep
 from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
-__all__ = ["HarnessMagics", "await_harness_cells", "harness_async", "step_rows"]
+__all__ = ["HarnessMagics", "await_harness_cells", "harness_async"]
 
 _T = TypeVar("_T")
 
@@ -78,49 +78,6 @@ def _store(path: str | None, workspace: str | None = None) -> Any:
     if key not in _STORES:
         _STORES[key] = Store(key)
     return _STORES[key]
-
-
-def step_rows(store: Any, run_id: str) -> tuple[dict[str, Any], ...]:
-    """Rows for the card's step table: the step, its tools and its failed attempts."""
-    steps = store.steps(run_id)
-    if steps.empty:
-        return ()
-    tools = store.tool_calls(run_id)
-    attempts = store.attempts(run_id)
-    rows = []
-    for s in steps.to_dict("records"):
-        n = s["step"]
-        names = tools[tools["step"] == n]["tool"].tolist() if not tools.empty else []
-        failed = (
-            attempts[(attempts["step"] == n) & attempts["kind"].notna()]
-            if not attempts.empty
-            else attempts
-        )
-        failures = [
-            f"{k}" + (f" {int(st)}" if st is not None and st == st else "")
-            for k, st in zip(failed.get("kind", []), failed.get("status", []), strict=False)
-        ]
-        rows.append(
-            {
-                "step": int(n),
-                "decision": s.get("decision"),
-                "tools": names,
-                "tokens": None if s.get("tokens") is None else int(s["tokens"]),
-                "provider": s.get("provider"),
-                "changed": bool(s.get("changed_workspace")),
-                "failures": failures,
-            }
-        )
-    return tuple(rows)
-
-
-def _with_steps(result: Any, store: Any) -> Any:
-    if not isinstance(result, RunResult):
-        return result  # an agent CLI run's card has no step table
-    try:
-        return dataclasses.replace(result, step_rows=step_rows(store, result.run_id))
-    except HarnessError:  # the card without its table beats no card
-        return result
 
 
 def _remember_error(run_id: str, err: BaseException) -> None:
@@ -170,17 +127,16 @@ class _RunJob:
     def _close(self, progress: Progress | None, handle: Any, result: Any) -> None:
         if progress is not None:
             progress.close()
-        card = _with_steps(result, self.store)
-        if self.out:
-            self.shell.user_ns[self.out] = card
+        if self.out:  # the result carries its steps: its card reads no store
+            self.shell.user_ns[self.out] = result
         failed = result.error is not None and result.outcome not in (
             RunOutcome.CANCELLED,
             RunOutcome.AWAITING_APPROVAL,
         )
         if handle is not None:
-            handle.update(card)
+            handle.update(result)
         elif not self.quiet or failed:
-            display(card)
+            display(result)
         if failed and result.error is not None:
             _remember_error(result.run_id, result.error)
             raise result.error
@@ -451,42 +407,21 @@ def _plan_failures(shell: Any, args: argparse.Namespace, cell: str | None) -> An
 
 
 def _plan_show(shell: Any, args: argparse.Namespace, cell: str | None) -> None:
-    from ..loop._durable import _stored_result
-
     store = _store(args.store)
-    row = store.get_run(args.run_id)
-    if row is None:
-        raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}")
-    attempts = store.attempts(args.run_id)
-    display(_shown_result(_stored_result(row), store, attempts, row.get("error")))
+    try:
+        result = RunResult.from_store(args.run_id, store=store)
+    except StoreError as exc:
+        if exc.kind != "missing":
+            raise
+        raise UsageError(f"%harness show: no run {args.run_id!r} in {store.path}") from None
+    display(result)
     for title, frame in (
         ("steps", store.steps(args.run_id)),
-        ("attempts", attempts),
+        ("attempts", store.attempts(args.run_id)),
         ("tool calls", store.tool_calls(args.run_id)),
     ):
         display(html_object(str(bold(title))))
         display(frame)
-
-
-def _shown_result(result: RunResult, store: Any, attempts: Any, error: Any) -> RunResult:
-    """A stored run's card: its attempts, answering leaves, checkpoint counters, error."""
-    last = store.last_checkpoint(result.run_id)
-    state = last["state"] if last else {}
-    counts = state.get("counts") or {}
-    answered = attempts[attempts["kind"].isna()] if len(attempts) else attempts
-    providers = tuple(dict.fromkeys(str(p) for p in answered.get("provider", [])))
-    return dataclasses.replace(
-        result,
-        attempts=len(attempts),
-        providers=providers or tuple(state.get("providers") or ()),
-        retries=int(counts.get("retries", 0)),
-        fallbacks=int(counts.get("fallbacks", 0)),
-        replans=int((state.get("stall") or {}).get("replans", 0)),
-        verified=state.get("verified"),
-        text=str(state.get("text") or ""),
-        step_rows=step_rows(store, result.run_id),
-        stored_error=StoredError.from_dict(error) if error else None,
-    )
 
 
 def _plan_tb(shell: Any, args: argparse.Namespace, cell: str | None) -> None:

@@ -18,13 +18,30 @@ from typing import TextIO
 
 from ..launch._words import event_words, retry_words, streamed_words
 from ..loop._events import DELTA_TAIL, RunEvent
+from ..rules._events import (
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    DeltaEvent,
+    FellBackEvent,
+    FinishedEvent,
+    RefusedEvent,
+    ReplanEvent,
+    RetryEvent,
+    ShrunkEvent,
+    StalledEvent,
+    StartedEvent,
+    StepEvent,
+    ToolCallEvent,
+)
 from ..rules._html import Tone, bold, bullets, code, panel, text_block, tinted
 
 __all__ = ["ProgressState", "TextProgress", "WidgetProgress"]
 
 _NOTES_KEPT = 6
 # Events whose line stays in the panel's short list of notes.
-_NOTED = frozenset({"fell_back", "replan", "stalled", "refused", "approval_decided", "shrunk"})
+_NOTED = (FellBackEvent, ReplanEvent, StalledEvent, RefusedEvent, ApprovalDecidedEvent, ShrunkEvent)
+# Events the widget shows at once (the rest wait for its throttle).
+_URGENT = (RetryEvent, FellBackEvent, FinishedEvent, ApprovalRequestedEvent, StartedEvent)
 
 
 @dataclasses.dataclass
@@ -45,49 +62,47 @@ class ProgressState:
 
     def fold(self, event: RunEvent, now: float) -> str | None:
         """Apply ``event``; return its line (``launch._words``) when it deserves one."""
-        data = event.data
-        kind = event.kind
         self.run_id = event.run_id or self.run_id
-        if kind == "started":
+        if isinstance(event, StartedEvent):
             self.started = self.started or now
-            self.max_steps = int(data.get("max_steps") or self.max_steps)
-            self.provider = str(data.get("provider") or "")
+            self.max_steps = event.max_steps or self.max_steps
+            self.provider = event.provider or ""
             self.step = max(self.step, event.step)
             self.activity = "waiting for the model"
         line = event_words(event, max_steps=self.max_steps)
-        if kind == "delta":
-            text = str(data.get("text") or "")
-            self.streamed = (text if data.get("restart") else self.streamed + text)[-DELTA_TAIL:]
+        if isinstance(event, DeltaEvent):
+            text = event.text
+            self.streamed = (text if event.restart else self.streamed + text)[-DELTA_TAIL:]
             self.activity = "the model is answering"
             return None
         self.streamed = ""  # anything else ends (or voids) the answer being streamed
-        if kind == "step":
-            self.retry = None
-            self.step = event.step
-            self.tokens = int(data.get("tokens") or self.tokens)
-            served = data.get("provider")
-            if served and self.provider and served != self.provider:
-                self._note(f"step {event.step} served by {served}")
-            self.activity = "waiting for the model"
-        elif kind == "tool_call":
-            self.retry = None
-            self.activity = line or ""
-        elif kind == "retry":
-            delay = float(data.get("delay") or 0.0)
-            self.retry = (
-                str(data.get("kind")),
-                data.get("status"),
-                int(data.get("attempt") or 0),
-                int(data.get("max_attempts") or 0),
-                now + delay,
-            )
-        elif kind == "approval_requested":
-            self.activity = "waiting for approval"
-        elif kind == "finished":
-            self.retry = None
-            self.outcome = str(data.get("outcome"))
-            self.activity = f"finished: {self.outcome}"
-        if line and kind in _NOTED:
+        match event:
+            case StepEvent():
+                self.retry = None
+                self.step = event.step
+                self.tokens = event.tokens or self.tokens
+                served = event.provider
+                if served and self.provider and served != self.provider:
+                    self._note(f"step {event.step} served by {served}")
+                self.activity = "waiting for the model"
+            case ToolCallEvent():
+                self.retry = None
+                self.activity = line or ""
+            case RetryEvent():
+                self.retry = (
+                    event.error_kind,
+                    event.status,
+                    event.attempt or 0,
+                    event.max_attempts or 0,
+                    now + event.delay_s,
+                )
+            case ApprovalRequestedEvent():
+                self.activity = "waiting for approval"
+            case FinishedEvent():
+                self.retry = None
+                self.outcome = event.outcome
+                self.activity = f"finished: {self.outcome}"
+        if line and isinstance(event, _NOTED):
             self._note(line)
         return line
 
@@ -180,8 +195,7 @@ class WidgetProgress:
     def __call__(self, event: RunEvent) -> None:
         with self._lock:
             self.state.fold(event, self._clock())
-        urgent = event.kind in ("retry", "fell_back", "finished", "approval_requested", "started")
-        self.refresh(force=urgent)
+        self.refresh(force=isinstance(event, _URGENT))
 
     def refresh(self, *, force: bool = False) -> None:
         now = self._clock()

@@ -65,9 +65,16 @@ def plan_sweep(
                 {"store": store} if client is None else {"executor": client, "shards": args.shards}
             )
             result = run_blocking(
-                sweep(contracts, providers, approver=_REFUSE, sweep_id=sweep_id,
-                      on_run=live.add, **where, **kwargs)
-            )  # fmt: skip
+                sweep(
+                    contracts,
+                    providers,
+                    approver=_REFUSE,
+                    sweep_id=sweep_id,
+                    on_run=live.add,
+                    **where,
+                    **kwargs,
+                )
+            )
     except ConfigError as err:
         live.close()
         raise UsageError(f"%%harness sweep: {err.message}") from None
@@ -87,13 +94,22 @@ def plan_sweep(
 class _LiveTable:
     """The sweep's table while it runs: its rows so far, unstarted runs as pending."""
 
-    def __init__(self, sweep_id: str, store: Any, tasks: list[str], names: list[str],
-                 repeats: int, shell: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sweep_id: str,
+        store: Any,
+        tasks: list[str],
+        names: list[str],
+        repeats: int,
+        shell: Any,
+    ) -> None:
         self.sweep_id, self.store = sweep_id, store
         self.records = {
             (task, name, repeat): SweepRun(task, name, "", repeat)
-            for repeat in range(repeats) for task in tasks for name in names
-        }  # fmt: skip
+            for repeat in range(repeats)
+            for task in tasks
+            for name in names
+        }
         self.lock = threading.Lock()
         self.handle = None
         if widget_frontend(shell):

@@ -15,14 +15,7 @@ from typing import Any
 
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import HTTPProvider
-from ._wire import (
-    Parsed,
-    StreamAccumulator,
-    WireError,
-    json_object,
-    token_count,
-    tool_arguments,
-)
+from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
 __all__ = ["Anthropic"]
 
@@ -45,13 +38,8 @@ class Anthropic(HTTPProvider):
     With no ``base_url`` the key defaults to ``$ANTHROPIC_API_KEY``.
     """
 
-    NAME = "anthropic"
-    DEFAULT_BASE_URL = "https://api.anthropic.com"
-    DEFAULT_MODEL = "claude-sonnet-4-5"
-    KEY_ENV = "ANTHROPIC_API_KEY"
-    BASE_URL_ENV = "ANTHROPIC_BASE_URL"
-    MODEL_ENV = "ANTHROPIC_MODEL"
-    PATH = "/v1/messages"
+    NAME, PATH, ENV = "anthropic", "/v1/messages", "ANTHROPIC"
+    DEFAULT_BASE_URL, DEFAULT_MODEL = "https://api.anthropic.com", "claude-sonnet-4-5"
 
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}

@@ -3,7 +3,8 @@
 ``Attempt`` is what ``HTTPProvider.complete`` runs: it sends one request to its
 ``Endpoint`` (where and how the provider talks, its wire format's parsers), reads the
 answer whole or as server-sent events, turns every failure into a ``ProviderError``
-through the table in ``rules._errors`` and reports the attempt (``report_attempt``).
+through the table in ``rules._errors`` and puts the attempt's record on the answer, the
+failure, or the ``CancelledError`` of a cancel that cut it off.
 
 Time limits of a stream, inside the attempt's deadline: the first complete event must
 come within ``first_event_timeout`` of the answer's headers (a reasoning model thinks
@@ -34,13 +35,7 @@ from ..rules._errors import (
 from ..rules._secrets import scrub, scrub_exception
 from ..rules._text import shorten
 from ._client import drain, error_kind, post, read_limited
-from ._completion import (
-    AttemptRecord,
-    Completion,
-    Usage,
-    report_attempt,
-    text_sink,
-)
+from ._completion import AttemptRecord, Completion, TextSink, Usage, with_attempts
 from ._usage import answer_chars, estimate_usage
 from ._wire import (
     Parsed,
@@ -83,10 +78,17 @@ class Endpoint:
 class Attempt:
     """One HTTP attempt of one provider: send, read, classify, time and report."""
 
-    def __init__(self, endpoint: Endpoint, body: dict[str, Any], stream: bool) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        stream: bool,
+        on_text: TextSink | None = None,
+    ) -> None:
         self.p = endpoint
         self.body = body
         self.stream = stream
+        self.on_text = on_text  # takes each piece of streamed text
         self.started_at = time.time()
         self.t0 = time.perf_counter()
         self.status: int | None = None
@@ -100,10 +102,10 @@ class Attempt:
     async def run(self) -> Completion:
         try:
             parsed = await self._answer()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # Cut off in flight (the run cancelled, a Ctrl-C): the server may have read
             # and billed the request, so it is a row, marked cancelled, not a failure.
-            report_attempt(self._cut_off())
+            with_attempts(exc, [self._cut_off()])
             raise
         if not parsed.text and not parsed.tool_calls:
             usage = self._billed(parsed.usage, 0)
@@ -196,7 +198,7 @@ class Attempt:
         loop = asyncio.get_running_loop()
         idle = self.p.idle_timeout
         frames = SSEFrames()
-        sink = text_sink()
+        sink = self.on_text
         shown = False  # a piece of text went to the sink already
         chunks = response.aiter_bytes()
         received = 0
@@ -292,19 +294,17 @@ class Attempt:
             should_retry=parse_should_retry(headers) if headers else None,
             model=p.model,
         )
-        report_attempt(
-            AttemptRecord.failed(
-                err,
-                provider=p.name,
-                model=p.model,
-                started_at=self.started_at,
-                latency_ms=latency,
-                ttft_ms=self.ttft_ms,
-                base_url=p.base_url,
-                usage=billed,
-            )
+        record = AttemptRecord.failed(
+            err,
+            provider=p.name,
+            model=p.model,
+            started_at=self.started_at,
+            latency_ms=latency,
+            ttft_ms=self.ttft_ms,
+            base_url=p.base_url,
+            usage=billed,
         )
-        return err
+        return with_attempts(err, [record])
 
     def _cut_off(self) -> AttemptRecord:
         headers = self.headers
@@ -334,16 +334,14 @@ class Attempt:
             ttft_ms=self.ttft_ms,
             latency_ms=latency,
         )
-        report_attempt(
-            AttemptRecord.succeeded(
-                completion,
-                started_at=self.started_at,
-                latency_ms=latency,
-                status=self.status,
-                base_url=p.base_url,
-            )
+        record = AttemptRecord.succeeded(
+            completion,
+            started_at=self.started_at,
+            latency_ms=latency,
+            status=self.status,
+            base_url=p.base_url,
         )
-        return completion
+        return dataclasses.replace(completion, attempts=(record,))
 
 
 async def _read_answer(response: httpx2.Response) -> bytes:

@@ -10,30 +10,25 @@ converts to its own wire format::
 Tool specs handed to ``complete(tools=...)`` are dicts
 ``{"name": str, "description": str, "parameters": <JSON schema object>}``.
 
-Attempt reporting: every leaf provider reports each HTTP attempt (success or
-failure) through ``report_attempt``; the loop collects them with
-``collect_attempts()`` around a call, so ``Fallback`` and nested providers need no
-extra return channel. Outside a collector, reports are dropped.
-
-Streamed text: a leaf provider that streams hands each piece of answer text to
-``report_text`` (or to the ``text_sink()`` it looked up once); the loop listens with
-``stream_text_to(sink)`` around a call (the progress views show it live). Like
-attempts, it passes through ``Fallback`` and wrappers untouched; outside a
-listener, pieces are dropped.
+Attempts travel on the value: a call's ``Completion.attempts`` are the HTTP attempts
+it made, in order (a ``Fallback``'s legs, a refused stream asked again), the last the
+one that answered; a failed call's ``ProviderError`` carries the ones it made in
+``.attempts``, and a cancel that cut a call off leaves them on the ``CancelledError``
+it raises (read either with ``attempts_of``). Streamed text goes to the ``on_text``
+sink the caller passes to ``complete``, and the run a call is made for is its
+``run_id`` argument (``Record`` files recordings under it). Nothing travels by an
+ambient channel: a reader of ``complete()`` sees where everything goes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from ..rules._errors import ProviderError
+from ..rules._errors import ProviderError
 
 __all__ = [
     "AttemptRecord",
@@ -44,14 +39,9 @@ __all__ = [
     "ToolCall",
     "ToolSpecs",
     "Usage",
-    "calling_for",
-    "calling_run",
-    "collect_attempts",
-    "report_attempt",
-    "report_text",
+    "attempts_of",
     "shown_url",
-    "stream_text_to",
-    "text_sink",
+    "with_attempts",
 ]
 
 
@@ -60,6 +50,10 @@ Messages: TypeAlias = Sequence[dict[str, Any]]
 
 ToolSpecs: TypeAlias = Sequence[dict[str, Any]] | None
 """The tools offered to the model (OpenAI function specs), or None."""
+
+TextSink: TypeAlias = Callable[[str, bool], Awaitable[None]]
+"""Takes each piece of streamed answer text as it arrives, and whether it is the first
+piece of an attempt (a retry's or a fallback's answer starts over)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +83,11 @@ class Usage:
 
 @dataclasses.dataclass(frozen=True)
 class Completion:
-    """A successful answer from a provider (the leaf that answered is ``provider``)."""
+    """A successful answer from a provider (the leaf that answered is ``provider``).
+
+    ``attempts`` are the attempts the call made, in order, the last the one that
+    answered (empty from a provider that reports none); not part of ``to_dict``.
+    """
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
@@ -100,6 +98,13 @@ class Completion:
     request_id: str | None = None
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    attempts: tuple[AttemptRecord, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    def after(self, earlier: Sequence[AttemptRecord]) -> Completion:
+        """This completion with ``earlier`` attempts (of the same call) before its own."""
+        if not earlier:
+            return self
+        return dataclasses.replace(self, attempts=(*earlier, *self.attempts))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (for checkpoints and recordings)."""
@@ -289,87 +294,34 @@ class Provider(Protocol):
         tools: ToolSpecs = None,
         max_tokens: int | None = None,
         stream: bool | None = None,
-    ) -> Completion: ...
+        *,
+        on_text: TextSink | None = None,
+        run_id: str | None = None,
+    ) -> Completion:
+        """One answer, its attempts on it (``Completion.attempts``); a failure raises
+        ``ProviderError`` carrying the attempts made (``.attempts``).
+
+        ``on_text`` takes each piece of streamed text; ``run_id`` is the run the call
+        is made for. A provider written before these keywords (``complete(messages,
+        tools)``) still works: callers pass only what its signature takes
+        (``providers._base.ask``).
+        """
+        ...
 
 
-_collector: contextvars.ContextVar[list[AttemptRecord] | None] = contextvars.ContextVar(
-    "harnessnb_attempts", default=None
-)
+E = TypeVar("E", bound=BaseException)
 
 
-def report_attempt(record: AttemptRecord) -> None:
-    """Called by leaf providers (and Fallback) for every attempt."""
-    sink = _collector.get()
-    if sink is not None:
-        sink.append(record)
+def with_attempts(exc: E, records: Iterable[AttemptRecord]) -> E:
+    """``exc`` (a ``ProviderError``, or the ``CancelledError`` of a call a cancel cut
+    off) carrying ``records``, the attempts the call made; returned for ``raise``."""
+    exc.attempts = tuple(records)  # type: ignore[attr-defined]
+    return exc
 
 
-def mark_last_fell_back() -> None:
-    """Fallback calls this when it moves on: the latest attempt is marked ``fell_back``."""
-    sink = _collector.get()
-    if sink:
-        sink[-1] = dataclasses.replace(sink[-1], fell_back=True)
-
-
-@contextlib.contextmanager
-def collect_attempts() -> Iterator[list[AttemptRecord]]:
-    """Collect every attempt reported inside the block, in order."""
-    sink: list[AttemptRecord] = []
-    token = _collector.set(sink)
-    try:
-        yield sink
-    finally:
-        _collector.reset(token)
-
-
-_calling_run: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "harnessnb_calling_run", default=None
-)
-
-
-@contextlib.contextmanager
-def calling_for(run_id: str) -> Iterator[None]:
-    """Model calls inside the block are made for run ``run_id`` (``Record`` files its
-    recordings under it, so a replay of the run answers as that run was answered)."""
-    token = _calling_run.set(run_id)
-    try:
-        yield
-    finally:
-        _calling_run.reset(token)
-
-
-def calling_run() -> str | None:
-    """The run the model call in progress is made for, or None outside a run."""
-    return _calling_run.get()
-
-
-TextSink: TypeAlias = Callable[[str, bool], Awaitable[None]]
-"""Takes each piece of streamed answer text as it arrives, and whether it is the first
-piece of an attempt (a retry's or a fallback's answer starts over)."""
-
-_text_sink: contextvars.ContextVar[TextSink | None] = contextvars.ContextVar(
-    "harnessnb_text_sink", default=None
-)
-
-
-def text_sink() -> TextSink | None:
-    """The listener of streamed text in this context, or None (leaf providers ask once
-    per attempt, so a stream without a listener pays nothing per chunk)."""
-    return _text_sink.get()
-
-
-async def report_text(piece: str, *, first: bool = False) -> None:
-    """Called by a streaming provider with each piece of answer text."""
-    sink = _text_sink.get()
-    if sink is not None and piece:
-        await sink(piece, first)
-
-
-@contextlib.contextmanager
-def stream_text_to(sink: TextSink | None) -> Iterator[None]:
-    """Hand every piece of text streamed inside the block to ``sink``."""
-    token = _text_sink.set(sink)
-    try:
-        yield
-    finally:
-        _text_sink.reset(token)
+def attempts_of(exc: BaseException | None) -> tuple[AttemptRecord, ...]:
+    """The attempts a failed or cut-off call made (``with_attempts``), else ()."""
+    found = getattr(exc, "attempts", ())
+    if not isinstance(found, tuple):
+        return ()
+    return tuple(rec for rec in found if isinstance(rec, AttemptRecord))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from ..rules._errors import ProviderError
 from ..rules._renamed import renamed_keywords
-from ._completion import Completion, Messages, Provider, ToolSpecs, mark_last_fell_back
+from ._base import BaseProvider, Call, after
+from ._completion import AttemptRecord, Completion, Provider, attempts_of, with_attempts
 
 __all__ = ["Fallback", "FallbackError"]
 
@@ -16,7 +18,7 @@ __all__ = ["Fallback", "FallbackError"]
 class FallbackError(ProviderError):
     """Every provider of a ``Fallback`` failed.
 
-    Kind, status, retry_after and request id are the last failure's, and it is
+    Kind, status, retry_after_s and request id are the last failure's, and it is
     retryable exactly when the last failure is. ``failures`` (also ``exceptions``,
     as in an ``ExceptionGroup``) holds every leaf failure in order; a nested
     ``Fallback``'s failures are flattened in.
@@ -50,12 +52,14 @@ class FallbackError(ProviderError):
         return fields
 
 
-class Fallback:
+class Fallback(BaseProvider):
     """A provider that tries ``primary``, then ``secondary`` and ``more``, in order.
 
     It moves on only when a failure is retryable (transport, timeout, rate limit,
     server, malformed, or the server's ``x-should-retry: true``); any other failure
-    is raised at once. Fallbacks nest: any provider may be a ``Fallback``.
+    is raised at once. Fallbacks nest: any provider may be a ``Fallback``. Its
+    answer (or failure) carries every leg's attempts in order, the last attempt of
+    each leg it moved on from marked ``fell_back``.
     """
 
     def __init__(self, primary: Provider, secondary: Provider, *more: Provider) -> None:
@@ -88,26 +92,23 @@ class Fallback:
     def __repr__(self) -> str:
         return f"Fallback({', '.join(repr(p) for p in self._providers)})"
 
-    async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
-        stream: bool | None = None,
-    ) -> Completion:
+    async def _answer(self, call: Call) -> Completion:
         """The first answer in order; raises ``FallbackError`` when every provider failed."""
         failures: list[ProviderError] = []
+        made: list[AttemptRecord] = []  # the attempts of the legs it moved on from
         last = len(self._providers) - 1
         for i, provider in enumerate(self._providers):
             try:
-                return await provider.complete(messages, tools, max_tokens, stream)
+                return await after(made, provider, call)
             except ProviderError as err:
                 if not err.retryable:
                     raise
                 failures.append(err)
-                if i < last:
-                    mark_last_fell_back()
-        raise FallbackError(failures, provider=self.name) from failures[-1]
+                made = list(attempts_of(err))
+                if i < last and made:
+                    made[-1] = dataclasses.replace(made[-1], fell_back=True)
+        error = FallbackError(failures, provider=self.name)
+        raise with_attempts(error, made) from failures[-1]
 
 
 def _with_timeout(provider: Provider, timeout: float | datetime.timedelta) -> Provider:

@@ -2,8 +2,8 @@
 
 Every HTTP provider subclasses ``HTTPProvider``, which makes one attempt per
 ``complete`` call (providers never retry): an ``_attempt.Attempt`` that sends it,
-reports it with ``report_attempt`` and turns every failure into a ``ProviderError``
-through the table in ``_errors``. Subclasses only convert messages to their wire
+puts its record on the answer (or the failure) and turns every failure into a
+``ProviderError`` through the table in ``_errors``. Subclasses only convert messages to their wire
 format and parse the answer back; swapping the HTTP client library means editing
 ``_client.py`` (the client per event loop) and ``_attempt.py`` alone.
 
@@ -19,7 +19,7 @@ Time limits:
 
 Streaming: answers are streamed unless the provider was built with ``stream=False``
 (or a call passes ``stream=False``), so time-to-first-token is measured, a silent
-stream is cut by the idle timeout and each piece of text goes to ``report_text``.
+stream is cut by the idle timeout and each piece of text goes to the call's ``on_text``.
 A server that rejects a streamed request (an error answer that names streaming) is
 asked again at once without it, and that provider instance never streams again.
 
@@ -40,6 +40,7 @@ error message, and so the error of attempt rows, run rows and cards, is cut to
 from __future__ import annotations
 
 import abc
+import asyncio
 import copy
 import datetime
 import os
@@ -54,8 +55,9 @@ from ..rules._renamed import renamed, renamed_keywords
 from ..rules._retry import timeout_seconds
 from ..rules._secrets import register, register_header
 from ._attempt import MAX_ANSWER_BYTES, MAX_ERROR_TEXT, MAX_STREAM_BYTES, Attempt, Endpoint
+from ._base import BaseProvider, Call
 from ._client import aclose_client, new_client, shared_client
-from ._completion import Completion, Messages, ToolSpecs, shown_url
+from ._completion import Completion, Messages, ToolSpecs, attempts_of, shown_url, with_attempts
 from ._wire import Parsed, StreamAccumulator
 
 __all__ = [
@@ -97,7 +99,7 @@ _TIMEOUT_RENAMES = {
 
 
 @renamed(**_TIMEOUT_RENAMES)
-class HTTPProvider(abc.ABC):
+class HTTPProvider(BaseProvider):
     """A provider reached over HTTP: config, one attempt per call, failure mapping.
 
     Args:
@@ -111,12 +113,20 @@ class HTTPProvider(abc.ABC):
     """
 
     NAME: ClassVar[str]
+    PATH: ClassVar[str]  # appended to the base URL
     DEFAULT_BASE_URL: ClassVar[str]
     DEFAULT_MODEL: ClassVar[str]
-    KEY_ENV: ClassVar[str]
-    BASE_URL_ENV: ClassVar[str]
-    MODEL_ENV: ClassVar[str]
-    PATH: ClassVar[str]
+    ENV: ClassVar[str]  # the prefix of the variables below, one rule for every provider
+    KEY_ENV: ClassVar[str]  # {ENV}_API_KEY
+    BASE_URL_ENV: ClassVar[str]  # {ENV}_BASE_URL
+    MODEL_ENV: ClassVar[str]  # {ENV}_MODEL
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "ENV" in vars(cls):
+            cls.KEY_ENV = f"{cls.ENV}_API_KEY"
+            cls.BASE_URL_ENV = f"{cls.ENV}_BASE_URL"
+            cls.MODEL_ENV = f"{cls.ENV}_MODEL"
 
     def __init__(
         self,
@@ -282,29 +292,30 @@ class HTTPProvider(abc.ABC):
             f"timeout_s={self._timeout:g}{'' if self._stream else ', stream=False'})"
         )
 
-    async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
-        stream: bool | None = None,
-    ) -> Completion:
+    async def _answer(self, call: Call) -> Completion:
         """One HTTP attempt; raises ``ProviderError`` on any failure (never retries).
 
-        ``stream=None`` streams as the provider was built to. The one second attempt is
-        a server's rejection of streaming, asked again without it (and remembered).
+        The one second attempt is a server's rejection of streaming, asked again
+        without it (and remembered); the answer carries both attempts.
         """
+        stream = call.stream
         streamed = (self._stream if stream is None else stream) and not self._stream_refused
-        body = self._request_body(messages, tools, max_tokens, streamed)
-        attempt = Attempt(self._endpoint(), body, streamed)
+        body = self._request_body(call.messages, call.tools, call.max_tokens, streamed)
+        attempt = Attempt(self._endpoint(), body, streamed, call.on_text)
         try:
             return await attempt.run()
-        except ProviderError:
+        except ProviderError as err:
             if not attempt.stream_refused:
                 raise
+            first = attempts_of(err)
         self._stream_refused = True
-        body = self._request_body(messages, tools, max_tokens, False)
-        return await Attempt(self._endpoint(), body, False).run()
+        body = self._request_body(call.messages, call.tools, call.max_tokens, False)
+        try:
+            completion = await Attempt(self._endpoint(), body, False, call.on_text).run()
+        except (ProviderError, asyncio.CancelledError) as exc:
+            with_attempts(exc, (*first, *attempts_of(exc)))
+            raise
+        return completion.after(first)
 
     # -- what a protocol supplies
 

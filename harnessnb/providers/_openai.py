@@ -14,14 +14,7 @@ from typing import Any
 from ..rules._renamed import renamed
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import _TIMEOUT_RENAMES, DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT_S, HTTPProvider
-from ._wire import (
-    Parsed,
-    StreamAccumulator,
-    WireError,
-    json_object,
-    token_count,
-    tool_arguments,
-)
+from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
 __all__ = ["OpenAI", "OpenRouter"]
 
@@ -39,13 +32,8 @@ class OpenAI(HTTPProvider):
     the official host's. Every attempt row also keeps its ``base_url``.
     """
 
-    NAME = "openai"
-    DEFAULT_BASE_URL = "https://api.openai.com/v1"
-    DEFAULT_MODEL = "gpt-4o-mini"
-    KEY_ENV = "OPENAI_API_KEY"
-    BASE_URL_ENV = "OPENAI_BASE_URL"
-    MODEL_ENV = "OPENAI_MODEL"
-    PATH = "/chat/completions"
+    NAME, PATH, ENV = "openai", "/chat/completions", "OPENAI"
+    DEFAULT_BASE_URL, DEFAULT_MODEL = "https://api.openai.com/v1", "gpt-4o-mini"
 
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -109,12 +97,8 @@ class OpenRouter(OpenAI):
         app_name: Sent as ``X-Title``, optional.
     """
 
-    NAME = "openrouter"
-    DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
-    DEFAULT_MODEL = "openai/gpt-4o-mini"
-    KEY_ENV = "OPENROUTER_API_KEY"
-    BASE_URL_ENV = "OPENROUTER_BASE_URL"
-    MODEL_ENV = "OPENROUTER_MODEL"
+    NAME, ENV = "openrouter", "OPENROUTER"
+    DEFAULT_BASE_URL, DEFAULT_MODEL = "https://openrouter.ai/api/v1", "openai/gpt-4o-mini"
 
     def __init__(
         self,

@@ -15,21 +15,13 @@ returning one reply, like pydantic-ai's FunctionModel.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..rules._errors import ConfigError, ProviderError, ProviderErrorKind
 from ..rules._renamed import renamed_keywords
-from ._completion import (
-    AttemptRecord,
-    Completion,
-    Messages,
-    ToolCall,
-    ToolSpecs,
-    Usage,
-    report_attempt,
-)
+from ._base import Call, LocalProvider
+from ._completion import Completion, ToolCall, Usage
 
 __all__ = ["ScriptedProvider"]
 
@@ -38,8 +30,8 @@ ReplyFunction = Callable[[Sequence[dict[str, Any]]], Reply]
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # a provider is compared by identity
-class ScriptedProvider:
-    """Answers from a list or a function; reports one attempt per call.
+class ScriptedProvider(LocalProvider):
+    """Answers from a list or a function; one attempt per call, on its answer.
 
     Args:
         replies: The script (see module docstring).
@@ -56,9 +48,6 @@ class ScriptedProvider:
     calls: list[list[dict[str, Any]]] = dataclasses.field(default_factory=list, init=False)
     """The messages of every call, in order."""
     _index: int = dataclasses.field(default=0, init=False)
-
-    def hosts(self) -> list[str]:
-        return []
 
     @renamed_keywords(seconds="timeout_s")
     def with_timeout(self, timeout_s: float) -> ScriptedProvider:
@@ -81,40 +70,15 @@ class ScriptedProvider:
         self._index += 1
         return reply
 
-    async def complete(
-        self,
-        messages: Messages,
-        tools: ToolSpecs = None,
-        max_tokens: int | None = None,
-        stream: bool | None = None,
-    ) -> Completion:
-        started = time.time()
+    async def _reply(self, call: Call) -> Completion:
         # The list as sent, sharing its message dicts (the loop never edits a sent
         # message): copying every dict made each call O(conversation) in allocations
         # and garbage-collector work, 0.15 ms a step at 300 messages.
-        self.calls.append(list(messages))
-        try:
-            reply = self._next_reply(messages)
-            if isinstance(reply, ProviderError):
-                raise reply
-            completion = self._to_completion(reply)
-        except ProviderError as exc:
-            report_attempt(
-                AttemptRecord.failed(
-                    exc,
-                    provider=self.name,
-                    model=self.model,
-                    started_at=started,
-                    latency_ms=(time.time() - started) * 1000,
-                )
-            )
-            raise
-        report_attempt(
-            AttemptRecord.succeeded(
-                completion, started_at=started, latency_ms=(time.time() - started) * 1000
-            )
-        )
-        return completion
+        self.calls.append(list(call.messages))
+        reply = self._next_reply(call.messages)
+        if isinstance(reply, ProviderError):
+            raise reply
+        return self._to_completion(reply)
 
     def _to_completion(self, reply: Reply) -> Completion:
         if isinstance(reply, Completion):

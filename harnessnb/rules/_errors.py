@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
+from ._fields import Declared, context
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
 from ._renamed import renamed
 from ._secrets import scrub, scrub_exception
@@ -263,6 +264,7 @@ class ProviderError(HarnessError):
     """
 
     CODE = "PROVIDER"
+    attempts: tuple[Any, ...] = ()  # the failed call's hn.AttemptRecords, set by its provider
 
     def __init__(
         self,
@@ -324,29 +326,17 @@ class ConfigError(HarnessError):
     CODE = "CONFIG"
 
 
-class RefusedError(HarnessError):
+class RefusedError(Declared, HarnessError):
     """An act was refused by the policy, an approver, or workspace containment."""
 
     CODE = "REFUSED"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        act: str,
-        target: str,
-        rule: str | None = None,
-        layer: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message, code=code)
-        self.act = act
-        self.target = target
-        self.rule = rule
-        self.layer = layer
-
-    def _fields(self) -> dict[str, Any]:
-        return {"act": self.act, "target": self.target, "rule": self.rule, "layer": self.layer}
+    message: str = context(kw_only=False)
+    act: str
+    target: str
+    rule: str | None = None
+    layer: str | None = None
+    code: str = context(default=None)
 
 
 class _ReasonError(HarnessError):
@@ -424,21 +414,16 @@ class StoreError(HarnessError):
         return retry_badge(f"{self.kind.value}, {word}", retryable=self.retryable)
 
 
-class ConflictError(HarnessError):
+class ConflictError(Declared, HarnessError):
     """Another live process drives this run (or took it over from a stale lease). Not
     retryable: trying again does not take a run from its live owner."""
 
     CODE = "CONFLICT"
 
-    def __init__(
-        self, message: str, *, run_id: str, owner: str | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message, code=code)
-        self.run_id = run_id
-        self.owner = owner
-
-    def _fields(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "owner": self.owner}
+    message: str = context(kw_only=False)
+    run_id: str
+    owner: str | None = None
+    code: str = context(default=None)
 
 
 class ToolError(HarnessError):

@@ -522,8 +522,10 @@ def _layer_from(item: Mapping[str, Any]) -> Layer:
         if name != SECRETS_LAYER or type(version) is not int or version < 1:
             raise ConfigError(f"not a stored policy: unknown built-in layer {item!r}")
         if version > SECRETS_VERSION:
-            raise ConfigError(f"the stored secrets table is version {version}, newer than "
-                              f"{SECRETS_VERSION}: upgrade harnessnb to read it")  # fmt: skip
+            raise ConfigError(
+                f"the stored secrets table is version {version}, newer than "
+                f"{SECRETS_VERSION}: upgrade harnessnb to read it"
+            )
         return _secrets_layer()
     checked = ((_check_act(r["act"]), _check_effect(r["effect"]), r) for r in item["rules"])
     return Layer(name, tuple(Rule(a, e, _check_pattern(a, r["pattern"])) for a, e, r in checked))

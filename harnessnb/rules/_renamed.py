@@ -62,17 +62,23 @@ def renamed_keywords(**renames: str) -> Callable[[F], F]:
 def renamed(**renames: str) -> Callable[[C], C]:
     """Decorate a class whose fields ``old=new`` were renamed: ``old=`` still works as a
     keyword of its constructor, and ``obj.old`` as a property reading ``obj.new``; each
-    warns."""
+    warns. On an error class with declared fields (``_fields.Declared``) the renames join
+    its ``_RENAMED_KEYWORDS``, which the one ``__init__`` there moves (a subclass inherits
+    them), so the class gets no ``__init__`` of its own unless it had one."""
 
     def decorate(cls: C) -> C:
-        init: Callable[..., None] = cls.__init__  # type: ignore[misc]
+        declared = getattr(cls, "_RENAMED_KEYWORDS", None)
+        if declared is not None:  # a ``_fields.Declared`` class: its one __init__ moves them
+            cls._RENAMED_KEYWORDS = {**declared, **renames}  # type: ignore[attr-defined]
+        if declared is None or "__init__" in vars(cls):
+            init: Callable[..., None] = cls.__init__  # type: ignore[misc]
 
-        @functools.wraps(init)
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            moved_keywords(type(self).__name__, kwargs, renames)
-            init(self, *args, **kwargs)
+            @functools.wraps(init)
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                moved_keywords(type(self).__name__, kwargs, renames)
+                init(self, *args, **kwargs)
 
-        cls.__init__ = __init__  # type: ignore[misc]
+            cls.__init__ = __init__  # type: ignore[misc]
         for old, new in renames.items():
             setattr(cls, old, _alias(old, new))
         return cls

@@ -13,7 +13,10 @@
 - ``_batch``: ``WriteOp`` and group commit's merged statements;
 - ``_conn``: one shared connection per file, busy retry, the idle linger, the writer
   thread;
-- ``_schema``: tables, views and ordered migrations; ``_rows``: turning values into rows.
+- ``_threads``: the store's threads and the interpreter's exit;
+- ``_files``: what a store path may be; ``_turn``: whose turn it is to open a file;
+- ``_schema``: tables, views and ordered migrations; ``_rows``: turning values into rows;
+- ``_frames``: query results as DataFrames in one convention.
 
 May import: ``rules``. Knows nothing of providers, tools, the run loop or the faces.
 """

@@ -30,6 +30,7 @@ from ..rules._errors import (
     ToolError,
     wrap_unknown,
 )
+from ..rules._events import ToolCallEvent
 from ..rules._policy import Policy
 from ..rules._secrets import scrub, scrub_values
 from ._approval import Approver
@@ -169,17 +170,16 @@ class ToolExecutor:
     async def emit_call(self, call: ToolCall, result: ToolResult) -> None:
         """The ``tool_call`` event of a call that ended with ``result``."""
         await self.gate.emit(
-            "tool_call",
-            {
-                "call_id": call.id,
-                "tool": call.name,
-                "args": call.arguments,
-                "status": result.status,
-                "ok": result.ok,
-                "changed_workspace": result.changed_workspace,
-                "executions": result.executions,
-                "error": result.error,
-            },
+            ToolCallEvent(
+                call_id=call.id,
+                tool=call.name,
+                args=dict(call.arguments),
+                status=result.status,
+                ok=result.ok,
+                changed_workspace=result.changed_workspace,
+                executions=result.executions,
+                error=result.error,
+            )
         )
 
     async def _execute(

@@ -25,6 +25,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from ..rules._errors import RefusedError
+from ..rules._events import (
+    ApprovalDecidedEvent,
+    ApprovalRequestedEvent,
+    RefusedEvent,
+    ToolEvent,
+)
 from ..rules._policy import Policy, Verdict
 from ._approval import ApprovalRequest, Approver, Decision, decide
 
@@ -32,7 +38,7 @@ __all__ = ["EventSink", "Gate", "Stop", "StopKind", "hints_name"]
 
 log = logging.getLogger("harnessnb.tools")
 
-EventSink = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+EventSink = Callable[[ToolEvent], Awaitable[None] | None]
 
 StopKind = Literal["containment", "denied", "no_approver", "approver_denied", "deferred"]
 
@@ -140,16 +146,23 @@ class Gate:
         self, approver: Approver, verdict: Verdict, request: ApprovalRequest
     ) -> Stop | None:
         call_id = request.call_id
-        await self.emit("approval_requested", {"call_id": call_id, **request.to_dict()})
+        await self.emit(
+            ApprovalRequestedEvent(
+                call_id=call_id,
+                act=request.act,
+                target=request.target,
+                preview=request.preview,
+                rule=request.rule,
+                layer=request.layer,
+                tool=request.tool,
+                args=dict(request.args),
+            )
+        )
         decision = await decide(approver, request)
         await self.emit(
-            "approval_decided",
-            {
-                "call_id": call_id,
-                "tool": request.tool,
-                "decision": decision.kind,
-                "reason": decision.reason,
-            },
+            ApprovalDecidedEvent(
+                call_id=call_id, tool=request.tool, decision=decision.kind, reason=decision.reason
+            )
         )
         if decision.kind == "approve":
             return None
@@ -169,30 +182,30 @@ class Gate:
     ) -> Stop:
         """A ``Stop`` for ``error``, announced with a ``refused`` event."""
         await self.emit(
-            "refused",
-            {
-                "call_id": call_id,
-                "tool": tool,
-                "act": error.act,
-                "target": error.target,
-                "rule": error.rule,
-                "layer": error.layer,
-                "source": _SOURCE[kind],
-                "message": error.message,
-            },
+            RefusedEvent(
+                call_id=call_id,
+                tool=tool,
+                act=error.act,
+                target=error.target,
+                rule=error.rule,
+                layer=error.layer,
+                source=_SOURCE[kind],
+                message=error.message,
+            )
         )
         return Stop(kind, error, decision)
 
-    async def emit(self, name: str, payload: dict[str, Any]) -> None:
-        """Hand one event to ``on_event``; a broken listener changes nothing."""
+    async def emit(self, event: ToolEvent) -> None:
+        """Hand one event (its ``run_id`` the gate's) to ``on_event``; a broken listener
+        changes nothing."""
         if self.on_event is None:
             return
         try:
-            outcome = self.on_event(name, {"run_id": self.run_id, **payload})
+            outcome = self.on_event(dataclasses.replace(event, run_id=self.run_id or ""))
             if inspect.isawaitable(outcome):
                 await outcome
         except Exception:  # a broken listener must not change what the tool did
-            log.exception("on_event listener failed for %s", name)
+            log.exception("on_event listener failed for %s", event.kind)
 
 
 def _refusal(message: str, verdict: Verdict) -> RefusedError:

@@ -75,6 +75,7 @@ __all__ = [
     "Plan",
     "abi_version",
     "decode_plan",
+    "descendants",
     "encode_plan",
     "ip_filter_supported",
     "main",
@@ -370,8 +371,11 @@ def _own_pid_namespace() -> bool:
     if int(libc.unshare(ctypes.c_int(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS))) != 0:
         return False
     try:  # until the maps are written the process has no uid here: nothing may run
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                           ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
             with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
                 f.write(text)
     except OSError:
@@ -408,25 +412,30 @@ def _exec(command: list[str]) -> None:
     os._exit(_EXIT_SANDBOX)  # not reached: execvp returns only by raising
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc; zombies left out)."""
+def descendants(leader: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every live descendant of ``leader`` (from /proc; zombies
+    left out). Shared with ``_process``, which kills a command's tree the same way."""
     children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 fields = f.read().rsplit(b") ", 1)[1].split()
-        except (OSError, IndexError):
+        except (OSError, IndexError):  # gone meanwhile, or not ours to read
             continue
-        if fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    todo = list(children.get(pid, []))
+        if fields[0] == b"Z":
+            continue  # dead already, waiting for its parent
+        pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
+        children.setdefault(ppid, []).append(pid)
+        groups[pid] = pgrp
+    found: list[tuple[int, int]] = []
+    todo = list(children.get(leader, []))
     while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += children.get(child, [])
+        pid = todo.pop()
+        found.append((pid, groups[pid]))
+        todo += children.get(pid, [])
     return found
 
 
@@ -456,11 +465,11 @@ def _kill_the_rest(init: bool) -> None:
             if not _reap_all(block=True):
                 return
             continue
-        left = _descendants(os.getpid())
+        left = descendants(os.getpid())
         if not left:
             _reap_all(block=False)
             return
-        for pid in left:
+        for pid, _ in left:
             _kill(pid)
         _reap_all(block=False)
         time.sleep(0.001)  # let the killed die before the next look

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..rules._errors import ToolError
 from ..rules._secrets import scrub_values
+from ._landlock_exec import descendants
 from ._sandbox import confine
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ async def stop_group(proc: asyncio.subprocess.Process, *, wrapped: bool = False)
 
 def _groups_beneath(leader: int) -> set[int]:
     """The process groups of ``leader``'s descendants other than its own (from /proc)."""
-    groups = {pgrp for _, pgrp in _descendants(leader)}
+    groups = {pgrp for _, pgrp in descendants(leader)}
     groups.discard(leader)
     return groups
 
@@ -231,39 +232,13 @@ def kill_tree(leader: int) -> None:
     """SIGKILL every live descendant of ``leader`` (not ``leader``), round after round
     until none is left: a process forking while it is killed is found again."""
     for _ in range(_MAX_KILL_ROUNDS):
-        left = _descendants(leader)
+        left = descendants(leader)
         if not left:
             return
         for pid, _ in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.001)  # let the killed die before the next look
-
-
-def _descendants(leader: int) -> list[tuple[int, int]]:
-    """(pid, process group) of every live descendant of ``leader`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b") ", 1)[1].split()
-        except (OSError, IndexError):  # gone meanwhile, or not ours to read
-            continue
-        if fields[0] == b"Z":
-            continue  # dead already, waiting for its parent
-        pid, ppid, pgrp = int(entry), int(fields[1]), int(fields[2])
-        children.setdefault(ppid, []).append(pid)
-        groups[pid] = pgrp
-    found: list[tuple[int, int]] = []
-    todo = list(children.get(leader, []))
-    while todo:
-        pid = todo.pop()
-        found.append((pid, groups[pid]))
-        todo += children.get(pid, [])
-    return found
 
 
 async def _pump(stream: asyncio.StreamReader, sink: Sink) -> None:

@@ -25,6 +25,7 @@ from agent_helpers import CLIs
 import harnessnb as hn
 from harnessnb.agents._cause import Cause
 from harnessnb.agents._turn import Turn
+from harnessnb.events import AnyEvent, FinishedEvent, RefusedEvent, RetryEvent, ToolCallEvent
 from harnessnb.rules._secrets import is_secret_name
 from harnessnb.tools import _process  # the one runner owns the kill grace
 
@@ -124,13 +125,15 @@ def test_the_run_lands_in_the_store_with_the_cli_as_provider(clis: CLIs, name: s
 
 def test_events_arrive_in_order_like_the_loops(clis: CLIs) -> None:
     clis.scenario(mode="ok")
-    seen: list[tuple[str, dict[str, Any]]] = []
-    result = run(clis, "claude", on_event=lambda e: seen.append((e.kind, e.data)))
-    kinds = [k for k, _ in seen]
+    seen: list[AnyEvent] = []
+    result = run(clis, "claude", on_event=seen.append)
+    kinds = [e.kind for e in seen]
     assert kinds[0] == "started" and kinds[-1] == "finished"
     assert kinds.count("step") == 2
-    assert [d["status"] for k, d in seen if k == "tool_call"] == ["started", "ok"]
-    assert seen[-1][1]["outcome"] == "finished" and seen[-1][1]["tokens"] == result.tokens
+    assert [e.status for e in seen if isinstance(e, ToolCallEvent)] == ["started", "ok"]
+    finished = seen[-1]
+    assert isinstance(finished, FinishedEvent)
+    assert finished.outcome == "finished" and finished.tokens == result.tokens
 
 
 @pytest.mark.parametrize("name", AGENTS)
@@ -141,9 +144,9 @@ def test_a_tool_call_the_clis_permissions_refuse_is_a_refused_row_and_event(
     seen: list[Any] = []
     result = run(clis, name, on_event=seen.append)
     assert result.ok and result.text == "could not touch x"
-    refused = [e.data for e in seen if e.kind == "refused"]
-    assert len(refused) == 1 and "touch x" in refused[0]["target"]
-    assert refused[0]["layer"] == "agent"
+    refused = [e for e in seen if isinstance(e, RefusedEvent)]
+    assert len(refused) == 1 and "touch x" in refused[0].target
+    assert refused[0].layer == "agent"
     tools = clis.store.tool_calls(result.run_id)
     assert tools["status"].tolist() == ["refused"]
 
@@ -367,9 +370,9 @@ def test_a_429_after_the_clis_own_retries_is_rate_limited(clis: CLIs, name: str)
     result = run(clis, name, on_event=seen.append)
     assert isinstance(result.error, ag.RateLimited), result.error
     assert "429" in result.error.detail
-    retries = [e.data for e in seen if e.kind == "retry"]
+    retries = [e for e in seen if isinstance(e, RetryEvent)]
     if name != "codex":  # codex reports its retries as error lines, seen as retries too
-        assert retries and retries[0]["status"] == 429
+        assert retries and retries[0].status == 429
 
 
 def test_codex_retry_lines_become_retry_events_and_do_not_fail_the_run(clis: CLIs) -> None:
@@ -377,8 +380,8 @@ def test_codex_retry_lines_become_retry_events_and_do_not_fail_the_run(clis: CLI
     seen: list[Any] = []
     result = run(clis, "codex", on_event=seen.append)
     assert result.ok
-    assert [(e.data["detail"], e.data["kind"], e.data["attempt"], e.data["max_attempts"])
-            for e in seen if e.kind == "retry"] == [
+    assert [(e.detail, e.error_kind, e.attempt, e.max_attempts)
+            for e in seen if isinstance(e, RetryEvent)] == [
         ("stream disconnected before completion", "transport", 1, 5)
     ]  # fmt: skip
 

@@ -27,6 +27,7 @@ import pytest
 from fake_model import RETRY_AFTER, FakeModel
 
 import harnessnb as hn
+from harnessnb.events import RetryEvent
 
 ag = hn.agents
 BIN = Path(os.environ.get("HARNESSNB_REAL_CLIS", "/opt/harnessnb-clis/node_modules/.bin"))
@@ -242,8 +243,8 @@ def test_real_claudes_status_less_retry_of_a_dropped_connection_is_transport(
     rows = [(a["kind"], None if pd.isna(a["status"]) else a["status"]) for a in o.attempts]
     assert rows == [("transport", None), ("transport", None)], o.row()
     assert o.attempts[0]["error"] == "AGENT_TURN_FAILED", o.attempts
-    retries = [e.data for e in o.events if e.kind == "retry"]
-    assert [(r["kind"], r["status"]) for r in retries] == [("transport", None)], retries
+    retries = [e for e in o.events if isinstance(e, RetryEvent)]
+    assert [(r.error_kind, r.status) for r in retries] == [("transport", None)], retries
     assert isinstance(o.error, ag.AgentError) and o.error.kind is hn.ProviderErrorKind.TRANSPORT
     assert o.error.retryable, o.row()
 

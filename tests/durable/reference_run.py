@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import harnessnb as hn
 from harnessnb import Store
@@ -38,6 +38,8 @@ class KillingStore(Store):
 
     kill_at = 0
     writes = 0
+    # each write's name as it commits, and "ledger" where a ledger append runs
+    trace: ClassVar[list[str]] = []
 
 
 def _wrap(name: str) -> None:
@@ -46,6 +48,7 @@ def _wrap(name: str) -> None:
     def method(self: KillingStore, *args: Any, **kwargs: Any) -> Any:
         out = original(self, *args, **kwargs)
         type(self).writes += 1
+        type(self).trace.append(name)
         if type(self).writes == type(self).kill_at:
             kill_now()
         return out
@@ -66,6 +69,7 @@ def _submit(self: KillingStore, op: WriteOp[Any]) -> Any:
         if done.cancelled() or done.exception() is not None:
             return
         type(self).writes += 1
+        type(self).trace.append(op.name)
         if type(self).writes == type(self).kill_at:
             kill_now()
 
@@ -83,6 +87,7 @@ def append_ledger(line: str) -> str:
     Args:
         line: The line to append.
     """
+    KillingStore.trace.append("ledger")
     path = Path(os.environ["HNB_WS"]) / "LEDGER.txt"
     with path.open("a") as f:
         f.write(line + "\n")
@@ -169,7 +174,7 @@ def main(argv: list[str]) -> None:
                          run_id=run_id)
     store.close()
     print(json.dumps({"outcome": result.outcome.value, "steps": result.steps,
-                      "writes": KillingStore.writes}))
+                      "writes": KillingStore.writes, "trace": KillingStore.trace}))
 
 
 if __name__ == "__main__":

@@ -11,17 +11,17 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Fault, Reply
+from harnessnb.events import ToolCallEvent
 from harnessnb.providers import _attempt as _http
 from harnessnb.rules._retry import retry_decision
+from tests.files_helpers import folder
 
 K = hn.ProviderErrorKind
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    return root
+    return folder(tmp_path / "ws")
 
 
 def _openai(srv: ChaosServer, *, stream: bool = False) -> hn.OpenAI:
@@ -221,8 +221,9 @@ def test_a_tool_failing_with_five_megabytes_is_stored_and_shown_capped(ws: Path)
     for table in ("steps", "runs", "tool_calls", "attempts"):
         frame = store.sql(f"select * from {table}")
         assert all(len(str(v)) < 16384 for col in frame for v in frame[col]), table
-    failed = [e for e in events if e.kind == "tool_call"]
-    assert len(failed) == 2 and all(len(str(e.data)) < 16384 for e in failed)
-    error = failed[0].data["error"]
+    failed = [e for e in events if isinstance(e, ToolCallEvent)]
+    assert len(failed) == 2 and all(len(str(e)) < 16384 for e in failed)
+    error = failed[0].error
+    assert error is not None
     assert error["causes"][0].startswith("ValueError: start") and len(error["causes"][0]) < 4200
     assert all(len(v) < 32768 for v in result._repr_mimebundle_().values())

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from tests.files_helpers import folder
 
 CALL = {"id": "call_1", "type": "function",
         "function": {"name": "list_dir", "arguments": json.dumps({"path": "."})}}  # fmt: skip
@@ -79,10 +80,7 @@ class UsageServer:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# a project\n" + "words " * 200)
-    return root
+    return folder(tmp_path / "ws", {"README.md": "# a project\n" + "words " * 200})
 
 
 def serve(mode: str, usage_text: str = "") -> Iterator[UsageServer]:

@@ -29,6 +29,7 @@ from harnessnb.tools._builtin import builtin_tools
 from harnessnb.tools._executor import SETTLE_S, ToolExecutor
 from harnessnb.tools._protocol import ToolContext
 from harnessnb.tools._workspace import Workspace
+from tests.files_helpers import folder
 
 SECRET = "sk-test-SECRET-in-dotenv-0123456789"
 OUTSIDE = "OUTSIDE-must-stay-as-it-was"
@@ -36,19 +37,15 @@ OUTSIDE = "OUTSIDE-must-stay-as-it-was"
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# Title\nhello\n")
-    (root / ".env").write_text(f"OPENAI_API_KEY={SECRET}\n")
-    return root
+    return folder(tmp_path / "ws", {
+        "README.md": "# Title\nhello\n",
+        ".env": f"OPENAI_API_KEY={SECRET}\n",
+    })
 
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "target.txt").write_text(OUTSIDE)
-    return folder
+    return folder(tmp_path / "outside", {"target.txt": OUTSIDE})
 
 
 def writer() -> hn.Policy:

@@ -16,7 +16,6 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from harnessnb.tools._sandbox import (
     secret_env_name,
     secret_paths,
 )
+from tests.files_helpers import folder
 
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
 
@@ -60,18 +60,10 @@ def _no_net(backend: str) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("hello sandbox\n")
-    (root / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\n")
-    return root
-
-
-@pytest.fixture
-def store() -> Iterator[hn.Store]:
-    s = hn.Store(":memory:")
-    yield s
-    s.close()
+    return folder(tmp_path / "ws", {
+        "README.md": "hello sandbox\n",
+        ".env": f"OPENAI_API_KEY={FAKE_KEY}\n",
+    })
 
 
 @pytest.fixture

@@ -50,13 +50,6 @@ def ws() -> Iterator[Path]:
 
 
 @pytest.fixture
-def store() -> Iterator[hn.Store]:
-    s = hn.Store(":memory:")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     name: str = request.param
     monkeypatch.setenv("HARNESSNB_SANDBOX", name)

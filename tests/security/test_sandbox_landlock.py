@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from harnessnb.tools._landlock_exec import (
     ip_filter_supported,
 )
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
+from tests.security import test_sandbox
 from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
 
 ABI = landlock_abi()
@@ -155,21 +155,7 @@ def test_a_plan_reads_no_secret_and_writes_only_the_workspace_and_its_tmp(abi: i
 
 # ---------------------------------------------------------------- real commands
 
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("hello sandbox\n")
-    (root / ".env").write_text(f"OPENAI_API_KEY={FAKE_KEY}\n")
-    return root
-
-
-@pytest.fixture
-def store() -> Iterator[hn.Store]:
-    s = hn.Store(":memory:")
-    yield s
-    s.close()
+ws = test_sandbox.ws  # the same workspace fixture: a README and a .env holding a key
 
 
 def _path_without_bwrap(folder: Path) -> str:

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -68,20 +67,6 @@ def store_surfaces(path: Path) -> list[str]:
         dumps = [store.sql(f'SELECT * FROM "{t}"').to_csv() for t in tables]
     raw = [p.read_bytes().decode("latin-1") for p in path.parent.glob(path.name + "*")]
     return dumps + raw
-
-
-@pytest.fixture
-def srv() -> Iterator[ChaosServer]:
-    with ChaosServer(seed=0) as server:
-        yield server
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# demo\n")
-    return root
 
 
 def contract(ws: Path, **kw: Any) -> hn.TaskContract:
@@ -181,14 +166,14 @@ def test_every_logger_harnessnb_logs_through_scrubs(
 def test_progress_words_and_cards_of_any_text_are_scrubbed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from harnessnb.events import ToolCallEvent
     from harnessnb.launch._words import event_words
     from harnessnb.rules._html import escape, text_block
 
     monkeypatch.setenv("HN_TEST_SECRET", ENV_CANARY)
     # Long enough that the line is cut inside the secret, had it not been scrubbed first.
     args = {"argv": ["curl", "-H", f"X-Deploy: {ENV_CANARY}", "https://example.invalid/x"]}
-    event = hn.RunEvent("tool_call", "run_1", 1, 0.0, {"tool": "run_command", "args": args,
-                                                     "status": "ok"})  # fmt: skip
+    event = ToolCallEvent(run_id="run_1", step=1, tool="run_command", args=args, status="ok")
     line = event_words(event)
     assert line is not None and "[redacted]" in line
     assert_clean(line, escape(ENV_CANARY), text_block(f"x {ENV_CANARY}"), secret=ENV_CANARY)

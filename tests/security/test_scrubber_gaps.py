@@ -9,6 +9,7 @@ or a file could see it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -20,6 +21,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Fault, Reply
+from harnessnb.events import DeltaEvent, FinishedEvent, ToolCallEvent
 from harnessnb.loop._events import DELTA_TAIL, EventSink, TextDeltas
 from harnessnb.rules import _secrets
 
@@ -40,14 +42,6 @@ def error_surfaces(err: hn.HarnessError) -> list[str]:
     bundle = err._repr_mimebundle_()
     return [str(err), repr(err), json.dumps(err.to_dict()), bundle["text/plain"],
             bundle["text/html"], *err._render_traceback_()]  # fmt: skip
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    (root / "README.md").write_text("# demo\n")
-    return root
 
 
 # ------------------------------------------------ keys the provider was handed
@@ -150,10 +144,11 @@ class Ticks:
 
 
 def deltas_into(sink: EventSink) -> TextDeltas:
-    async def emit(kind: str, **data: Any) -> None:
-        await sink.emit(hn.RunEvent(kind, "run_x", 1, 0.0, data))  # type: ignore[arg-type]
+    return TextDeltas(sink.emit, clock=Ticks())
 
-    return TextDeltas(emit, clock=Ticks())
+
+def texts(events: list[hn.RunEvent]) -> list[str]:
+    return [e.text for e in events if isinstance(e, DeltaEvent)]
 
 
 async def test_a_key_split_across_two_streamed_pieces_reaches_no_event(
@@ -166,9 +161,9 @@ async def test_a_key_split_across_two_streamed_pieces_reaches_no_event(
     for piece in ["the token is ", ENV_KEY[:half], ENV_KEY[half:], " and more words", " end"]:
         await deltas(piece)
     await deltas.flush()
-    texts = [str(e.data["text"]) for e in seen.events]
-    assert "".join(texts) == "the token is [redacted] and more words end"
-    assert_clean(*texts)
+    said = texts(seen.events)
+    assert "".join(said) == "the token is [redacted] and more words end"
+    assert_clean(*said)
 
 
 async def test_the_tail_of_a_long_stream_is_cut_between_words_never_inside_a_key(
@@ -183,7 +178,7 @@ async def test_the_tail_of_a_long_stream_is_cut_between_words_never_inside_a_key
     assert len(text) - DELTA_TAIL in range(6, 6 + len(ENV_KEY))  # the raw cut is in the key
     await deltas(text)
     await deltas.flush()
-    shown = "".join(str(e.data["text"]) for e in seen.events)
+    shown = "".join(texts(seen.events))
     # scrubbed whole first, then cut: the tail of the scrubbed text, no part of the key
     assert shown == ("start [redacted] " + after)[-DELTA_TAIL:]
     assert_clean(shown)
@@ -224,13 +219,13 @@ def test_on_event_gets_scrubbed_tool_arguments_and_text_unless_asked_for_raw(
     for sink in (scrubbed, hn.unscrubbed_events(raw)):
         hn.run_sync(hn.TaskContract("note it", ws), hn.ScriptedProvider(list(script)),
                     store=hn.Store(":memory:"), policy=policy, on_event=sink)  # fmt: skip
-    tool_events = [e for e in scrubbed.events if e.kind == "tool_call"]
-    assert tool_events and "[redacted]" in json.dumps(tool_events[0].data)
-    assert_clean(*[json.dumps(e.data, default=str) for e in scrubbed.events])
-    assert ENV_KEY in json.dumps([e.data for e in raw.events], default=str)
-    # kinds and outcomes keep their types (an enum is no secret to scrub)
-    finished = next(e for e in scrubbed.events if e.kind == "finished")
-    assert finished.data["outcome"] == "finished"
+    tool_events = [e for e in scrubbed.events if isinstance(e, ToolCallEvent)]
+    assert tool_events and "[redacted]" in json.dumps(dataclasses.asdict(tool_events[0]))
+    assert_clean(*[json.dumps(dataclasses.asdict(e), default=str) for e in scrubbed.events])
+    assert ENV_KEY in json.dumps([dataclasses.asdict(e) for e in raw.events], default=str)
+    # kinds and outcomes keep their values (an enum is no secret to scrub)
+    finished = next(e for e in scrubbed.events if isinstance(e, FinishedEvent))
+    assert finished.outcome == "finished"
 
 
 # ------------------------------------------------ the HTTP library's DEBUG records

@@ -15,6 +15,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.events import StalledEvent, ToolCallEvent
 from harnessnb.launch._words import event_words
 from harnessnb.rules._html import escape
 from harnessnb.rules._text import printable
@@ -121,16 +122,13 @@ def test_the_stdin_approver_shows_a_registered_key_redacted(
 
 
 def test_event_lines_show_file_names_and_details_escaped() -> None:
-    event = hn.RunEvent(
-        "tool_call", run_id="r", step=1, at=0.0,
-        data={"tool": "read_file", "args": {"path": "\x1b[31mred.txt"}, "status": "ok"},
-    )  # fmt: skip
+    event = ToolCallEvent(
+        run_id="r", step=1, tool="read_file", args={"path": "\x1b[31mred.txt"}, status="ok"
+    )
     line = event_words(event)
     assert line is not None and "red.txt" in line
     _no_raw_control(line)
-    stall = hn.RunEvent(
-        "stalled", run_id="r", step=2, at=0.0, data={"signal": "window", "detail": TRICK}
-    )
+    stall = StalledEvent(run_id="r", step=2, signal="window", detail=TRICK)
     words = event_words(stall)
     assert words is not None
     _no_raw_control(words)
