@@ -98,7 +98,7 @@ def _run_cards() -> list[tuple[str, str]]:
 def _agent_card() -> tuple[str, str]:
     result = ag.AgentResult(
         "a-1", "codex", hn.RunOutcome.ESCALATED_TERMINAL, text="gave up",
-        usage={"input_tokens": 10, "output_tokens": 3}, exit_code=1,
+        usage=hn.Usage(input_tokens=10, output_tokens=3), exit_code=1,
         error=ag.RateLimited("quota", agent="codex", bin="codex", detail="q"),
     )  # fmt: skip
     return "agent", result._repr_mimebundle_()["text/html"]
