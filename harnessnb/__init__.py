@@ -31,7 +31,7 @@ _LAZY: dict[str, str] = {
     "Completion": ".providers._completion",
     "ToolCall": ".providers._completion",
     "Usage": ".providers._completion",
-    "REQUEST_TIMEOUT": ".providers._http",
+    "REQUEST_TIMEOUT_S": ".providers._http",
     "OpenAI": ".providers._openai",
     "OpenRouter": ".providers._openai",
     "Anthropic": ".providers._anthropic",
@@ -107,7 +107,7 @@ if TYPE_CHECKING:
     from .providers._anthropic import Anthropic
     from .providers._completion import AttemptRecord, Completion, ToolCall, Usage
     from .providers._fallback import Fallback
-    from .providers._http import REQUEST_TIMEOUT
+    from .providers._http import REQUEST_TIMEOUT_S
     from .providers._openai import OpenAI, OpenRouter
     from .providers._prices import Price, Prices
     from .providers._scripted import ScriptedProvider
@@ -120,7 +120,7 @@ if TYPE_CHECKING:
     from .tools._sandbox import sandbox_backend
 
 __all__ = [
-    "REQUEST_TIMEOUT",
+    "REQUEST_TIMEOUT_S",
     "Anthropic",
     "ApprovalRequest",
     "ApproveAll",
@@ -188,11 +188,20 @@ __all__ = [
 ]
 
 
+# old public name -> its new one (names and units, docs/api.md): warns, one release
+_RENAMED: dict[str, str] = {"REQUEST_TIMEOUT": "REQUEST_TIMEOUT_S"}
+
+
 def __getattr__(name: str) -> Any:
     if name == "agents":  # a subpackage: hn.agents.ClaudeCode(), hn.agents.run(...)
         value = importlib.import_module(".agents", __name__)
         globals()[name] = value
         return value
+    if name in _RENAMED:  # an old spelling, kept one release (docs/api.md)
+        from .rules._renamed import warn_renamed
+
+        warn_renamed("harnessnb", name, _RENAMED[name], keyword=False)
+        return __getattr__(_RENAMED[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'harnessnb' has no attribute {name!r}")

@@ -402,11 +402,11 @@ def _demo(args: argparse.Namespace, workspace: Path, *, kept: bool) -> int:
         DEMO_TASK,
         workspace,
         verification=FileContains("NOTES.md", "#"),
-        max_seconds=60,
+        max_time_s=60,
         # Short real waits so the demo takes seconds; more retries than the default 2
         # so a failure streak at 35% chaos rarely ends the run.
         max_retries=4,
-        retry=RetryPolicy(base=0.2, cap=2.0),
+        retry=RetryPolicy(base_s=0.2, cap_s=2.0),
     )
     policy = Policy.default().layer("demo").allow_write("NOTES.md")
     progress = LineProgress()

@@ -110,7 +110,7 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> Any:
         _ASK.format(timeout="", click="approver.panels[-1].approve_button.click()"),
         _ASK.format(timeout="", click="approver.panels[-1].reason.value = 'not now'; "
                     "approver.panels[-1].deny_button.click()"),
-        _ASK.format(timeout=", timeout=0.2", click="pass"),
+        _ASK.format(timeout=", timeout_s=0.2", click="pass"),
         _WAITING,
     ]  # fmt: skip
     nb = nbformat.v4.new_notebook()

@@ -225,7 +225,7 @@ async def test_an_attempt_the_time_budget_cuts_off_is_a_timeout_not_a_cancel(
     with ChaosServer() as srv, hn.Store(tmp_path / "s.duckdb") as store:
         srv.set_default(Fault.hang(10))
         provider = hn.OpenAI("m", base_url=srv.openai_url)
-        contract = hn.TaskContract("hi", ws, max_seconds=0.3)
+        contract = hn.TaskContract("hi", ws, max_time_s=0.3)
         result = await hn.run(contract, provider, store=store)
         assert result.outcome is hn.RunOutcome.TIME_BUDGET
         rows = store.attempts()

@@ -79,7 +79,7 @@ def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype:
     import harnessnb.agents as ag
 
     cause = hn.ProviderError("slow down", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429,
-                             retry_after=100.0, provider="openai")  # fmt: skip
+                             retry_after_s=100.0, provider="openai")  # fmt: skip
     cards = [
         cause._repr_mimebundle_()["text/html"],
         hn.RunResult("r1", hn.RunOutcome.ESCALATED_RETRYABLE, 1, 10, error=cause,
@@ -155,7 +155,7 @@ def _stat_cards() -> list[tuple[str, str]]:
     cause = hn.ProviderError("no key", kind=hn.ProviderErrorKind.AUTH, status=401,
                              provider="openai")  # fmt: skip
     runs = [
-        hn.RunResult("run_51c57599c555485d", outcome, 3, 421, verified=True, elapsed=0.04,
+        hn.RunResult("run_51c57599c555485d", outcome, 3, 421, verified=True, elapsed_s=0.04,
                      providers=("demo",), attempts=3, cost_usd=0.0, task="summarise README.md",
                      commands="sandbox: bubblewrap", error=error)
         for outcome, error in [(hn.RunOutcome.SUCCESS, None),

@@ -206,7 +206,8 @@ def test_attempt_numbers_continue_across_a_resume(tmp_path: Path) -> None:
     def down() -> hn.ProviderError:
         return hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
 
-    contract = hn.TaskContract("t", ws, max_retries=1, retry=hn.RetryPolicy(base=0.01, cap=0.01))
+    retry = hn.RetryPolicy(base_s=0.01, cap_s=0.01)
+    contract = hn.TaskContract("t", ws, max_retries=1, retry=retry)
     read = {"tool": "read_file", "args": {"path": "a.txt"}}
     provider = hn.ScriptedProvider([read, down(), down()])
     first = hn.run_sync(contract, provider, store=store)

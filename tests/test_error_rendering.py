@@ -24,7 +24,7 @@ FACTORIES: dict[type[hn.HarnessError], Callable[[str], hn.HarnessError]] = {
         m,
         kind=hn.ProviderErrorKind.RATE_LIMITED,
         status=429,
-        retry_after=12.0,
+        retry_after_s=12.0,
         provider="openai",
         request_id="req_1",
         model="gpt",
@@ -116,9 +116,9 @@ async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
 
 def providers(srv: ChaosServer) -> list[Any]:
     return [
-        hn.OpenAI("gpt", api_key=KEY, base_url=srv.openai_url, timeout=0.2),
-        hn.OpenRouter("or", api_key=KEY, base_url=srv.openai_url, timeout=0.2),
-        hn.Anthropic("claude", api_key=KEY, base_url=srv.anthropic_url, timeout=0.2),
+        hn.OpenAI("gpt", api_key=KEY, base_url=srv.openai_url, timeout_s=0.2),
+        hn.OpenRouter("or", api_key=KEY, base_url=srv.openai_url, timeout_s=0.2),
+        hn.Anthropic("claude", api_key=KEY, base_url=srv.anthropic_url, timeout_s=0.2),
     ]
 
 

@@ -162,13 +162,13 @@ def test_request_id_headers() -> None:
 
 
 def test_error_code_is_stable_and_distinct_from_message() -> None:
-    err = hn.ProviderError("Too many requests", kind=K.RATE_LIMITED, status=429, retry_after=3.0)
+    err = hn.ProviderError("Too many requests", kind=K.RATE_LIMITED, status=429, retry_after_s=3.0)
     assert err.code == "PROVIDER_RATE_LIMITED"
     d = err.to_dict()
     assert d["code"] == "PROVIDER_RATE_LIMITED"
     assert d["message"] == "Too many requests"
     assert d["kind"] == "rate_limited"
-    assert d["retry_after"] == 3.0
+    assert d["retry_after_s"] == 3.0
     assert d["retryable"] is True
     assert hn.RefusedError("no", act="write", target="a", rule="r", layer="l").code == "REFUSED"
     assert hn.ResumeError("gone", reason="unknown_run").code == "RESUME_UNKNOWN_RUN"
@@ -198,7 +198,7 @@ def test_raise_from_keeps_chain_in_dict() -> None:
 
 def test_traceback_is_short_and_card_is_escaped() -> None:
     err = hn.ProviderError(
-        "<script>alert(1)</script>", kind=K.RATE_LIMITED, status=429, retry_after=7.0
+        "<script>alert(1)</script>", kind=K.RATE_LIMITED, status=429, retry_after_s=7.0
     )
     lines = err._render_traceback_()
     assert 1 <= len(lines) <= 3
@@ -206,7 +206,7 @@ def test_traceback_is_short_and_card_is_escaped() -> None:
     bundle = err._repr_mimebundle_()
     assert "<script>" not in bundle["text/html"]
     assert "&lt;script&gt;" in bundle["text/html"]
-    assert "429" in bundle["text/plain"] and "retry_after: 7.0" in bundle["text/plain"]
+    assert "429" in bundle["text/plain"] and "retry_after_s: 7.0" in bundle["text/plain"]
 
 
 # --------------------------------------------- "may a retry help": one spelling
@@ -387,7 +387,7 @@ def test_a_misspelled_or_missing_context_field_is_a_type_error_naming_it() -> No
         ag.Timeout("slow", agent="codex", bin="codex")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="target"):
         hn.RefusedError("no", act="read")  # type: ignore[call-arg]
-    err = ag.RateLimited("slow down", agent="codex", bin="codex", detail="d", retry_after=5.0)
+    err = ag.RateLimited("slow down", agent="codex", bin="codex", detail="d", retry_after_s=5.0)
     assert err.resets_at is not None and err.quota is False  # derived, and the default
     assert list(err.to_dict())[3:8] == ["agent", "bin", "retryable", "detail", "status"]
     params = inspect.signature(ag.SessionBusy).parameters  # what help() shows

@@ -131,7 +131,7 @@ async def test_step_cap(ws: Path, store: hn.Store) -> None:
 async def test_token_budget_checked_after_the_step(ws: Path, store: hn.Store) -> None:
     replies = [{"tool": "read_file", "args": {"path": f"f{i}"}} for i in range(10)]
     provider = hn.ScriptedProvider(replies, tokens_per_reply=(40, 10))
-    result = await hn.run(contract(ws, max_tokens=120), provider, store=store)
+    result = await hn.run(contract(ws, max_total_tokens=120), provider, store=store)
     assert (result.outcome, result.steps, result.tokens) == (hn.RunOutcome.TOKEN_BUDGET, 3, 150)
 
 
@@ -142,7 +142,7 @@ async def test_time_budget_checked_before_each_step(ws: Path, store: hn.Store) -
         clock.advance(4.0)
         return {"tool": "list_dir", "args": {"path": "."}}
 
-    c = contract(ws, max_seconds=10)
+    c = contract(ws, max_time_s=10)
     result = await hn.run(c, hn.ScriptedProvider(slow), store=store, clock=clock)
     assert (result.outcome, result.steps) == (hn.RunOutcome.TIME_BUDGET, 3)
     assert clock.monotonic() <= 12.0
@@ -152,9 +152,9 @@ async def test_time_budget_bounds_a_hanging_provider_call(ws: Path, store: hn.St
     with ChaosServer() as srv:
         srv.set_default(Fault.hang(seconds=10))
         provider = hn.OpenAI("m", base_url=srv.openai_url)
-        result = await hn.run(contract(ws, max_seconds=0.3), provider, store=store)
+        result = await hn.run(contract(ws, max_time_s=0.3), provider, store=store)
     assert result.outcome is hn.RunOutcome.TIME_BUDGET
-    assert result.elapsed < 5
+    assert result.elapsed_s < 5
 
 
 async def test_event_callback_that_raises_does_not_kill_the_run(ws: Path, store: hn.Store) -> None:
@@ -307,11 +307,11 @@ async def test_retry_after_past_the_budget_ends_at_once(ws: Path, store: hn.Stor
     clock = FakeClock()
     with ChaosServer() as srv:
         srv.set_default(Fault.status(429, retry_after="100"))
-        result = await hn.run(contract(ws, max_seconds=5), openai_at(srv), store=store, clock=clock)
+        result = await hn.run(contract(ws, max_time_s=5), openai_at(srv), store=store, clock=clock)
         assert len(srv.requests) == 1
     assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
     assert isinstance(result.error, hn.ProviderError)
-    assert result.error.retry_after == 100.0
+    assert result.error.retry_after_s == 100.0
     assert clock.sleeps == []
 
 
@@ -459,7 +459,7 @@ async def test_a_command_cannot_outlive_the_time_budget(ws: Path, store: hn.Stor
     )
     policy = hn.Policy.default().layer("t").allow_exec("sleep")
     started = time.monotonic()
-    result = await hn.run(contract(ws, max_seconds=1.0), provider, store=store, policy=policy)
+    result = await hn.run(contract(ws, max_time_s=1.0), provider, store=store, policy=policy)
     assert time.monotonic() - started < 10
     assert result.outcome is hn.RunOutcome.TIME_BUDGET
     assert store.tool_calls(result.run_id)["error_code"].tolist() == ["SANDBOX_TIMEOUT"]

@@ -53,7 +53,7 @@ def test_rate_limited_run_card_shows_kind_status_and_retry_after(nb: Any) -> Non
     assert "rate_limited, HTTP 429, retryable, retry after 100 s" in html
     plain = card.data["text/plain"]
     assert "kind: rate_limited" in plain and "status: 429" in plain
-    assert "retry_after: 100.0" in plain
+    assert "retry_after_s: 100.0" in plain
     (error,) = _errors(c)
     assert error.ename == "ProviderError"
     assert error.traceback[-1] == "rate_limited, HTTP 429, retryable, retry after 100 s"

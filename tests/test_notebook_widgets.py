@@ -173,7 +173,7 @@ async def test_deny_button_carries_the_typed_reason() -> None:
 
 
 async def test_unanswered_request_defers_after_the_timeout() -> None:
-    approver = WidgetApprover(widgets=True, timeout=0.05)
+    approver = WidgetApprover(widgets=True, timeout_s=0.05)
     decision = await approver(request())
     assert decision.kind == "defer"
 
@@ -182,8 +182,8 @@ async def test_unanswered_request_defers_after_the_timeout() -> None:
 def test_a_timeout_that_is_no_number_of_seconds_is_a_config_error(timeout: Any) -> None:
     # NaN used to wait for ever (not "S seconds at most"), 0 and -1 to give up at once.
     with pytest.raises(hn.ConfigError, match="seconds above 0"):
-        WidgetApprover(timeout=timeout)
-    assert WidgetApprover(timeout=dt.timedelta(seconds=2)).timeout == 2.0
+        WidgetApprover(timeout_s=timeout)
+    assert WidgetApprover(timeout_s=dt.timedelta(seconds=2)).timeout_s == 2.0
 
 
 async def test_without_frontend_the_default_is_a_refusal_that_says_how_to_allow() -> None:

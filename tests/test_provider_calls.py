@@ -161,7 +161,7 @@ async def test_a_cancel_keeps_the_legs_before_it_and_the_one_it_cut_off(tmp_path
 async def test_the_time_budget_keeps_the_legs_before_it_as_they_were(tmp_path: Path) -> None:
     with ChaosServer() as a, ChaosServer() as b, hn.Store(tmp_path / "s.duckdb") as store:
         provider = busy_then_silent(a, b, 10)
-        contract = hn.TaskContract("hi", workspace(tmp_path), max_seconds=1.0, max_retries=0)
+        contract = hn.TaskContract("hi", workspace(tmp_path), max_time_s=1.0, max_retries=0)
         result = await hn.run(contract, provider, store=store)
         rows = store.attempts()
     assert result.outcome is hn.RunOutcome.TIME_BUDGET

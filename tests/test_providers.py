@@ -157,7 +157,7 @@ ROWS = [
         "timeout",
         None,
         answered=False,
-        provider_kw=(("timeout", 0.2),),
+        provider_kw=(("timeout_s", 0.2),),
     ),
     Row(
         "slow-past-deadline",
@@ -165,7 +165,7 @@ ROWS = [
         "timeout",
         None,
         answered=False,
-        provider_kw=(("timeout", 0.2),),
+        provider_kw=(("timeout_s", 0.2),),
     ),
     Row(
         "stream-idle",
@@ -173,7 +173,7 @@ ROWS = [
         "timeout",
         200,
         modes=(True,),
-        provider_kw=(("timeout", 5.0), ("idle_timeout", 0.2)),
+        provider_kw=(("timeout_s", 5.0), ("idle_timeout_s", 0.2)),
     ),
 ]
 
@@ -194,9 +194,9 @@ async def test_classification_row(name: str, row: Row, stream: bool, srv: ChaosS
     assert err.kind.value == row.kind, err.message
     assert err.status == row.status
     if row.retry_after is not None and row.id == "429-http-date":
-        assert err.retry_after is not None and abs(err.retry_after - 120.0) < 5
+        assert err.retry_after_s is not None and abs(err.retry_after_s - 120.0) < 5
     else:
-        assert err.retry_after == row.retry_after
+        assert err.retry_after_s == row.retry_after
     expected_retryable = row.retryable if row.retryable is not None else err.kind.retryable
     assert err.retryable is expected_retryable
     assert err.provider == name and err.model == provider.model
@@ -206,7 +206,7 @@ async def test_classification_row(name: str, row: Row, stream: bool, srv: ChaosS
     # Exactly one attempt reported, carrying the same facts.
     (attempt,) = attempts
     assert (attempt.provider, attempt.kind, attempt.status) == (name, row.kind, row.status)
-    assert attempt.retry_after_s == err.retry_after
+    assert attempt.retry_after_s == err.retry_after_s
     assert attempt.request_id == err.request_id
     assert attempt.error == err.message
     assert KEY not in repr(attempt) and KEY not in str(err)
@@ -223,7 +223,7 @@ async def test_connection_refused_is_transport(name: str, stream: bool, srv: Cha
     cls = {"openai": hn.OpenAI, "openrouter": hn.OpenRouter, "anthropic": hn.Anthropic}[name]
     err, attempts = await fail(cls("m", api_key=KEY, base_url=url), stream)
     assert err.kind is hn.ProviderErrorKind.TRANSPORT
-    assert (err.status, err.retry_after, err.request_id) == (None, None, None)
+    assert (err.status, err.retry_after_s, err.request_id) == (None, None, None)
     assert err.retryable
     assert attempts[0].kind == "transport"
 
@@ -233,10 +233,10 @@ async def test_idle_timeout_says_idle_and_deadline_says_deadline(
     name: str, srv: ChaosServer
 ) -> None:
     srv.push(Fault.stall_stream(after_events=1, seconds=3.0))
-    idle, _ = await fail(make(name, srv, timeout=5.0, idle_timeout=0.2), True)
+    idle, _ = await fail(make(name, srv, timeout_s=5.0, idle_timeout_s=0.2), True)
     assert "idle" in idle.message
     srv.push(Fault.stall_stream(after_events=1, seconds=3.0))
-    deadline, _ = await fail(make(name, srv, timeout=0.3, idle_timeout=2.0), True)
+    deadline, _ = await fail(make(name, srv, timeout_s=0.3, idle_timeout_s=2.0), True)
     assert deadline.kind is hn.ProviderErrorKind.TIMEOUT and "deadline" in deadline.message
 
 
@@ -247,17 +247,17 @@ async def test_the_wait_for_the_first_chunk_is_bounded_by_the_deadline_not_the_i
     # A reasoning model behind chat completions sends the headers, then nothing until it
     # has thought (minutes): that is no stream gone silent between chunks.
     srv.push(Fault.stall_stream(after_events=0, seconds=0.8))
-    done = await make(name, srv, timeout=5.0, idle_timeout=0.2).complete(HI, stream=True)
+    done = await make(name, srv, timeout_s=5.0, idle_timeout_s=0.2).complete(HI, stream=True)
     assert done.text == "hi"
     srv.push(Fault.stall_stream(after_events=0, seconds=3.0))
-    late, _ = await fail(make(name, srv, timeout=0.4, idle_timeout=0.2), True)
+    late, _ = await fail(make(name, srv, timeout_s=0.4, idle_timeout_s=0.2), True)
     assert late.kind is hn.ProviderErrorKind.TIMEOUT and "deadline" in late.message
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
 async def test_short_stall_within_idle_timeout_completes(name: str, srv: ChaosServer) -> None:
     srv.push(Fault.stall_stream(after_events=1, seconds=0.1))
-    done = await make(name, srv, idle_timeout=2.0).complete(HI, stream=True)
+    done = await make(name, srv, idle_timeout_s=2.0).complete(HI, stream=True)
     assert done.text == "hi"
 
 
@@ -279,7 +279,7 @@ async def test_server_silent_after_last_event_does_not_spoil_the_answer(
     # Every event is sent, then the server holds the stream open without ending it.
     srv.push(Fault.stall_stream(after_events=100, seconds=3.0))
     started = time.perf_counter()
-    done = await make(name, srv, idle_timeout=0.2).complete(HI, stream=True)
+    done = await make(name, srv, idle_timeout_s=0.2).complete(HI, stream=True)
     assert done.text == "hi"
     assert time.perf_counter() - started < 1.0
 
@@ -571,13 +571,13 @@ def test_names_hosts_and_with_timeout() -> None:
     assert (a.name, a.model, a.hosts()) == ("anthropic", "claude", ["api.anthropic.com"])
     assert hn.OpenRouter("x", api_key=KEY).hosts() == ["openrouter.ai"]
     assert hn.OpenAI("x", api_key=KEY).hosts() == ["api.openai.com"]
-    assert a.timeout == hn.REQUEST_TIMEOUT == 600.0
+    assert a.timeout_s == hn.REQUEST_TIMEOUT_S == 600.0
     b = a.with_timeout(5)
-    assert b is not a and b.timeout == 5.0 and a.timeout == 600.0
-    assert b.model == a.model and b.idle_timeout == a.idle_timeout
+    assert b is not a and b.timeout_s == 5.0 and a.timeout_s == 600.0
+    assert b.model == a.model and b.idle_timeout_s == a.idle_timeout_s
     import datetime
 
-    assert a.with_timeout(datetime.timedelta(seconds=90)).timeout == 90.0
+    assert a.with_timeout(datetime.timedelta(seconds=90)).timeout_s == 90.0
     with pytest.raises(hn.ConfigError):
         a.with_timeout(0)
     assert isinstance(a, Provider)

@@ -87,7 +87,8 @@ async def test_all_failing_raises_fallback_error_holding_every_failure(servers: 
         ("anthropic", "rate_limited"),
     ]
     assert err.exceptions == tuple(err.failures)
-    assert (err.kind, err.status, err.retry_after) == (hn.ProviderErrorKind.RATE_LIMITED, 429, 4.0)
+    kind = hn.ProviderErrorKind.RATE_LIMITED
+    assert (err.kind, err.status, err.retry_after_s) == (kind, 429, 4.0)
     assert err.retryable is True
     assert err.provider == "fallback(openai,anthropic)"
     assert err.request_id == servers[1].requests[-1].request_id
@@ -157,8 +158,8 @@ def test_hosts_union_and_with_timeout_applies_to_all() -> None:
         if isinstance(p, hn.Fallback):
             stack.extend(p.providers)
         else:
-            timeouts.append(p.timeout)  # type: ignore[attr-defined]
+            timeouts.append(p.timeout_s)  # type: ignore[attr-defined]
     assert timeouts == [3.0, 3.0, 3.0, 3.0]
-    assert a.timeout == hn.REQUEST_TIMEOUT
+    assert a.timeout_s == hn.REQUEST_TIMEOUT_S
     assert isinstance(fb, Provider)
     assert "canary" not in repr(fb)  # no key in the nested reprs

@@ -33,7 +33,7 @@ INTENDED = {
     "Prices",
     "ProviderError",
     "ProviderErrorKind",
-    "REQUEST_TIMEOUT",
+    "REQUEST_TIMEOUT_S",
     "Record",
     "RefusedError",
     "Replay",
@@ -89,7 +89,7 @@ def test_every_public_name_resolves() -> None:
 
 
 def test_request_timeout_default() -> None:
-    assert hn.REQUEST_TIMEOUT == 600.0
+    assert hn.REQUEST_TIMEOUT_S == 600.0
 
 
 def test_outcome_values_are_the_stored_strings() -> None:

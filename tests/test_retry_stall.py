@@ -19,7 +19,7 @@ K = hn.ProviderErrorKind
 
 
 def err(kind: hn.ProviderErrorKind, retry_after: float | None = None) -> hn.ProviderError:
-    return hn.ProviderError("x", kind=kind, retry_after=retry_after)
+    return hn.ProviderError("x", kind=kind, retry_after_s=retry_after)
 
 
 @pytest.mark.parametrize(
@@ -30,12 +30,12 @@ def test_backoff_doubles_from_base_up_to_cap(retry: int, expected: float) -> Non
 
 
 def test_retry_after_above_cap_is_honoured() -> None:
-    assert RetryPolicy(cap=30.0).delay(1, retry_after=100.0) == 100.0
-    assert RetryPolicy().delay(3, retry_after=0.0) == 0.0
+    assert RetryPolicy(cap_s=30.0).delay(1, retry_after_s=100.0) == 100.0
+    assert RetryPolicy().delay(3, retry_after_s=0.0) == 0.0
 
 
 def test_times_accept_timedelta() -> None:
-    pol = RetryPolicy(base=timedelta(milliseconds=250), cap=timedelta(seconds=1))
+    pol = RetryPolicy(base_s=timedelta(milliseconds=250), cap_s=timedelta(seconds=1))
     assert pol.delay(1) == 0.25 and pol.delay(5) == 1.0
 
 

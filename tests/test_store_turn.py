@@ -248,7 +248,7 @@ def test_a_store_busy_for_the_whole_budget_ends_the_run_typed_not_raised(tmp_pat
     store, holder = _held_by_another_program(tmp_path / "runs.duckdb")
     try:
         started = time.monotonic()
-        result = hn.run_sync(_contract(tmp_path / "ws", max_seconds=1.0), _replies(),
+        result = hn.run_sync(_contract(tmp_path / "ws", max_time_s=1.0), _replies(),
                              store=store, clock=ShortSleeps())  # fmt: skip
         took = time.monotonic() - started
     finally:

@@ -42,7 +42,7 @@ def answer(_: ChaosRequest) -> Reply:
 
 
 def make(protocol: str, srv: ChaosServer, **kw: Any) -> hn.OpenAI | hn.Anthropic:
-    kw.setdefault("idle_timeout", IDLE)
+    kw.setdefault("idle_timeout_s", IDLE)
     if protocol == "anthropic":
         return hn.Anthropic("claude-test", api_key="sk-test", base_url=srv.anthropic_url, **kw)
     return hn.OpenAI("gpt-test", api_key="sk-test", base_url=srv.openai_url, **kw)

@@ -31,7 +31,7 @@ PROFILES: dict[str, dict[str, float]] = {
     "flaky": {"server": 0.2, "malformed": 0.1},
 }
 COLUMNS = ["task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
-           "seconds", "error_kind", "retries", "run_id"]  # fmt: skip
+           "elapsed_s", "error_kind", "retries", "run_id", "seconds"]  # fmt: skip
 WRITE = {"tool": "write_file", "args": {"path": "OUT.md", "content": "# out\n"}}
 
 

@@ -205,7 +205,7 @@ async def test_cancelling_a_sweep_on_the_cluster_stops_the_runs_begun(
     removed), starts no other, and leaves each worker free for a next task; a new
     sweep on the same folder, and one reusing the cancelled sweep's id, run to their end."""
     shards = tmp_path / "shards"
-    tasks = [hn.TaskContract(f"t{i}", ws, max_seconds=600) for i in range(8)]
+    tasks = [hn.TaskContract(f"t{i}", ws, max_time_s=600) for i in range(8)]
     with ChaosServer() as srv:
         srv.set_default(Fault.hang(seconds=120))
         hangs = hn.OpenAI("m", api_key="sk-test", base_url=srv.openai_url)
@@ -394,7 +394,7 @@ def _fail_on_the_worker() -> None:
     except ConnectionResetError as exc:
         raise hn.ProviderError(
             "the model is overloaded", kind=hn.ProviderErrorKind.SERVER, status=529,
-            retry_after=3.0, provider="anthropic", request_id="req-42", model="claude-x",
+            retry_after_s=3.0, provider="anthropic", request_id="req-42", model="claude-x",
         ) from exc  # fmt: skip
 
 
@@ -406,7 +406,7 @@ def test_a_provider_error_raised_on_a_worker_reaches_the_client_with_its_fields(
         future.result(timeout=60)
     err = raised.value
     assert type(err) is hn.ProviderError and err.code == "PROVIDER_SERVER"
-    assert (err.kind, err.status, err.retry_after, err.provider, err.request_id, err.model) == (
+    assert (err.kind, err.status, err.retry_after_s, err.provider, err.request_id, err.model) == (
         hn.ProviderErrorKind.SERVER, 529, 3.0, "anthropic", "req-42", "claude-x")  # fmt: skip
     assert err.retryable and str(err) == "the model is overloaded"
     assert err.to_dict()["causes"] == ["ConnectionResetError: reset while sending key [redacted]"]

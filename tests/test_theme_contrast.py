@@ -50,7 +50,7 @@ def _error_cards() -> list[tuple[str, str]]:
     cards = []
     for kind in hn.ProviderErrorKind:
         err = hn.ProviderError(
-            f"{kind.value} from the provider", kind=kind, status=429, retry_after=100.0,
+            f"{kind.value} from the provider", kind=kind, status=429, retry_after_s=100.0,
             provider="openai", request_id="req-1",
         )  # fmt: skip
         cards.append((f"provider-{kind.value}", err))
@@ -86,7 +86,7 @@ def _run_cards() -> list[tuple[str, str]]:
         result = hn.RunResult(
             f"run-{outcome.value}", outcome, 2, 460, verified=outcome.value == "success",
             error=None if outcome.value in ("success", "finished") else cause,
-            elapsed=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
+            elapsed_s=3.2, text="Wrote NOTES.md", providers=("openai", "openrouter"),
             attempts=4, retries=2, fallbacks=1, task="write the notes",
             verify_detail="pytest -q: 3 passed", commands="sandbox: bubblewrap",
             step_summaries=rows,
@@ -98,7 +98,7 @@ def _run_cards() -> list[tuple[str, str]]:
 def _agent_card() -> tuple[str, str]:
     result = ag.AgentResult(
         "a-1", "codex", hn.RunOutcome.ESCALATED_TERMINAL, text="gave up",
-        usage={"input_tokens": 10, "output_tokens": 3}, exit_code=1,
+        usage=hn.Usage(input_tokens=10, output_tokens=3), exit_code=1,
         error=ag.RateLimited("quota", agent="codex", bin="codex", detail="q"),
     )  # fmt: skip
     return "agent", result._repr_mimebundle_()["text/html"]

@@ -27,14 +27,14 @@ async def typed_usage(store: hn.Store) -> None:
         "repo",
         verification=hn.FileContains("NOTES.md", "#"),
         max_steps=12,
-        max_seconds=300.0,
+        max_time_s=300.0,
         max_cost_usd=0.50,
-        retry=hn.RetryPolicy(base=0.5, cap=30.0),
+        retry=hn.RetryPolicy(base_s=0.5, cap_s=30.0),
         stall=hn.StallPolicy(window=3, max_replans=1),
     )
     provider = hn.Fallback(
         hn.OpenAI("gpt-4o-mini", api_key="k"),
-        hn.Anthropic("claude", api_key="k", idle_timeout=20.0, stream=False).with_timeout(30.0),
+        hn.Anthropic("claude", api_key="k", idle_timeout_s=20.0, stream=False).with_timeout(30.0),
     )
     streams: bool = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", stream=False).stream
     policy = hn.Policy.default().layer("app").allow_write("NOTES.md")
@@ -48,7 +48,7 @@ async def typed_usage(store: hn.Store) -> None:
     error: hn.HarnessError | None = result.error
     if isinstance(error, hn.ProviderError):
         kind: hn.ProviderErrorKind = error.kind
-        wait: float | None = error.retry_after
+        wait: float | None = error.retry_after_s
         print(kind.value, kind.retryable, wait, error.status, error.request_id)
     print(outcome.value, result.steps, result.tokens, result.verified)
     completion: hn.Completion = await hn.ScriptedProvider(["hi"]).complete(
@@ -63,7 +63,7 @@ async def typed_usage(store: hn.Store) -> None:
     print(spent, hn.RunOutcome.COST_BUDGET.value)
     again: hn.RunResult = await hn.resume(result.run_id, provider, store=store, prices=prices)
     print(again.outcome, store.failure_rates(by=("provider", "kind")).shape)
-    assert hn.REQUEST_TIMEOUT == 600.0
+    assert hn.REQUEST_TIMEOUT_S == 600.0
     swept: hn.SweepResult = await hn.sweep(
         ["say hello", contract], {"a": provider}, workspace="repo", repeats=3, concurrency=4,
         store=store, keep_workspaces=False, max_cost_usd=1.0, prices=prices,
@@ -90,8 +90,9 @@ async def typed_usage(store: hn.Store) -> None:
     )
     if isinstance(done.error, hn.agents.RateLimited):
         print(done.error.detail, done.error.resets_at, done.error.retryable)
-    print(done.text, done.usage, done.session_id, done.exit_code, done.outcome.value)
-    print(hn.agents.run_sync(hn.agents.Codex(timeout=600.0), "x", "repo").ok)
+    print(done.text, done.usage.cached_input_tokens, done.cost_usd, done.session_id)
+    print(done.exit_code, done.outcome.value)
+    print(hn.agents.run_sync(hn.agents.Codex(timeout_s=600.0), "x", "repo").ok)
 
 
 async def typed_store_writes(store: hn.Store) -> None:

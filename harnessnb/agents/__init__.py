@@ -23,7 +23,8 @@ subclasses) and never retried automatically.
 - ``_result``: ``AgentResult``.
 
 May import: ``loop``, ``tools``, ``store``, ``rules`` (a CLI run is stored and reported
-like a loop run). Never a face (cli, notebook) or IPython.
+like a loop run) and ``providers._completion`` (its usage is an ``hn.Usage``). Never a
+face (cli, notebook) or IPython.
 """
 
 from . import _errors

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal
 
 from ..rules._errors import ConfigError
+from ..rules._renamed import renamed
 from ._classify import status_code
 from ._errors import CommandLineTooLarge, Unsupported
 from ._process import Limits
@@ -40,6 +41,7 @@ class Invocation:
     session_id: str | None  # known before the run (chosen by us, or resumed)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class AgentCLI:
     """A coding-agent CLI run headless.
@@ -50,7 +52,7 @@ class AgentCLI:
             workspace), ``edit`` (it may edit files in the workspace) or ``bypass``
             (every tool, no sandbox: only for an externally sandboxed machine).
         bin: The executable, looked up on ``PATH`` (the driver's usual name by default).
-        timeout: Seconds before the whole process group is killed (None: no limit).
+        timeout_s: Seconds before the whole process group is killed (None: no limit).
         max_turns: Cap on the agent's turns, for CLIs that have one (``Unsupported``
             otherwise: never silently ignored).
         extra_args: Further arguments, placed before the prompt.
@@ -61,7 +63,7 @@ class AgentCLI:
     model: str | None = None
     permission: Permission = "read_only"
     bin: str = ""
-    timeout: float | None = None
+    timeout_s: float | None = None
     max_turns: int | None = None
     extra_args: Sequence[str] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -89,8 +91,10 @@ class AgentCLI:
             raise ConfigError(
                 f"permission must be one of {', '.join(_PERMISSIONS)}, not {self.permission!r}"
             )
-        if self.timeout is not None and not self.timeout > 0:
-            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ConfigError(
+                f"timeout_s must be a positive number of seconds, not {self.timeout_s!r}"
+            )
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"max_turns must be at least 1, not {self.max_turns!r}")
         if not self.bin:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from ..rules._errors import ConfigError
+from ..rules._renamed import renamed
 from ._cause import (
     claude_retry_after,
     copilot_log_waits,
@@ -44,6 +45,7 @@ from ._turn import Turn, to_int
 __all__ = ["AgentCLI", "ClaudeCode", "Codex", "Copilot", "Invocation", "Permission", "driver"]
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class ClaudeCode(AgentCLI):
     """Claude Code: ``claude -p --output-format stream-json --verbose``.
@@ -157,6 +159,7 @@ class ClaudeCode(AgentCLI):
             _rate_limit(obj.get("rate_limit_info") or obj, turn)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class Codex(AgentCLI):
     """OpenAI Codex: ``codex exec --json`` (``codex exec resume <id>`` to continue).
@@ -164,7 +167,7 @@ class Codex(AgentCLI):
     Codex authenticates ``exec`` with ``CODEX_API_KEY`` or a stored login (an
     ``OPENAI_API_KEY`` alone is not used by ``exec``). It reports the usage of the whole
     thread, so a resumed run's usage is the difference from the previous run's.
-    Without a network it retries for ever: give it a ``timeout``.
+    Without a network it retries for ever: give it a ``timeout_s``.
     """
 
     name: ClassVar[str] = "codex"
@@ -281,6 +284,7 @@ class Codex(AgentCLI):
         turn.tool_ended(call_id, ok=ok, output=_str(item.get("aggregated_output")) or None)
 
 
+@renamed(timeout="timeout_s")
 @dataclasses.dataclass(frozen=True)
 class Copilot(AgentCLI):
     """GitHub Copilot CLI: ``copilot --output-format json --allow-all-tools --no-ask-user``.

@@ -11,9 +11,9 @@ Class tree (all are ``hn.HarnessError``, so they render as the same cards)::
     ├── Timeout                  killed (whole process group) at .timeout_s; .partial kept
     ├── Cancelled                the caller cancelled; the process group is gone
     ├── Failed                   non-zero exit: .exit_code (-N = signal N) .stderr
-    ├── RateLimited              rate limited: .detail .status .retry_after .resets_at .quota
+    ├── RateLimited              rate limited: .detail .status .retry_after_s .resets_at .quota
     ├── NotAuthenticated         not logged in / bad key: .detail .status .hint (the fix)
-    ├── AgentError               the turn failed: .kind (from the cause) .status .retry_after
+    ├── AgentError               the turn failed: .kind (from the cause) .status .retry_after_s
     ├── Parse                    structured output that could not be read: .detail
     ├── SessionConflict          a session name bound to another CLI: .name .bound .requested
     └── SessionBusy              another live run drives the named session: .name .holder
@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from ..rules._errors import HarnessError, ProviderErrorKind, classify_status
 from ..rules._fields import Declared, context
 from ..rules._html import Html, retry_badge
+from ..rules._renamed import renamed
 from ..rules._text import shorten
 
 __all__ = [
@@ -206,20 +207,21 @@ class Failed(CLIError):
         return {**super()._fields(), "stderr": shorten(self.stderr.strip(), CARD_CHARS) or None}
 
 
+@renamed(retry_after="retry_after_s")
 class _WithCause(_WithDetail):
     """A failure the model endpoint reported through the CLI: ``.status`` (the HTTP
-    status, when the CLI said it) and ``.retry_after`` (seconds the server asked to
-    wait, when the CLI said it)."""
+    status, when the CLI said it) and ``.retry_after_s`` (seconds the server asked to
+    wait, when the CLI said it; ``.retry_after`` is its deprecated spelling)."""
 
     status: int | None = None
-    retry_after: float | None = None
+    retry_after_s: float | None = None
 
 
 class RateLimited(_WithCause):
     """Rate limited (retryable), or a quota used up (``.quota``: not retryable).
 
     ``resets_at`` is when the limit lifts (epoch seconds): the CLI's own record of it,
-    or the moment of the failure plus a known ``retry_after``.
+    or the moment of the failure plus a known ``retry_after_s``.
     """
 
     CODE = "AGENT_RATE_LIMITED"
@@ -230,8 +232,8 @@ class RateLimited(_WithCause):
     resets_at: float | None = context(default=None, shown=False)
 
     def _settle(self) -> None:
-        if self.resets_at is None and self.retry_after is not None:
-            self.resets_at = time.time() + self.retry_after
+        if self.resets_at is None and self.retry_after_s is not None:
+            self.resets_at = time.time() + self.retry_after_s
 
     @property
     def retryable(self) -> bool:
@@ -262,6 +264,7 @@ class NotAuthenticated(_WithCause):
         return f"log in with: {self.hint}"
 
 
+@renamed(retry_after="retry_after_s")
 class AgentError(_WithCause):
     """The turn failed for the reason ``.kind`` names; retryable when that kind is
     (a server failure, a dropped stream, the CLI's own request timeout). With neither a
@@ -278,11 +281,11 @@ class AgentError(_WithCause):
         detail: str,
         status: int | None = None,
         kind: ProviderErrorKind | None = None,
-        retry_after: float | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         # ``kind`` is a property every CLIError has, not a field: kept apart.
         super().__init__(
-            message, agent=agent, bin=bin, detail=detail, status=status, retry_after=retry_after
+            message, agent=agent, bin=bin, detail=detail, status=status, retry_after_s=retry_after_s
         )
         self._kind = kind
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from ..loop._contract import RunOutcome
+from ..providers._completion import Usage
 from ..rules._errors import HarnessError
 from ..rules._html import Html, Tone, badge, card, code, kv_table, text_block
+from ..rules._renamed import renamed, warn_renamed
 from ..rules._secrets import scrub
 from ..rules._text import shorten
 
-__all__ = ["AgentResult"]
+__all__ = ["AgentResult", "usage_of"]
 
 
+@renamed(elapsed="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class AgentResult:
     """The end of one coding-agent CLI run.
@@ -25,13 +29,16 @@ class AgentResult:
             retryable failure (quota, timeout, busy session), ``escalated_terminal``
             for the others, ``cancelled`` when the caller cancelled.
         text: The agent's final answer ("" on failure; see ``partial`` for a timeout).
-        usage: input_tokens, output_tokens, cached_input_tokens, cost_usd (None when
-            the CLI did not report a cost).
+        usage: The run's token counts, an ``hn.Usage`` (``input_tokens``,
+            ``output_tokens``, ``cached_input_tokens``); reading it as the dict it was
+            (``usage["input_tokens"]``) is deprecated.
+        cost_usd: What the CLI reported the run cost in US dollars (None when it did
+            not report one).
         session_id: The CLI's native session id (continue it with ``session=``).
         session: The session name it is bound to, if one was given.
         exit_code: The CLI's exit code (None when it was killed or never started).
         error: The typed failure (``hn.agents.CLIError``), None on success.
-        elapsed: Seconds from start to end.
+        elapsed_s: Seconds from start to end (was ``elapsed``, deprecated).
         tool_calls: Tool calls the agent made, as its stream reported them.
         changed_workspace: Whether the workspace's files changed during the run.
     """
@@ -40,15 +47,16 @@ class AgentResult:
     agent: str
     outcome: RunOutcome
     text: str = ""
-    usage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    usage: Usage = dataclasses.field(default_factory=lambda: usage_of({}, None))
     session_id: str | None = None
     session: str | None = None
     exit_code: int | None = None
     error: HarnessError | None = None
-    elapsed: float = 0.0
+    elapsed_s: float = 0.0
     tool_calls: int = 0
     changed_workspace: bool | None = None
     model: str | None = None
+    cost_usd: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -56,7 +64,7 @@ class AgentResult:
 
     @property
     def tokens(self) -> int:
-        return int(self.usage.get("input_tokens") or 0) + int(self.usage.get("output_tokens") or 0)
+        return self.usage.total_tokens
 
     def __repr__(self) -> str:
         err = f", error={self.error.code}" if self.error else ""
@@ -67,14 +75,13 @@ class AgentResult:
         )
 
     def summary_text(self) -> str:
-        usage = self.usage
-        cost = usage.get("cost_usd")
+        usage, cost = self.usage, self.cost_usd
         lines = [
             f"{self.agent} run {self.run_id}: {self.outcome.value}",
-            f"  tokens in {usage.get('input_tokens', 0)} (cached "
-            f"{usage.get('cached_input_tokens', 0)}), out {usage.get('output_tokens', 0)}"
-            + (f", cost ${cost:.4f}" if isinstance(cost, int | float) else "")
-            + f"; {self.tool_calls} tool calls; {self.elapsed:.1f} s",
+            f"  tokens in {usage.input_tokens} (cached "
+            f"{usage.cached_input_tokens}), out {usage.output_tokens}"
+            + (f", cost ${cost:.4f}" if cost is not None else "")
+            + f"; {self.tool_calls} tool calls; {self.elapsed_s:.1f} s",
             f"  session {self.session or '-'} -> {self.session_id or '-'}; "
             f"exit code {self.exit_code if self.exit_code is not None else '-'}",
         ]
@@ -93,15 +100,15 @@ class AgentResult:
         rows = [
             ("agent", self.agent + (f" ({self.model})" if self.model else "")),
             ("outcome", self.outcome.value),
-            ("tokens", f"in {usage.get('input_tokens', 0)} (cached "
-                       f"{usage.get('cached_input_tokens', 0)}), out "
-                       f"{usage.get('output_tokens', 0)}"),
-            ("cost", "-" if usage.get("cost_usd") is None else f"${usage['cost_usd']:.4f}"),
+            ("tokens", f"in {usage.input_tokens} (cached "
+                       f"{usage.cached_input_tokens}), out "
+                       f"{usage.output_tokens}"),
+            ("cost", "-" if self.cost_usd is None else f"${self.cost_usd:.4f}"),
             ("tool calls", str(self.tool_calls)),
             ("changed workspace", {True: "yes", False: "no", None: "-"}[self.changed_workspace]),
             ("session", f"{self.session or '-'} -> {self.session_id or '-'}"),
             ("exit code", "-" if self.exit_code is None else str(self.exit_code)),
-            ("elapsed", f"{self.elapsed:.1f} s"),
+            ("elapsed", f"{self.elapsed_s:.1f} s"),
         ]  # fmt: skip
         return card(
             "harnessnb-agent-result",
@@ -111,3 +118,51 @@ class AgentResult:
             self.error._card_html() if self.error is not None else "",
             tone=tone,
         )
+
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class _ReadAsDict(Usage):
+    """An agent run's ``Usage`` that still answers the dict reads it used to (its
+    ``cost_usd`` key too), each warning: ``AgentResult.usage`` was a dict. Equal to,
+    and shown as, the plain ``Usage`` it holds."""
+
+    cost_usd: float | None = None
+
+    def _plain(self) -> Usage:
+        return Usage(self.input_tokens, self.output_tokens, self.estimated,
+                     self.cached_input_tokens)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        plain = other._plain() if isinstance(other, _ReadAsDict) else other
+        return self._plain() == plain
+
+    def __hash__(self) -> int:
+        return hash(self._plain())
+
+    def __repr__(self) -> str:
+        return repr(self._plain())
+
+    def __getitem__(self, key: str) -> Any:
+        new = "AgentResult.cost_usd" if key == "cost_usd" else f"AgentResult.usage.{key}"
+        warn_renamed("AgentResult", f"usage[{key!r}]", new, keyword=False)
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+def usage_of(counts: Mapping[str, Any], cost_usd: float | None) -> Usage:
+    """An agent run's ``Usage`` from its turn's counts (and the cost the CLI reported)."""
+    return _ReadAsDict(
+        input_tokens=int(counts.get("input_tokens") or 0),
+        output_tokens=int(counts.get("output_tokens") or 0),
+        cached_input_tokens=int(counts.get("cached_input_tokens") or 0),
+        cost_usd=cost_usd,
+    )

@@ -69,7 +69,7 @@ def run_rows(
         "model": turn.model or model,
         "kind": None if kind is None else kind.value,
         "status": getattr(error, "status", None),
-        "retry_after_s": getattr(error, "retry_after", None),
+        "retry_after_s": getattr(error, "retry_after_s", None),
         "latency_ms": None if ran_s is None else ran_s * 1000,
         "input_tokens": turn.usage["input_tokens"],
         "output_tokens": turn.usage["output_tokens"],

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..loop._bridge import sync_twin
 from ..loop._driver import new_id
 from ..loop._events import Callback, EventSink
 from ..loop._outcome import invocation_outcome
@@ -64,8 +65,8 @@ from ._errors import (
     Spawn,
 )
 from ._process import ProcessEnd, run_process, too_large
-from ._result import AgentResult
-from ._rows import run_rows
+from ._result import AgentResult, usage_of
+from ._rows import _reported_cost, run_rows
 from ._turn import Turn, to_int
 from ._verdict import verdict
 
@@ -128,13 +129,9 @@ async def run(
     return await driver.drive()
 
 
-def run_sync(
-    agent: AgentCLI, task: str, workspace: str | os.PathLike[str], **kwargs: Any
-) -> AgentResult:
-    """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
-    from ..loop._bridge import run_blocking
-
-    return run_blocking(run(agent, task, workspace, **kwargs))
+run_sync = sync_twin(
+    run, """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel."""
+)
 
 
 @dataclasses.dataclass(eq=False, repr=False)  # identity, not value: one per run
@@ -328,7 +325,7 @@ class _AgentRun:
                 cwd=self.root,
                 env=env,
                 stdin=invocation.stdin,
-                timeout_s=agent.timeout,
+                timeout_s=agent.timeout_s,
                 on_line=self._on_line,
                 limits=agent.limits,
             )
@@ -460,12 +457,13 @@ class _AgentRun:
             agent=agent.name,
             outcome=outcome,
             text="" if error is not None else turn.text,
-            usage=dict(turn.usage),
+            cost_usd=_reported_cost(turn.usage),
+            usage=usage_of(turn.usage, _reported_cost(turn.usage)),
             session_id=turn.session_id or self.bound,
             session=self.session,
             exit_code=None if end is None else end.exit_code,
             error=error,
-            elapsed=now - self.started,
+            elapsed_s=now - self.started,
             tool_calls=turn.tool_calls_seen,
             changed_workspace=changed,
             model=turn.model or self.model,

@@ -126,7 +126,7 @@ def error_from_cause(
             bin=bin_,
             detail=detail,
             status=cause.status,
-            retry_after=cause.retry_after,
+            retry_after_s=cause.retry_after,
             quota=cause.quota,
             resets_at=resets_at,
         )
@@ -137,13 +137,13 @@ def error_from_cause(
         detail=detail,
         status=cause.status,
         kind=cause.kind,
-        retry_after=cause.retry_after,
+        retry_after_s=cause.retry_after,
     )
 
 
 def _timed_out(agent: AgentCLI, turn: Turn, scrub: Callable[[str], str], hint: str) -> CLIError:
     """Killed at the deadline: the last cause it was retrying, else a bare Timeout."""
-    bin_, timeout = agent.bin, float(agent.timeout or 0)
+    bin_, timeout = agent.bin, float(agent.timeout_s or 0)
     if turn.cause is not None:
         return error_from_cause(
             agent,

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..rules._renamed import renamed_keywords
 from ._chaos import ChaosRequest, ChaosServer, Reply
 
 if TYPE_CHECKING:
@@ -394,13 +395,14 @@ def shared_demo_server(
         return server
 
 
+@renamed_keywords(timeout="timeout_s")
 def demo_provider(
     *,
     seed: int = 0,
     rates: Rates | None = None,
     stall: bool = False,
     protocol: Literal["openai", "anthropic"] = "openai",
-    timeout: float = DEMO_TIMEOUT_S,
+    timeout_s: float = DEMO_TIMEOUT_S,
 ) -> Provider:
     """A provider talking to the demo model over loopback HTTP; no key needed.
 
@@ -413,20 +415,21 @@ def demo_provider(
         rates: Failure rates by kind (see ``demo_server``).
         stall: Make the model loop on one read.
         protocol: ``"openai"`` (chat completions) or ``"anthropic"`` (messages).
-        timeout: Request deadline in seconds (``DEMO_TIMEOUT_S``).
+        timeout_s: Request deadline in seconds (``DEMO_TIMEOUT_S``).
 
     Returns:
         An ``hn.OpenAI`` (or ``hn.Anthropic``) subclass instance named ``demo``.
     """
     server = shared_demo_server(seed=seed, rates=rates, stall=stall)
-    return provider_for(server, protocol=protocol, timeout=timeout)
+    return provider_for(server, protocol=protocol, timeout_s=timeout_s)
 
 
+@renamed_keywords(timeout="timeout_s")
 def provider_for(
     server: ChaosServer,
     *,
     protocol: Literal["openai", "anthropic"] = "openai",
-    timeout: float = DEMO_TIMEOUT_S,
+    timeout_s: float = DEMO_TIMEOUT_S,
     name: str = "demo",
 ) -> Provider:
     """A provider named ``name`` for a running demo (or any chaos) server."""
@@ -436,14 +439,14 @@ def provider_for(
     if protocol == "anthropic":
         anthropic_cls = type("DemoAnthropic", (Anthropic,), {"NAME": name})
         provider: Provider = anthropic_cls(
-            DEMO_MODEL, base_url=server.anthropic_url, timeout=timeout, name=name
+            DEMO_MODEL, base_url=server.anthropic_url, timeout_s=timeout_s, name=name
         )
         return provider
     if protocol != "openai":
         raise ValueError(f"protocol must be 'openai' or 'anthropic', not {protocol!r}")
     # A subclass only to carry its own NAME: attempts are recorded under the leaf's NAME.
     openai_cls = type("DemoOpenAI", (OpenAI,), {"NAME": name})
-    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout=timeout, name=name)
+    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout_s=timeout_s, name=name)
     return provider
 
 

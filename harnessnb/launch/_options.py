@@ -406,7 +406,7 @@ def contract_from(args: argparse.Namespace, task: str) -> TaskContract:
     """
     from ..loop._contract import TaskContract
 
-    budgets: dict[str, Any] = {"max_seconds": args.max_seconds}
+    budgets: dict[str, Any] = {"max_time_s": args.max_seconds}
     if getattr(args, "max_cost", None) is not None:
         budgets["max_cost_usd"] = args.max_cost
     if args.max_steps is not None:
@@ -519,6 +519,6 @@ def agent_from(args: argparse.Namespace) -> AgentCLI:
         args.agent,
         model=args.model,
         permission=args.permission or "read_only",
-        timeout=args.timeout,
+        timeout_s=args.timeout,
         max_turns=args.max_steps,
     )

@@ -21,10 +21,11 @@ import atexit
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 __all__ = [
     "AWAKE_S",
@@ -33,12 +34,14 @@ __all__ = [
     "loop_thread",
     "run_blocking",
     "stay_awake",
+    "sync_twin",
 ]
 
 # How long the exit waits for cancelled runs to record themselves, and the loop to stop.
 EXIT_GRACE_S = 5.0
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -187,6 +190,21 @@ def run_blocking(
         # cleanup (recording the cancelled run) before handing control back.
         finished.wait(timeout=30)
         raise
+
+
+def sync_twin(fn: Callable[P, Coroutine[Any, Any, T]], doc: str) -> Callable[P, T]:
+    """The blocking twin of the coroutine function ``fn`` (``run`` -> ``run_sync``): the
+    same parameters, typed (a misspelled keyword is a type error, as for ``fn``), run by
+    ``run_blocking``. ``inspect.signature`` and ``help`` show ``fn``'s parameters."""
+
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_blocking(fn(*args, **kwargs))
+
+    functools.update_wrapper(twin, fn)  # the signature (``__wrapped__``), the module
+    twin.__name__ = f"{fn.__name__}_sync"
+    twin.__qualname__ = f"{fn.__qualname__}_sync"
+    twin.__doc__ = doc
+    return twin
 
 
 def _wind_down(grace_s: float = EXIT_GRACE_S) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..rules._errors import ConfigError
 from ..rules._outcomes import RunOutcome
+from ..rules._renamed import renamed, warn_renamed
 from ..rules._retry import RetryPolicy, seconds
 from ..rules._stall import StallPolicy
 
@@ -73,6 +74,16 @@ def verification_from_dict(data: dict[str, Any] | None) -> Verification | None:
     raise ConfigError(f"unknown verification {data.get('type')!r}")
 
 
+# A contract stored before the names and units rule (docs/api.md) spells these so.
+_RETRY_RENAMES = {"base": "base_s", "cap": "cap_s", "max_wait": "max_wait_s"}
+
+
+def _unrenamed(stored: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """``stored`` with its old keys under their new names (read back without warning)."""
+    return {renames.get(k, k): v for k, v in stored.items()}
+
+
+@renamed(max_seconds="max_time_s", max_tokens="max_total_tokens")
 @dataclasses.dataclass(frozen=True)
 class TaskContract:
     """What the agent must do, where, and within which budgets.
@@ -83,9 +94,12 @@ class TaskContract:
         verification: A check that decides success (None: the run is ``finished``
             when the model answers without a tool call).
         max_steps: Model turns allowed (12).
-        max_seconds: Wall-clock budget from the run's start, bounding every wait
-            (None: no limit). Float seconds or ``timedelta``.
-        max_tokens: Token budget, checked after each step's usage is counted.
+        max_time_s: Wall-clock budget from the run's start, bounding every wait
+            (None: no limit). Float seconds or ``timedelta`` (read back as float
+            seconds). Was ``max_seconds`` (deprecated).
+        max_total_tokens: The run's token budget (all its steps' input and output),
+            checked after each step's usage is counted. Was ``max_tokens``
+            (deprecated: a provider's ``max_tokens`` caps one answer).
         max_cost_usd: Cost budget in US dollars, checked after each step against what
             the run's attempts cost (``hn.Prices``); a run whose spend cannot be
             priced ends ``cost_budget`` at once rather than run unbounded.
@@ -99,8 +113,8 @@ class TaskContract:
     workspace: str | os.PathLike[str]
     verification: Verification | None = None
     max_steps: int = 12
-    max_seconds: float | timedelta | None = None
-    max_tokens: int | None = None
+    max_time_s: float | timedelta | None = None
+    max_total_tokens: int | None = None
     max_cost_usd: float | None = None
     max_retries: int = 2
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
@@ -111,15 +125,15 @@ class TaskContract:
         if not isinstance(self.task, str) or not self.task.strip():
             raise ConfigError("TaskContract: the task is empty")
         object.__setattr__(self, "workspace", os.fspath(self.workspace))
-        object.__setattr__(self, "max_seconds", seconds(self.max_seconds))
+        object.__setattr__(self, "max_time_s", seconds(self.max_time_s))
         if self.max_steps < 1:
             raise ConfigError("TaskContract: max_steps must be at least 1")
         if self.max_retries < 0:
             raise ConfigError("TaskContract: max_retries must be >= 0")
-        if self.budget_seconds is not None and self.budget_seconds <= 0:
-            raise ConfigError("TaskContract: max_seconds must be > 0")
-        if self.max_tokens is not None and self.max_tokens <= 0:
-            raise ConfigError("TaskContract: max_tokens must be > 0")
+        if self._budget_s is not None and self._budget_s <= 0:
+            raise ConfigError("TaskContract: max_time_s must be > 0")
+        if self.max_total_tokens is not None and self.max_total_tokens <= 0:
+            raise ConfigError("TaskContract: max_total_tokens must be > 0")
         if self.max_cost_usd is not None:
             cost = self.max_cost_usd
             if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost > 0:
@@ -127,9 +141,16 @@ class TaskContract:
             object.__setattr__(self, "max_cost_usd", float(cost))
 
     @property
-    def budget_seconds(self) -> float | None:
-        value = self.max_seconds
+    def _budget_s(self) -> float | None:
+        """``max_time_s`` as the float it is after ``__init__``."""
+        value = self.max_time_s
         return None if value is None else float(value)  # type: ignore[arg-type]
+
+    @property
+    def budget_seconds(self) -> float | None:
+        """Deprecated: ``max_time_s``."""
+        warn_renamed("TaskContract", "budget_seconds", "max_time_s", keyword=False)
+        return self._budget_s
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,8 +158,8 @@ class TaskContract:
             "workspace": str(self.workspace),
             "verification": self.verification.to_dict() if self.verification else None,
             "max_steps": self.max_steps,
-            "max_seconds": self.budget_seconds,
-            "max_tokens": self.max_tokens,
+            "max_time_s": self._budget_s,
+            "max_total_tokens": self.max_total_tokens,
             "max_cost_usd": self.max_cost_usd,
             "max_retries": self.max_retries,
             "retry": dataclasses.asdict(self.retry),
@@ -153,11 +174,11 @@ class TaskContract:
             workspace=data["workspace"],
             verification=verification_from_dict(data.get("verification")),
             max_steps=data.get("max_steps", 12),
-            max_seconds=data.get("max_seconds"),
-            max_tokens=data.get("max_tokens"),
+            max_time_s=data.get("max_time_s", data.get("max_seconds")),  # older: max_seconds
+            max_total_tokens=data.get("max_total_tokens", data.get("max_tokens")),
             max_cost_usd=data.get("max_cost_usd"),
             max_retries=data.get("max_retries", 2),
-            retry=RetryPolicy(**data.get("retry", {})),
+            retry=RetryPolicy(**_unrenamed(data.get("retry", {}), _RETRY_RENAMES)),
             stall=StallPolicy(**data.get("stall", {})),
             system_prompt=data.get("system_prompt"),
         )

@@ -29,6 +29,7 @@ from ..rules._events import (
 from ..rules._retry import Clock, SystemClock
 from ..store._open import default_store
 from ..tools._sandbox import containment
+from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._events import Asking, Callback, EventSink
 from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
@@ -156,7 +157,7 @@ class Driver:
         return self.elapsed_before + (self.clock.monotonic() - self.started)
 
     def remaining(self) -> float | None:
-        budget = self.contract.budget_seconds
+        budget = self.contract._budget_s
         return None if budget is None else budget - self.elapsed()
 
     async def emit(self, event: AnyEvent, /) -> None:
@@ -357,7 +358,7 @@ class Driver:
         released, if one last try gets through; otherwise the result alone reports it
         and the lease, no longer renewed, expires within ``LEASE_TTL_S``.
         """
-        outcome = await self.recorder.gave_out(exc, self.contract.budget_seconds)
+        outcome = await self.recorder.gave_out(exc, self.contract._budget_s)
         return await self.finished(outcome, exc)
 
     async def finished(self, outcome: RunOutcome, error: HarnessError | None) -> RunResult:
@@ -385,7 +386,7 @@ class Driver:
             cost_usd=calls.cost_usd,
             verified=state.checks.verified,
             error=error,
-            elapsed=self.elapsed(),
+            elapsed_s=self.elapsed(),
             text=state.text,
             providers=tuple(calls.providers),
             attempts=calls.attempts,
@@ -507,12 +508,10 @@ def _default_approver() -> Approver | None:
     return _approver_factory() if _approver_factory is not None else None
 
 
-def run_sync(contract: TaskContract, provider: Provider, **kwargs: Any) -> RunResult:
+run_sync = sync_twin(
+    run,
     """``run`` for blocking callers: safe in a plain script and inside a Jupyter kernel.
 
     The run happens on harnessnb's own loop thread; Ctrl-C (or the notebook's
-    interrupt) cancels it cleanly, recording ``cancelled``.
-    """
-    from ._bridge import run_blocking
-
-    return run_blocking(run(contract, provider, **kwargs))
+    interrupt) cancels it cleanly, recording ``cancelled``.""",
+)

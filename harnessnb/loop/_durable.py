@@ -33,6 +33,7 @@ from ..rules._secrets import scrub
 from ..store._leases import owner_alive, owner_identity
 from ..store._open import open_store, refuse_store_inside
 from ..store._writer import store_writer
+from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
@@ -229,11 +230,9 @@ async def _continue_attempt_numbers(
     driver.state.calls.attempts = max([driver.state.calls.attempts, *numbers])
 
 
-def resume_sync(run_id: str, provider: Provider, **kwargs: Any) -> RunResult:
-    """``resume`` for blocking callers (scripts, notebooks), on harnessnb's loop thread."""
-    from ._bridge import run_blocking
-
-    return run_blocking(resume(run_id, provider, **kwargs))
+resume_sync = sync_twin(
+    resume, """``resume`` for blocking callers (scripts, notebooks), on harnessnb's loop thread."""
+)
 
 
 def _unsettled(store: Store, run_id: str) -> dict[str, Any]:

@@ -259,7 +259,7 @@ class ModelCalls:
             max_retries=self.contract.max_retries,
             policy=self.contract.retry,
             elapsed=self.elapsed(),
-            max_seconds=self.contract.budget_seconds,
+            max_seconds=self.contract._budget_s,
         )
         if decision.action == "stop":
             return False
@@ -271,7 +271,7 @@ class ModelCalls:
                 attempt=retries_done + 2,
                 max_attempts=self.contract.max_retries + 1,
                 delay_s=decision.delay,
-                retry_after_s=err.retry_after,
+                retry_after_s=err.retry_after_s,
                 provider=err.provider,
             )
         )

@@ -26,6 +26,7 @@ from ..rules._retry import SystemClock
 from ..store._writer import store_writer
 from ..tools._executor import ToolExecutor
 from ..tools._protocol import ToolResult
+from ._bridge import sync_twin
 from ._contract import TaskContract
 from ._driver import Driver
 from ._durable import Replay, get_run, open_source
@@ -232,8 +233,4 @@ def _not_recorded(call: ToolCall) -> ToolResult:
     return ToolResult(ok=False, output=err.message, error=err.to_dict(), status="refused")
 
 
-def replay_sync(run_id: str, source: Store | str | os.PathLike[str], **kwargs: Any) -> RunResult:
-    """``replay`` for blocking callers."""
-    from ._bridge import run_blocking
-
-    return run_blocking(replay(run_id, source, **kwargs))
+replay_sync = sync_twin(replay, """``replay`` for blocking callers.""")

@@ -33,6 +33,7 @@ from ..rules._html import (
     retry_badge,
     text_block,
 )
+from ..rules._renamed import renamed
 from ..rules._secrets import scrub
 from ..rules._text import shorten
 from ._contract import RunOutcome
@@ -88,8 +89,9 @@ class StoredError:
         if self.fields.get("status") is not None:
             parts.append(f"HTTP {self.fields['status']}")
         parts.append("retryable" if self.retryable else "not retryable")
-        if self.fields.get("retry_after") is not None:
-            parts.append(f"retry after {self.fields['retry_after']:g} s")
+        wait = self.fields.get("retry_after_s", self.fields.get("retry_after"))  # older: no _s
+        if wait is not None:
+            parts.append(f"retry after {wait:g} s")
         return ", ".join(parts)
 
     def _card_text(self) -> str:
@@ -240,6 +242,7 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+@renamed(elapsed="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """The end of a run.
@@ -251,7 +254,8 @@ class RunResult:
         tokens: Tokens used (input + output, all steps).
         verified: True/False when a verification ran, None when none did.
         error: The error that ended the run, if one did.
-        elapsed: Seconds from start to end (time the process was down included on resume).
+        elapsed_s: Seconds from start to end (time the process was down included on
+            resume); was ``elapsed`` (deprecated).
         text: The model's last text answer.
         providers: Leaf providers that answered, in first-use order.
         attempts: Provider HTTP attempts made. retries/fallbacks/replans: counts.
@@ -273,7 +277,7 @@ class RunResult:
     tokens: int
     verified: bool | None = None
     error: HarnessError | None = None
-    elapsed: float = 0.0
+    elapsed_s: float = 0.0
     text: str = ""
     providers: tuple[str, ...] = ()
     attempts: int = 0
@@ -338,7 +342,7 @@ class RunResult:
         lines = [
             f"run {self.run_id}: {self.outcome.value}",
             f"  steps {self.steps}, tokens {self.tokens}{self._cost_text()}, "
-            f"{self.elapsed:.1f} s, verified {_verified_word(self.verified)}",
+            f"{self.elapsed_s:.1f} s, verified {_verified_word(self.verified)}",
             f"  providers {', '.join(self.providers) or '-'}; attempts {self.attempts}, "
             f"retries {self.retries}, fallbacks {self.fallbacks}, replans {self.replans}",
         ]
@@ -396,7 +400,7 @@ class RunResult:
                 ("steps", self.steps),
                 ("tokens", self.tokens),
                 *([("cost", usd(self.cost_usd))] if self.cost_usd is not None else []),
-                ("time", f"{self.elapsed:.1f} s"),
+                ("time", f"{self.elapsed_s:.1f} s"),
                 ("verified", _verified_word(self.verified)),
                 ("providers", ", ".join(self.providers) or "-"),
                 ("attempts", self.attempts),
@@ -475,7 +479,7 @@ def _rebuilt(cls: type[RunResult], run_id: str, store: Store) -> RunResult:
         tokens=int(row.get("tokens") or 0),
         verified=state.get("verified"),
         verify_detail=state.get("verify_detail"),
-        elapsed=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
+        elapsed_s=float((row.get("finished_at") or 0) - (row.get("started_at") or 0)),
         text=str(state.get("text") or ""),
         providers=tuple(dict.fromkeys(answered)) or tuple(state.get("providers") or ()),
         attempts=len(attempts),

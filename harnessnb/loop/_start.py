@@ -62,11 +62,11 @@ async def begin_run(
     a store busy or full past the run's time is the result instead. A store opened
     here (a path, the default) is closed when the start ends the run or fails."""
     try:
-        opened = await open_patiently(store, contract.budget_seconds, clock, contract.workspace)
+        opened = await open_patiently(store, contract._budget_s, clock, contract.workspace)
     except StoreError as exc:
         if not exc.retryable:
             raise
-        return unopened_result(run_id, contract.task, contract.budget_seconds, exc)
+        return unopened_result(run_id, contract.task, contract._budget_s, exc)
     try:
         driver = build(opened)
         try:

@@ -116,7 +116,7 @@ class StepChecks:
                 feedback_given=checks.feedback_given,
                 refused=checks.refused,
                 tokens=state.tokens,
-                max_tokens=self.contract.max_tokens,
+                max_tokens=self.contract.max_total_tokens,
                 cost_usd=state.calls.cost_usd,
                 max_cost_usd=self.contract.max_cost_usd,
                 step=step,

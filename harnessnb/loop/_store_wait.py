@@ -45,7 +45,7 @@ T = TypeVar("T")
 STORE_PATIENCE_S: Final = 600.0
 """How long a run without a time budget waits for a busy or full store."""
 
-STORE_RETRY: Final = RetryPolicy(base=0.05, cap=2.0, jitter=0.5)
+STORE_RETRY: Final = RetryPolicy(base_s=0.05, cap_s=2.0, jitter=0.5)
 """Backoff between tries of a store write (each busy try has waited for the file already)."""
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
+from ._bridge import sync_twin
 from ._contract import TaskContract
 from ._driver import new_id
 from ._store_wait import open_patiently
@@ -167,16 +168,11 @@ async def _run_here(
     return list(await asyncio.gather(*(one(job) for job in plan.jobs)))
 
 
-def sweep_sync(
-    tasks: Sequence[str | TaskContract],
-    providers: Sequence[Provider] | Mapping[str, Provider],
-    **kwargs: Any,
-) -> SweepResult:
+sweep_sync = sync_twin(
+    sweep,
     """``sweep`` for blocking callers (a script, a notebook cell): runs on harnessnb's
-    loop thread; Ctrl-C cancels the runs in flight (recorded ``cancelled``)."""
-    from ._bridge import run_blocking
-
-    return run_blocking(sweep(tasks, providers, **kwargs))
+    loop thread; Ctrl-C cancels the runs in flight (recorded ``cancelled``).""",
+)
 
 
 def _plan(

@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
+from ..rules._renamed import renamed
 from ..rules._text import shorten
 from ._contract import RunOutcome
 from ._result import usd
@@ -33,7 +34,7 @@ __all__ = [
 # The columns of ``SweepResult.runs``, in order.
 RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
-    "seconds", "error_kind", "retries", "run_id",
+    "elapsed_s", "error_kind", "retries", "run_id",
 )  # fmt: skip
 # The outcome of a run of a sweep on a cluster whose worker died during it: its
 # committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
@@ -77,6 +78,7 @@ def labels(signatures: Sequence[Signature]) -> list[str | None]:
     return out
 
 
+@renamed(seconds="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
     """One run of a sweep: which task, provider and repeat, and how it ended.
@@ -96,7 +98,7 @@ class SweepRun:
     steps: int = 0
     tokens: int = 0
     cost_usd: float | None = None
-    seconds: float = 0.0
+    elapsed_s: float = 0.0
     error_kind: str | None = None
     retries: int = 0
     run_id: str | None = None
@@ -142,9 +144,10 @@ class SweepResult:
     def runs(self) -> pd.DataFrame:
         """One row per run started: ``task``, ``provider`` (the sweep's name for it),
         ``model``, ``repeat``, ``outcome``, ``steps``, ``tokens``, ``cost_usd``,
-        ``seconds``, ``error_kind``, ``retries`` (provider retries), ``run_id``; in the
+        ``elapsed_s``, ``error_kind``, ``retries`` (provider retries), ``run_id``; in the
         store's DataFrame conventions (``outcome`` a categorical in ``RunOutcome`` order,
-        ``pd.NA`` for missing)."""
+        ``pd.NA`` for missing). ``seconds``, last, is ``elapsed_s`` under its deprecated
+        name, for one release."""
         import pandas as pd
 
         from ..store._frames import CATEGORY_ORDER
@@ -154,7 +157,7 @@ class SweepResult:
             [[getattr(r, c) for c in RUN_COLUMNS] for r in started], columns=list(RUN_COLUMNS)
         )
         types = {"repeat": "Int64", "steps": "Int64", "tokens": "Int64", "retries": "Int64",
-                 "cost_usd": "Float64", "seconds": "Float64"}  # fmt: skip
+                 "cost_usd": "Float64", "elapsed_s": "Float64"}  # fmt: skip
         for name in ("task", "provider", "model", "run_id"):
             types[name] = "string"
         data = data.astype(types)
@@ -164,6 +167,7 @@ class SweepResult:
         kinds = sorted({k for k in data["error_kind"] if isinstance(k, str)})
         values = [k if isinstance(k, str) else None for k in data["error_kind"]]
         data["error_kind"] = pd.Categorical(values, categories=kinds)
+        data["seconds"] = data["elapsed_s"]  # deprecated: goes in the next release
         return data
 
     def failure_rates(self, by: tuple[str, ...] | str = ("provider", "kind")) -> pd.DataFrame:

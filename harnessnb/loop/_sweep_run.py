@@ -59,7 +59,7 @@ async def one_run(
         result.steps,
         result.tokens,
         result.cost_usd,
-        result.elapsed,
+        result.elapsed_s,
         _error_kind(result.error),
         retries=result.retries,
         run_id=result.run_id,

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from ..loop._bridge import blocks_main_thread
 from ..rules._errors import ConfigError
 from ..rules._html import Html, Tone, badge, bold, card, code, details, join, preview, text_block
+from ..rules._renamed import renamed
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
 from ..rules._text import printable
@@ -233,14 +234,15 @@ def _request_html(request: ApprovalRequest) -> Html:
     )
 
 
+@renamed(timeout="timeout_s")
 class WidgetApprover:
     """Ask a person in the page: Approve / Deny buttons and an optional reason.
 
     Args:
         fallback: With no widget frontend (terminal, plain python, headless):
             ``"deny"`` refuses with a message saying how to allow the act, ``"prompt"``
-            asks on standard input (``PromptApprover``, with the same ``timeout``).
-        timeout: Seconds (or ``timedelta``) to wait for a click (or a typed answer);
+            asks on standard input (``PromptApprover``, with the same ``timeout_s``).
+        timeout_s: Seconds (or ``timedelta``) to wait for a click (or a typed answer);
             then the request is deferred and the run stops ``awaiting_approval``
             (resumable). None waits until the run is cancelled (an interrupt leaves
             the request not answered).
@@ -251,26 +253,26 @@ class WidgetApprover:
         self,
         *,
         fallback: Fallback = "deny",
-        timeout: float | timedelta | None = None,
+        timeout_s: float | timedelta | None = None,
         widgets: bool | None = None,
     ) -> None:
         if fallback not in ("deny", "prompt"):
             raise ValueError(f"fallback must be 'deny' or 'prompt', not {fallback!r}")
         self.fallback: Fallback = fallback
         try:
-            self.timeout = seconds(timeout)
+            self.timeout_s = seconds(timeout_s)
         except (TypeError, ValueError):
-            self.timeout = math.nan
-        if self.timeout is not None and not 0 < self.timeout < math.inf:
+            self.timeout_s = math.nan
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:
             raise ConfigError(
-                f"WidgetApprover(timeout={timeout!r}): give a number of seconds above 0, or "
+                f"WidgetApprover(timeout_s={timeout_s!r}): give a number of seconds above 0, or "
                 "None to wait until answered"
             )
         self.widgets = widgets
         self.panels: list[ApprovalPanel] = []  # every request shown, newest last
 
     def __repr__(self) -> str:
-        return f"WidgetApprover(fallback={self.fallback!r}, timeout={self.timeout!r})"
+        return f"WidgetApprover(fallback={self.fallback!r}, timeout_s={self.timeout_s!r})"
 
     async def __call__(self, request: ApprovalRequest) -> Decision:
         use_widgets = widget_frontend() if self.widgets is None else self.widgets
@@ -291,9 +293,9 @@ class WidgetApprover:
         self.panels.append(panel)
         panel.show()
         try:
-            decision = await asyncio.wait_for(answer, self.timeout)
+            decision = await asyncio.wait_for(answer, self.timeout_s)
         except TimeoutError:
-            decision = Decision.defer(f"no answer within {self.timeout:g} s")
+            decision = Decision.defer(f"no answer within {self.timeout_s:g} s")
             panel.settle(decision, "- the run stopped awaiting approval; resume it to ask again")
             return decision
         except asyncio.CancelledError:  # an interrupt: the ask stays unanswered
@@ -306,7 +308,7 @@ class WidgetApprover:
     async def _without_frontend(self, request: ApprovalRequest, *, blocked: bool) -> Decision:
         if self.fallback == "deny":
             return Decision.deny(refusal_hint(request, blocked=blocked))
-        return await PromptApprover(self.timeout)(request)
+        return await PromptApprover(self.timeout_s)(request)
 
 
 def _show(shown: Any) -> Any:

@@ -308,7 +308,7 @@ def _approver(args: argparse.Namespace) -> Any:
         return None
     from ._approver import WidgetApprover
 
-    return WidgetApprover(timeout=args.approval_timeout)
+    return WidgetApprover(timeout_s=args.approval_timeout)
 
 
 def _task(shell: Any, args: argparse.Namespace, cell: str | None) -> str:

@@ -288,7 +288,7 @@ class Attempt:
             message,
             kind=kind,
             status=self.status,
-            retry_after=retry_after,
+            retry_after_s=retry_after,
             provider=p.name,
             request_id=request_id_from(headers) if headers else None,
             should_retry=parse_should_retry(headers) if headers else None,

@@ -73,6 +73,8 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
+    cached_input_tokens: int = 0
+    """Of ``input_tokens``, those read from the provider's cache (0: none reported)."""
 
     @property
     def total_tokens(self) -> int:
@@ -249,7 +251,7 @@ class AttemptRecord:
             latency_ms=latency_ms,
             kind=error.kind.value,
             status=error.status,
-            retry_after_s=error.retry_after,
+            retry_after_s=error.retry_after_s,
             ttft_ms=ttft_ms,
             request_id=error.request_id,
             error=error.message,

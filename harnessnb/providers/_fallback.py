@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..rules._errors import ProviderError
+from ..rules._renamed import renamed_keywords
 from ._base import BaseProvider, Call, after
 from ._completion import AttemptRecord, Completion, Provider, attempts_of, with_attempts
 
@@ -17,7 +18,7 @@ __all__ = ["Fallback", "FallbackError"]
 class FallbackError(ProviderError):
     """Every provider of a ``Fallback`` failed.
 
-    Kind, status, retry_after and request id are the last failure's, and it is
+    Kind, status, retry_after_s and request id are the last failure's, and it is
     retryable exactly when the last failure is. ``failures`` (also ``exceptions``,
     as in an ``ExceptionGroup``) holds every leaf failure in order; a nested
     ``Fallback``'s failures are flattened in.
@@ -33,7 +34,7 @@ class FallbackError(ProviderError):
             f"all providers failed ({parts}); last: {last.message}",
             kind=last.kind,
             status=last.status,
-            retry_after=last.retry_after,
+            retry_after_s=last.retry_after_s,
             provider=provider,
             request_id=last.request_id,
             should_retry=last.retryable,
@@ -83,9 +84,10 @@ class Fallback(BaseProvider):
                 seen.setdefault(host, None)
         return list(seen)
 
-    def with_timeout(self, timeout: float | datetime.timedelta) -> Fallback:
+    @renamed_keywords(timeout="timeout_s")
+    def with_timeout(self, timeout_s: float | datetime.timedelta) -> Fallback:
         """A new ``Fallback`` whose every provider has this deadline."""
-        return Fallback(*(_with_timeout(p, timeout) for p in self._providers))
+        return Fallback(*(_with_timeout(p, timeout_s) for p in self._providers))
 
     def __repr__(self) -> str:
         return f"Fallback({', '.join(repr(p) for p in self._providers)})"

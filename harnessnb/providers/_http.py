@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 import httpx2
 
 from ..rules._errors import ConfigError, ProviderError
+from ..rules._renamed import renamed, renamed_keywords
 from ..rules._retry import timeout_seconds
 from ..rules._secrets import register, register_header
 from ._attempt import MAX_ANSWER_BYTES, MAX_ERROR_TEXT, MAX_STREAM_BYTES, Attempt, Endpoint
@@ -65,14 +66,14 @@ __all__ = [
     "MAX_ANSWER_BYTES",
     "MAX_ERROR_TEXT",
     "MAX_STREAM_BYTES",
-    "REQUEST_TIMEOUT",
+    "REQUEST_TIMEOUT_S",
     "HTTPProvider",
     "aclose_client",
     "new_client",
     "shared_client",
 ]
 
-REQUEST_TIMEOUT = 600.0
+REQUEST_TIMEOUT_S = 600.0
 """Deadline of one provider attempt, in seconds (the official SDKs' default)."""
 
 DEFAULT_IDLE_TIMEOUT = 60.0
@@ -89,6 +90,15 @@ def _env(var: str) -> str | None:
     return value or None
 
 
+# Renamed by the names and units rule (docs/api.md): the old spellings warn one release.
+_TIMEOUT_RENAMES = {
+    "timeout": "timeout_s",
+    "idle_timeout": "idle_timeout_s",
+    "first_event_timeout": "first_event_timeout_s",
+}
+
+
+@renamed(**_TIMEOUT_RENAMES)
 class HTTPProvider(BaseProvider):
     """A provider reached over HTTP: config, one attempt per call, failure mapping.
 
@@ -96,8 +106,8 @@ class HTTPProvider(BaseProvider):
         model: The model name sent to the server.
         api_key: The secret; never shown in a repr, error or attempt record.
         base_url: The server root, as the official SDK spells it.
-        timeout: Deadline of one attempt (float seconds or ``timedelta``).
-        idle_timeout: Longest silence between stream chunks (default 60 s).
+        timeout_s: Deadline of one attempt (float seconds or ``timedelta``).
+        idle_timeout_s: Longest silence between stream chunks (default 60 s).
         headers: Extra headers sent with every request.
         stream: Stream answers (the default); False asks for whole answers.
     """
@@ -123,9 +133,9 @@ class HTTPProvider(BaseProvider):
         model: str,
         api_key: str | None = None,
         base_url: str | None = None,
-        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
+        timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
         *,
-        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        idle_timeout_s: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         headers: Mapping[str, str] | None = None,
         stream: bool = True,
         name: str | None = None,
@@ -159,8 +169,8 @@ class HTTPProvider(BaseProvider):
         register(parts.username)  # ... or a key as the user name alone
         for header, value in (headers or {}).items():
             register_header(header, value)
-        self._timeout = timeout_seconds(timeout)
-        self._idle_timeout = timeout_seconds(idle_timeout)
+        self._timeout = timeout_seconds(timeout_s)
+        self._idle_timeout = timeout_seconds(idle_timeout_s)
         self._first_event_timeout = DEFAULT_FIRST_EVENT_TIMEOUT
         self._stream = bool(stream)
         self._stream_refused = False  # the server rejected a streamed request once
@@ -173,12 +183,13 @@ class HTTPProvider(BaseProvider):
         self._name = name or self.NAME
 
     @classmethod
+    @renamed_keywords(timeout="timeout_s", idle_timeout="idle_timeout_s")
     def from_env(
         cls,
         model: str | None = None,
         *,
-        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
-        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
+        idle_timeout_s: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         stream: bool = True,
     ) -> Self:
         """Configure from the environment; ``ConfigError`` names a missing variable.
@@ -198,8 +209,8 @@ class HTTPProvider(BaseProvider):
             model or _env(cls.MODEL_ENV) or cls.DEFAULT_MODEL,
             api_key=api_key,
             base_url=base_url,
-            timeout=timeout,
-            idle_timeout=idle_timeout,
+            timeout_s=timeout_s,
+            idle_timeout_s=idle_timeout_s,
             stream=stream,
         )
 
@@ -214,15 +225,15 @@ class HTTPProvider(BaseProvider):
         return self._model
 
     @property
-    def timeout(self) -> float:
+    def timeout_s(self) -> float:
         return self._timeout
 
     @property
-    def idle_timeout(self) -> float:
+    def idle_timeout_s(self) -> float:
         return self._idle_timeout
 
     @property
-    def first_event_timeout(self) -> float:
+    def first_event_timeout_s(self) -> float:
         return self._first_event_timeout
 
     @property
@@ -238,21 +249,22 @@ class HTTPProvider(BaseProvider):
         host = urlsplit(self._base_url).hostname
         return [host] if host else []
 
+    @renamed_keywords(**_TIMEOUT_RENAMES)
     def with_timeout(
         self,
-        timeout: float | datetime.timedelta,
+        timeout_s: float | datetime.timedelta,
         *,
-        idle_timeout: float | datetime.timedelta | None = None,
-        first_event_timeout: float | datetime.timedelta | None = None,
+        idle_timeout_s: float | datetime.timedelta | None = None,
+        first_event_timeout_s: float | datetime.timedelta | None = None,
     ) -> Self:
         """A new provider like this one with another deadline (and idle and first-event
         timeouts: a model that thinks longer than 190 s before it streams needs more)."""
         new = copy.copy(self)
-        new._timeout = timeout_seconds(timeout)
-        if idle_timeout is not None:
-            new._idle_timeout = timeout_seconds(idle_timeout)
-        if first_event_timeout is not None:
-            new._first_event_timeout = timeout_seconds(first_event_timeout)
+        new._timeout = timeout_seconds(timeout_s)
+        if idle_timeout_s is not None:
+            new._idle_timeout = timeout_seconds(idle_timeout_s)
+        if first_event_timeout_s is not None:
+            new._first_event_timeout = timeout_seconds(first_event_timeout_s)
         return new
 
     def _endpoint(self) -> Endpoint:
@@ -277,7 +289,7 @@ class HTTPProvider(BaseProvider):
         url = shown_url(self._base_url)
         return (
             f"{type(self).__name__}(model={self._model!r}, base_url={url!r}, "
-            f"timeout={self._timeout:g}{'' if self._stream else ', stream=False'})"
+            f"timeout_s={self._timeout:g}{'' if self._stream else ', stream=False'})"
         )
 
     async def _answer(self, call: Call) -> Completion:

@@ -11,8 +11,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..rules._renamed import renamed
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
-from ._http import DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT, HTTPProvider
+from ._http import _TIMEOUT_RENAMES, DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT_S, HTTPProvider
 from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
 __all__ = ["OpenAI", "OpenRouter"]
@@ -87,6 +88,7 @@ class OpenAI(HTTPProvider):
         return _ChatStream()
 
 
+@renamed(**_TIMEOUT_RENAMES)
 class OpenRouter(OpenAI):
     """OpenRouter: OpenAI-compatible, errors often inside 200 bodies and streams.
 
@@ -103,9 +105,9 @@ class OpenRouter(OpenAI):
         model: str,
         api_key: str | None = None,
         base_url: str | None = None,
-        timeout: float | datetime.timedelta = REQUEST_TIMEOUT,
+        timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
         *,
-        idle_timeout: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
+        idle_timeout_s: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
         headers: Mapping[str, str] | None = None,
         stream: bool = True,
         app_url: str | None = None,
@@ -121,8 +123,8 @@ class OpenRouter(OpenAI):
             model,
             api_key,
             base_url,
-            timeout,
-            idle_timeout=idle_timeout,
+            timeout_s,
+            idle_timeout_s=idle_timeout_s,
             headers={**extra, **(headers or {})},
             stream=stream,
             name=name,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..rules._errors import ConfigError, ProviderError, ProviderErrorKind
+from ..rules._renamed import renamed_keywords
 from ._base import Call, LocalProvider
 from ._completion import Completion, ToolCall, Usage
 
@@ -48,7 +49,8 @@ class ScriptedProvider(LocalProvider):
     """The messages of every call, in order."""
     _index: int = dataclasses.field(default=0, init=False)
 
-    def with_timeout(self, seconds: float) -> ScriptedProvider:
+    @renamed_keywords(seconds="timeout_s")
+    def with_timeout(self, timeout_s: float) -> ScriptedProvider:
         return self
 
     def __repr__(self) -> str:

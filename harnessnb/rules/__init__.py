@@ -15,7 +15,8 @@
   ``_rule``: one rule and how its pattern matches; ``_exec``: what an argv will run;
 - ``_outcomes``: ``RunOutcome``, how a run ends;
 - ``_events``: the run events as values, one frozen class per kind (the gate, the
-  loop and the agent CLIs emit them; ``harnessnb.events`` is their public path).
+  loop and the agent CLIs emit them; ``harnessnb.events`` is their public path);
+- ``_renamed``: old public spellings kept one release, each warning with its new name.
 
 May import: the standard library only (time and randomness come in as arguments).
 Everything else in harnessnb may import this package.

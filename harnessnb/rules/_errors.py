@@ -3,7 +3,7 @@
 Class tree::
 
     HarnessError                 code="UNKNOWN" when wrapping a foreign exception
-    ├── ProviderError            a provider call failed: .kind .status .retry_after
+    ├── ProviderError            a provider call failed: .kind .status .retry_after_s
     │                            .provider .request_id .retryable
     ├── ConfigError              bad configuration (missing key, bad option)
     ├── RefusedError             the policy or containment refused an act:
@@ -40,6 +40,7 @@ from typing import Any
 from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
 from ._fields import Declared, context
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
+from ._renamed import renamed
 from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
 
@@ -247,6 +248,7 @@ def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError
     return err
 
 
+@renamed(retry_after="retry_after_s")
 class ProviderError(HarnessError):
     """A provider call failed.
 
@@ -254,7 +256,7 @@ class ProviderError(HarnessError):
         message: What happened.
         kind: The ``ProviderErrorKind``.
         status: The HTTP status, or None when no response arrived.
-        retry_after: Seconds the server asked to wait (None when it did not say).
+        retry_after_s: Seconds the server asked to wait (None when it did not say).
         provider: The leaf provider's name (``openai``, ``anthropic``, ...).
         request_id: The server's request id, when it sent one.
         should_retry: The server's ``x-should-retry`` answer, overriding the kind's.
@@ -270,7 +272,7 @@ class ProviderError(HarnessError):
         *,
         kind: ProviderErrorKind,
         status: int | None = None,
-        retry_after: float | None = None,
+        retry_after_s: float | None = None,
         provider: str | None = None,
         request_id: str | None = None,
         should_retry: bool | None = None,
@@ -280,7 +282,7 @@ class ProviderError(HarnessError):
         super().__init__(message, code=code or f"PROVIDER_{kind.name}")
         self.kind = kind
         self.status = status
-        self.retry_after = retry_after
+        self.retry_after_s = retry_after_s
         self.provider = provider
         # Servers have been seen echoing the key in their request id.
         self.request_id = None if request_id is None else scrub(request_id)
@@ -299,7 +301,7 @@ class ProviderError(HarnessError):
             "kind": self.kind.value,
             "retryable": self.retryable,
             "status": self.status,
-            "retry_after": self.retry_after,
+            "retry_after_s": self.retry_after_s,
             "provider": self.provider,
             "model": self.model,
             "request_id": self.request_id,
@@ -310,8 +312,8 @@ class ProviderError(HarnessError):
         if self.status is not None:
             parts.append(f"HTTP {self.status}")
         parts.append("retryable" if self.retryable else "not retryable")
-        if self.retry_after is not None:
-            parts.append(f"retry after {self.retry_after:g} s")
+        if self.retry_after_s is not None:
+            parts.append(f"retry after {self.retry_after_s:g} s")
         return ", ".join(parts)
 
     def _badge_html(self) -> Html:

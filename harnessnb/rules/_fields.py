@@ -14,6 +14,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, dataclass_transform
 
+from ._renamed import moved_keywords
+
 __all__ = ["Declared", "context"]
 
 
@@ -61,6 +63,8 @@ class Declared:
     """
 
     _FIELDS: ClassVar[dict[str, _Field]] = {}
+    # Old keyword -> field, each warning (``_renamed.renamed`` on the class fills it).
+    _RENAMED_KEYWORDS: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,6 +90,7 @@ class Declared:
 
     def __init__(self, message: str, *, code: str | None = None, **fields: Any) -> None:
         super().__init__(message, code=code)  # type: ignore[call-arg]
+        moved_keywords(type(self).__name__, fields, type(self)._RENAMED_KEYWORDS)
         declared = type(self)._FIELDS
         unknown = sorted(fields.keys() - declared.keys())
         if unknown:

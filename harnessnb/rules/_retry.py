@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Literal
 
 from ._errors import ConfigError, ProviderError
+from ._renamed import renamed, renamed_keywords
 
 __all__ = [
     "Clock",
@@ -158,46 +159,49 @@ class FakeClock(Clock):
         return f"FakeClock(t={self._now:.3f})"
 
 
+@renamed(base="base_s", cap="cap_s", max_wait="max_wait_s")
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """Backoff for failed provider calls.
 
     Args:
-        base: First wait in seconds (0.5): doubled per retry.
-        cap: Longest computed wait (30 s). A server's Retry-After is honoured as
+        base_s: First wait in seconds (0.5): doubled per retry (was ``base``).
+        cap_s: Longest computed wait (30 s; was ``cap``). A server's Retry-After is honoured as
             given even above the cap: the server knows its own limits.
         jitter: Fraction of the wait drawn at random and subtracted (0 = off, the
             default, so runs are reproducible).
-        max_wait: The longest Retry-After a run waits out (300 s). A server asking for
-            more is not slept on, budget or not: the run ends ``escalated_retryable``
-            at once, the error keeping its ``retry_after``, so a hostile or confused
+        max_wait_s: The longest Retry-After a run waits out (300 s; was ``max_wait``). A
+            server asking for more is not slept on, budget or not: the run ends
+            ``escalated_retryable``
+            at once, the error keeping its ``retry_after_s``, so a hostile or confused
             ``Retry-After: 100000000`` cannot hang a run for years.
     """
 
-    base: float = 0.5
-    cap: float = 30.0
+    base_s: float = 0.5
+    cap_s: float = 30.0
     jitter: float = 0.0
-    max_wait: float = 300.0
+    max_wait_s: float = 300.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base", seconds(self.base))
-        object.__setattr__(self, "cap", seconds(self.cap))
-        object.__setattr__(self, "max_wait", seconds(self.max_wait))
-        if self.base < 0 or self.cap < 0 or not 0.0 <= self.jitter <= 1.0:
-            raise ValueError("RetryPolicy: base and cap must be >= 0, jitter in [0, 1]")
-        if not self.max_wait >= 0:  # also refuses NaN
-            raise ValueError("RetryPolicy: max_wait must be >= 0")
+        object.__setattr__(self, "base_s", seconds(self.base_s))
+        object.__setattr__(self, "cap_s", seconds(self.cap_s))
+        object.__setattr__(self, "max_wait_s", seconds(self.max_wait_s))
+        if self.base_s < 0 or self.cap_s < 0 or not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("RetryPolicy: base_s and cap_s must be >= 0, jitter in [0, 1]")
+        if not self.max_wait_s >= 0:  # also refuses NaN
+            raise ValueError("RetryPolicy: max_wait_s must be >= 0")
 
+    @renamed_keywords(retry_after="retry_after_s")
     def delay(
-        self, retry: int, retry_after: float | None = None, rng: random.Random | None = None
+        self, retry: int, retry_after_s: float | None = None, rng: random.Random | None = None
     ) -> float:
         """Seconds to wait before retry number ``retry`` (1-based).
 
-        ``retry_after`` is the LATEST failure's Retry-After, used as given.
+        ``retry_after_s`` is the LATEST failure's Retry-After, used as given.
         """
-        if retry_after is not None:
-            return max(0.0, retry_after)
-        wait: float = min(self.base * 2.0 ** max(0, retry - 1), self.cap)
+        if retry_after_s is not None:
+            return max(0.0, retry_after_s)
+        wait: float = min(self.base_s * 2.0 ** max(0, retry - 1), self.cap_s)
         if self.jitter:
             wait *= 1.0 - self.jitter * (rng or random).random()
         return wait
@@ -227,16 +231,16 @@ def retry_decision(
     """Decide whether to retry a failed call and how long to wait.
 
     A wait that would end past the run's time budget, or a Retry-After above
-    ``policy.max_wait``, is never slept: the caller stops at once (the error keeps its
-    ``retry_after``).
+    ``policy.max_wait_s``, is never slept: the caller stops at once (the error keeps its
+    ``retry_after_s``).
     """
     if not error.retryable:
         return RetryDecision("stop", reason="not_retryable")
     if retries_done >= max_retries:
         return RetryDecision("stop", reason="retries_exhausted")
-    if error.retry_after is not None and error.retry_after > policy.max_wait:
-        return RetryDecision("stop", delay=error.retry_after, reason="beyond_max_wait")
-    wait = policy.delay(retries_done + 1, error.retry_after, rng)
+    if error.retry_after_s is not None and error.retry_after_s > policy.max_wait_s:
+        return RetryDecision("stop", delay=error.retry_after_s, reason="beyond_max_wait")
+    wait = policy.delay(retries_done + 1, error.retry_after_s, rng)
     if max_seconds is not None and elapsed + wait > max_seconds:
         return RetryDecision("stop", delay=wait, reason="past_deadline")
     return RetryDecision("retry", delay=wait)

@@ -129,7 +129,7 @@ def test_claudes_wait_is_the_retry_after_only_when_it_is_whole_seconds() -> None
 @pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
 def test_at_the_deadline_the_error_is_the_cause_still_being_retried(clis: CLIs, name: str) -> None:
     clis.scenario(mode="retry_hang")
-    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    result = ag.run_sync(ag.driver(name, timeout_s=1.5), "hi", clis.ws, store=clis.store)
     err = result.error
     assert isinstance(err, ag.AgentError) and err.kind is K.SERVER and err.retryable, err
     assert err.status == 503 and "still retrying" in err.message
@@ -140,7 +140,7 @@ def test_at_the_deadline_the_error_is_the_cause_still_being_retried(clis: CLIs, 
 @pytest.mark.parametrize("name", ["claude", "codex", "copilot"])
 def test_a_retry_the_cli_got_past_is_no_cause_at_the_deadline(clis: CLIs, name: str) -> None:
     clis.scenario(mode="retry_hang", recovered=True)
-    result = ag.run_sync(ag.driver(name, timeout=1.5), "hi", clis.ws, store=clis.store)
+    result = ag.run_sync(ag.driver(name, timeout_s=1.5), "hi", clis.ws, store=clis.store)
     assert isinstance(result.error, ag.Timeout), result.error
     rows = clis.store.attempts(result.run_id)[["attempt", "kind"]].values.tolist()
     assert rows == [[1, "server"], [2, "timeout"]]
@@ -182,9 +182,9 @@ def test_an_agent_errors_kind_and_retryable_follow_its_cause(
 
 def test_a_rate_limit_with_a_retry_after_knows_when_it_resets() -> None:
     err = ag.RateLimited("slow", agent="claude-code", bin="claude", detail="429",
-                         status=429, retry_after=7.0)  # fmt: skip
+                         status=429, retry_after_s=7.0)  # fmt: skip
     assert err.retryable and err.status == 429 and err.resets_at is not None
-    assert err.to_dict()["retry_after"] == 7.0
+    assert err.to_dict()["retry_after_s"] == 7.0
     quota = ag.RateLimited("quota", agent="codex", bin="codex", detail="q", quota=True)
     assert not quota.retryable and quota.kind is K.RATE_LIMITED
 
@@ -251,7 +251,7 @@ def test_redaction_hides_keys_not_base_urls(clis: CLIs, monkeypatch: pytest.Monk
 def test_a_session_name_is_bound_only_once_the_cli_confirmed_the_session(clis: CLIs) -> None:
     # killed before it printed anything: the CLI never confirmed (or saved) the session
     clis.scenario(mode="ok", sleep=30)
-    first = ag.run_sync(ag.ClaudeCode(timeout=1), "hi", clis.ws, store=clis.store,
+    first = ag.run_sync(ag.ClaudeCode(timeout_s=1), "hi", clis.ws, store=clis.store,
                         session="early")  # fmt: skip
     assert isinstance(first.error, ag.Timeout)
     assert store_writer(clis.store).agent_session(str(clis.ws.resolve()), "early") is None

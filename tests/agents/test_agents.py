@@ -72,22 +72,22 @@ def test_a_good_run_returns_the_answer_usage_session_and_exit_code(clis: CLIs, n
     assert result.text == "a.txt says hello"
     assert result.exit_code == 0
     assert result.session_id and len(result.session_id) == 36
-    assert result.usage["output_tokens"] == 40 and result.usage["cached_input_tokens"] == 300
+    assert result.usage.output_tokens == 40 and result.usage.cached_input_tokens == 300
     assert result.tool_calls == 1
 
 
 def test_claude_usage_counts_cache_reads_and_writes_as_input(clis: CLIs) -> None:
     clis.scenario(mode="ok")
-    usage = run(clis, "claude").usage
+    result = run(clis, "claude")
     # Anthropic's input_tokens exclude the cache: 100 fresh + 20 written + 300 read.
-    assert usage == {"input_tokens": 420, "output_tokens": 40, "cached_input_tokens": 300,
-                     "cost_usd": 0.0123}  # fmt: skip
+    assert result.usage == hn.Usage(input_tokens=420, output_tokens=40, cached_input_tokens=300)
+    assert result.cost_usd == 0.0123
 
 
 def test_codex_usage_input_already_includes_the_cached_tokens(clis: CLIs) -> None:
     clis.scenario(mode="ok")
     usage = run(clis, "codex").usage
-    assert (usage["input_tokens"], usage["cached_input_tokens"]) == (420, 300)
+    assert (usage.input_tokens, usage.cached_input_tokens) == (420, 300)
 
 
 @pytest.mark.parametrize("name", AGENTS)
@@ -275,7 +275,7 @@ def test_bad_options_are_config_errors() -> None:
     with pytest.raises(hn.ConfigError, match="permission"):
         ag.ClaudeCode(permission="yolo")  # type: ignore[arg-type]
     with pytest.raises(hn.ConfigError, match="timeout"):
-        ag.Codex(timeout=0)
+        ag.Codex(timeout_s=0)
     with pytest.raises(hn.ConfigError, match="unknown agent 'gemini'"):
         ag.driver("gemini")
 
@@ -478,7 +478,7 @@ def test_timeout_kills_the_whole_process_group_and_keeps_partial_output(
     monkeypatch.setattr(_process, "TERM_GRACE_S", 0.2)
     clis.scenario(mode="hang", grandchild=True)
     started = time.monotonic()
-    result = run(clis, name, timeout=1.0)
+    result = run(clis, name, timeout_s=1.0)
     assert time.monotonic() - started < 10
     err = result.error
     assert isinstance(err, ag.Timeout) and err.retryable
@@ -622,7 +622,7 @@ def test_a_resumed_session_is_charged_only_this_runs_usage(clis: CLIs, name: str
     second = run(clis, name, session="long")
     third = run(clis, name)  # a new session starts from zero
     for result in (first, second, third):
-        assert result.usage["input_tokens"] == 420 and result.usage["output_tokens"] == 40
+        assert result.usage.input_tokens == 420 and result.usage.output_tokens == 40
     tokens = clis.store.runs()[["run_id", "tokens"]].set_index("run_id")["tokens"].to_dict()
     assert [tokens[r.run_id] for r in (first, second, third)] == [460, 460, 460]
 

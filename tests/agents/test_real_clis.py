@@ -130,7 +130,7 @@ def logged_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_real_claude_logged_out_is_not_authenticated(logged_out: Path) -> None:
     real("claude")
-    result = ag.run_sync(ag.ClaudeCode(timeout=60), "say hi", logged_out, store=":memory:")
+    result = ag.run_sync(ag.ClaudeCode(timeout_s=60), "say hi", logged_out, store=":memory:")
     err = result.error
     assert isinstance(err, ag.NotAuthenticated), err
     assert "Not logged in" in err.detail and err.hint.startswith("claude")
@@ -139,7 +139,7 @@ def test_real_claude_logged_out_is_not_authenticated(logged_out: Path) -> None:
 
 def test_real_copilot_logged_out_is_not_authenticated(logged_out: Path) -> None:
     real("copilot")
-    result = ag.run_sync(ag.Copilot(timeout=60), "say hi", logged_out, store=":memory:")
+    result = ag.run_sync(ag.Copilot(timeout_s=60), "say hi", logged_out, store=":memory:")
     err = result.error
     assert isinstance(err, ag.NotAuthenticated), err
     assert err.detail == "Error: No authentication information found."
@@ -149,7 +149,7 @@ def test_real_codex_without_a_network_is_a_transient_transport_failure(logged_ou
     # codex retries for ever offline; at the deadline the error is what it was retrying
     # (a DNS failure: transport), or a bare Timeout if it had reported nothing yet.
     real("codex")
-    result = ag.run_sync(ag.Codex(timeout=4), "say hi", logged_out, store=":memory:")
+    result = ag.run_sync(ag.Codex(timeout_s=4), "say hi", logged_out, store=":memory:")
     err = result.error
     assert isinstance(err, ag.Timeout | ag.AgentError), err
     assert err.retryable and err.kind.value in ("transport", "timeout"), err

@@ -68,7 +68,7 @@ class Rig:
             env |= {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": KEY}
             if knobs:
                 env["CLAUDE_CODE_MAX_RETRIES"] = "1"
-            return ag.ClaudeCode(bin=exe, model="fake-model", timeout=timeout, env=env), ws
+            return ag.ClaudeCode(bin=exe, model="fake-model", timeout_s=timeout, env=env), ws
         if self.cli == "codex":
             codex_home = home / ".codex"
             codex_home.mkdir()
@@ -79,11 +79,11 @@ class Rig:
                 f'wire_api = "responses"\n{retries}'
             )
             env |= {"CODEX_HOME": str(codex_home), "FAKE_MODEL_KEY": KEY}
-            return ag.Codex(bin=exe, timeout=timeout, env=env), ws
+            return ag.Codex(bin=exe, timeout_s=timeout, env=env), ws
         env |= {"COPILOT_PROVIDER_BASE_URL": f"{fake.url}/v1", "COPILOT_PROVIDER_API_KEY": KEY,
                 "COPILOT_OFFLINE": "true", "COPILOT_MODEL": "fake-model",
                 "XDG_CACHE_HOME": str(self.cache)}  # fmt: skip
-        return ag.Copilot(bin=exe, timeout=timeout, env=env), ws
+        return ag.Copilot(bin=exe, timeout_s=timeout, env=env), ws
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ class Outcome:
             return f"{self.cli:8} {self.mode:9} ok {self.result.text!r} ({self.seconds:.0f} s)"
         return (f"{self.cli:8} {self.mode:9} {type(err).__name__} kind={err.kind.value} "
                 f"retryable={err.retryable} status={getattr(err, 'status', None)} "
-                f"retry_after={getattr(err, 'retry_after', None)} "
+                f"retry_after={getattr(err, 'retry_after_s', None)} "
                 f"attempt rows={len(self.attempts)} requests={self.requests} "
                 f"({self.seconds:.0f} s)")  # fmt: skip
 
@@ -145,7 +145,7 @@ def check(o: Outcome, *, timeout: float) -> None:
     assert all(a["model"] == "fake-model" for a in o.attempts), (where, o.attempts)
     if o.mode == "ok":
         assert o.result.ok and o.result.text == "answer 1", where
-        assert o.result.usage["input_tokens"] > 0 and o.result.session_id, where
+        assert o.result.usage.input_tokens > 0 and o.result.session_id, where
         assert len(o.attempts) == 1 and pd.isna(o.attempts[0]["kind"]), where
         return
     kind = KIND[o.mode]
@@ -163,7 +163,7 @@ def check(o: Outcome, *, timeout: float) -> None:
     if o.mode == "429":
         assert isinstance(err, ag.RateLimited) and err.retryable and not err.quota, where
         if o.cli != "codex":  # codex's stream and logs never say the retry-after
-            assert err.retry_after == RETRY_AFTER and final["retry_after_s"] == RETRY_AFTER
+            assert err.retry_after_s == RETRY_AFTER and final["retry_after_s"] == RETRY_AFTER
             assert err.resets_at is not None and err.resets_at > time.time() - timeout
     elif o.mode == "quota":  # used up: stopped (or given up) at once, not retryable
         assert isinstance(err, ag.RateLimited) and err.quota and not err.retryable, where
@@ -202,7 +202,7 @@ def test_a_real_cli_answers_and_its_named_session_resumes(
         agent, ws = rig.agent(fake, f"session-{cli}", timeout=60)
         first = ag.run_sync(agent, "remember the word quince", ws, store=store, session="s")
         assert first.ok and first.text == "answer 1", first.error
-        assert first.session_id and first.usage["input_tokens"] > 0
+        assert first.session_id and first.usage.input_tokens > 0
         assert first.model == "fake-model"
         runs = store.runs(first.run_id).to_dict("records")
         assert [r["model"] for r in runs] == ["fake-model"]

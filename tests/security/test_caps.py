@@ -36,10 +36,10 @@ def _contract(ws: Path, **kw: Any) -> hn.TaskContract:
 
 
 def test_max_wait_defaults_to_300_seconds_and_takes_a_timedelta() -> None:
-    assert hn.RetryPolicy().max_wait == 300.0
-    assert hn.RetryPolicy(max_wait=dt.timedelta(minutes=1)).max_wait == 60.0
+    assert hn.RetryPolicy().max_wait_s == 300.0
+    assert hn.RetryPolicy(max_wait_s=dt.timedelta(minutes=1)).max_wait_s == 60.0
     with pytest.raises(ValueError):
-        hn.RetryPolicy(max_wait=-1)
+        hn.RetryPolicy(max_wait_s=-1)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_max_wait_defaults_to_300_seconds_and_takes_a_timedelta() -> None:
 def test_retry_after_beyond_max_wait_is_never_slept(
     retry_after: float | None, max_seconds: float | None, action: str, reason: str
 ) -> None:
-    err = hn.ProviderError("x", kind=K.RATE_LIMITED, status=429, retry_after=retry_after)
+    err = hn.ProviderError("x", kind=K.RATE_LIMITED, status=429, retry_after_s=retry_after)
     decision = retry_decision(
         err, retries_done=0, max_retries=2, policy=hn.RetryPolicy(), elapsed=0.0,
         max_seconds=max_seconds,
@@ -68,13 +68,13 @@ async def test_retry_after_of_a_hundred_million_seconds_ends_the_run_at_once(
     with ChaosServer() as srv:
         srv.set_default(Fault.status(429, retry_after="100000000"))
         result = await hn.run(
-            _contract(ws, max_seconds=max_seconds), _openai(srv), store=store, clock=clock
+            _contract(ws, max_time_s=max_seconds), _openai(srv), store=store, clock=clock
         )
         assert len(srv.requests) == 1
     assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
     assert clock.sleeps == []
     assert isinstance(result.error, hn.ProviderError)
-    assert result.error.retry_after == 100000000.0
+    assert result.error.retry_after_s == 100000000.0
     attempts = store.attempts(result.run_id)
     assert attempts[["kind", "status", "retry_after_s"]].values.tolist() == [
         ["rate_limited", 429, 100000000.0]
@@ -86,7 +86,7 @@ async def test_retry_after_within_max_wait_is_waited(ws: Path) -> None:
     clock = hn.FakeClock()
     with ChaosServer() as srv:
         srv.push(Fault.status(429, retry_after="120"))
-        contract = _contract(ws, retry=hn.RetryPolicy(max_wait=120))
+        contract = _contract(ws, retry=hn.RetryPolicy(max_wait_s=120))
         result = await hn.run(contract, _openai(srv), store=hn.Store(":memory:"), clock=clock)
     assert result.outcome is hn.RunOutcome.FINISHED
     assert clock.sleeps == [120.0]

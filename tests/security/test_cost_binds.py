@@ -126,7 +126,7 @@ def test_an_empty_answer_with_billed_usage_is_priced_and_not_retried_past_the_bu
         provider = hn.OpenAI("m", base_url=srv.url, stream=stream)
         prices = hn.Prices({"m": (1000.0, 1000.0)})  # 5,000 tokens: $5 an attempt
         contract = hn.TaskContract("say something", ws, max_cost_usd=2.0,
-                                   retry=hn.RetryPolicy(base=0.0, cap=0.0))  # fmt: skip
+                                   retry=hn.RetryPolicy(base_s=0.0, cap_s=0.0))  # fmt: skip
         with hn.Store(":memory:") as store:
             result = hn.run_sync(contract, provider, store=store, prices=prices)
             attempts = store.attempts()

@@ -107,7 +107,7 @@ def test_a_fifo_is_refused_at_once_by_read_write_grep_and_edit(ws: Path, tmp_pat
             ),
             "done",
         ],
-        max_seconds=120,
+        max_time_s=120,
     )
     assert time.monotonic() - started < 30  # a blocking open would hang to the budget
     assert result.outcome is hn.RunOutcome.FINISHED
@@ -358,7 +358,7 @@ SLOW_RUN = textwrap.dedent(
         return "late"
 
     store = hn.Store(sys.argv[1])
-    contract = hn.TaskContract("look up a", sys.argv[2], max_seconds=1.0)
+    contract = hn.TaskContract("look up a", sys.argv[2], max_time_s=1.0)
     provider = hn.ScriptedProvider([{"tool": "slow_lookup", "args": {"key": "a"}}, "done"])
     if sys.argv[3] == "sync":
         result = hn.run_sync(contract, provider, store=store, tools=[slow_lookup])

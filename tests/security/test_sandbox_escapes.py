@@ -306,7 +306,7 @@ def test_a_command_ignoring_sigterm_ends_with_its_tree_by_the_time_budget(
         f">/dev/null 2>&1 & echo started; sleep {leader}; :"
     )
     provider = hn.ScriptedProvider([_command(["sh", "-c", script]), "done", "done"])
-    contract = hn.TaskContract("probe", ws, max_steps=3, max_seconds=2)
+    contract = hn.TaskContract("probe", ws, max_steps=3, max_time_s=2)
     started = time.monotonic()
     result = hn.run_sync(contract, provider, store=store, policy=hn.Policy.permissive())
     took = time.monotonic() - started

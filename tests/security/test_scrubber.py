@@ -70,7 +70,7 @@ def store_surfaces(path: Path) -> list[str]:
 
 
 def contract(ws: Path, **kw: Any) -> hn.TaskContract:
-    kw.setdefault("retry", hn.RetryPolicy(base=0.01, cap=0.01))
+    kw.setdefault("retry", hn.RetryPolicy(base_s=0.01, cap_s=0.01))
     return hn.TaskContract("say hi", ws, **kw)
 
 

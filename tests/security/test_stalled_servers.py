@@ -80,7 +80,7 @@ async def test_headers_then_silence_ends_at_the_first_event_timeout() -> None:
         await writer.drain()
         await asyncio.sleep(30)
 
-    result, took = await call(silent, first_event_timeout=0.4, idle_timeout=0.2)
+    result, took = await call(silent, first_event_timeout_s=0.4, idle_timeout_s=0.2)
     assert isinstance(result, hn.ProviderError), result
     assert result.kind is hn.ProviderErrorKind.TIMEOUT and result.retryable
     assert "first-event timeout" in result.message
@@ -94,7 +94,7 @@ async def test_bytes_that_complete_no_event_are_silence_before_the_first_event()
             await writer.drain()
             await asyncio.sleep(0.05)
 
-    result, took = await call(trickle, first_event_timeout=0.4, idle_timeout=0.2)
+    result, took = await call(trickle, first_event_timeout_s=0.4, idle_timeout_s=0.2)
     assert isinstance(result, hn.ProviderError), result
     assert "first-event timeout" in result.message
     assert took < 4.0
@@ -108,7 +108,7 @@ async def test_bytes_that_complete_no_event_are_silence_after_the_first_event() 
             await writer.drain()
             await asyncio.sleep(0.05)
 
-    result, took = await call(trickle, first_event_timeout=2.0, idle_timeout=0.3)
+    result, took = await call(trickle, first_event_timeout_s=2.0, idle_timeout_s=0.3)
     assert isinstance(result, hn.ProviderError), result
     assert "idle timeout" in result.message
     assert took < 4.0
@@ -123,7 +123,7 @@ async def test_a_model_that_thinks_before_its_first_event_still_answers() -> Non
         writer.write(FIRST + REST)
         await writer.drain()
 
-    result, _ = await call(thinker, first_event_timeout=2.0, idle_timeout=0.3)
+    result, _ = await call(thinker, first_event_timeout_s=2.0, idle_timeout_s=0.3)
     assert isinstance(result, hn.Completion), result
     assert result.text == "Hello"
 
@@ -134,11 +134,11 @@ def test_the_defaults_wait_out_three_minutes_of_thought_and_end_silence_in_ten()
     # headers and then nothing (the default 2 retries, their backoff) end within 600 s.
     contract = hn.TaskContract("x", ".")
     attempts = contract.max_retries + 1
-    backoff = sum(min(contract.retry.cap, contract.retry.base * 2**i)
+    backoff = sum(min(contract.retry.cap_s, contract.retry.base_s * 2**i)
                   for i in range(contract.max_retries))  # fmt: skip
     assert DEFAULT_FIRST_EVENT_TIMEOUT > 180
     assert attempts * DEFAULT_FIRST_EVENT_TIMEOUT + backoff <= 600
     assert DEFAULT_IDLE_TIMEOUT == 60.0
     provider = hn.OpenAI("m", base_url="http://127.0.0.1:9/v1")
-    assert provider.first_event_timeout == DEFAULT_FIRST_EVENT_TIMEOUT
-    assert provider.with_timeout(900, first_event_timeout=600).first_event_timeout == 600
+    assert provider.first_event_timeout_s == DEFAULT_FIRST_EVENT_TIMEOUT
+    assert provider.with_timeout(900, first_event_timeout_s=600).first_event_timeout_s == 600

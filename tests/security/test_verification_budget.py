@@ -1,6 +1,6 @@
 """A verification command is cut to the run's time budget, its whole tree with it
 (issue 25, item 10): a check that ignores SIGTERM and leaves a ``setsid`` child must not
-hold a run past ``max_seconds`` for its own 60 s timeout."""
+hold a run past ``max_time_s`` for its own 60 s timeout."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_a_slow_verification_ends_with_the_runs_time_budget(tmp_path: Path) -> N
     script = (f"trap '' TERM; setsid sh -c 'sleep 4; touch {marker}' & "
               "sleep 50")  # fmt: skip
     check = hn.Command(["sh", "-c", script], timeout_s=60.0)
-    contract = hn.TaskContract("check it", ws, verification=check, max_seconds=2.0)
+    contract = hn.TaskContract("check it", ws, verification=check, max_time_s=2.0)
     policy = hn.Policy.default().layer("app").allow_exec("sh")
     started = time.monotonic()
     with hn.Store(":memory:") as store:
