@@ -38,8 +38,10 @@ def codex_auth_hint(extra_args: Sequence[str], env: Mapping[str, str], login: st
         return login
     url = provider.get("base_url") if isinstance(provider, dict) else None
     where = f" at {url}" if isinstance(url, str) and url else ""
-    return (f"set {key} (model_providers.{name}.env_key in config.toml) to a key the "
-            f"provider{where} accepts")  # fmt: skip
+    return (
+        f"set {key} (model_providers.{name}.env_key in config.toml) to a key the "
+        f"provider{where} accepts"
+    )
 
 
 def _overrides(extra_args: Sequence[str]) -> dict[str, str]:

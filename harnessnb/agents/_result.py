@@ -129,8 +129,9 @@ class _ReadAsDict(Usage):
     cost_usd: float | None = None
 
     def _plain(self) -> Usage:
-        return Usage(self.input_tokens, self.output_tokens, self.estimated,
-                     self.cached_input_tokens)  # fmt: skip
+        return Usage(
+            self.input_tokens, self.output_tokens, self.estimated, self.cached_input_tokens
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Usage):

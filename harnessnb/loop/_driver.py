@@ -474,9 +474,19 @@ async def run(
     policy = policy if policy is not None else Policy.default()
 
     def build(opened: Store) -> Driver:
-        return Driver(contract, provider, store=opened, policy=policy, approver=approver,
-                      tools=tools, on_event=on_event, clock=clock, run_id=run_id,
-                      prices=prices, sweep_id=sweep_id)  # fmt: skip
+        return Driver(
+            contract,
+            provider,
+            store=opened,
+            policy=policy,
+            approver=approver,
+            tools=tools,
+            on_event=on_event,
+            clock=clock,
+            run_id=run_id,
+            prices=prices,
+            sweep_id=sweep_id,
+        )
 
     driver = await uncut(begin_run(store, contract, run_id, clock, build), store)
     if isinstance(driver, RunResult):

@@ -396,25 +396,27 @@ class RunResult:
             "harnessnb-run",
             [badge(self.outcome.value, tone), code(self.run_id)],
             text_block(shorten(self.task, 200), faint=True) if self.task else "",
-            facts([
-                ("steps", self.steps),
-                ("tokens", self.tokens),
-                *([("cost", usd(self.cost_usd))] if self.cost_usd is not None else []),
-                ("time", f"{self.elapsed_s:.1f} s"),
-                ("verified", _verified_word(self.verified)),
-                ("providers", ", ".join(self.providers) or "-"),
-                ("attempts", self.attempts),
-                ("retries", self.retries),
-                ("fallbacks", self.fallbacks),
-                ("replans", self.replans),
-                *([("commands", self.commands)] if self.commands else []),
-            ]),
+            facts(
+                [
+                    ("steps", self.steps),
+                    ("tokens", self.tokens),
+                    *([("cost", usd(self.cost_usd))] if self.cost_usd is not None else []),
+                    ("time", f"{self.elapsed_s:.1f} s"),
+                    ("verified", _verified_word(self.verified)),
+                    ("providers", ", ".join(self.providers) or "-"),
+                    ("attempts", self.attempts),
+                    ("retries", self.retries),
+                    ("fallbacks", self.fallbacks),
+                    ("replans", self.replans),
+                    *([("commands", self.commands)] if self.commands else []),
+                ]
+            ),
             text_block(f"check: {self.verify_detail}") if self.verify_detail else "",
             *self._answer_html(),
             _steps_html(self.step_summaries),
             shown._card_html() if shown is not None else "",
             tone=tone,
-        )  # fmt: skip
+        )
 
 
 _TEXT_STEPS = 20

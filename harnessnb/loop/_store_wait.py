@@ -125,5 +125,6 @@ async def close_opened(opened: Store, given: Store | str | os.PathLike[str] | No
 def unopened_result(run_id: str, task: str, budget_s: float | None, exc: StoreError) -> RunResult:
     """The result of a run whose store could not be opened in its time: nothing of it
     was written, so the result alone reports it."""
-    return RunResult(run_id=run_id, outcome=gave_out_outcome(budget_s), steps=0, tokens=0,
-                     error=exc, task=task)  # fmt: skip
+    return RunResult(
+        run_id=run_id, outcome=gave_out_outcome(budget_s), steps=0, tokens=0, error=exc, task=task
+    )

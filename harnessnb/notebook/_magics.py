@@ -273,8 +273,16 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     approver = _approver(args)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return run_loop(contract, provider, store=store, policy=policy, approver=approver,
-                        on_event=on_event, run_id=run_id, prices=prices)  # fmt: skip
+        return run_loop(
+            contract,
+            provider,
+            store=store,
+            policy=policy,
+            approver=approver,
+            on_event=on_event,
+            run_id=run_id,
+            prices=prices,
+        )
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
 
@@ -295,8 +303,15 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
     run_id = new_id("run")
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, Any]:
-        return run_agent(agent, task, args.workspace, session=args.session, store=store,
-                         on_event=on_event, run_id=run_id)  # fmt: skip
+        return run_agent(
+            agent,
+            task,
+            args.workspace,
+            session=args.session,
+            store=store,
+            on_event=on_event,
+            run_id=run_id,
+        )
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, resumable=False)
 
@@ -340,9 +355,12 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         except StoreError:
             recorded = None  # resume itself reports why the run cannot be read
         provider, note = provider_for_resume(
-            recorded, args.provider, model=args.model, base_url=args.base_url,
+            recorded,
+            args.provider,
+            model=args.model,
+            base_url=args.base_url,
             fallbacks=args.fallback,
-        )  # fmt: skip
+        )
     except HarnessError as err:
         _fail(err)
         raise
@@ -350,8 +368,9 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     approver = _approver(args)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return resume(args.run_id, provider, store=store, approver=approver, on_event=on_event,
-                      prices=prices)  # fmt: skip
+        return resume(
+            args.run_id, provider, store=store, approver=approver, on_event=on_event, prices=prices
+        )
 
     return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
 

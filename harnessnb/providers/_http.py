@@ -148,12 +148,15 @@ class HTTPProvider(BaseProvider):
         if parts.scheme not in ("http", "https"):
             raise ConfigError(f"{self.NAME}: base_url must be an http(s) URL: {self._base_url!r}")
         if parts.query or parts.fragment:  # the path is appended to it: it would follow them
-            raise ConfigError(f"{self.NAME}: base_url {shown_url(self._base_url)!r} may not "
-                              "carry a query or fragment (pass headers= for a key)")  # fmt: skip
+            raise ConfigError(
+                f"{self.NAME}: base_url {shown_url(self._base_url)!r} may not "
+                "carry a query or fragment (pass headers= for a key)"
+            )
         if api_key:  # a key read from a file ends in a newline, which breaks the header
             if not (api_key := api_key.strip()):
-                raise ConfigError(f"{self.NAME}: api_key= holds only whitespace",
-                                  code="CONFIG_MISSING_KEY")  # fmt: skip
+                raise ConfigError(
+                    f"{self.NAME}: api_key= holds only whitespace", code="CONFIG_MISSING_KEY"
+                )
         elif base_url is None:
             # The official host needs a key: take it from the environment like the
             # SDKs do, but never send it to a custom base_url nobody handed it to.
