@@ -15,6 +15,12 @@ def folder(path: Path, files: Mapping[str, str] | None = None) -> Path:
     return path
 
 
+
+def keyed_workspace(path: Path, readme: str, key: str) -> Path:
+    """A workspace at ``path`` holding ``README.md`` (``readme``) and a ``.env`` with
+    ``key`` as its ``OPENAI_API_KEY``: the secret a sandbox or the policy must keep."""
+    return folder(path, {"README.md": readme, ".env": f"OPENAI_API_KEY={key}\n"})
+
 # One file per kind in the secrets table (the path as a workspace would hold it): the
 # policy's and the sandbox's secrets tests both start from it.
 SECRET_KINDS = [

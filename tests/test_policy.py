@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from files_helpers import SECRET_KINDS
 
 import harnessnb as hn
 from harnessnb import Policy, Verdict
 from harnessnb.rules._policy import exec_target
+from tests.files_helpers import SECRET_KINDS
 
 # ---------------------------------------------------------------- evaluation table
 

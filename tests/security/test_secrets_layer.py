@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from files_helpers import SECRET_KINDS
 
 import harnessnb as hn
+from tests.files_helpers import SECRET_KINDS
 
 # The same kinds nested deeper, and in upper case (a case-insensitive filesystem
 # opens ``.ENV`` as ``.env``).
