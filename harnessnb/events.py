@@ -9,43 +9,7 @@ layers, emit them too); this module keeps one import path for users.
 from __future__ import annotations
 
 from .loop._events import unscrubbed_events
-from .rules._events import (
-    AnyEvent,
-    ApprovalDecidedEvent,
-    ApprovalRequestedEvent,
-    DeltaEvent,
-    EventKind,
-    FellBackEvent,
-    FinishedEvent,
-    RefusedEvent,
-    ReplanEvent,
-    RetryEvent,
-    RunEvent,
-    ShrunkEvent,
-    StalledEvent,
-    StartedEvent,
-    StepEvent,
-    ToolCallEvent,
-    ToolEvent,
-)
+from .rules import _events as _rules_events
+from .rules._events import *  # noqa: F403 -- every name in rules/_events.__all__
 
-__all__ = [
-    "AnyEvent",
-    "ApprovalDecidedEvent",
-    "ApprovalRequestedEvent",
-    "DeltaEvent",
-    "EventKind",
-    "FellBackEvent",
-    "FinishedEvent",
-    "RefusedEvent",
-    "ReplanEvent",
-    "RetryEvent",
-    "RunEvent",
-    "ShrunkEvent",
-    "StalledEvent",
-    "StartedEvent",
-    "StepEvent",
-    "ToolCallEvent",
-    "ToolEvent",
-    "unscrubbed_events",
-]
+__all__ = [*_rules_events.__all__, "unscrubbed_events"]

@@ -27,6 +27,18 @@ def old_store(path: Path, version: int) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def altered(path: Path, *statements: str) -> Path:
+    """``path`` after ``statements`` ran on it straight through DuckDB (no harnessnb): a
+    store file made wrong on purpose, or a foreign database."""
+    con = duckdb.connect(str(path))
+    try:
+        for statement in statements:
+            con.execute(statement)
+    finally:
+        con.close()
+    return path
+
+
 def run_row(run_id: str = "r1", **extra: Any) -> dict[str, Any]:
     """A ``create_run`` dict."""
     return {

@@ -208,11 +208,17 @@ def test_the_stall_demo_exits_5_and_shows_the_stalls(
     assert re.search(r"^\s+7\s+repetition\s+stalled", out, re.M)
 
 
-def test_run_with_a_budget_exits_6(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _demo_run(tmp_path: Path, *options: str) -> tuple[Path, int]:
+    """``harnessnb run`` of the demo task in a fresh demo workspace (``tmp_path/ws``, the
+    store ``tmp_path/s.duckdb``) with ``options``: the workspace and the exit code."""
     ws = make_demo_workspace(tmp_path / "ws")
-    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
-                     "--provider", "demo", "--max-steps", "1",
-                     "--store", str(tmp_path / "s.duckdb")])
+    task = "summarise README.md into NOTES.md"
+    store = str(tmp_path / "s.duckdb")
+    return ws, cli.main(["run", task, "--workspace", str(ws), *options, "--store", store])
+
+
+def test_run_with_a_budget_exits_6(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, code = _demo_run(tmp_path, "--provider", "demo", "--max-steps", "1")
     assert code == 6
     assert "step_cap" in capsys.readouterr().out
 
@@ -220,10 +226,8 @@ def test_run_with_a_budget_exits_6(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_run_verifies_and_allows_the_named_write(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ws = make_demo_workspace(tmp_path / "ws")
-    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
-                     "--verify", "NOTES.md contains - Usage", "--allow-write", "NOTES.md",
-                     "--store", str(tmp_path / "s.duckdb")])
+    verify = "NOTES.md contains - Usage"
+    _, code = _demo_run(tmp_path, "--verify", verify, "--allow-write", "NOTES.md")
     out = capsys.readouterr().out
     assert code == 0
     assert "note: no API key found" in out and DEMO_LABEL in out  # no key: the demo model
@@ -454,10 +458,7 @@ def test_approval_timeout_takes_the_answer_typed_in_time(tmp_path: Path) -> None
 def test_without_approval_timeout_the_command_asks_nobody(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ws = make_demo_workspace(tmp_path / "ws")
-    code = cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
-                     "--provider", "demo", "--max-steps", "3",
-                     "--store", str(tmp_path / "s.duckdb")])  # fmt: skip
+    ws, code = _demo_run(tmp_path, "--provider", "demo", "--max-steps", "3")
     out = capsys.readouterr().out
     assert code == 6  # the refusal went to the model, which ran out of steps
     assert "refused: write NOTES.md" in out and "harnessnb asks" not in out
@@ -467,10 +468,9 @@ def test_without_approval_timeout_the_command_asks_nobody(
 def test_a_refusals_hint_names_the_command_it_is_read_in(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ws = make_demo_workspace(tmp_path / "ws")
     path = tmp_path / "s.duckdb"
-    assert cli.main(["run", "summarise README.md into NOTES.md", "--workspace", str(ws),
-                     "--provider", "demo", "--store", str(path)]) == 0  # fmt: skip
+    ws, code = _demo_run(tmp_path, "--provider", "demo")
+    assert code == 0
     assert "To allow it, pass `--allow-write GLOB` to harnessnb run, or" in capsys.readouterr().out
     with hn.Store(path) as store:
         refused = store.tool_calls().query("status == 'refused'")["output"].tolist()

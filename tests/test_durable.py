@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 import harnessnb as hn
+from tests.store_helpers import altered
 
 sys.path.insert(0, str(Path(__file__).parent / "durable"))
 import reference_run as ref
@@ -233,9 +233,7 @@ def test_unknown_run_id(tmp_path: Path) -> None:
 def test_store_newer_than_this_harnessnb(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     Store(path).close()
-    con = duckdb.connect(str(path))
-    con.execute("INSERT INTO schema_version VALUES (99, now())")
-    con.close()
+    altered(path, "INSERT INTO schema_version VALUES (99, now())")
     with pytest.raises(hn.StoreError) as opened:
         Store(path)
     assert opened.value.kind == "newer"
@@ -262,9 +260,7 @@ def test_a_looser_policy_than_recorded_is_refused(tmp_path: Path) -> None:
 
 def test_unreadable_checkpoint(tmp_path: Path) -> None:
     ws, path = _crashed_run(tmp_path)
-    con = duckdb.connect(str(path))
-    con.execute("UPDATE steps SET checkpoint = '{not json' WHERE run_id = 'run_c'")
-    con.close()
+    altered(path, "UPDATE steps SET checkpoint = '{not json' WHERE run_id = 'run_c'")
     os.environ["HNB_WS"] = str(ws)
     with Store(path) as store, pytest.raises(hn.ResumeError) as info:
         resume_sync("run_c", ref.provider(), store=store, tools=ref.TOOLS)

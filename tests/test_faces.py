@@ -16,22 +16,8 @@ from IPython.utils.capture import capture_output
 
 import harnessnb as hn
 from harnessnb import cli
+from harnessnb import events as evs
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
-from harnessnb.events import (
-    ApprovalDecidedEvent,
-    ApprovalRequestedEvent,
-    FellBackEvent,
-    FinishedEvent,
-    RefusedEvent,
-    ReplanEvent,
-    RetryEvent,
-    RunEvent,
-    ShrunkEvent,
-    StalledEvent,
-    StartedEvent,
-    StepEvent,
-    ToolCallEvent,
-)
 from harnessnb.launch._options import AGENT_NAMES, FACE_MARK, PERMISSIONS, Face
 from harnessnb.notebook import _magics
 
@@ -269,7 +255,7 @@ def test_fallback_serves_the_step_after_a_retryable_failure_in_both_faces(
 # ------------------------------------------------------------------ words
 
 
-E = TypeVar("E", bound=RunEvent)
+E = TypeVar("E", bound=evs.RunEvent)
 
 
 def ev(kind: type[E], step: int = 0, /, **fields: Any) -> E:
@@ -277,44 +263,47 @@ def ev(kind: type[E], step: int = 0, /, **fields: Any) -> E:
 
 
 WORDS = [
-    (ev(StartedEvent, provider="openai", model="m", max_steps=12),
+    (ev(evs.StartedEvent, provider="openai", model="m", max_steps=12),
      "started run_x with openai (m)"),
-    (ev(StartedEvent, provider="demo", model="d", max_steps=12, resumed=True),
+    (ev(evs.StartedEvent, provider="demo", model="d", max_steps=12, resumed=True),
      "resumed run_x with demo (d)"),
-    (ev(ToolCallEvent, 1, tool="read_file", args={"path": "a.md"}, status="ok"),
+    (ev(evs.ToolCallEvent, 1, tool="read_file", args={"path": "a.md"}, status="ok"),
      'read_file("path": "a.md") ok'),
-    (ev(ToolCallEvent, 1, tool="write_file", args={"path": "N.md", "content": "x" * 99},
+    (ev(evs.ToolCallEvent, 1, tool="write_file", args={"path": "N.md", "content": "x" * 99},
         status="intent"), 'write_file("path": "N.md", "content": "<99 chars>") intent'),
-    (ev(ToolCallEvent, 1, tool="grep", args={"pattern": "y" * 80}, status="ok"),
+    (ev(evs.ToolCallEvent, 1, tool="grep", args={"pattern": "y" * 80}, status="ok"),
      'grep("pattern": "' + "y" * 45 + "...) ok"),
-    (ev(StepEvent, 3, tool_calls=1, tokens=110, provider=None),
+    (ev(evs.StepEvent, 3, tool_calls=1, tokens=110, provider=None),
      "step 3/12: 1 tool call, 110 tokens"),
-    (ev(StepEvent, 4, tool_calls=2, tokens=120, provider=None),
+    (ev(evs.StepEvent, 4, tool_calls=2, tokens=120, provider=None),
      "step 4/12: 2 tool calls, 120 tokens"),
-    (ev(StepEvent, 5, tool_calls=0, tokens=130, provider=None), "step 5/12: answered, 130 tokens"),
-    (ev(StepEvent, 6, tool_calls=1, tokens=140, provider=None, cost_usd=0.0035),
+    (ev(evs.StepEvent, 5, tool_calls=0, tokens=130, provider=None),
+     "step 5/12: answered, 130 tokens"),
+    (ev(evs.StepEvent, 6, tool_calls=1, tokens=140, provider=None, cost_usd=0.0035),
      "step 6/12: 1 tool call, 140 tokens, $0.003500 so far"),
-    (ev(StepEvent, 7, tool_calls=1, tokens=150, provider=None, cost_usd=0.0),
+    (ev(evs.StepEvent, 7, tool_calls=1, tokens=150, provider=None, cost_usd=0.0),
      "step 7/12: 1 tool call, 150 tokens"),
-    (ev(StepEvent, 8, tool_calls=1, tokens=160, provider=None, cost_usd=None),
+    (ev(evs.StepEvent, 8, tool_calls=1, tokens=160, provider=None, cost_usd=None),
      "step 8/12: 1 tool call, 160 tokens"),
-    (ev(RetryEvent, error_kind="rate_limited", status=429, attempt=2, max_attempts=3,
+    (ev(evs.RetryEvent, error_kind="rate_limited", status=429, attempt=2, max_attempts=3,
         delay_s=6.2, retry_after_s=6.2), "rate_limited (HTTP 429) - retrying in 7 s, attempt 2/3"),
-    (ev(RetryEvent, error_kind="transport", status=None, attempt=2, max_attempts=3, delay_s=0.5),
+    (ev(evs.RetryEvent, error_kind="transport", status=None, attempt=2, max_attempts=3,
+        delay_s=0.5),
      "transport - retrying in 1 s, attempt 2/3"),
-    (ev(FellBackEvent, from_provider="openai", model="m", error_kind="server", status=503),
+    (ev(evs.FellBackEvent, from_provider="openai", model="m", error_kind="server", status=503),
      "fell back from openai after server (HTTP 503)"),
-    (ev(ReplanEvent, 2, signal="window", detail="same calls"),
+    (ev(evs.ReplanEvent, 2, signal="window", detail="same calls"),
      "stall (window): same calls; told the model to change approach"),
-    (ev(StalledEvent, 7, signal="repetition", detail="read a.md 3 times"),
+    (ev(evs.StalledEvent, 7, signal="repetition", detail="read a.md 3 times"),
      "stall (repetition): read a.md 3 times; stopping"),
-    (ev(RefusedEvent, act="write", target="x.md", rule=None, layer=None), "refused: write x.md"),
-    (ev(ApprovalRequestedEvent, act="exec", target="ls", preview="ls", rule=None, layer=None,
+    (ev(evs.RefusedEvent, act="write", target="x.md", rule=None, layer=None),
+     "refused: write x.md"),
+    (ev(evs.ApprovalRequestedEvent, act="exec", target="ls", preview="ls", rule=None, layer=None,
         tool="run_command", args={}), "approval asked: exec ls"),
-    (ev(ApprovalDecidedEvent, tool="run_command", decision="approve"), "approval: approve"),
-    (ev(ShrunkEvent, before_chars=900, after_chars=300),
+    (ev(evs.ApprovalDecidedEvent, tool="run_command", decision="approve"), "approval: approve"),
+    (ev(evs.ShrunkEvent, before_chars=900, after_chars=300),
      "context too long: old tool output dropped and the call retried"),
-    (ev(FinishedEvent, outcome="success", steps=1, tokens=10), None),
+    (ev(evs.FinishedEvent, outcome="success", steps=1, tokens=10), None),
 ]  # fmt: skip
 
 
@@ -325,7 +314,7 @@ def test_both_faces_put_an_event_in_the_same_words(event: hn.RunEvent, words: st
 
     command, notebook = cli.LineProgress(), ProgressState()
     for progress_line in (command.line, lambda e: notebook.fold(e, now=0.0)):
-        progress_line(ev(StartedEvent, provider="openai", model="m", max_steps=12))
+        progress_line(ev(evs.StartedEvent, provider="openai", model="m", max_steps=12))
     assert event_words(event, max_steps=12) == words
     assert notebook.fold(event, now=0.0) == words
     line = command.line(event)
@@ -335,5 +324,5 @@ def test_both_faces_put_an_event_in_the_same_words(event: hn.RunEvent, words: st
 def test_a_step_without_a_cap_has_no_slash() -> None:
     from harnessnb.launch._words import event_words
 
-    step = ev(StepEvent, 2, tool_calls=1, tokens=5, provider=None)
+    step = ev(evs.StepEvent, 2, tool_calls=1, tokens=5, provider=None)
     assert event_words(step) == "step 2: 1 tool call, 5 tokens"

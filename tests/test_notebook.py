@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -120,14 +121,22 @@ def test_the_magic_line_expands_names_like_the_body(
     assert "\n" not in str(err.value)
 
 
-def test_the_awaiting_path_expands_the_line_too(shell: InteractiveShell, tmp_path: Path) -> None:
-    shell.user_ns["rid"] = "run_nope"
+def run_awaiting(shell: InteractiveShell, cell: str) -> Any:
+    """``cell`` run (output captured) with the awaiting transformer the extension installs
+    in a kernel, taken out again after."""
     shell.input_transformers_post.append(_magics.await_harness_cells)
     try:
         with capture_output():
-            result = shell.run_cell(f"%harness tb {{rid}} --store {tmp_path / 'r.duckdb'}\n")
+            return shell.run_cell(cell)
     finally:
         shell.input_transformers_post.remove(_magics.await_harness_cells)
+
+
+def test_the_awaiting_path_expands_the_line_too(shell: InteractiveShell, tmp_path: Path) -> None:
+    shell.user_ns["rid"] = "run_nope"
+    try:
+        result = run_awaiting(shell, f"%harness tb {{rid}} --store {tmp_path / 'r.duckdb'}\n")
+    finally:
         shell.user_ns.pop("rid", None)
     assert isinstance(result.error_in_exec, UsageError)
     assert "no run 'run_nope'" in str(result.error_in_exec)
@@ -362,13 +371,24 @@ def test_failed_cell_through_run_cell_prints_at_most_three_lines(
     assert err_lines and len(err_lines) <= 3
 
 
+def run_hi(
+    shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path, *, failing: bool = False
+) -> str:
+    """The run id of a ``%%harness run ... --out R`` cell saying hi (output captured);
+    ``failing``: its provider answers 401 and the cell raises the ProviderError."""
+    if failing:
+        srv.set_default(Fault.status(401))
+    raised = pytest.raises(hn.ProviderError) if failing else contextlib.nullcontext()
+    with capture_output(), raised:
+        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
+    return str(shell.user_ns["R"].run_id)
+
+
 def test_tb_prints_the_full_traceback_of_a_failed_run(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:
-    srv.set_default(Fault.status(401))
-    with capture_output(), pytest.raises(hn.ProviderError):
-        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)}", "hi")
-    run_id = runs(tmp_path)["run_id"].iloc[0]
+    run_id = run_hi(shell, srv, ws, tmp_path, failing=True)
+    assert run_id == runs(tmp_path)["run_id"].iloc[0]
     with capture_output() as cap:
         shell.run_line_magic("harness", f"tb {run_id} --store {tmp_path / 'runs.duckdb'}")
     assert "Traceback (most recent call last)" in cap.stdout
@@ -434,9 +454,7 @@ def test_runs_and_failures_return_frames_and_assign_out(
 def test_show_displays_the_card_and_the_tables(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:
-    with capture_output():
-        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
-    run_id = shell.user_ns["R"].run_id
+    run_id = run_hi(shell, srv, ws, tmp_path)
     with capture_output() as cap:
         shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
     html = [o.data.get("text/html", "") for o in cap.outputs]
@@ -451,9 +469,7 @@ def test_show_counts_what_the_store_holds(
 ) -> None:
     srv.push(Fault.status(503))
     srv.push(Fault.status(503))
-    with capture_output():
-        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
-    run_id = shell.user_ns["R"].run_id
+    run_id = run_hi(shell, srv, ws, tmp_path)
     with capture_output() as cap:
         shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
     card = cap.outputs[0].data["text/plain"]
@@ -466,10 +482,7 @@ def test_show_counts_what_the_store_holds(
 def test_show_of_a_failed_run_shows_its_error_card(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:
-    srv.set_default(Fault.status(401))
-    with capture_output(), pytest.raises(hn.ProviderError):
-        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
-    run_id = shell.user_ns["R"].run_id
+    run_id = run_hi(shell, srv, ws, tmp_path, failing=True)
     with capture_output() as cap:
         shell.run_line_magic("harness", f"show {run_id} --store {tmp_path / 'runs.duckdb'}")
     text, html = cap.outputs[0].data["text/plain"], cap.outputs[0].data["text/html"]
@@ -512,9 +525,7 @@ def test_replay_runs_a_recorded_run_again_without_the_network(
 def test_replay_of_a_run_never_recorded_says_so_and_how_to_record(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:
-    with capture_output():
-        shell.run_cell_magic("harness", f"run {opts(srv, ws, tmp_path)} --out R", "hi")
-    run_id = shell.user_ns["R"].run_id
+    run_id = run_hi(shell, srv, ws, tmp_path)
     with capture_output() as cap, pytest.raises(hn.ProviderError) as info:
         shell.run_line_magic("harness", f"replay {run_id} --store {tmp_path / 'runs.duckdb'}")
     assert "the run was not recorded" in info.value.message
@@ -547,11 +558,6 @@ def test_harness_cells_become_awaiting_cells_in_a_kernel() -> None:
 def test_the_awaiting_path_runs_in_a_shell_with_the_transformer(
     shell: InteractiveShell, srv: ChaosServer, ws: Path, tmp_path: Path
 ) -> None:
-    shell.input_transformers_post.append(_magics.await_harness_cells)
-    try:
-        with capture_output():
-            result = shell.run_cell(f"%%harness run {opts(srv, ws, tmp_path)} --out R\nhi\n")
-    finally:
-        shell.input_transformers_post.remove(_magics.await_harness_cells)
+    result = run_awaiting(shell, f"%%harness run {opts(srv, ws, tmp_path)} --out R\nhi\n")
     assert result.error_in_exec is None
     assert shell.user_ns["R"].outcome is hn.RunOutcome.FINISHED

@@ -279,20 +279,27 @@ def test_approval_timeout_stops_the_run_awaiting_approval(kernel: Kernel, setup:
     )
 
 
-def test_interrupt_reaches_an_awaited_run_at_once(kernel: Kernel, setup: Setup) -> None:
-    # ``await hn.run(...)`` runs on the kernel's own loop; the interrupt used to wait
-    # for whatever woke that loop next (a lease renewal, seconds later).
+def _interrupt_a_slow_run(kernel: Kernel, setup: Setup, call: str, ename: str) -> None:
+    """Start ``call(contract, provider, store=...)`` against a model that answers in 20 s,
+    interrupt the cell once its request is in: the cell ends within 5 s of the
+    interrupt, raising ``ename``, and the run is stored ``cancelled``."""
     setup.srv.push(Fault.slow(20))
     code = (
         f"contract = hn.TaskContract('hi', {str(setup.ws)!r})\n"
         f"provider = hn.OpenAI('m', base_url={setup.srv.openai_url!r})\n"
-        f"await hn.run(contract, provider, store={str(setup.store)!r})"
+        f"{call}(contract, provider, store={str(setup.store)!r})"
     )
     cell = kernel.run(code, interrupt_when=lambda _: len(setup.srv.requests) >= 1)
 
     assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
-    assert cell.reply["status"] == "error" and cell.reply["ename"] == "CancelledError"
+    assert cell.reply["status"] == "error" and cell.reply["ename"] == ename
     assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]
+
+
+def test_interrupt_reaches_an_awaited_run_at_once(kernel: Kernel, setup: Setup) -> None:
+    # ``await hn.run(...)`` runs on the kernel's own loop; the interrupt used to wait
+    # for whatever woke that loop next (a lease renewal, seconds later).
+    _interrupt_a_slow_run(kernel, setup, "await hn.run", "CancelledError")
 
 
 def test_interrupt_reaches_an_awaited_agent_run_at_once(
@@ -381,16 +388,6 @@ def test_run_sync_in_a_kernel_refuses_the_ask_it_could_never_hear_answered(
 
 def test_interrupt_cancels_a_run_sync_in_the_kernel(kernel: Kernel, setup: Setup) -> None:
     # run_sync blocks the cell on harnessnb's loop thread; the button's SIGINT reaches it.
-    setup.srv.push(Fault.slow(20))
-    code = (
-        f"contract = hn.TaskContract('hi', {str(setup.ws)!r})\n"
-        f"provider = hn.OpenAI('m', base_url={setup.srv.openai_url!r})\n"
-        f"hn.run_sync(contract, provider, store={str(setup.store)!r})"
-    )
-    cell = kernel.run(code, interrupt_when=lambda _: len(setup.srv.requests) >= 1)
-
-    assert cell.interrupted_at is not None and cell.ended_at - cell.interrupted_at < 5
-    assert cell.reply["status"] == "error" and cell.reply["ename"] == "KeyboardInterrupt"
-    assert setup.rows("SELECT outcome FROM runs") == [("cancelled",)]
+    _interrupt_a_slow_run(kernel, setup, "hn.run_sync", "KeyboardInterrupt")
     after = kernel.run("1 + 1")
     assert after.outputs("execute_result")[0]["data"]["text/plain"] == "2"

@@ -11,6 +11,7 @@ import pytest
 import harnessnb as hn
 from harnessnb import Policy, Verdict
 from harnessnb.rules._policy import exec_target
+from tests.files_helpers import SECRET_KINDS
 
 # ---------------------------------------------------------------- evaluation table
 
@@ -76,22 +77,10 @@ def test_default_policy_defaults(act: str, effect: str) -> None:
 
 # One file (or more) per pattern of the secrets table, named as the root would hold it.
 SECRET_FILES = [
-    ".env",
-    ".env.local",
-    ".env.production",
-    "prod.env",
-    ".envrc",
-    ".aws/credentials",
-    ".aws/config",
-    "credentials.json",
+    *SECRET_KINDS,
     "service-account.json",
     "service-account-prod.json",
-    ".docker/config.json",
-    ".kube/config",
-    ".ssh/id_rsa",
-    ".ssh/id_ecdsa",
     ".ssh/id_ed25519_sk",
-    ".ssh/deploy_key",
     ".ssh/known_hosts",
     ".ssh/config",
     ".ssh/backup.db",
@@ -105,18 +94,9 @@ SECRET_FILES = [
     "id_dsa",
     "id_ecdsa",
     "id_ecdsa_sk",
-    "id_ed25519",
     "id_ed25519_sk",
-    "server.pem",
-    "server.key",
     "cert.p12",
     "cert.pfx",
-    "store.jks",
-    "release.keystore",
-    ".netrc",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
 ]
 SECRETS = [
     *SECRET_FILES,

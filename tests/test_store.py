@@ -24,7 +24,7 @@ from harnessnb.store._rows import sanitize, scrub_text
 from harnessnb.store._schema import MIGRATIONS
 from harnessnb.store._store import SCHEMA_VERSION
 from harnessnb.store._writer import store_writer
-from tests.store_helpers import AT, ROOT, attempt, old_store, run_row, step_kwargs, tool
+from tests.store_helpers import AT, ROOT, altered, attempt, old_store, run_row, step_kwargs, tool
 
 
 def ts(seconds: float) -> pd.Timestamp:
@@ -133,9 +133,7 @@ def _commit(store: Store, run_id: str, step: int, *, tokens: int = 120, **extra:
 def test_newer_store_is_refused_with_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "future.duckdb"
     Store(path).close()
-    con = duckdb.connect(str(path))
-    con.execute("INSERT INTO schema_version VALUES (?, now()::TIMESTAMP)", [SCHEMA_VERSION + 1])
-    con.close()
+    altered(path, f"INSERT INTO schema_version VALUES ({SCHEMA_VERSION + 1}, now()::TIMESTAMP)")
     with pytest.raises(hn.StoreError) as info:
         Store(path)
     assert info.value.kind == "newer"
@@ -183,10 +181,7 @@ def test_corrupt_duckdb_file_is_refused_and_left_untouched(tmp_path: Path) -> No
 
 
 def test_foreign_duckdb_database_with_a_runs_table_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "other.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE runs (x INTEGER)")
-    con.close()
+    path = altered(tmp_path / "other.duckdb", "CREATE TABLE runs (x INTEGER)")
     with pytest.raises(hn.StoreError) as info:
         Store(path)
     assert info.value.kind == "foreign"

@@ -12,34 +12,7 @@ loopback) and ``rules``. Nothing of ``loop``, ``tools``, ``store`` or the faces.
 
 from __future__ import annotations
 
-from ._model import (
-    DEMO_LABEL,
-    DEMO_MARKER,
-    DEMO_MODEL,
-    DEMO_TIMEOUT_S,
-    DemoModel,
-    Rates,
-    demo_provider,
-    demo_server,
-    headings,
-    make_demo_workspace,
-    notes_from,
-    provider_for,
-    shared_demo_server,
-)
+from . import _model
+from ._model import *  # noqa: F403 -- the package's names are _model.__all__
 
-__all__ = [
-    "DEMO_LABEL",
-    "DEMO_MARKER",
-    "DEMO_MODEL",
-    "DEMO_TIMEOUT_S",
-    "DemoModel",
-    "Rates",
-    "demo_provider",
-    "demo_server",
-    "headings",
-    "make_demo_workspace",
-    "notes_from",
-    "provider_for",
-    "shared_demo_server",
-]
+__all__ = list(_model.__all__)

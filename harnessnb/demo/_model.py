@@ -48,10 +48,15 @@ __all__ = [
     "DEMO_MODEL",
     "DEMO_TIMEOUT_S",
     "DemoModel",
+    "Rates",
     "demo_provider",
     "demo_server",
+    "headings",
     "make_demo_workspace",
+    "notes_from",
+    "provider_for",
     "quickstart_notebook",
+    "shared_demo_server",
     "temporary_demo_workspace",
 ]
 

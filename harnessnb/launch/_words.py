@@ -14,19 +14,7 @@ from typing import Any
 
 from ..loop._events import RunEvent
 from ..loop._result import usd
-from ..rules._events import (
-    ApprovalDecidedEvent,
-    ApprovalRequestedEvent,
-    FellBackEvent,
-    RefusedEvent,
-    ReplanEvent,
-    RetryEvent,
-    ShrunkEvent,
-    StalledEvent,
-    StartedEvent,
-    StepEvent,
-    ToolCallEvent,
-)
+from ..rules import _events as ev
 from ..rules._secrets import scrub
 from ..rules._text import printable, shorten
 
@@ -55,34 +43,34 @@ def event_words(event: RunEvent, *, max_steps: int = 0) -> str | None:
 
 def _words(event: RunEvent, max_steps: int) -> str | None:
     match event:
-        case StartedEvent():
+        case ev.StartedEvent():
             verb = "resumed" if event.resumed else "started"
             return f"{verb} {event.run_id} with {event.provider} ({event.model})"
-        case StepEvent():
+        case ev.StepEvent():
             calls = event.tool_calls
             did = "answered" if not calls else f"{calls} tool call{'' if calls == 1 else 's'}"
             of = f"/{max_steps}" if max_steps else ""
             spent = event.cost_usd
             cost = f", {usd(spent)} so far" if spent is not None and spent > 0 else ""
             return f"step {event.step}{of}: {did}, {event.tokens} tokens{cost}"
-        case ToolCallEvent():
+        case ev.ToolCallEvent():
             return tool_call_words(event.tool, event.args, event.status)
-        case RetryEvent():
+        case ev.RetryEvent():
             return retry_words(event.error_kind, event.status, event.delay_s, event.attempt,
                                event.max_attempts)  # fmt: skip
-        case FellBackEvent():
+        case ev.FellBackEvent():
             after = f"{event.error_kind}{_http(event.status)}"
             return f"fell back from {event.from_provider} after {after}"
-        case ReplanEvent(signal=signal, detail=detail):
+        case ev.ReplanEvent(signal=signal, detail=detail):
             return f"stall ({signal}): {detail}; told the model to change approach"
-        case StalledEvent(signal=signal, detail=detail):
+        case ev.StalledEvent(signal=signal, detail=detail):
             return f"stall ({signal}): {detail}; stopping"
-        case RefusedEvent() | ApprovalRequestedEvent():
-            said = "refused" if isinstance(event, RefusedEvent) else "approval asked"
+        case ev.RefusedEvent() | ev.ApprovalRequestedEvent():
+            said = "refused" if isinstance(event, ev.RefusedEvent) else "approval asked"
             return f"{said}: {event.act} {event.target}".rstrip()
-        case ApprovalDecidedEvent():
+        case ev.ApprovalDecidedEvent():
             return f"approval: {event.decision}"
-        case ShrunkEvent():
+        case ev.ShrunkEvent():
             return "context too long: old tool output dropped and the call retried"
     return None
 

@@ -26,15 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
+from ..launch import _options
 from ..launch._choose import choose_provider
-from ..launch._options import (
-    agent_from,
-    check_provider_options,
-    check_run_options,
-    contract_from,
-    policy_from,
-    prices_from,
-)
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
@@ -255,12 +248,12 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     from ..loop._driver import run as run_loop
 
     task = _task(shell, args, cell)
-    _checked("run", check_run_options, args)
+    _checked("run", _options.check_run_options, args)
     if args.agent:
         return _plan_agent_run(shell, args, task)
-    prices = _checked("run", lambda a: prices_from(a, shell.user_ns), args)
+    prices = _checked("run", lambda a: _options.prices_from(a, shell.user_ns), args)
     try:
-        contract = contract_from(args, task)
+        contract = _options.contract_from(args, task)
         provider, note = choose_provider(
             args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
         )
@@ -268,7 +261,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     except HarnessError as err:
         _fail(err)
         raise
-    policy = policy_from(args, "magic")
+    policy = _options.policy_from(args, "magic")
     run_id = new_id("run")
     approver = _approver(args)
 
@@ -292,7 +285,7 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
     from ..loop._driver import new_id
 
     try:
-        agent = agent_from(args)
+        agent = _options.agent_from(args)
     except ConfigError as err:
         raise UsageError(f"%harness run: {err.message}") from None
     try:
@@ -346,8 +339,8 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
     from ..loop._durable import resume
     from ..rules._errors import StoreError
 
-    _checked("resume", check_provider_options, args)
-    prices = _checked("resume", lambda a: prices_from(a, shell.user_ns), args)
+    _checked("resume", _options.check_provider_options, args)
+    prices = _checked("resume", lambda a: _options.prices_from(a, shell.user_ns), args)
     try:
         store = _store(args.store)
         try:

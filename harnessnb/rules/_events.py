@@ -46,8 +46,7 @@ __all__ = [
     "StepEvent",
     "ToolCallEvent",
     "ToolEvent",
-    "stamped",
-]
+]  # the events ``harnessnb.events`` re-exports; ``stamped`` is the emitters' helper
 
 EventKind = Literal[
     "started",

@@ -8,34 +8,44 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from typing import Final
 
 from ..rules._errors import StoreError
 
-__all__ = ["check_header", "check_kind"]
+__all__ = ["check_header", "check_kind", "io_error"]
 
 # The first 12 bytes of a DuckDB file: an 8-byte checksum, then the magic "DUCK".
 _MAGIC: Final = b"DUCK"
+
+
+def io_error(path: str, message: str) -> StoreError:
+    """A ``StoreError`` of kind ``io`` about ``path`` (the store, a sidecar or its lock)."""
+    return StoreError(message, kind="io", path=path)
+
+
+def _mode(path: str, stat_of: Callable[[str], os.stat_result], name: str) -> int | None:
+    """``path``'s mode as ``stat_of`` sees it, None when nothing is there; a path that
+    cannot be read is a ``StoreError(io)`` naming it as ``name``."""
+    try:
+        return stat_of(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise io_error(path, f"cannot read {name}: {exc}") from exc
 
 
 def check_kind(path: str) -> None:
     """Refuse a path that is there but is no regular file: a folder, a device such as
     ``/dev/null``, a pipe or a socket. A store is a file; a pipe would hang the open,
     and an empty device must never be taken for an empty file and replaced."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        _check_sidecars(path)
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot read the store {path}: {exc}", kind="io", path=path) from exc
-    if not stat.S_ISREG(mode):
+    mode = _mode(path, os.stat, f"the store {path}")
+    if mode is not None and not stat.S_ISREG(mode):
         what = "a folder" if stat.S_ISDIR(mode) else "no regular file (a device, pipe or socket)"
-        raise StoreError(
+        raise io_error(
+            path,
             f"the store {path} is {what}, left untouched: a store is a file (pass a file "
             "path; a missing one is created)",
-            kind="io",
-            path=path,
         )
     _check_sidecars(path)
 
@@ -45,19 +55,13 @@ def _check_sidecars(path: str) -> None:
     (a symlink above all): DuckDB and the turn write them, and a write must never go
     through a link to a file elsewhere."""
     for sidecar in (path + ".wal", path + ".lock"):
-        try:
-            mode = os.lstat(sidecar).st_mode
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise StoreError(f"cannot read {sidecar}: {exc}", kind="io", path=sidecar) from exc
-        if not stat.S_ISREG(mode):
+        mode = _mode(sidecar, os.lstat, sidecar)
+        if mode is not None and not stat.S_ISREG(mode):
             what = "a symbolic link" if stat.S_ISLNK(mode) else "no regular file"
-            raise StoreError(
+            raise io_error(
+                sidecar,
                 f"the store's sidecar {sidecar} is {what}; the store was refused and "
                 "nothing was written through it: remove it",
-                kind="io",
-                path=sidecar,
             )
 
 

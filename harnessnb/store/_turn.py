@@ -46,6 +46,7 @@ import time
 from typing import Final
 
 from ..rules._errors import StoreError
+from ._files import io_error
 
 __all__ = ["FileTurn", "sidecar_path"]
 
@@ -262,11 +263,10 @@ class FileTurn:
 
 
 def _refused(path: str, why: str) -> StoreError:
-    return StoreError(
+    return io_error(
+        path,
         f"the store's lock file {path} {why}; it was refused and nothing was written "
         "through it: remove it (harnessnb makes a new one)",
-        kind="io",
-        path=path,
     )
 
 

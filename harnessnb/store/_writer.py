@@ -3,24 +3,26 @@
 
 The run loop, the agent CLIs' runs, resume, ``Record`` and the tests write through it;
 ``hn.Store`` itself only reads. Each write is declared once in ``_writes`` as a typed
-function that builds a ``WriteOp``; the methods here are written out (so
-go-to-definition and ``help`` find them) and only run that op: at once in the calling
-thread and its own transaction (``StoreWriter.commit_step``...), or queued for group
-commit and awaited from asyncio (``store_writer(store).queued.commit_step``...). A
-combined store's writer refuses every write (``StoreError(read_only)``).
+function that builds a ``WriteOp``; each method here is one line made from that function
+(``_now``/``_queued``: mypy, ``inspect`` and ``help`` see its signature, and
+go-to-definition lands on the line naming the declaration) and only runs that op: at
+once in the calling thread and its own transaction (``StoreWriter.commit_step``...), or
+queued for group commit and awaited from asyncio
+(``store_writer(store).queued.commit_step``...). A combined store's writer refuses
+every write (``StoreError(read_only)``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from . import _writes
 from ._conn import parallel
-from ._leases import LEASE_TTL_S, Lease
 from ._rows import from_ts
 
 if TYPE_CHECKING:
@@ -30,11 +32,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ._batch import WriteOp
-    from ._row_types import AttemptRow, Finish, RunRow, StallRow, StepRow, ToolCallRow
 
 __all__ = ["QueuedWriter", "StoreWriter", "store_writer"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Writable(Protocol):
@@ -53,6 +55,44 @@ class Writable(Protocol):
 def store_writer(store: Writable) -> StoreWriter:
     """The writer of ``store`` (one per ``Store`` object)."""
     return store._writer
+
+
+def _as_method(method: Callable[..., Any], build: Callable[..., Any], doc: str) -> None:
+    """Give ``method`` the name, docstring and signature (``self`` + ``build``'s) that
+    ``help`` and ``inspect`` show."""
+    name = build.__name__
+    method.__name__ = name
+    method.__doc__ = doc.format(name=name)
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    build_sig = inspect.signature(build)
+    method.__signature__ = build_sig.replace(  # type: ignore[attr-defined]
+        parameters=[self_param, *build_sig.parameters.values()]
+    )
+
+
+def _now(build: Callable[P, WriteOp[T]]) -> Callable[Concatenate[StoreWriter, P], T]:
+    """A ``StoreWriter`` method running the op ``build`` makes now, in its own
+    transaction: the write is declared once, in ``_writes``, and mypy sees its
+    signature here through ``P``."""
+
+    def method(self: StoreWriter, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.write(build(*args, **kwargs))
+
+    _as_method(method, build, "Run ``_writes.{name}`` now, in its own transaction.")
+    return method
+
+
+def _queued(
+    build: Callable[P, WriteOp[T]],
+) -> Callable[Concatenate[QueuedWriter, P], Coroutine[Any, Any, T]]:
+    """A ``QueuedWriter`` coroutine method awaiting the op ``build`` makes through group
+    commit (the same declaration as ``_now``'s)."""
+
+    async def method(self: QueuedWriter, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.writer.awrite(build(*args, **kwargs))
+
+    _as_method(method, build, "Await ``_writes.{name}`` through group commit.")
+    return method
 
 
 class StoreWriter:
@@ -98,160 +138,22 @@ class StoreWriter:
         return QueuedWriter(self)
 
     # ------------------------------------------------------- each write, now
+    # One line a write: the signature is ``_writes``' (mypy and ``inspect`` see it).
 
-    def create_run(self, run: RunRow) -> None:
-        """Run ``_writes.create_run`` now, in its own transaction."""
-        return self.write(_writes.create_run(run))
-
-    def start_run(
-        self,
-        run: RunRow,
-        owner: str,
-        *,
-        ttl_s: float = LEASE_TTL_S,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """Run ``_writes.start_run`` now, in its own transaction."""
-        return self.write(
-            _writes.start_run(run, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        )
-
-    def commit_step(
-        self,
-        run_id: str,
-        step: StepRow,
-        *,
-        attempts: Sequence[AttemptRow],
-        tool_calls: Sequence[ToolCallRow],
-        stalls: Sequence[StallRow],
-        checkpoint: Mapping[str, Any],
-        lease: Lease | None = None,
-        finish: Finish | None = None,
-    ) -> None:
-        """Run ``_writes.commit_step`` now, in its own transaction."""
-        return self.write(
-            _writes.commit_step(
-                run_id,
-                step,
-                attempts=attempts,
-                tool_calls=tool_calls,
-                stalls=stalls,
-                checkpoint=checkpoint,
-                lease=lease,
-                finish=finish,
-            )
-        )
-
-    def finish_run(
-        self,
-        run_id: str,
-        *,
-        outcome: str,
-        finished_at: float,
-        error: Mapping[str, Any] | None = None,
-        stalls: Sequence[StallRow] | None = None,
-        lease: Lease | None = None,
-        release: bool = False,
-    ) -> None:
-        """Run ``_writes.finish_run`` now, in its own transaction."""
-        return self.write(
-            _writes.finish_run(
-                run_id,
-                outcome=outcome,
-                finished_at=finished_at,
-                error=error,
-                stalls=stalls,
-                lease=lease,
-                release=release,
-            )
-        )
-
-    def add_attempts(
-        self, run_id: str, attempts: Sequence[AttemptRow], *, linger_s: float = 0.0
-    ) -> None:
-        """Run ``_writes.add_attempts`` now, in its own transaction."""
-        return self.write(_writes.add_attempts(run_id, attempts, linger_s=linger_s))
-
-    def add_marker(self, run_id: str, kind: str, detail: str, at: float) -> None:
-        """Run ``_writes.add_marker`` now, in its own transaction."""
-        return self.write(_writes.add_marker(run_id, kind, detail, at))
-
-    def record_intent(
-        self,
-        run_id: str,
-        tool_call: ToolCallRow,
-        *,
-        lease: Lease | None = None,
-        pending: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Run ``_writes.record_intent`` now, in its own transaction."""
-        return self.write(_writes.record_intent(run_id, tool_call, lease=lease, pending=pending))
-
-    def keep_begun_step(
-        self,
-        run_id: str,
-        step: int,
-        pending: Mapping[str, Any],
-        tool_calls: Sequence[ToolCallRow],
-        *,
-        lease: Lease | None = None,
-    ) -> None:
-        """Run ``_writes.keep_begun_step`` now, in its own transaction."""
-        return self.write(_writes.keep_begun_step(run_id, step, pending, tool_calls, lease=lease))
-
-    def settle_tool_call(
-        self,
-        run_id: str,
-        step: int,
-        seq: int,
-        *,
-        status: str,
-        output: str | None = None,
-        sandbox: str | None = None,
-    ) -> None:
-        """Run ``_writes.settle_tool_call`` now, in its own transaction."""
-        return self.write(
-            _writes.settle_tool_call(
-                run_id, step, seq, status=status, output=output, sandbox=sandbox
-            )
-        )
-
-    def acquire_lease(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl_s: float = LEASE_TTL_S,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """Run ``_writes.acquire_lease`` now, in its own transaction."""
-        return self.write(
-            _writes.acquire_lease(run_id, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        )
-
-    def renew_lease(self, lease: Lease, *, ttl_s: float = LEASE_TTL_S) -> Lease:
-        """Run ``_writes.renew_lease`` now, in its own transaction."""
-        return self.write(_writes.renew_lease(lease, ttl_s=ttl_s))
-
-    def release_lease(self, lease: Lease) -> None:
-        """Run ``_writes.release_lease`` now, in its own transaction."""
-        return self.write(_writes.release_lease(lease))
-
-    def put_recording(self, key: str, seq: int, response: Mapping[str, Any]) -> None:
-        """Run ``_writes.put_recording`` now, in its own transaction."""
-        return self.write(_writes.put_recording(key, seq, response))
-
-    def bind_agent_session(
-        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
-    ) -> None:
-        """Run ``_writes.bind_agent_session`` now, in its own transaction."""
-        return self.write(
-            _writes.bind_agent_session(
-                workspace, name, agent=agent, session_id=session_id, run_id=run_id
-            )
-        )
+    create_run = _now(_writes.create_run)
+    start_run = _now(_writes.start_run)
+    commit_step = _now(_writes.commit_step)
+    finish_run = _now(_writes.finish_run)
+    add_attempts = _now(_writes.add_attempts)
+    add_marker = _now(_writes.add_marker)
+    record_intent = _now(_writes.record_intent)
+    keep_begun_step = _now(_writes.keep_begun_step)
+    settle_tool_call = _now(_writes.settle_tool_call)
+    acquire_lease = _now(_writes.acquire_lease)
+    renew_lease = _now(_writes.renew_lease)
+    release_lease = _now(_writes.release_lease)
+    put_recording = _now(_writes.put_recording)
+    bind_agent_session = _now(_writes.bind_agent_session)
 
     # ------------------------------------------------------ reads for resume
 
@@ -348,160 +250,17 @@ class QueuedWriter:
     def __init__(self, writer: StoreWriter) -> None:
         self.writer = writer
 
-    async def create_run(self, run: RunRow) -> None:
-        """Await ``_writes.create_run`` through group commit."""
-        return await self.writer.awrite(_writes.create_run(run))
-
-    async def start_run(
-        self,
-        run: RunRow,
-        owner: str,
-        *,
-        ttl_s: float = LEASE_TTL_S,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """Await ``_writes.start_run`` through group commit."""
-        return await self.writer.awrite(
-            _writes.start_run(run, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        )
-
-    async def commit_step(
-        self,
-        run_id: str,
-        step: StepRow,
-        *,
-        attempts: Sequence[AttemptRow],
-        tool_calls: Sequence[ToolCallRow],
-        stalls: Sequence[StallRow],
-        checkpoint: Mapping[str, Any],
-        lease: Lease | None = None,
-        finish: Finish | None = None,
-    ) -> None:
-        """Await ``_writes.commit_step`` through group commit."""
-        return await self.writer.awrite(
-            _writes.commit_step(
-                run_id,
-                step,
-                attempts=attempts,
-                tool_calls=tool_calls,
-                stalls=stalls,
-                checkpoint=checkpoint,
-                lease=lease,
-                finish=finish,
-            )
-        )
-
-    async def finish_run(
-        self,
-        run_id: str,
-        *,
-        outcome: str,
-        finished_at: float,
-        error: Mapping[str, Any] | None = None,
-        stalls: Sequence[StallRow] | None = None,
-        lease: Lease | None = None,
-        release: bool = False,
-    ) -> None:
-        """Await ``_writes.finish_run`` through group commit."""
-        return await self.writer.awrite(
-            _writes.finish_run(
-                run_id,
-                outcome=outcome,
-                finished_at=finished_at,
-                error=error,
-                stalls=stalls,
-                lease=lease,
-                release=release,
-            )
-        )
-
-    async def add_attempts(
-        self, run_id: str, attempts: Sequence[AttemptRow], *, linger_s: float = 0.0
-    ) -> None:
-        """Await ``_writes.add_attempts`` through group commit."""
-        return await self.writer.awrite(_writes.add_attempts(run_id, attempts, linger_s=linger_s))
-
-    async def add_marker(self, run_id: str, kind: str, detail: str, at: float) -> None:
-        """Await ``_writes.add_marker`` through group commit."""
-        return await self.writer.awrite(_writes.add_marker(run_id, kind, detail, at))
-
-    async def record_intent(
-        self,
-        run_id: str,
-        tool_call: ToolCallRow,
-        *,
-        lease: Lease | None = None,
-        pending: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Await ``_writes.record_intent`` through group commit."""
-        return await self.writer.awrite(
-            _writes.record_intent(run_id, tool_call, lease=lease, pending=pending)
-        )
-
-    async def keep_begun_step(
-        self,
-        run_id: str,
-        step: int,
-        pending: Mapping[str, Any],
-        tool_calls: Sequence[ToolCallRow],
-        *,
-        lease: Lease | None = None,
-    ) -> None:
-        """Await ``_writes.keep_begun_step`` through group commit."""
-        return await self.writer.awrite(
-            _writes.keep_begun_step(run_id, step, pending, tool_calls, lease=lease)
-        )
-
-    async def settle_tool_call(
-        self,
-        run_id: str,
-        step: int,
-        seq: int,
-        *,
-        status: str,
-        output: str | None = None,
-        sandbox: str | None = None,
-    ) -> None:
-        """Await ``_writes.settle_tool_call`` through group commit."""
-        return await self.writer.awrite(
-            _writes.settle_tool_call(
-                run_id, step, seq, status=status, output=output, sandbox=sandbox
-            )
-        )
-
-    async def acquire_lease(
-        self,
-        run_id: str,
-        owner: str,
-        *,
-        ttl_s: float = LEASE_TTL_S,
-        now: float | None = None,
-        owner_alive: Callable[[str], bool] | None = None,
-    ) -> Lease:
-        """Await ``_writes.acquire_lease`` through group commit."""
-        return await self.writer.awrite(
-            _writes.acquire_lease(run_id, owner, ttl_s=ttl_s, now=now, owner_alive=owner_alive)
-        )
-
-    async def renew_lease(self, lease: Lease, *, ttl_s: float = LEASE_TTL_S) -> Lease:
-        """Await ``_writes.renew_lease`` through group commit."""
-        return await self.writer.awrite(_writes.renew_lease(lease, ttl_s=ttl_s))
-
-    async def release_lease(self, lease: Lease) -> None:
-        """Await ``_writes.release_lease`` through group commit."""
-        return await self.writer.awrite(_writes.release_lease(lease))
-
-    async def put_recording(self, key: str, seq: int, response: Mapping[str, Any]) -> None:
-        """Await ``_writes.put_recording`` through group commit."""
-        return await self.writer.awrite(_writes.put_recording(key, seq, response))
-
-    async def bind_agent_session(
-        self, workspace: str, name: str, *, agent: str, session_id: str | None, run_id: str
-    ) -> None:
-        """Await ``_writes.bind_agent_session`` through group commit."""
-        return await self.writer.awrite(
-            _writes.bind_agent_session(
-                workspace, name, agent=agent, session_id=session_id, run_id=run_id
-            )
-        )
+    create_run = _queued(_writes.create_run)
+    start_run = _queued(_writes.start_run)
+    commit_step = _queued(_writes.commit_step)
+    finish_run = _queued(_writes.finish_run)
+    add_attempts = _queued(_writes.add_attempts)
+    add_marker = _queued(_writes.add_marker)
+    record_intent = _queued(_writes.record_intent)
+    keep_begun_step = _queued(_writes.keep_begun_step)
+    settle_tool_call = _queued(_writes.settle_tool_call)
+    acquire_lease = _queued(_writes.acquire_lease)
+    renew_lease = _queued(_writes.renew_lease)
+    release_lease = _queued(_writes.release_lease)
+    put_recording = _queued(_writes.put_recording)
+    bind_agent_session = _queued(_writes.bind_agent_session)

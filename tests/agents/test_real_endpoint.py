@@ -190,6 +190,18 @@ async def gather(*runs: Any) -> list[Outcome]:
     return list(await asyncio.gather(*runs))
 
 
+def knob_outcomes(rig: Rig, tmp_path: Path, modes: tuple[str, ...]) -> list[Outcome]:
+    """Every one of ``modes`` against ``rig`` at once, its retry knobs set and a 40 s
+    timeout, each passed through ``check``."""
+    with hn.Store(tmp_path / "runs.duckdb") as store:
+        outcomes = asyncio.run(gather(
+            *(scenario(rig, store, mode, timeout=40, knobs=True, tag="-knob")
+              for mode in modes)))  # fmt: skip
+    for o in outcomes:
+        check(o, timeout=40)
+    return outcomes
+
+
 # ------------------------------------------------------------- a normal answer
 
 
@@ -222,13 +234,7 @@ def test_a_real_cli_answers_and_its_named_session_resumes(
 def test_real_claude_with_one_retry_reports_its_final_error_by_cause(
     rigs: dict[str, Rig], tmp_path: Path
 ) -> None:
-    rig = rigs["claude"]
-    with hn.Store(tmp_path / "runs.duckdb") as store:
-        outcomes = asyncio.run(gather(
-            *(scenario(rig, store, mode, timeout=40, knobs=True, tag="-knob")
-              for mode in ("429", "529", "overflow", "cut"))))  # fmt: skip
-    for o in outcomes:
-        check(o, timeout=40)
+    for o in knob_outcomes(rigs["claude"], tmp_path, ("429", "529", "overflow", "cut")):
         if o.mode in ("429", "529"):  # one retry reported, then its own final error
             assert o.result.exit_code == 1 and len(o.attempts) == 2, o.row()
             assert o.attempts[0]["kind"] == KIND[o.mode], o.attempts
@@ -253,13 +259,7 @@ def test_real_claudes_status_less_retry_of_a_dropped_connection_is_transport(
 def test_real_codex_without_retries_reports_its_final_error_by_cause(
     rigs: dict[str, Rig], tmp_path: Path
 ) -> None:
-    rig = rigs["codex"]
-    with hn.Store(tmp_path / "runs.duckdb") as store:
-        outcomes = asyncio.run(gather(
-            *(scenario(rig, store, mode, timeout=40, knobs=True, tag="-knob")
-              for mode in ("429", "503", "cut"))))  # fmt: skip
-    for o in outcomes:
-        check(o, timeout=40)
+    for o in knob_outcomes(rigs["codex"], tmp_path, ("429", "503", "cut")):
         assert o.result.exit_code == 1 and len(o.attempts) == 1, o.row()
 
 

@@ -29,7 +29,7 @@ from harnessnb.tools._builtin import builtin_tools
 from harnessnb.tools._executor import SETTLE_S, ToolExecutor
 from harnessnb.tools._protocol import ToolContext
 from harnessnb.tools._workspace import Workspace
-from tests.files_helpers import folder
+from tests.files_helpers import folder, keyed_workspace
 
 SECRET = "sk-test-SECRET-in-dotenv-0123456789"
 OUTSIDE = "OUTSIDE-must-stay-as-it-was"
@@ -37,10 +37,7 @@ OUTSIDE = "OUTSIDE-must-stay-as-it-was"
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    return folder(tmp_path / "ws", {
-        "README.md": "# Title\nhello\n",
-        ".env": f"OPENAI_API_KEY={SECRET}\n",
-    })
+    return keyed_workspace(tmp_path / "ws", "# Title\nhello\n", SECRET)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from harnessnb.tools._sandbox import (
     secret_env_name,
     secret_paths,
 )
-from tests.files_helpers import folder
+from tests.files_helpers import keyed_workspace
 
 FAKE_KEY = "sk-fake-0123456789abcdefSECRET"
 
@@ -60,10 +60,7 @@ def _no_net(backend: str) -> str:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    return folder(tmp_path / "ws", {
-        "README.md": "hello sandbox\n",
-        ".env": f"OPENAI_API_KEY={FAKE_KEY}\n",
-    })
+    return keyed_workspace(tmp_path / "ws", "hello sandbox\n", FAKE_KEY)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from harnessnb.tools._sandbox import _LAUNCHER, confine
 from tests.security.test_sandbox import BACKENDS, CONTAINED, FAKE_KEY, needs_bwrap
 
 NOBODY = 65534
+AS_NOBODY = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the attacks ran as root)")
 can_switch = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -162,9 +163,8 @@ def _as_nobody(ws: Path, argv: list[str], policy: hn.Policy) -> str:
         for folder, dirs, files in os.walk(child.scratch):
             for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
                 os.chown(name, NOBODY, NOBODY)
-        switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
         done = subprocess.run(
-            [*switch, "--", *child.argv],
+            [*AS_NOBODY, "--", *child.argv],
             cwd=ws,
             env=child.env,
             capture_output=True,
@@ -190,6 +190,12 @@ def _scratch_beside(ws: Path) -> Iterator[None]:
         tempfile.tempdir = kept
         if home is not None:
             os.environ["HOME"] = home
+
+
+def _run_bare(ws: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in ``ws`` with only ``PATH`` in its environment, its output kept."""
+    bare = {"PATH": os.defpath}
+    return subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60, env=bare)
 
 
 def _give_to_nobody(ws: Path) -> None:
@@ -354,16 +360,7 @@ def test_an_ordinary_users_command_leaves_nothing_behind_either(ws: Path, namesp
     launch = ["-I", "-S", _LAUNCHER, "-", "--", "sh", "-c", script]
     if namespaces == "refused":
         launch = ["-c", _NO_UNSHARE, *launch]
-    switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
-    done = subprocess.run(
-        [*switch, _SYSTEM_PYTHON, *launch],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": os.defpath},
-    )
+    done = _run_bare(ws, [*AS_NOBODY, _SYSTEM_PYTHON, *launch])
     assert done.returncode == 0, done.stderr
     assert _alive(f"sleep {daemon}") == []
     seen = int(done.stdout)  # processes the command's /proc shows
@@ -383,17 +380,8 @@ def test_a_fork_bomb_that_fills_its_process_limit_ends_with_the_call(ws: Path) -
     marker = f"harnessnb-bomb-{_unique_sleep()}"
     _give_to_nobody(ws)
     bomb = "b() { b | b & }; b; sleep 1; echo ended"
-    switch = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
     launch = [_SYSTEM_PYTHON, "-I", "-S", _LAUNCHER, "-", "--", "sh", "-c", bomb, marker]
-    done = subprocess.run(
-        ["prlimit", "--nproc=40:40", *switch, *launch],
-        cwd=ws,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": os.defpath},
-    )
+    done = _run_bare(ws, ["prlimit", "--nproc=40:40", *AS_NOBODY, *launch])
     assert "fork" in done.stderr.lower(), done.stderr  # it did reach its limit
     assert _alive(marker) == []
 

@@ -387,6 +387,28 @@ def test_the_command_prints_no_key_of_a_failing_run(srv: ChaosServer, tmp_path: 
     assert_clean(out.stdout, out.stderr, *store_surfaces(tmp_path / "runs.duckdb"))
 
 
+async def _run_cut_output(
+    ws: Path,
+    path: Path,
+    provider: hn.ScriptedProvider,
+    elided: str,
+    policy: hn.Policy | None = None,
+) -> tuple[str, list[str]]:
+    """Run ``provider``'s one tool call (its output cut, ``elided`` said) and check that
+    no half of ENV_CANARY, which lay across the cut, reached the model or the stored
+    output. Returns what the model saw and the stored outputs."""
+    half = len(ENV_CANARY) // 2
+    with hn.Store(path) as store:
+        result = await hn.run(contract(ws), provider, store=store, policy=policy)
+        outputs = store.tool_calls()["output"].tolist()
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert elided in outputs[0]
+    seen_by_model = json.dumps(provider.calls)
+    for part in (ENV_CANARY[:half], ENV_CANARY[half:]):
+        assert part not in seen_by_model and part not in outputs[0]
+    return seen_by_model, outputs
+
+
 @pytest.mark.parametrize("where", ["head", "tail"])
 async def test_a_secret_at_the_cut_of_a_long_tool_output_leaves_no_part_behind(
     where: str, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -404,14 +426,7 @@ async def test_a_secret_at_the_cut_of_a_long_tool_output_leaves_no_part_behind(
     (ws / "big.log").write_text(text)
     provider = hn.ScriptedProvider([{"tool": "read_file", "args": {"path": "big.log"}}, "done"])
     path = tmp_path / "runs.duckdb"
-    with hn.Store(path) as store:
-        result = await hn.run(contract(ws), provider, store=store)
-        outputs = store.tool_calls()["output"].tolist()
-    assert result.outcome is hn.RunOutcome.FINISHED, result.error
-    assert "chars elided" in outputs[0]
-    seen_by_model = json.dumps(provider.calls)
-    for part in (ENV_CANARY[:half], ENV_CANARY[half:]):
-        assert part not in seen_by_model and part not in outputs[0]
+    seen_by_model, outputs = await _run_cut_output(ws, path, provider, "chars elided")
     assert_clean(seen_by_model, *outputs, *store_surfaces(path), secret=ENV_CANARY)
 
 
@@ -428,12 +443,4 @@ async def test_a_secret_at_the_cut_of_a_commands_output_leaves_no_part_behind(
         [{"tool": "run_command", "args": {"argv": ["cat", "big.log"]}}, "done"]
     )
     policy = hn.Policy.default().layer("test").allow_exec("cat")
-    path = tmp_path / "runs.duckdb"
-    with hn.Store(path) as store:
-        result = await hn.run(contract(ws), provider, store=store, policy=policy)
-        outputs = store.tool_calls()["output"].tolist()
-    assert result.outcome is hn.RunOutcome.FINISHED, result.error
-    assert "elided" in outputs[0]
-    seen_by_model = json.dumps(provider.calls)
-    for part in (ENV_CANARY[:half], ENV_CANARY[half:]):
-        assert part not in seen_by_model and part not in outputs[0]
+    await _run_cut_output(ws, tmp_path / "runs.duckdb", provider, "elided", policy)

@@ -143,8 +143,18 @@ class Ticks:
         return self.now
 
 
-def deltas_into(sink: EventSink) -> TextDeltas:
-    return TextDeltas(sink.emit, clock=Ticks())
+@dataclasses.dataclass
+class Stream:
+    seen: Collect
+    deltas: TextDeltas
+
+
+@pytest.fixture
+def stream(monkeypatch: pytest.MonkeyPatch) -> Stream:
+    """Streamed text of a run whose environment holds the key, its events collected."""
+    monkeypatch.setenv("HN_GAPS_TOKEN", ENV_KEY)
+    seen = Collect()
+    return Stream(seen, TextDeltas(EventSink(seen).emit, clock=Ticks()))
 
 
 def texts(events: list[hn.RunEvent]) -> list[str]:
@@ -152,11 +162,9 @@ def texts(events: list[hn.RunEvent]) -> list[str]:
 
 
 async def test_a_key_split_across_two_streamed_pieces_reaches_no_event(
-    monkeypatch: pytest.MonkeyPatch,
+    stream: Stream,
 ) -> None:
-    monkeypatch.setenv("HN_GAPS_TOKEN", ENV_KEY)
-    seen = Collect()
-    deltas = deltas_into(EventSink(seen))
+    seen, deltas = stream.seen, stream.deltas
     half = len(ENV_KEY) // 2
     for piece in ["the token is ", ENV_KEY[:half], ENV_KEY[half:], " and more words", " end"]:
         await deltas(piece)
@@ -167,11 +175,9 @@ async def test_a_key_split_across_two_streamed_pieces_reaches_no_event(
 
 
 async def test_the_tail_of_a_long_stream_is_cut_between_words_never_inside_a_key(
-    monkeypatch: pytest.MonkeyPatch,
+    stream: Stream,
 ) -> None:
-    monkeypatch.setenv("HN_GAPS_TOKEN", ENV_KEY)
-    seen = Collect()
-    deltas = deltas_into(EventSink(seen))
+    seen, deltas = stream.seen, stream.deltas
     # One piece longer than the tail, with the key where the 400-character cut falls.
     after = "x " * ((DELTA_TAIL - 10) // 2)
     text = "start " + ENV_KEY + " " + after
@@ -185,15 +191,13 @@ async def test_the_tail_of_a_long_stream_is_cut_between_words_never_inside_a_key
 
 
 async def test_the_progress_tails_show_no_part_of_a_key_at_their_cut(
-    monkeypatch: pytest.MonkeyPatch,
+    stream: Stream,
 ) -> None:
     # The widget's and the terminal's own tails of many deltas, cut at DELTA_TAIL.
     from harnessnb.launch._words import streamed_words
     from harnessnb.notebook._progress import ProgressState
 
-    monkeypatch.setenv("HN_GAPS_TOKEN", ENV_KEY)
-    seen = Collect()
-    deltas = deltas_into(EventSink(seen))
+    seen, deltas = stream.seen, stream.deltas
     await deltas("the token " + ENV_KEY)
     await deltas(" " + "y" * (DELTA_TAIL - 12) + " ")
     await deltas.flush()

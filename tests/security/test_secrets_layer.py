@@ -16,35 +16,8 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from tests.files_helpers import SECRET_KINDS
 
-# One file per kind in the secrets table (the path as a workspace would hold it).
-SECRET_KINDS = [
-    ".env",
-    ".env.local",
-    ".env.production",
-    "prod.env",
-    ".envrc",
-    ".aws/credentials",
-    ".aws/config",
-    "credentials.json",
-    "service-account-ci.json",
-    ".docker/config.json",
-    ".kube/config",
-    ".ssh/id_rsa",
-    ".ssh/id_ecdsa",
-    ".ssh/deploy_key",
-    "id_ed25519",
-    "server.pem",
-    "server.key",
-    "client.p12",
-    "client.pfx",
-    "store.jks",
-    "release.keystore",
-    ".netrc",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
-]
 # The same kinds nested deeper, and in upper case (a case-insensitive filesystem
 # opens ``.ENV`` as ``.env``).
 SECRET_FILES = [

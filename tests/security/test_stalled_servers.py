@@ -13,6 +13,8 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import pytest
+
 import harnessnb as hn
 from harnessnb.providers._http import DEFAULT_FIRST_EVENT_TIMEOUT, DEFAULT_IDLE_TIMEOUT
 
@@ -87,30 +89,35 @@ async def test_headers_then_silence_ends_at_the_first_event_timeout() -> None:
     assert took < 4.0  # not the 5 s deadline
 
 
-async def test_bytes_that_complete_no_event_are_silence_before_the_first_event() -> None:
+@pytest.mark.parametrize(
+    ("opening", "first_byte", "byte", "first_event_timeout", "idle_timeout", "timeout"),
+    [
+        # before the first event: a comment byte by byte, never an event
+        pytest.param(b"", b":", b":", 0.4, 0.2, "first-event timeout", id="before-first-event"),
+        # after it: an event begun and never finished, one byte at a time
+        pytest.param(FIRST, b"d", b"a", 2.0, 0.3, "idle timeout", id="after-first-event"),
+    ],
+)
+async def test_bytes_that_complete_no_event_are_silence(
+    opening: bytes,
+    first_byte: bytes,
+    byte: bytes,
+    first_event_timeout: float,
+    idle_timeout: float,
+    timeout: str,
+) -> None:
     async def trickle(writer: asyncio.StreamWriter) -> None:
-        for _ in range(200):  # a comment byte by byte, never an event
-            writer.write(chunk(b":"))
+        writer.write(opening)
+        for i in range(200):
+            writer.write(chunk(first_byte if i == 0 else byte))
             await writer.drain()
             await asyncio.sleep(0.05)
 
-    result, took = await call(trickle, first_event_timeout_s=0.4, idle_timeout_s=0.2)
+    result, took = await call(
+        trickle, first_event_timeout_s=first_event_timeout, idle_timeout_s=idle_timeout
+    )
     assert isinstance(result, hn.ProviderError), result
-    assert "first-event timeout" in result.message
-    assert took < 4.0
-
-
-async def test_bytes_that_complete_no_event_are_silence_after_the_first_event() -> None:
-    async def trickle(writer: asyncio.StreamWriter) -> None:
-        writer.write(FIRST)
-        for _ in range(200):  # an event begun and never finished, one byte at a time
-            writer.write(chunk(b"d" if _ == 0 else b"a"))
-            await writer.drain()
-            await asyncio.sleep(0.05)
-
-    result, took = await call(trickle, first_event_timeout_s=2.0, idle_timeout_s=0.3)
-    assert isinstance(result, hn.ProviderError), result
-    assert "idle timeout" in result.message
+    assert timeout in result.message
     assert took < 4.0
 
 
