@@ -278,6 +278,7 @@ class Driver:
         """Commit the step (and the run's end, if it ends) in one transaction; keep its
         summary in ``state``."""
         ending, stall_rows = checked.outcome, checked.stall_rows
+        ended_at = self.clock.time()  # when this step ends the run: the step is stamped after
         row: StepRow = {
             "step": state.step,
             "decision": "tool_calls" if completion.tool_calls else "answer",
@@ -295,6 +296,7 @@ class Driver:
             tool_calls=tool_rows,
             stalls=stall_rows,
             ending=ending,
+            finished_at=ended_at,
         )
         state.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         await self.emit(
