@@ -154,6 +154,23 @@ def test_how_an_invocation_ends_is_one_rule(
 # ------------------------------------------------------------------ both kinds of run
 
 
+def driver_of(contract: hn.TaskContract, provider: hn.Provider, store: hn.Store) -> Any:
+    """A loop run's driver on ``store``, run id r1, a fake clock, no tools."""
+    from harnessnb.loop._driver import Driver
+
+    return Driver(
+        contract,
+        provider,
+        store=store,
+        policy=hn.Policy.default(),
+        approver=None,
+        tools=(),
+        on_event=None,
+        clock=hn.FakeClock(),
+        run_id="r1",
+    )
+
+
 def recorded(store: hn.Store, run_id: str) -> dict[str, Any]:
     run = store.get_run(run_id)
     assert run is not None
@@ -248,17 +265,7 @@ def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(
     assert not issubclass(Driver, StepTools)
     provider = hn.ScriptedProvider(["done"])
     (tmp_path / "ws").mkdir()
-    driver = Driver(
-        hn.TaskContract("t", tmp_path / "ws"),
-        provider,
-        store=store,
-        policy=hn.Policy.default(),
-        approver=None,
-        tools=(),
-        on_event=None,
-        clock=hn.FakeClock(),
-        run_id="r1",
-    )
+    driver = driver_of(hn.TaskContract("t", tmp_path / "ws"), provider, store)
     assert isinstance(driver.tools, StepTools) and driver.tools.recorder is driver.recorder
     assert driver.model_calls.rows is driver.recorder.attempt_rows
 
@@ -279,7 +286,6 @@ def state_of(state: Any) -> dict[str, Any]:
 async def test_the_run_state_is_the_checkpoint_restored_whole(
     tmp_path: Path, store: hn.Store
 ) -> None:
-    from harnessnb.loop._driver import Driver
     from harnessnb.loop._state import RunState
 
     ws = tmp_path / "ws"  # the store (tmp_path/runs.duckdb) is outside it
@@ -293,17 +299,7 @@ async def test_the_run_state_is_the_checkpoint_restored_whole(
             "done",
         ]
     )
-    driver = Driver(
-        contract,
-        provider,
-        store=store,
-        policy=hn.Policy.default(),
-        approver=None,
-        tools=(),
-        on_event=None,
-        clock=hn.FakeClock(),
-        run_id="r1",
-    )
+    driver = driver_of(contract, provider, store)
     result = await driver.drive(fresh=True)
     assert result.steps >= 1
     restored = RunState.from_checkpoints(contract, store.checkpoints("r1"))
