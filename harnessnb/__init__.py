@@ -50,9 +50,9 @@ _LAZY: dict[str, str] = {
     "DenyAll": ".tools._approval",
     "run": ".loop._driver",
     "run_sync": ".loop._driver",
-    "sweep": ".loop._sweep",
-    "sweep_sync": ".loop._sweep",
-    "SweepResult": ".loop._sweep_result",
+    "sweep": ".sweeps._sweep",
+    "sweep_sync": ".sweeps._sweep",
+    "SweepResult": ".sweeps._sweep_result",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -100,8 +100,6 @@ if TYPE_CHECKING:
     from .loop._events import RunEvent, unscrubbed_events
     from .loop._replay import replay, replay_sync
     from .loop._result import RunResult, StepSummary
-    from .loop._sweep import sweep, sweep_sync
-    from .loop._sweep_result import SweepResult
     from .notebook._approver import WidgetApprover
     from .notebook._plots import plot_failures
     from .providers._anthropic import Anthropic
@@ -115,6 +113,8 @@ if TYPE_CHECKING:
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
     from .rules._stall import StallPolicy
     from .store._store import Store
+    from .sweeps._sweep import sweep, sweep_sync
+    from .sweeps._sweep_result import SweepResult
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
     from .tools._protocol import Effect, Tool, ToolResult, tool
     from .tools._sandbox import sandbox_backend

@@ -470,7 +470,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """``harnessnb sweep TASK ... --providers a,b --workspace DIR``: exit 0 once every run
     ran (a failed run is a row of the sweep, not an error of the command)."""
     from .loop._driver import new_id
-    from .loop._sweep import sweep_sync
+    from .sweeps._sweep import sweep_sync
 
     kwargs = sweep_kwargs(args, "cli")
     contracts = [contract_from(args, task) for task in args.tasks]

@@ -115,7 +115,7 @@ def test_run_and_agent_results_elapsed_is_elapsed_s() -> None:
 
 
 def test_a_sweeps_seconds_is_elapsed_s_and_its_old_column_stays_one_release() -> None:
-    from harnessnb.loop._sweep_result import SweepRun
+    from harnessnb.sweeps._sweep_result import SweepRun
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

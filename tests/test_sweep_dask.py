@@ -23,7 +23,7 @@ import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._chaos import ChaosServer, Fault
 from harnessnb.demo._model import provider_for
-from harnessnb.loop._sweep_dask import cancel_marker
+from harnessnb.sweeps._sweep_dask import cancel_marker
 from harnessnb.tools._approval import PromptApprover
 from tests.files_helpers import folder
 

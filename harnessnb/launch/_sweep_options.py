@@ -109,7 +109,7 @@ def _named_provider(
     if isinstance(value, dict) and value and all(map(_is_provider, value.values())):
         return {str(k): v for k, v in value.items()}
     if isinstance(value, list | tuple) and value and all(map(_is_provider, value)):
-        from ..loop._sweep import provider_names
+        from ..sweeps._sweep import provider_names
 
         return provider_names(value)
     if _is_provider(value):

@@ -23,8 +23,6 @@
   store writes tried again while the store is busy or full;
 - ``_events``: delivering the events a run emits (scrubbed; their classes are
   ``rules._events``); ``_bridge``: the loop thread for sync calls;
-- ``_sweep``: ``hn.sweep``; ``_sweep_run``: one run of a sweep; ``_sweep_dask``: a
-  sweep on a Dask cluster; ``_sweep_result``: ``SweepResult``.
 
 May import: ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
 """

@@ -21,9 +21,9 @@ from ..launch._options import contract_from
 from ..launch._sweep_options import cluster, providers_from, sweep_kwargs
 from ..loop._bridge import run_blocking
 from ..loop._driver import new_id
-from ..loop._sweep import sweep
-from ..loop._sweep_result import SweepResult, SweepRun
 from ..rules._errors import ConfigError
+from ..sweeps._sweep import sweep
+from ..sweeps._sweep_result import SweepResult, SweepRun
 from ..tools._approval import DenyAll
 from ._args import interpolate
 from ._env import widget_frontend

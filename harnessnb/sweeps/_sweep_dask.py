@@ -51,9 +51,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ..loop._contract import RunOutcome, TaskContract
+from ..loop._driver import new_id
 from ..rules._errors import ConfigError, wrap_unknown
-from ._contract import RunOutcome, TaskContract
-from ._driver import new_id
 from ._sweep_result import UNFINISHED, SweepRun
 from ._sweep_run import crashed, one_run
 
@@ -303,7 +303,7 @@ def shard_store(folder: str) -> Store:
 def run_on_worker(job: WorkerJob) -> SweepRun:
     """One run of a sweep on a Dask worker, in the process's shard; ``unfinished`` if
     another attempt of this task claimed the run first (its worker died)."""
-    from ._bridge import run_blocking
+    from ..loop._bridge import run_blocking
 
     marker = cancel_marker(job.shards, job.options["sweep_id"])
     if os.path.exists(marker):  # the sweep was cancelled before this task began

@@ -9,11 +9,11 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from ..loop._contract import RunOutcome
+from ..loop._result import usd
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
 from ..rules._renamed import renamed
 from ..rules._text import shorten
-from ._contract import RunOutcome
-from ._result import usd
 
 if TYPE_CHECKING:
     import pandas as pd

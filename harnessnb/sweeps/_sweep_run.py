@@ -13,14 +13,14 @@ import stat
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..loop._contract import RunOutcome, TaskContract
+from ..loop._driver import new_id, run
 from ..rules._errors import HarnessError, wrap_unknown
-from ._contract import RunOutcome, TaskContract
-from ._driver import new_id, run
 from ._sweep_result import SweepRun
 
 if TYPE_CHECKING:
+    from ..loop._result import RunResult
     from ..providers._completion import Provider
-    from ._result import RunResult
 
 __all__ = ["crashed", "one_run", "unfit_template_entry"]
 

@@ -18,25 +18,25 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..loop._bridge import sync_twin
+from ..loop._contract import TaskContract
+from ..loop._driver import new_id
+from ..loop._store_wait import open_patiently
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
-from ._bridge import sync_twin
-from ._contract import TaskContract
-from ._driver import new_id
-from ._store_wait import open_patiently
 from ._sweep_dask import check_cluster_options, sweep_on_cluster
 from ._sweep_result import Signature, SweepResult, SweepRun, apart, labels
 from ._sweep_run import one_run, unfit_template_entry
 
 if TYPE_CHECKING:
+    from ..loop._events import Callback
     from ..providers._completion import Provider
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._store import Store
     from ..tools._approval import Approver
     from ..tools._protocol import Tool
-    from ._events import Callback
 
 __all__ = ["provider_names", "sweep", "sweep_sync"]
 

@@ -1,0 +1,9 @@
+"""Sweeps: many runs of tasks across providers, tagged with one id, and what they come to.
+
+- ``_sweep``: ``hn.sweep``/``sweep_sync``; ``_sweep_run``: one run of a sweep in its own
+  copy of the workspace; ``_sweep_dask``: a sweep on a Dask cluster;
+  ``_sweep_result``: ``SweepResult`` and ``SweepRun``.
+
+May import: ``loop``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli,
+notebook), nor ``agents`` or ``demo``.
+"""
