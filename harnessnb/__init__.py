@@ -53,6 +53,9 @@ _LAZY: dict[str, str] = {
     "sweep": ".sweeps._sweep",
     "sweep_sync": ".sweeps._sweep",
     "SweepResult": ".sweeps._sweep_result",
+    "Sample": ".sweeps._sample",
+    "Score": ".sweeps._sample",
+    "samples": ".sweeps._samples_io",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -113,6 +116,8 @@ if TYPE_CHECKING:
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
     from .rules._stall import StallPolicy
     from .store._store import Store
+    from .sweeps._sample import Sample, Score
+    from .sweeps._samples_io import samples
     from .sweeps._sweep import sweep, sweep_sync
     from .sweeps._sweep_result import SweepResult
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
@@ -152,7 +157,9 @@ __all__ = [
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "Sample",
     "SandboxError",
+    "Score",
     "ScriptedProvider",
     "StallPolicy",
     "StepSummary",
@@ -179,6 +186,7 @@ __all__ = [
     "resume_sync",
     "run",
     "run_sync",
+    "samples",
     "sandbox_backend",
     "set_testing",
     "sweep",
@@ -188,13 +196,16 @@ __all__ = [
 ]
 
 
+# public modules, imported on first use (hn.agents: the coding-agent CLIs)
+_MODULES = frozenset({"agents"})
+
 # old public name -> its new one (names and units, docs/api.md): warns, one release
 _RENAMED: dict[str, str] = {"REQUEST_TIMEOUT": "REQUEST_TIMEOUT_S"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "agents":  # a subpackage: hn.agents.ClaudeCode(), hn.agents.run(...)
-        value = importlib.import_module(".agents", __name__)
+    if name in _MODULES:  # a public module: hn.agents.ClaudeCode(), hn.agents.run(...)
+        value = importlib.import_module(f".{name}", __name__)
         globals()[name] = value
         return value
     if name in _RENAMED:  # an old spelling, kept one release (docs/api.md)
@@ -211,7 +222,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"agents"})
+    return sorted(set(globals()) | set(_LAZY) | _MODULES)
 
 
 def load_ipython_extension(ipython: Any) -> None:
