@@ -87,7 +87,7 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from . import agents
+    from . import agents, scorers
     from .loop._contract import Command, FileContains, RunOutcome, TaskContract
     from .loop._driver import run, run_sync
     from .loop._durable import (
@@ -188,6 +188,7 @@ __all__ = [
     "run_sync",
     "samples",
     "sandbox_backend",
+    "scorers",
     "set_testing",
     "sweep",
     "sweep_sync",
@@ -196,15 +197,15 @@ __all__ = [
 ]
 
 
-# public modules, imported on first use (hn.agents: the coding-agent CLIs)
-_MODULES = frozenset({"agents"})
+# public modules, imported on first use: the coding-agent CLIs, the built-in scorers
+_MODULES = frozenset({"agents", "scorers"})
 
 # old public name -> its new one (names and units, docs/api.md): warns, one release
 _RENAMED: dict[str, str] = {"REQUEST_TIMEOUT": "REQUEST_TIMEOUT_S"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MODULES:  # a public module: hn.agents.ClaudeCode(), hn.agents.run(...)
+    if name in _MODULES:  # hn.agents.ClaudeCode(), hn.scorers.includes()
         value = importlib.import_module(f".{name}", __name__)
         globals()[name] = value
         return value

@@ -72,6 +72,7 @@ INTENDED = {
     "run_sync",
     "samples",
     "sandbox_backend",
+    "scorers",
     "set_testing",
     "sweep",
     "sweep_sync",
