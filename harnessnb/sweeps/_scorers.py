@@ -25,7 +25,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -84,6 +84,11 @@ class BuiltinScorer:
 
     def __repr__(self) -> str:
         return f"<scorer {self.name} v{self.version}>"
+
+    def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score | Awaitable[Score]:
+        """The verdict on ``run`` of ``sample``, its workspace copy at ``workspace``
+        (a coroutine for the scorers that read or run in the workspace)."""
+        raise NotImplementedError
 
     def _target(self, text: str | None, sample: Sample) -> str:
         if text is not None:
