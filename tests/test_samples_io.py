@@ -21,7 +21,8 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _jsonl(tmp_path: Path, rows: list[Any]) -> Path:
-    return _write(tmp_path, "s.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]  # raw non-ASCII
+    return _write(tmp_path, "s.jsonl", "".join(lines))
 
 
 def test_a_csv_gives_samples_with_every_column_in_its_place(tmp_path: Path) -> None:
@@ -139,6 +140,14 @@ def test_a_spreadsheet_csv_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
     path = tmp_path / "s.csv"
     path.write_bytes("input,target\r\nx,1\r\n".encode("utf-8-sig"))
     assert [(s.input, s.target) for s in hn.samples(path)] == [("x", "1")]
+
+
+def test_a_line_separator_inside_a_cell_or_a_json_string_stays_in_it(tmp_path: Path) -> None:
+    text = "first\u2028second\x85third\x1cfourth"
+    csv_file = _write(tmp_path, "s.csv", f"input,target\n{text},1\nnext,2\n")
+    jsonl_file = _jsonl(tmp_path, [{"input": text, "target": "1"}, {"input": "next"}])
+    for path in (csv_file, jsonl_file):
+        assert [s.input for s in hn.samples(path)] == [text, "next"]
 
 
 def test_loading_samples_keeps_import_harnessnb_light(tmp_path: Path) -> None:

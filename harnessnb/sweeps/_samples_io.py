@@ -20,6 +20,7 @@ decimal text; any other kind is refused rather than guessed at.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import numbers
 import os
@@ -121,7 +122,8 @@ def _file_rows(path: Path) -> list[_Row]:
 
 
 def _csv_rows(text: str, path: Path) -> list[_Row]:
-    reader = csv.reader(text.splitlines(keepends=True))
+    # Lines end at \n, \r or \r\n only (str.splitlines would also cut at U+2028, \x1c...)
+    reader = csv.reader(io.StringIO(text, newline=""))
     rows: list[_Row] = []
     header: list[str] | None = None
     line = 1
@@ -172,7 +174,8 @@ def _csv_cells(at: str, cells: dict[str, str]) -> dict[str, Any]:
 
 def _jsonl_rows(text: str, path: Path) -> list[_Row]:
     rows: list[_Row] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # A JSON line ends at \n only: U+2028 and \x85 may stand raw in a JSON string.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         at = f"{path} line {number}"
