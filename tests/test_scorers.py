@@ -208,6 +208,12 @@ def test_tests_without_a_pytest_summary_is_a_scoring_error(tmp_path: Path) -> No
         _score(hn.scorers.tests([PY, "-c", "print('not pytest')"]), "", NO_TARGET, tmp_path)
 
 
+def test_tests_that_outlive_their_timeout_score_zero_saying_so(tmp_path: Path) -> None:
+    slow = hn.scorers.tests([PY, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+    score = _score(slow, "", NO_TARGET, tmp_path)
+    assert (score.value, score.explanation) == (0.0, "the tests timed out after 0.5 s")
+
+
 @pytest.mark.parametrize(
     ("output", "counts"),
     [

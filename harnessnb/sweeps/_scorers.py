@@ -227,7 +227,7 @@ class _JsonSchema(BuiltinScorer):
     def name(self) -> str:  # a schema is long: its title, else the start of its JSON
         title = self.schema.get("title")
         key = title if isinstance(title, str) else json.dumps(self.schema, sort_keys=True)
-        return f"json_schema({shorten(key, 40)!r})"
+        return scrub(f"json_schema({shorten(key, 40)!r})")
 
     def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score:
         try:
@@ -358,7 +358,8 @@ class _Tests(BuiltinScorer):
         done = await _run(self.argv, workspace, self.timeout_s)
         tail = _tail(done.output)
         if done.timed_out or done.exit_code is None:
-            return Score(0.0, f"the tests timed out after {self.timeout_s:g} s\n{tail}")
+            said = f"the tests timed out after {self.timeout_s:g} s"
+            return Score(0.0, f"{said}\n{tail}" if tail else said)
         found = pytest_counts(done.output)
         if found is None:
             raise ConfigError(
