@@ -299,27 +299,37 @@ def _tail(output: str) -> str:
     return "..." + cut[cut.find("\n") :] if "\n" in cut else "..." + cut
 
 
-async def _run(argv: tuple[str, ...], workspace: Path, timeout_s: float) -> CommandResult:
-    """``argv`` in the workspace copy, sandboxed as an agent's command (no network, the
-    secrets masked, the minimal environment), its process group killed at the timeout."""
-    return await run_argv(list(argv), cwd=workspace, timeout_s=timeout_s)
+def _with_tail(said: str, tail: str) -> str:
+    """An explanation: what happened, then the output's end (the argv may hold a key)."""
+    return scrub(f"{said}\n{tail}" if tail else said)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class _Command(BuiltinScorer):
-    kind: ClassVar[str] = "command"
+class _Runs(BuiltinScorer):
+    """A scorer that runs ``argv`` in the workspace copy, sandboxed as an agent's command
+    (no network, the secrets masked, the minimal environment), its process group killed
+    at the timeout."""
+
     argv: tuple[str, ...]
     timeout_s: float = dataclasses.field(default=60.0, kw_only=True)
 
+    async def _ran(self, workspace: Path) -> tuple[CommandResult, str, str | None]:
+        """What the command did, the end of its output and, when it outlived its
+        timeout, the words for that (else None)."""
+        done = await run_argv(list(self.argv), cwd=workspace, timeout_s=self.timeout_s)
+        late = done.timed_out or done.exit_code is None
+        words = f"timed out after {self.timeout_s:g} s" if late else None
+        return done, _tail(done.output), words
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _Command(_Runs):
+    kind: ClassVar[str] = "command"
+
     async def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score:
-        done = await _run(self.argv, workspace, self.timeout_s)
-        line = exec_target(self.argv)
-        if done.timed_out or done.exit_code is None:
-            said = f"`{line}` timed out after {self.timeout_s:g} s"
-        else:
-            said = f"`{line}` exited {done.exit_code}"
-        tail = _tail(done.output)
-        return Score(done.exit_code == 0, scrub(f"{said}\n{tail}" if tail else said))
+        done, tail, late = await self._ran(workspace)
+        said = f"`{exec_target(self.argv)}` {late or f'exited {done.exit_code}'}"
+        return Score(done.exit_code == 0 and late is None, _with_tail(said, tail))
 
 
 def command(argv: Sequence[str], *, timeout_s: float = 60.0) -> BuiltinScorer:
@@ -349,17 +359,15 @@ def pytest_counts(output: str) -> tuple[str, dict[str, int]] | None:
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class _Tests(BuiltinScorer):
+class _Tests(_Runs):
     kind: ClassVar[str] = "tests"
     argv: tuple[str, ...] = _PYTEST
     timeout_s: float = dataclasses.field(default=300.0, kw_only=True)
 
     async def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score:
-        done = await _run(self.argv, workspace, self.timeout_s)
-        tail = _tail(done.output)
-        if done.timed_out or done.exit_code is None:
-            said = f"the tests timed out after {self.timeout_s:g} s"
-            return Score(0.0, f"{said}\n{tail}" if tail else said)
+        done, tail, late = await self._ran(workspace)
+        if late is not None:
+            return Score(0.0, _with_tail(f"the tests {late}", tail))
         found = pytest_counts(done.output)
         if found is None:
             raise ConfigError(
@@ -371,7 +379,8 @@ class _Tests(BuiltinScorer):
         total = passed + counts.get("failed", 0) + counts.get("error", 0)
         if total == 0:
             return Score(0.0, f"no tests ran ({summary})")
-        return Score(passed / total, f"{passed} of {total} tests passed ({summary})\n{tail}")
+        said = f"{passed} of {total} tests passed ({summary})"
+        return Score(passed / total, _with_tail(said, tail))
 
 
 def tests(argv: Sequence[str] = _PYTEST, *, timeout_s: float = 300.0) -> BuiltinScorer:
