@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harnessnb.rules._errors import ConfigError
-from harnessnb.rules._outcomes import RunOutcome
+from harnessnb import ConfigError, RunOutcome
 from harnessnb.sweeps._sample import INFRA_OUTCOMES, Sample, Score, sample_id
 
 
