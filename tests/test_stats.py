@@ -14,14 +14,12 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import DescrStatsW
 
-from harnessnb import ConfigError
+from harnessnb import ConfigError, pass_at_k, pass_hat_k
 from harnessnb.sweeps._stats import (
     COMPARE_COLUMNS,
     SCORE_COLUMNS,
     SUMMARY_COLUMNS,
     compare,
-    pass_at_k,
-    pass_hat_k,
     summary,
 )
 
