@@ -53,6 +53,8 @@ _LAZY: dict[str, str] = {
     "sweep": ".sweeps._sweep",
     "sweep_sync": ".sweeps._sweep",
     "SweepResult": ".sweeps._sweep_result",
+    "pass_at_k": ".sweeps._stats",
+    "pass_hat_k": ".sweeps._stats",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -113,6 +115,7 @@ if TYPE_CHECKING:
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
     from .rules._stall import StallPolicy
     from .store._store import Store
+    from .sweeps._stats import pass_at_k, pass_hat_k
     from .sweeps._sweep import sweep, sweep_sync
     from .sweeps._sweep_result import SweepResult
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
@@ -170,6 +173,8 @@ __all__ = [
     "abandon",
     "abandon_sync",
     "agents",
+    "pass_at_k",
+    "pass_hat_k",
     "plot_failures",
     "replay",
     "replay_sync",
