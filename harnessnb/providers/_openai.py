@@ -94,7 +94,10 @@ class OpenRouter(OpenAI):
 
     Args:
         app_url: Sent as ``HTTP-Referer`` (OpenRouter's app attribution), optional.
-        app_name: Sent as ``X-Title``, optional.
+        app_name: Sent as ``X-Title``, optional (``headers=`` of the same name win).
+
+    Every other argument is ``OpenAI``'s: the keywords are handed on as they are
+    (``_http.HTTPOptions``).
     """
 
     NAME, ENV = "openrouter", "OPENROUTER"
