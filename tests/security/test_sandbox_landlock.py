@@ -9,6 +9,7 @@ Landlock does, or cannot do. The real-run tests skip where the kernel has no Lan
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -41,6 +42,7 @@ from harnessnb.tools._landlock_exec import (
 )
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
 from tests.security import test_sandbox
+from tests.security.seccomp_helpers import refusing
 from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
 
 ABI = landlock_abi()
@@ -361,24 +363,10 @@ def test_a_plan_reaches_the_launcher_whole_whatever_its_paths_hold() -> None:
 
 # A kernel without Landlock, made real for one interpreter: a seccomp filter answers
 # landlock_create_ruleset (444) with ENOSYS, as a kernel built without it does.
-NO_LANDLOCK = """
-import ctypes, os, sys
-ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
-class F(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-class P(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
-code = [(0x20, 0, 0, 4), (0x15, 0, 3, ARCH), (0x20, 0, 0, 0), (0x15, 0, 1, 444),
-        (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000)]
-prog = P(len(code), (F * len(code))(*(F(*c) for c in code)))
-libc = ctypes.CDLL(None, use_errno=True)
-u = ctypes.c_ulong
-assert libc.prctl(u(38), u(1), u(0), u(0), u(0)) == 0
-assert libc.prctl(u(22), u(2), u(ctypes.addressof(prog)), u(0), u(0)) == 0
-import harnessnb as hn
-print(hn.sandbox_backend())
-"""
+NO_LANDLOCK = refusing(
+    {"x86_64": 444, "aarch64": 444}, errno.ENOSYS,
+    "import harnessnb as hn\nprint(hn.sandbox_backend())\n",
+)
 
 
 @pytest.mark.skipif(not IP_FILTER, reason="the test's seccomp filter is for x86_64 and aarch64")
