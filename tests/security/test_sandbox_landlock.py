@@ -43,7 +43,16 @@ from harnessnb.tools._landlock_exec import (
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
 from tests.security import test_sandbox
 from tests.security.seccomp_helpers import refusing
-from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
+from tests.security.test_sandbox import (
+    FAKE_KEY,
+    _accepted,
+    _dial,
+    _listener,
+    _private_folder_denied,
+    _run,
+    _unix_dial,
+    _unix_listener,
+)
 
 ABI = landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
@@ -253,9 +262,7 @@ def test_a_file_made_beside_a_secret_is_readable_from_the_next_command_on(
 def test_a_denied_folder_keeps_its_names_but_not_its_contents(
     ws: Path, store: hn.Store, landlock: str
 ) -> None:
-    (ws / "private").mkdir()
-    (ws / "private" / "key.txt").write_text(FAKE_KEY)
-    policy = hn.Policy.permissive().layer("app").deny_read("private")
+    policy = _private_folder_denied(ws)
     _, outputs = _run(
         ws, store, ["cat", "private/key.txt"], ["ls", "private"], ["mv", "private", "public"],
         policy=policy,
@@ -326,11 +333,9 @@ def test_abstract_sockets_and_signals_outside_the_sandbox_are_refused(
     ws: Path, store: hn.Store, landlock: str
 ) -> None:
     name = f"\0harnessnb-probe-{uuid.uuid4().hex}"
-    code = f"import socket; socket.socket(socket.AF_UNIX).connect({name!r})"
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(name)
-        server.listen(1)
-        _, outputs = _run(ws, store, ["python3", "-c", code], ["kill", "-0", str(os.getpid())])
+    with _unix_listener(name) as server:
+        _, outputs = _run(ws, store, _unix_dial(name), ["kill", "-0", str(os.getpid())])
+        assert not _accepted(server)
     assert "PermissionError" in outputs[0], outputs[0]
     assert outputs[1].startswith("exit code 1")  # kill: Operation not permitted
 
