@@ -13,4 +13,4 @@ def writes_notes(request: ChaosRequest) -> Reply:
     if any(m.get("role") == "tool" for m in request.messages):
         return Reply(text="wrote NOTES.md")
     return Reply(tool_calls=[{"name": "write_file",
-                              "arguments": {"path": "NOTES.md", "content": NOTES}}])  # fmt: skip
+                              "arguments": {"path": "NOTES.md", "content": NOTES}}])

@@ -116,7 +116,7 @@ def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.duckdb"
     Store(path).close()
     written, (read,) = _race(path, (READ_LOOP, 1), (COMMIT_LOOP, 4),
-                             lambda k: [f"w{k}", str(ROOT), "50"])  # fmt: skip
+                             lambda k: [f"w{k}", str(ROOT), "50"])
     assert all(out.split() == ["ready", "done"] for out in written), written
     assert int(read.split()[-1]) > 0
     with Store(path) as store:
@@ -130,7 +130,7 @@ def test_eight_run_processes_and_two_readers_lose_no_run(tmp_path: Path) -> None
     path = tmp_path / "runs.duckdb"
     Store(path).close()
     written, read = _race(path, (READ_RUNS, 2), (RUN_LOOP, 8),
-                          lambda k: [f"p{k}", str(tmp_path), "10"])  # fmt: skip
+                          lambda k: [f"p{k}", str(tmp_path), "10"])
     for out in written:
         lines = out.split("\n")
         assert lines[-2:] == ["done", ""] and len(lines) == 12, out
