@@ -56,6 +56,8 @@ _LAZY: dict[str, str] = {
     "Sample": ".sweeps._sample",
     "Score": ".sweeps._sample",
     "samples": ".sweeps._samples_io",
+    "pass_at_k": ".sweeps._stats",
+    "pass_hat_k": ".sweeps._stats",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -118,6 +120,7 @@ if TYPE_CHECKING:
     from .store._store import Store
     from .sweeps._sample import Sample, Score
     from .sweeps._samples_io import samples
+    from .sweeps._stats import pass_at_k, pass_hat_k
     from .sweeps._sweep import sweep, sweep_sync
     from .sweeps._sweep_result import SweepResult
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
@@ -177,6 +180,8 @@ __all__ = [
     "abandon",
     "abandon_sync",
     "agents",
+    "pass_at_k",
+    "pass_hat_k",
     "plot_failures",
     "replay",
     "replay_sync",

@@ -62,6 +62,8 @@ INTENDED = {
     "plot_failures",
     "abandon",
     "abandon_sync",
+    "pass_at_k",
+    "pass_hat_k",
     "replay",
     "replay_sync",
     "resolve",

@@ -75,6 +75,8 @@ async def typed_usage(store: hn.Store) -> None:
     print(swept.runs.shape, swept.failure_rates(by="provider").shape, swept.cost_usd)
     print(store.runs(sweep=sweep_id), store.failure_rates(sweep=sweep_id))
     print(hn.sweep_sync(["x"], [provider], workspace="repo").runs)
+    chance: float = hn.pass_at_k(10, 3, 2) - hn.pass_hat_k(10, 3, 2)
+    print(chance)
     on_dask: hn.SweepResult = await hn.sweep(
         ["x"], [provider], workspace="repo", executor=object(), shards="shards/"
     )
