@@ -80,30 +80,43 @@ def test_a_missing_input_column_is_refused_naming_the_columns_found(tmp_path: Pa
         hn.samples(pd.DataFrame({"prompt": ["x"]}))
 
 
-# (file, its text, what the error must say), one bad row each
-BAD_ROWS = [
+# (file, its text as written, what the error must say): a bad line, cell or header
+BAD_TEXT = [
     ("s.csv", "input,target\nok,1\nfine,2,3\n", r"s\.csv line 3: 3 cells, the header has 2"),
     ("s.csv", 'input,metadata\nok,"{""a"": 1}"\nx,{no\n', r"s\.csv line 3: metadata is not JSON"),
     ("s.csv", "input,metadata\nok,[1]\n", r"s\.csv line 2: metadata must be a JSON object"),
     ("s.csv", 'input,target\n"a\nb",1\n ,2\n', r"s\.csv line 4: a sample's input must be"),
-    ("s.jsonl", '{"input": "a"}\n\n{"input": "b",}\n', r"s\.jsonl line 3: not JSON"),
-    ("s.jsonl", '{"input": "a"}\n["b"]\n', r"line 2: a JSON object, not an array"),
-    ("s.jsonl", '{"target": "a"}\n', r"line 1: no 'input' \(keys: \['target'\]\)"),
-    ("s.jsonl", '{"input": "a", "target": 0.5}\n', r"line 1: target must be text, not float"),
-    ("s.jsonl", '{"input": "a", "files": {"../x": "y"}}\n', r"line 1: a sample's file must "),
-    ("s.jsonl", '{"input": "a", "files": ["x"]}\n', r"line 1: files must map relative pa"),
-    ("s.jsonl", '{"input": "a", "k": 1, "metadata": {"k": 2}}\n', r"\['k'\] both a column"),
     ("s.csv", "input,files\nx,{}\n", r"a CSV cannot carry 'files'"),
     ("s.csv", "input,input\nx,y\n", r"the header names \['input'\] more than once"),
+    ("s.jsonl", '{"input": "a"}\n\n{"input": "b",}\n', r"s\.jsonl line 3: not JSON"),
+    ("s.jsonl", '{"input": "a"}\n["b"]\n', r"line 2: a JSON object, not an array"),
 ]
 
 
-@pytest.mark.parametrize(("name", "text", "wrong"), BAD_ROWS)
-def test_a_bad_row_is_refused_naming_its_line(
-    tmp_path: Path, name: str, text: str, wrong: str
-) -> None:
+@pytest.mark.parametrize(("name", "text", "wrong"), BAD_TEXT)
+def test_a_bad_line_is_refused_naming_it(tmp_path: Path, name: str, text: str, wrong: str) -> None:
     with pytest.raises(hn.ConfigError, match=wrong):
         hn.samples(_write(tmp_path, name, text))
+
+
+# (a row after a good one, what the error must say about the JSONL file's line 2)
+BAD_VALUES: list[tuple[dict[str, Any], str]] = [
+    ({"target": "a"}, r"no 'input' \(keys: \['target'\]\)"),
+    ({"input": "a", "target": 0.5}, "target must be text, not float 0.5"),
+    ({"input": "a", "files": {"../x": "y"}}, "a sample's file must be a relative path"),
+    ({"input": "a", "files": ["x"]}, "files must map relative paths to text, not list"),
+    ({"input": "a", "k": 1, "metadata": {"k": 2}}, r"\['k'\] both a column and a key"),
+]
+
+
+@pytest.mark.parametrize(("row", "wrong"), BAD_VALUES)
+def test_a_bad_value_is_refused_naming_its_row(
+    tmp_path: Path, row: dict[str, Any], wrong: str
+) -> None:
+    with pytest.raises(hn.ConfigError, match=r"s\.jsonl line 2: " + wrong):
+        hn.samples(_jsonl(tmp_path, [{"input": "fine"}, row]))
+    with pytest.raises(hn.ConfigError, match=r"samples: row 2: " + wrong):
+        hn.samples([{"input": "fine"}, row])
 
 
 def test_two_rows_with_one_id_are_refused_naming_both(tmp_path: Path) -> None:
