@@ -17,8 +17,7 @@ from harnessnb.demo._model import provider_for
 from harnessnb.rules._secrets import register
 from harnessnb.store._schema import SCHEMA_VERSION
 from harnessnb.store._writer import store_writer
-from harnessnb.sweeps._sample import Sample, Score
-from harnessnb.sweeps._sweep_result import SCORE_COLUMNS
+from harnessnb.sweeps._stats import SCORE_COLUMNS
 from tests.files_helpers import folder
 from tests.store_helpers import altered, old_store
 
@@ -31,18 +30,18 @@ def ws(tmp_path: Path) -> Path:
     return folder(tmp_path / "template", {"README.md": "# Template\n"})
 
 
-def notes_mention_target(run: hn.RunResult, sample: Sample, workspace: Path) -> Score:
+def notes_mention_target(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
     """Pass when the run's NOTES.md (in its own workspace copy) holds the sample's target."""
     notes = workspace / "NOTES.md"
     text = notes.read_text() if notes.exists() else ""
     found = sample.target is not None and sample.target in text
-    return Score(found, f"NOTES.md {'holds' if found else 'lacks'} {sample.target!r}")
+    return hn.Score(found, f"NOTES.md {'holds' if found else 'lacks'} {sample.target!r}")
 
 
-def samples() -> list[Sample]:
+def samples() -> list[hn.Sample]:
     # Each sample's file is the one its task names: only its files make the task doable.
     return [
-        Sample(f"summarise data{i}.md into NOTES.md", target=f"Topic {i}" if i < 2 else "absent",
+        hn.Sample(f"summarise data{i}.md into NOTES.md", target=f"Topic {i}" if i < 2 else "absent",
                id=f"s{i}", files={f"data{i}.md": f"# Topic {i}\n\nSome text.\n"})
         for i in range(3)
     ]  # fmt: skip
@@ -105,11 +104,11 @@ async def test_a_scorer_that_raises_gives_error_rows_and_the_sweep_ends_normally
     key = "sk-scorer-secret-0123456789abcdefghij"
     register(key)
 
-    def broken(run: hn.RunResult, sample: Sample, workspace: Path) -> Score:
+    def broken(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
         raise RuntimeError(f"cannot judge with {key}")
 
-    def fine(run: hn.RunResult, sample: Sample, workspace: Path) -> Score:
-        return Score(0.5, f"half, key {key}")
+    def fine(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+        return hn.Score(0.5, f"half, key {key}")
 
     provider = hn.ScriptedProvider(lambda m: "done", name="fine")
     result = await hn.sweep(["a", "b"], [provider], workspace=ws, store=store,
@@ -134,33 +133,33 @@ async def test_async_and_class_scorers_are_named_versioned_and_sync_ones_run_off
 ) -> None:
     seen: dict[str, int] = {}
 
-    async def judged(run: hn.RunResult, sample: Sample, workspace: Path) -> Score:
+    async def judged(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
         await asyncio.sleep(0)
-        return Score(True, "async")
+        return hn.Score(True, "async")
 
     class Rubric:
         name = "rubric"
         version = 3
 
-        def __call__(self, run: hn.RunResult, sample: Sample, workspace: Path) -> Score:
+        def __call__(self, run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
             seen["thread"] = threading.get_ident()
-            return Score(run.text == sample.target)
+            return hn.Score(run.text == sample.target)
 
     class Unnamed:
-        async def __call__(self, run: hn.RunResult, sample: Sample, workspace: Path) -> bool:
+        async def __call__(self, run: hn.RunResult, sample: hn.Sample, workspace: Path) -> bool:
             return True
 
     loop_thread = threading.get_ident()
     provider = hn.ScriptedProvider(lambda m: "42", name="p")
-    result = await hn.sweep([Sample("answer", "42"), Sample("other", "7")], [provider],
-                            workspace=ws, store=store,
+    tasks = [hn.Sample("answer", "42", id="a"), hn.Sample("other", "7", id="o")]
+    result = await hn.sweep(tasks, [provider], workspace=ws, store=store,
                             scorers=[judged, Rubric(), Unnamed()])  # fmt: skip
     scores = result.scores
     assert seen["thread"] != loop_thread  # the sync scorer ran in a thread
     tags = set(zip(scores["scorer"], scores["scorer_version"], strict=True))
     assert tags == {("judged", "1"), ("rubric", "3"), ("Unnamed", "1")}
     by = scores.set_index(["scorer", "sample_id"])["value"]
-    assert by[("rubric", Sample("answer").id)] == 1.0 and by[("rubric", Sample("other").id)] == 0.0
+    assert by[("rubric", "a")] == 1.0 and by[("rubric", "o")] == 0.0
     assert set(by[("judged", slice(None))]) == {1.0} and set(by[("Unnamed", slice(None))]) == {1.0}
     assert result.scorers == (("judged", "1"), ("rubric", "3"), ("Unnamed", "1"))
 
@@ -169,7 +168,7 @@ async def test_a_sweep_without_scorers_has_no_score_rows(ws: Path, store: hn.Sto
     provider = hn.ScriptedProvider(lambda m: "done", name="p")
     result = await hn.sweep(["a"], [provider], workspace=ws, store=store)
     assert result.scores.empty and list(result.scores.columns) == list(SCORE_COLUMNS)
-    assert store.scores().empty and result.records[0].sample_id == Sample("a").id
+    assert store.scores().empty and result.records[0].sample_id == hn.Sample("a").id
 
 
 @pytest.mark.parametrize(
@@ -178,7 +177,7 @@ async def test_a_sweep_without_scorers_has_no_score_rows(ws: Path, store: hn.Sto
         (["not callable"], ["a"], "a scorer must be callable"),
         (lambda r, s, w: True, ["a"], "must be a list of scorers"),
         ([notes_mention_target, notes_mention_target], ["a"], "two scorers are named"),
-        (None, [Sample("a", id="x"), Sample("b", id="x")], "two samples have the id 'x'"),
+        (None, [hn.Sample("a", id="x"), hn.Sample("b", id="x")], "two samples have the id 'x'"),
     ],
 )
 async def test_bad_scorers_and_samples_are_refused_before_any_run(
@@ -197,7 +196,7 @@ async def test_a_sample_file_through_a_template_symlink_out_is_refused_as_the_ru
     template = folder(tmp_path / "template")
     (template / "data").symlink_to(outside)
     provider = hn.ScriptedProvider(lambda m: "done", name="p")
-    sample = Sample("task", files={"data/x.txt": "escaped?"})
+    sample = hn.Sample("task", files={"data/x.txt": "escaped?"})
     result = await hn.sweep([sample], [provider], workspace=template, store=store,
                             scorers=[notes_mention_target])  # fmt: skip
     assert not (outside / "x.txt").exists()

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RUN_COLUMNS",
-    "SCORE_COLUMNS",
     "SPLIT",
     "UNFINISHED",
     "RunScore",
@@ -39,12 +38,7 @@ RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
     "elapsed_s", "error_kind", "retries", "run_id",
 )  # fmt: skip
-# The columns of ``SweepResult.scores``, in order, and their types.
-SCORE_COLUMNS: Final = (
-    "sweep_id", "run_id", "sample_id", "provider", "repeat", "scorer", "scorer_version",
-    "value", "passed", "explanation", "error", "infra_failure", "infra_kind", "outcome",
-    "cost_usd", "elapsed_s",
-)  # fmt: skip
+# The types of ``SweepResult.scores``' columns (their order: ``_stats.SCORE_COLUMNS``).
 _SCORE_TYPES: Final = {
     **dict.fromkeys(("sweep_id", "run_id", "sample_id", "provider", "scorer",
                      "scorer_version", "explanation", "error", "infra_kind", "outcome"),
@@ -199,6 +193,8 @@ class SweepResult:
         ``outcome``, ``cost_usd``, ``elapsed_s``. Built from the result's own runs: no
         store query."""
         import pandas as pd
+
+        from ._stats import SCORE_COLUMNS
 
         rows = [
             [
