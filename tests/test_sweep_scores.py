@@ -240,3 +240,26 @@ def test_a_score_written_again_replaces_its_row_and_shards_combine_their_scores(
     merged = combined.merge(into=tmp_path / "all.duckdb")
     assert merged.scores()["run_id"].tolist() == ["r0", "r1"]
     merged.close()
+
+
+async def test_built_in_scorers_score_in_the_run_copy_and_the_summary_reads_the_scores(
+    ws: Path, store: hn.Store
+) -> None:
+    from harnessnb.sweeps._stats import summary
+
+    policy = hn.Policy.default().layer("sweep").allow_write("NOTES.md")
+    with demo_server() as good, demo_server(rates={"server": 1.0}) as down:
+        providers = {"good": provider_for(good, name="good"),
+                     "down": provider_for(down, name="down")}  # fmt: skip
+        scorers = [hn.scorers.file_contains("NOTES.md"), hn.scorers.includes("NOTES.md")]
+        result = await hn.sweep(samples(), providers, workspace=ws, repeats=2, store=store,
+                                policy=policy, scorers=scorers)  # fmt: skip
+    table = summary(result.scores).set_index(["provider", "scorer"])
+    names = [s.name for s in scorers]
+    assert set(result.scores["scorer"]) == set(names)
+    for name in names:
+        assert table.loc[("down", name), "infra_failure_rate"] == 1.0
+        assert pd.isna(table.loc[("down", name), "mean"])  # no wrong answers: none scored
+        assert table.loc[("good", name), "infra_failures"] == 0
+    # file_contains read NOTES.md in each run's own copy: the target is there for s0, s1.
+    assert table.loc[("good", names[0]), "mean"] == pytest.approx(4 / 6)
