@@ -200,7 +200,7 @@ async def _score(
             got = await asyncio.to_thread(fn, result, sample, workspace)
         if inspect.isawaitable(got):
             got = await got
-        if isinstance(got, bool | int | float) and not isinstance(got, Score):
+        if isinstance(got, bool | int | float):  # a bare value: a Score without a why
             got = Score(got)
         if not isinstance(got, Score):
             raise TypeError(f"the scorer returned {type(got).__name__}, not a Score")
