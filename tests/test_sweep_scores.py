@@ -15,6 +15,7 @@ import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
 from harnessnb.rules._secrets import register
+from harnessnb.store import _writes
 from harnessnb.store._schema import SCHEMA_VERSION
 from harnessnb.store._writer import store_writer
 from harnessnb.sweeps._stats import SCORE_COLUMNS
@@ -227,12 +228,15 @@ def test_a_score_written_again_replaces_its_row_and_shards_combine_their_scores(
     long = "why " * 10_000
     for i in range(2):
         with hn.Store(shards / f"w{i}.duckdb") as s:
-            for value in (0.0, 1.0):  # scored again: the second row wins
-                store_writer(s).add_scores([{"sweep_id": "sw", "run_id": f"r{i}",
-                                             "sample_id": "q", "scorer": "exact",
-                                             "scorer_version": "1", "value": value,
-                                             "explanation": long,
-                                             "infra_failure": False}])  # fmt: skip
+            for value in (0.0, 0.5, 1.0):  # scored again: the last row wins, queued or not
+                op = _writes.add_scores([{"sweep_id": "sw", "run_id": f"r{i}", "sample_id": "q",
+                                          "scorer": "exact", "scorer_version": "1",
+                                          "value": value, "explanation": long,
+                                          "infra_failure": False}])  # fmt: skip
+                if value == 0.5:
+                    store_writer(s).write(op)
+                else:  # group commit: the append clashes and the op replaces
+                    store_writer(s).submit(op).result()
     combined = hn.Store.combine(shards)
     both = combined.scores(sweep_id="sw")
     assert both["run_id"].tolist() == ["r0", "r1"] and both["value"].tolist() == [1.0, 1.0]

@@ -449,10 +449,15 @@ def add_scores(scores: Sequence[ScoreRow]) -> WriteOp[None]:
         for score in scores
     ]
 
-    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+    def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
         if rows:
             marks = ", ".join(["(" + ", ".join("?" * len(rows[0])) + ")"] * len(rows))
             params = [v for values in rows for v in values]
             con.execute(f"INSERT OR REPLACE INTO scores VALUES {marks}", params)
 
-    return WriteOp("add_scores", apply)
+    # Appended with other runs' writes (group commit); a row already there (scored
+    # again) makes the append fail, and this op alone then replaces.
+    replacing = WriteOp("add_scores", replace)
+    return WriteOp(
+        "add_scores", lambda con, batch: batch.append("scores", rows), False, fallback=replacing
+    )
