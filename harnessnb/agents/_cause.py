@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..rules._errors import ProviderErrorKind, classify_status
+from ..rules._errors import BODY_TYPES, ProviderErrorKind, classify_status
 from ._classify import CLI_PHRASES, QUOTA, auth_failure, status_code
 
 __all__ = [
@@ -38,24 +38,23 @@ K = ProviderErrorKind
 
 _QUOTA = re.compile(QUOTA, re.IGNORECASE)
 
-# The CLIs' own words for a failed request (Claude's ``error``, Copilot's
-# ``failureKind``/``errorType``/``reason``).
+# A quota used up, in the CLIs' and the providers' words: a rate limit here (waiting
+# will not restore it), where the providers' table reads it as auth.
+_QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
+# The CLIs' words for a failed request (Claude's ``error``, Copilot's
+# ``failureKind``/``errorType``/``reason``): the providers' error types, which they
+# pass on (the rules' table), and their own.
 _WORDS: dict[str, ProviderErrorKind] = {
+    **BODY_TYPES,
     "rate_limit": K.RATE_LIMITED, "rate_limited": K.RATE_LIMITED,
-    "rate_limit_error": K.RATE_LIMITED,
     "authentication_failed": K.AUTH, "authentication": K.AUTH,
-    "authentication_error": K.AUTH, "oauth_org_not_allowed": K.AUTH,
-    "transient_auth_error": K.AUTH, "permission_error": K.AUTH,
-    "overloaded": K.SERVER, "overloaded_error": K.SERVER, "server_error": K.SERVER,
-    "api_error": K.SERVER,
+    "oauth_org_not_allowed": K.AUTH, "transient_auth_error": K.AUTH,
+    "overloaded": K.SERVER,
     "transport": K.TRANSPORT, "streaming_error": K.TRANSPORT, "network": K.TRANSPORT,
     "connection_error": K.TRANSPORT, "timeout": K.TIMEOUT,
-    "invalid_request": K.REQUEST, "invalid_request_error": K.REQUEST,
-    "context_length_exceeded": K.CONTEXT_OVERFLOW, "forced_compaction": K.CONTEXT_OVERFLOW,
-    "billing_error": K.RATE_LIMITED, "quota": K.RATE_LIMITED,
-    "insufficient_quota": K.RATE_LIMITED,
+    "invalid_request": K.REQUEST, "forced_compaction": K.CONTEXT_OVERFLOW,
+    **dict.fromkeys(_QUOTA_WORDS, K.RATE_LIMITED),
 }  # fmt: skip
-_QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
 # Failures before any answer arrived: the connection, or the wait for it.
 _CONNECTION = frozenset({K.TRANSPORT, K.TIMEOUT})
 

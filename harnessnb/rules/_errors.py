@@ -46,6 +46,7 @@ from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
 
 __all__ = [
+    "BODY_TYPES",
     "MAX_MESSAGE",
     "PHRASES",
     "ConfigError",
@@ -451,7 +452,7 @@ def _overflow(message: str) -> bool:
 
 
 # Provider error ``type``/``code`` strings found in bodies and stream events.
-_BODY_TYPES: dict[str, ProviderErrorKind] = {
+BODY_TYPES: Mapping[str, ProviderErrorKind] = {
     "rate_limit_error": ProviderErrorKind.RATE_LIMITED,
     "rate_limit_exceeded": ProviderErrorKind.RATE_LIMITED,
     "overloaded_error": ProviderErrorKind.SERVER,
@@ -509,8 +510,8 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
     code = error.get("code")
     etype = error.get("type")
     for word in (code, etype):
-        if isinstance(word, str) and word in _BODY_TYPES:
-            kind = _BODY_TYPES[word]
+        if isinstance(word, str) and word in BODY_TYPES:
+            kind = BODY_TYPES[word]
             if kind is ProviderErrorKind.REQUEST and _overflow(message):
                 return ProviderErrorKind.CONTEXT_OVERFLOW
             return kind
