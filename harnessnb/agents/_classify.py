@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable
 
 from ..rules._errors import PHRASES, ProviderErrorKind
+from ..rules._phrases import Phrases
 
 __all__ = [
     "CLI_PHRASES",
@@ -65,12 +66,13 @@ CLI_PHRASES = PHRASES.plus(
      r"terminated"),
 )  # fmt: skip
 
-_FLAG = re.compile(
-    r"unexpected argument|unknown option|unrecognized option|unknown flag|"
-    r"unrecognized arguments?|unknown argument|invalid value .* for '--|"
-    r"error: option '--[\w-]+' argument|too many arguments",
-    re.IGNORECASE,
-)
+# An argument the CLI's parser refused (``FlagRejected``, a rejected request).
+_ARGUMENTS = Phrases((
+    (K.REQUEST,
+     r"unexpected argument|unknown option|unrecognized option|unknown flag|"
+     r"unrecognized arguments?|unknown argument|invalid value .* for '--|"
+     r"error: option '--[\w-]+' argument|too many arguments"),
+))  # fmt: skip
 
 # Lines that explain a failure, preferred over chatter when picking one to show.
 _ERROR_MARK = re.compile(
@@ -84,15 +86,15 @@ _CHATTER = re.compile(r"^\s*([\W_]{0,3}\s*)?(debug|info|trace|loading|starting)\
 _NOTICE_CHARS = 240
 
 
-def _standalone(code: str) -> re.Pattern[str]:
+def _standalone(code: str) -> str:
     # Not part of a longer token: digits, letters, '-', '.', '/' and '_' on either side
     # make it part of an id, a version or a path. A sentence's final '.' is allowed.
-    return re.compile(rf"(?<![\w.\-/]){code}(?![\w\-/]|\.\w)")
+    return rf"(?<![\w.\-/]){code}(?![\w\-/]|\.\w)"
 
 
-_STANDALONE_401 = _standalone("401")
-_STANDALONE_429 = _standalone("429")
-_STATUS = re.compile(r"(?<![\w.\-/])([45]\d\d)(?![\w\-/]|\.\w)")
+# A status said alone: read only where no phrase of its kind is.
+_CODES = Phrases(((K.AUTH, _standalone("401")), (K.RATE_LIMITED, _standalone("429"))))
+_STATUS = re.compile(_standalone(r"([45]\d\d)"))
 
 
 def looks_like_notice(answer: str) -> bool:
@@ -107,29 +109,24 @@ def _texts(stderr: str, answer: str) -> Iterable[str]:
         yield answer
 
 
-def _first_match(pattern: re.Pattern[str], texts: Iterable[str]) -> str | None:
-    for text in texts:
-        for line in text.splitlines():
-            if pattern.search(line):
-                return line.strip()
-    return None
+def _said(kind: ProviderErrorKind, stderr: str, answer: str) -> str | None:
+    texts = list(_texts(stderr, answer))
+    return CLI_PHRASES.line(kind, texts) or _CODES.line(kind, texts)
 
 
 def auth_failure(stderr: str, answer: str = "") -> str | None:
     """The line saying the CLI is not logged in (or its key is bad), or None."""
-    texts = list(_texts(stderr, answer))
-    return CLI_PHRASES.line(K.AUTH, texts) or _first_match(_STANDALONE_401, texts)
+    return _said(K.AUTH, stderr, answer)
 
 
 def rate_limit(stderr: str, answer: str = "") -> str | None:
     """The line saying a quota or rate limit was hit, in the CLI's own words, or None."""
-    texts = list(_texts(stderr, answer))
-    return CLI_PHRASES.line(K.RATE_LIMITED, texts) or _first_match(_STANDALONE_429, texts)
+    return _said(K.RATE_LIMITED, stderr, answer)
 
 
 def flag_rejected(stderr: str) -> str | None:
     """The line in which the CLI refuses one of its arguments, or None."""
-    return _first_match(_FLAG, [stderr])
+    return _ARGUMENTS.line(K.REQUEST, [stderr])
 
 
 def status_code(text: str) -> int | None:
