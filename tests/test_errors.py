@@ -366,8 +366,8 @@ def test_a_pickled_error_carries_no_secret_from_its_message_fields_or_causes(
 
 def test_error_classes_declare_their_context_fields_once_with_no_init_of_their_own() -> None:
     """One ``__init__`` (rules._fields.Declared) sets every declared field; a class that
-    repeats it is the duplication this rule removed (AgentError keeps one: its ``kind``
-    keyword is a property of every CLIError, not a field)."""
+    repeats it is the duplication this rule removed (AgentError's ``kind`` too: a field
+    of its own, settled from its status when not given)."""
     from harnessnb.rules._fields import Declared
 
     declared = [c for c in ERROR_CLASSES if issubclass(c, Declared)]
@@ -375,7 +375,7 @@ def test_error_classes_declare_their_context_fields_once_with_no_init_of_their_o
         c.__name__ for c in declared
     }
     own = [c.__name__ for c in declared if "__init__" in vars(c)]
-    assert own == ["AgentError"]
+    assert own == []
 
 
 def test_a_misspelled_or_missing_context_field_is_a_type_error_naming_it() -> None:
