@@ -1,5 +1,6 @@
 """``SweepResult``: what ``hn.sweep`` hands back: one row per run, the sweep's failure
-rates, and a summary table (text and HTML) per provider."""
+rates, its scores (one row per run and scorer), and a summary table (text and HTML) per
+provider."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SPLIT",
     "UNFINISHED",
+    "RunScore",
     "Signature",
     "SweepResult",
     "SweepRun",
@@ -36,6 +38,14 @@ RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
     "elapsed_s", "error_kind", "retries", "run_id",
 )  # fmt: skip
+# The types of ``SweepResult.scores``' columns (their order: ``_stats.SCORE_COLUMNS``).
+_SCORE_TYPES: Final = {
+    **dict.fromkeys(("sweep_id", "run_id", "sample_id", "provider", "scorer",
+                     "scorer_version", "explanation", "error", "infra_kind", "outcome"),
+                    "string"),
+    "repeat": "Int64", "value": "Float64", "passed": "boolean", "infra_failure": "bool",
+    "cost_usd": "Float64", "elapsed_s": "float64",
+}  # fmt: skip
 # The outcome of a run of a sweep on a cluster whose worker died during it: its
 # committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
 UNFINISHED: Final = "unfinished"
@@ -78,6 +88,31 @@ def labels(signatures: Sequence[Signature]) -> list[str | None]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RunScore:
+    """One scorer's row for one run of a sweep.
+
+    ``value`` is the score as a number in [0, 1] (True 1.0), None when the run was not
+    scored: the scorer raised (``error``: its type and message, scrubbed) or the run
+    ended for reasons of infrastructure (``infra_failure``, with ``infra_kind``: the
+    provider or store error's kind, else the run's outcome).
+    """
+
+    scorer: str
+    scorer_version: str
+    value: float | None = None
+    explanation: str = ""
+    error: str | None = None
+    infra_failure: bool = False
+    infra_kind: str | None = None
+    scored_at: float | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        """A full score (1.0), or None when not scored."""
+        return None if self.value is None else self.value >= 1.0
+
+
 @renamed(seconds="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
@@ -88,6 +123,8 @@ class SweepRun:
     run (a provider or store error's kind, else the error's code, e.g. ``UNKNOWN``).
     On a cluster (``executor=``), ``shard`` is the store file the run is in; outcome
     ``unfinished`` marks a run whose worker died during it (resumable from that shard).
+    ``sample_id`` is the id of the run's sample (a text's derived from it), ``scores``
+    what each of the sweep's scorers said of the run, in the scorers' order.
     """
 
     task: str
@@ -103,6 +140,8 @@ class SweepRun:
     retries: int = 0
     run_id: str | None = None
     shard: str | None = None
+    sample_id: str | None = None
+    scores: tuple[RunScore, ...] = ()
 
     @property
     def spend(self) -> float:
@@ -132,6 +171,7 @@ class SweepResult:
             ``SPLIT`` (``model``, ``base_url``) as that takes (the same number in
             every pair); ``failure_rates`` reports those attempts under the sweep's
             name.
+        scorers: (name, version) of each scorer of the sweep, in order.
     """
 
     sweep_id: str
@@ -139,6 +179,54 @@ class SweepResult:
     records: tuple[SweepRun, ...]
     stopped: str | None = None
     aliases: tuple[tuple[tuple[str | None, ...], str], ...] = ()
+    scorers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """One row per run started and scorer (none without scorers): ``sweep_id``,
+        ``run_id``, ``sample_id``, ``provider`` (the sweep's name), ``repeat``,
+        ``scorer``, ``scorer_version``, ``value`` (``Float64``, missing when not
+        scored), ``passed`` (``boolean``: value 1.0), ``explanation``, ``error`` (the
+        scorer raised: a scoring error, not a task failure), ``infra_failure``
+        (``bool``: the run ended for reasons of infrastructure and was not scored),
+        ``infra_kind`` (the provider or store error's kind, else the run's outcome),
+        ``outcome``, ``cost_usd``, ``elapsed_s``. Built from the result's own runs: no
+        store query."""
+        import pandas as pd
+
+        from ._stats import SCORE_COLUMNS
+
+        rows = [
+            [
+                self.sweep_id,
+                r.run_id,
+                r.sample_id,
+                r.provider,
+                r.repeat,
+                s.scorer,
+                s.scorer_version,
+                s.value,
+                s.passed,
+                s.explanation,
+                s.error,
+                s.infra_failure,
+                s.infra_kind,
+                r.outcome,
+                r.cost_usd,
+                r.elapsed_s,
+            ]
+            for r in self.records
+            if r.outcome is not None
+            for s in r.scores or self._unscored(r)
+        ]
+        data = pd.DataFrame(rows, columns=list(SCORE_COLUMNS), dtype=object)
+        return data.astype(_SCORE_TYPES)
+
+    def _unscored(self, run: SweepRun) -> tuple[RunScore, ...]:
+        """The rows of a run that came back without scores (its worker died, or it was
+        cancelled on a worker): infrastructure, not scored."""
+        kind = run.outcome
+        return tuple(RunScore(n, v, infra_failure=True, infra_kind=kind) for n, v in self.scorers)
 
     @property
     def runs(self) -> pd.DataFrame:
