@@ -249,8 +249,6 @@ def test_a_score_written_again_replaces_its_row_and_shards_combine_their_scores(
 async def test_built_in_scorers_score_in_the_run_copy_and_the_summary_reads_the_scores(
     ws: Path, store: hn.Store
 ) -> None:
-    from harnessnb.sweeps._stats import summary
-
     policy = hn.Policy.default().layer("sweep").allow_write("NOTES.md")
     with demo_server() as good, demo_server(rates={"server": 1.0}) as down:
         providers = {"good": provider_for(good, name="good"),
@@ -258,7 +256,7 @@ async def test_built_in_scorers_score_in_the_run_copy_and_the_summary_reads_the_
         scorers = [hn.scorers.file_contains("NOTES.md"), hn.scorers.includes("NOTES.md")]
         result = await hn.sweep(samples(), providers, workspace=ws, repeats=2, store=store,
                                 policy=policy, scorers=scorers)  # fmt: skip
-    table = summary(result.scores).set_index(["provider", "scorer"])
+    table = result.summary().set_index(["provider", "scorer"])
     names = [s.name for s in scorers]
     assert set(result.scores["scorer"]) == set(names)
     for name in names:
@@ -267,3 +265,28 @@ async def test_built_in_scorers_score_in_the_run_copy_and_the_summary_reads_the_
         assert table.loc[("good", name), "infra_failures"] == 0
     # file_contains read NOTES.md in each run's own copy: the target is there for s0, s1.
     assert table.loc[("good", names[0]), "mean"] == pytest.approx(4 / 6)
+
+
+async def test_compare_leaves_infra_failures_out_and_a_sweep_without_scorers_says_so(
+    ws: Path, store: hn.Store
+) -> None:
+    policy = hn.Policy.default().layer("sweep").allow_write("NOTES.md")
+    with demo_server() as one, demo_server() as two, demo_server(rates={"server": 1.0}) as down:
+        providers = {"one": provider_for(one, name="one"), "two": provider_for(two, name="two"),
+                     "down": provider_for(down, name="down")}  # fmt: skip
+        result = await hn.sweep(samples(), providers, workspace=ws, store=store, policy=policy,
+                                scorers=[notes_mention_target])  # fmt: skip
+        plain = await hn.sweep(["write NOTES.md"], {"one": provider_for(one, name="one")},
+                               workspace=ws, store=store, policy=policy)  # fmt: skip
+    pairs = result.compare().set_index(["a", "b"])
+    assert set(pairs.index) == {("one", "two"), ("one", "down"), ("two", "down")}
+    same = pairs.loc[("one", "two")]
+    # The same demo model on both sides: the same answers on all three samples.
+    assert (same["samples"], same["mean_a"], same["mean_b"], same["diff"]) == (3, 2 / 3, 2 / 3, 0)
+    down = pairs.loc[("one", "down")]
+    assert down["samples"] == 0 and pd.isna(down["p_value"])  # its runs are not wrong answers
+    with pytest.raises(hn.ConfigError, match="two"):  # it names the providers there are
+        result.compare("one", "nobody")
+    for method in (plain.summary, plain.compare):
+        with pytest.raises(hn.ConfigError, match="had no scorers"):
+            method()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..loop._contract import RunOutcome
 from ..loop._result import usd
+from ..rules._errors import ConfigError
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
 from ..rules._renamed import renamed
 from ..rules._text import shorten
@@ -303,7 +304,61 @@ class SweepResult:
         costs = [r.cost_usd for r in self.records if r.outcome is not None]
         return None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
 
-    def summary(self) -> list[tuple[Any, ...]]:
+    def summary(
+        self,
+        *,
+        by: Sequence[str] = ("provider", "scorer"),
+        k: int | None = None,
+        confidence: float = 0.95,
+    ) -> pd.DataFrame:
+        """The sweep's scores per provider and scorer: runs, scored runs and
+        infrastructure failures (their rate over all runs), the mean score with its
+        interval (clustered by sample: repeats of one sample are not independent),
+        pass@k and pass^k, cost per correct answer, p50/p95 seconds.
+
+        Args:
+            by: The ``scores`` columns to group by.
+            k: pass@k's k (default: the fewest scored runs of any sample in the group).
+            confidence: The interval's level.
+
+        Raises:
+            ConfigError: The sweep had no scorers (see ``failure_rates`` and ``runs``).
+        """
+        from ._stats import summary
+
+        return summary(self._scored("summary"), by=by, k=k, confidence=confidence)
+
+    def compare(
+        self,
+        a: str | None = None,
+        b: str | None = None,
+        *,
+        scorer: str | None = None,
+        confidence: float = 0.95,
+    ) -> pd.DataFrame:
+        """The paired difference of two providers' scores (``b`` minus ``a``) on the
+        samples both scored, with its interval and p-value: McNemar's exact test for
+        pass/fail with one run a sample, else the paired t-test on each sample's mean
+        over its repeats. With no provider named: every pair, Holm-corrected (``p_holm``).
+        Infrastructure failures are left out: they are not wrong answers.
+
+        Raises:
+            ConfigError: The sweep had no scorers; a provider or scorer it has not.
+        """
+        from ._stats import compare
+
+        return compare(self._scored("compare"), a, b, scorer=scorer, confidence=confidence)
+
+    def _scored(self, what: str) -> pd.DataFrame:
+        if not self.scorers:
+            raise ConfigError(
+                f"{what}() reads the sweep's scores, and this sweep had no scorers: "
+                "pass hn.sweep(..., scorers=[...]) (see hn.scorers); failure_rates() and "
+                "runs report a sweep without them"
+            )
+        return self.scores
+
+    def _provider_rows(self) -> list[tuple[Any, ...]]:
         """Per provider: (provider, done/total, outcomes, failures by kind, retries, spend)."""
         rows = []
         for name in dict.fromkeys(r.provider for r in self.records):
@@ -332,7 +387,7 @@ class SweepResult:
         if self.stopped:
             head += f" (stopped launching: {self.stopped})"
         lines = [head]
-        for name, count, outcomes, kinds, retries, spend in self.summary():
+        for name, count, outcomes, kinds, retries, spend in self._provider_rows():
             lines.append(
                 f"  {name}: {count} | {outcomes} | errors: {kinds} | retries {retries} | {spend}"
             )
@@ -361,7 +416,7 @@ class SweepResult:
             ),
             grid(
                 ["provider", "done", "outcomes", "errors", "retries", "spend"],
-                [tuple(shorten(str(c), 80) for c in row) for row in self.summary()],
+                [tuple(shorten(str(c), 80) for c in row) for row in self._provider_rows()],
             ),
             tone=tone,
         )
