@@ -1,4 +1,6 @@
-"""``%%harness sweep``: one task per line of the cell body, every provider, a live table.
+"""``%%harness sweep``: one task per line of the cell body (or ``%harness sweep
+--samples FILE``'s samples, on a line magic), every provider, a live table; ``--score
+SPEC`` scores each run.
 
 The table (per provider: done/total, outcomes, errors by kind, spend) is the
 ``SweepResult``'s own, shown as it fills: updated through a display handle in a page,
@@ -17,10 +19,9 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..launch._options import contract_from
-from ..launch._sweep_options import cluster, providers_from, sweep_kwargs
+from ..launch._sweep_options import cluster, providers_from, sweep_kwargs, sweep_tasks
 from ..loop._bridge import run_blocking
-from ..loop._driver import new_id
+from ..loop._contract import TaskContract
 from ..rules._errors import ConfigError
 from ..sweeps._sweep import sweep
 from ..sweeps._sweep_result import SweepResult, SweepRun
@@ -32,6 +33,9 @@ from ._wait import RunInterrupted
 
 __all__ = ["plan_sweep"]
 
+# Samples are a sweep's tasks as a cell body's lines are: --samples goes on a line magic
+# (IPython refuses a cell magic with an empty body).
+_BODY = "cell body (write the line magic: %harness sweep --samples FILE ...)"
 _REFUSE = DenyAll("a sweep asks nobody: allow the act up front (e.g. --allow-write GLOB)")
 
 
@@ -43,21 +47,25 @@ def plan_sweep(
     ``open_store`` is the kernel's store for a ``--store`` value (``_magics._store``).
 
     Raises:
-        UsageError: no task line, or a bad option (one line, no traceback).
+        UsageError: no task line and no ``--samples``, both, or a bad option (one line,
+            no traceback).
         RunInterrupted: the sweep was interrupted.
     """
     body = interpolate(cell or "", shell.user_ns)
-    tasks = [line.strip() for line in body.splitlines() if line.strip()]
-    if not tasks:
-        raise UsageError("%%harness sweep: write one task per line of the cell body")
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if not lines and args.samples is None:
+        raise UsageError(
+            "%%harness sweep: write one task per line of the cell body (or --samples FILE)"
+        )
     try:
         kwargs = sweep_kwargs(args, "notebook", shell.user_ns)
-        contracts = [contract_from(args, task) for task in tasks]
+        contracts = sweep_tasks(args, lines, _BODY)
         providers = providers_from(args, shell.user_ns)
     except ConfigError as err:
         raise UsageError(f"%%harness sweep: {err.message}") from None
     store = open_store(args.store)
-    sweep_id = new_id("sweep")
+    sweep_id = kwargs.pop("sweep_id")
+    tasks = [c.task if isinstance(c, TaskContract) else c[0].task for c in contracts]
     live = _LiveTable(sweep_id, store, tasks, list(providers), args.repeats, shell)
     try:
         with cluster(args) as client:
