@@ -462,12 +462,14 @@ class SharedDb:
 
 @contextlib.contextmanager
 def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Run an analytic query on every core, then return to one thread for writes."""
+    """Run an analytic query on every core, then return to one thread for writes (unless
+    the connection was closed meanwhile: a Ctrl-C's, say, which then leaves as it was)."""
     con.execute(f"SET threads = {os.cpu_count() or 1}")
     try:
         yield con
     finally:
-        con.execute("SET threads = 1")
+        with contextlib.suppress(duckdb.Error):
+            con.execute("SET threads = 1")
 
 
 def _identity(path: str) -> tuple[int, int] | None:
