@@ -71,6 +71,8 @@ from .launch._options import (
     contract_from,
     policy_from,
     prices_from,
+    provider_from,
+    resume_provider_from,
 )
 from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs
 from .launch._words import event_words, streamed_words
@@ -348,11 +350,7 @@ def _store(args: argparse.Namespace) -> Store:
 
 
 def _provider(args: argparse.Namespace) -> Provider:
-    from .launch._choose import choose_provider
-
-    provider, note = choose_provider(
-        args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
-    )
+    provider, note = provider_from(args)
     if note:
         _out(f"note: {note}", flush=True)
     return provider
@@ -520,19 +518,13 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
-    from .launch._choose import provider_for_resume, recorded_run
+    from .launch._choose import recorded_run
 
     check_provider_options(args)
     prices = prices_from(args)
     store = _store(args)
     recorded = recorded_run(store, args.run_id)
-    provider, note = provider_for_resume(
-        recorded,
-        args.provider,
-        model=args.model,
-        base_url=args.base_url,
-        fallbacks=args.fallback,
-    )
+    provider, note = resume_provider_from(args, recorded)
     if note and recorded is not None:  # an unknown run: resume says so, not the choice
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
