@@ -53,6 +53,11 @@ _LAZY: dict[str, str] = {
     "sweep": ".sweeps._sweep",
     "sweep_sync": ".sweeps._sweep",
     "SweepResult": ".sweeps._sweep_result",
+    "Sample": ".sweeps._sample",
+    "Score": ".sweeps._sample",
+    "samples": ".sweeps._samples_io",
+    "pass_at_k": ".sweeps._stats",
+    "pass_hat_k": ".sweeps._stats",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -84,7 +89,7 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from . import agents
+    from . import agents, scorers
     from .loop._contract import Command, FileContains, RunOutcome, TaskContract
     from .loop._driver import run, run_sync
     from .loop._durable import (
@@ -113,6 +118,9 @@ if TYPE_CHECKING:
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
     from .rules._stall import StallPolicy
     from .store._store import Store
+    from .sweeps._sample import Sample, Score
+    from .sweeps._samples_io import samples
+    from .sweeps._stats import pass_at_k, pass_hat_k
     from .sweeps._sweep import sweep, sweep_sync
     from .sweeps._sweep_result import SweepResult
     from .tools._approval import ApprovalRequest, ApproveAll, Decision, DenyAll
@@ -152,7 +160,9 @@ __all__ = [
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "Sample",
     "SandboxError",
+    "Score",
     "ScriptedProvider",
     "StallPolicy",
     "StepSummary",
@@ -170,6 +180,8 @@ __all__ = [
     "abandon",
     "abandon_sync",
     "agents",
+    "pass_at_k",
+    "pass_hat_k",
     "plot_failures",
     "replay",
     "replay_sync",
@@ -179,7 +191,9 @@ __all__ = [
     "resume_sync",
     "run",
     "run_sync",
+    "samples",
     "sandbox_backend",
+    "scorers",
     "set_testing",
     "sweep",
     "sweep_sync",
@@ -188,13 +202,16 @@ __all__ = [
 ]
 
 
+# public modules, imported on first use: the coding-agent CLIs, the built-in scorers
+_MODULES = frozenset({"agents", "scorers"})
+
 # old public name -> its new one (names and units, docs/api.md): warns, one release
 _RENAMED: dict[str, str] = {"REQUEST_TIMEOUT": "REQUEST_TIMEOUT_S"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "agents":  # a subpackage: hn.agents.ClaudeCode(), hn.agents.run(...)
-        value = importlib.import_module(".agents", __name__)
+    if name in _MODULES:  # hn.agents.ClaudeCode(), hn.scorers.includes()
+        value = importlib.import_module(f".{name}", __name__)
         globals()[name] = value
         return value
     if name in _RENAMED:  # an old spelling, kept one release (docs/api.md)
@@ -211,7 +228,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"agents"})
+    return sorted(set(globals()) | set(_LAZY) | _MODULES)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -12,8 +12,9 @@ import pytest
 from nbclient import NotebookClient
 
 import harnessnb as hn
-from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+from harnessnb.chaos import ChaosServer
 from harnessnb.notebook._approver import ApprovalPanel, ApprovalRecord
+from tests.chaos_helpers import NOTES, writes_notes
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 AT = datetime(2026, 11, 30, 8, 12, 40, tzinfo=UTC)
@@ -175,19 +176,12 @@ threading.Thread(target=click, daemon=True).start()
 """
 
 
-def _writer(req: ChaosRequest) -> Reply:
-    if any(m.get("role") == "tool" for m in req.messages):
-        return Reply(text="done")
-    return Reply(tool_calls=[{"name": "write_file",
-                              "arguments": {"path": "NOTES.md", "content": "# N\n"}}])  # fmt: skip
-
-
 def _execute_against_a_writer(
     nb: Any, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> int:
     """Execute ``nb`` in a real kernel in ``folder``, its ``--provider openai`` a chaos
-    server answering as ``_writer``; how many requests the server saw."""
-    with ChaosServer(responder=_writer) as srv:
+    server answering as ``writes_notes``; how many requests the server saw."""
+    with ChaosServer(responder=writes_notes) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.openai_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         # beside the notebook's folder (the default workspace): never inside it
@@ -206,7 +200,7 @@ def test_a_harness_cell_keeps_the_record_of_its_approval(
     run = "%%harness run --provider openai\nwrite the notes"
     nb.cells = [nbformat.v4.new_code_cell(_SETUP), nbformat.v4.new_code_cell(run)]
     _execute_against_a_writer(nb, tmp_path, monkeypatch)
-    assert (tmp_path / "NOTES.md").read_text() == "# N\n"
+    assert (tmp_path / "NOTES.md").read_text() == NOTES
     html = [o.data["text/html"] for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
     records = [h for h in html if "harnessnb-approval-record" in h]
     assert len(records) == 1 and ">approved</span>" in records[0]
@@ -238,6 +232,6 @@ def test_a_run_left_awaiting_approval_is_asked_again_by_harness_resume(
     (printed,) = [o.text for o in nb.cells[4].outputs if o.output_type == "stream"]
     assert printed.strip() == "awaiting_approval finished 2"
     assert calls == 2  # the write step once, then the answer: not the write step again
-    assert (tmp_path / "NOTES.md").read_text() == "# N\n"
+    assert (tmp_path / "NOTES.md").read_text() == NOTES
     html = [o.data["text/html"] for o in nb.cells[3].outputs if "text/html" in o.get("data", {})]
     assert any("harnessnb-approval-record" in h and ">approved</span>" in h for h in html)

@@ -1,35 +1,19 @@
 """A real browser: the executed chaos notebook, exported to HTML, in headless Chromium.
 
-Needs Debian's chromium and Python Playwright (``apt-get install chromium`` and
-``pip install playwright``; no ``playwright install`` is needed, the system browser
-is used). Skipped with that message when either is missing.
+Needs Debian's chromium and Python Playwright (tests/browser_helpers.py says how);
+skipped with that message when either is missing.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from notebook_helpers import PLANTED, executed_notebook
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or importlib.util.find_spec("playwright") is None,
-    reason="needs chromium and playwright: apt-get install chromium; pip install playwright",
-)
+from tests.browser_helpers import in_chromium, keep, needs_chromium
 
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +30,15 @@ def page_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_error_card_reads_in_a_browser_and_planted_script_does_not_run(
     page_html: Path, tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     shot = tmp_path / "chaos_runs.png"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            # Offline: anything but the file itself (CDN scripts, fonts) is refused at once.
-            page.route("**/*", _only_files)
-            page.goto(page_html.as_uri(), wait_until="load")
-            text = page.inner_text("body")
-            pwned: Any = page.evaluate("window.__pwned")
-            card = page.locator(".harnessnb-error").first
-            card.scroll_into_view_if_needed()
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    # The error card scrolled into view (it throws when there is none) for the screenshot.
+    text, pwned = in_chromium(
+        page_html,
+        "() => { document.querySelector('.harnessnb-error').scrollIntoView();"
+        " return [document.body.innerText, window.__pwned]; }",
+        viewport={"width": 1100, "height": 900},
+        shot=shot,
+    )
     assert "rate_limited, HTTP 429, retryable, retry after 100 s" in text
     assert "escalated_retryable" in text
     assert "retry_after" in text and "100.0" in text
@@ -73,8 +49,6 @@ def test_error_card_reads_in_a_browser_and_planted_script_does_not_run(
 
 @pytest.mark.parametrize("doctype", ["<!DOCTYPE html>", ""], ids=["standards", "quirks"])
 def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype: str) -> None:
-    from playwright.sync_api import sync_playwright
-
     import harnessnb as hn
     import harnessnb.agents as ag
 
@@ -95,27 +69,15 @@ def test_cards_keep_the_page_text_colour_on_a_dark_page(tmp_path: Path, doctype:
         + "".join(cards) + "</div></body></html>",
         encoding="utf-8",
     )  # fmt: skip
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            tab = browser.new_page()
-            tab.goto(page.as_uri(), wait_until="load")
-            colours = tab.evaluate(
-                "[...document.querySelectorAll('.harnessnb-card :is(th, td, div, li, code)')]"
-                ".filter(e => !e.closest('.harnessnb-badge'))"
-                ".map(e => getComputedStyle(e).color)"
-            )
-        finally:
-            browser.close()
+    colours = in_chromium(
+        page,
+        "[...document.querySelectorAll('.harnessnb-card :is(th, td, div, li, code)')]"
+        ".filter(e => !e.closest('.harnessnb-badge'))"
+        ".map(e => getComputedStyle(e).color)",
+    )
     assert len(colours) > 20
     assert set(colours) == {"rgb(212, 212, 212)"}  # every text keeps the page's colour
 
-
-def _only_files(route: Any) -> None:
-    if route.request.url.startswith("file:"):
-        route.continue_()
-    else:
-        route.abort()
 
 
 # Each stat's box, its line height and its row; the wide table's box and the page.
@@ -179,23 +141,13 @@ def test_each_stat_stays_on_one_line_and_wide_tables_scroll_in_their_box(
 ) -> None:
     # JupyterLab wrapped each stat of the run card over two lines ("commands sandbox:" /
     # "bubblewrap", "time 0.0" / "s"), and the failures table made the page 1533 px wide.
-    from playwright.sync_api import sync_playwright
-    from test_theme_contrast import _keep, _page
+    from test_theme_contrast import _page
 
     page = _page(theme, _stat_cards(), tmp_path)
     shot = tmp_path / f"stats-{theme}.png"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            # About a notebook column at a narrow window: the stats must wrap between them.
-            tab = browser.new_page(viewport={"width": 640, "height": 900})
-            tab.route("**/*", _only_files)
-            tab.goto(page.as_uri(), wait_until="load")
-            layout: Any = tab.evaluate(_LAYOUT)
-            tab.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
-    _keep(shot)
+    # About a notebook column at a narrow window: the stats must wrap between them.
+    layout = in_chromium(page, _LAYOUT, viewport={"width": 640, "height": 900}, shot=shot)
+    keep(shot)
     stats = layout["stats"]
     assert len(stats) >= 2 * 11 + 3  # two run cards and the sweep's
     two_lines = [s for s in stats if s["spread"] >= s["glyph"] / 2]

@@ -367,16 +367,16 @@ def test_a_pickled_error_carries_no_secret_from_its_message_fields_or_causes(
 
 def test_error_classes_declare_their_context_fields_once_with_no_init_of_their_own() -> None:
     """One ``__init__`` (rules._fields.Declared) sets every declared field; a class that
-    repeats it is the duplication this rule removed (AgentError keeps one: its ``kind``
-    keyword is a property of every CLIError, not a field; FallbackError's takes the
-    failures its fields are read from)."""
+    repeats it is the duplication this rule removed (AgentError's ``kind`` too: a field
+    of its own, settled from its status when not given). FallbackError keeps one: it
+    takes the failures its fields are read from."""
     from harnessnb.rules._fields import Declared
 
     declared = [c for c in ERROR_CLASSES if issubclass(c, Declared)]
     assert {"CLIError", "Timeout", "RateLimited", "RefusedError", "ConflictError",
             "ProviderError"} <= {c.__name__ for c in declared}  # fmt: skip
     own = [c.__name__ for c in declared if "__init__" in vars(c)]
-    assert own == ["AgentError", "FallbackError"]
+    assert own == ["FallbackError"]
     # Such a class shows its own keywords (help(), a notebook's signature tip), not fields.
     fallback = next(c for c in declared if c.__name__ == "FallbackError")
     assert list(inspect.signature(fallback).parameters) == ["failures", "provider"]

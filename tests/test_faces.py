@@ -17,9 +17,10 @@ from IPython.utils.capture import capture_output
 import harnessnb as hn
 from harnessnb import cli
 from harnessnb import events as evs
-from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.chaos import ChaosServer, Fault
 from harnessnb.launch._options import AGENT_NAMES, FACE_MARK, PERMISSIONS, Face
 from harnessnb.notebook import _magics
+from tests.chaos_helpers import writes_notes
 
 
 @pytest.fixture
@@ -168,13 +169,6 @@ def test_resume_with_a_local_provider_needs_a_base_url_in_both_faces(
 # ------------------------------------------------------------------ runs
 
 
-def _writer(request: ChaosRequest) -> Reply:
-    if any(m.get("role") == "tool" for m in request.messages):
-        return Reply(text="wrote NOTES.md")
-    return Reply(tool_calls=[{"name": "write_file",
-                              "arguments": {"path": "NOTES.md", "content": "# Notes\n"}}])
-
-
 def _in_both_faces(
     shell: InteractiveShell, tmp_path: Path, server: ChaosServer, options: list[str],
     before: Any = None,
@@ -209,7 +203,7 @@ def _in_both_faces(
 def test_verify_cmd_is_the_check_in_both_faces(
     shell: InteractiveShell, tmp_path: Path
 ) -> None:
-    with ChaosServer(responder=_writer) as server:
+    with ChaosServer(responder=writes_notes) as server:
         rows = _in_both_faces(shell, tmp_path, server,
                               ["--allow-write", "NOTES.md", "--verify-cmd", "test -f NOTES.md"])
     assert rows["command"] == rows["notebook"]
@@ -232,7 +226,7 @@ def test_verify_cmd_allows_its_own_command_line_and_nothing_else() -> None:
 def test_allow_write_given_twice_allows_both_globs_in_both_faces(
     shell: InteractiveShell, tmp_path: Path
 ) -> None:
-    with ChaosServer(responder=_writer) as server:
+    with ChaosServer(responder=writes_notes) as server:
         rows = _in_both_faces(shell, tmp_path, server, ["--allow-write", "NOTES.md",
                                                         "--allow-write", "other.md"])
     assert rows["command"] == rows["notebook"]

@@ -18,6 +18,7 @@ import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.notebook import _magics
 from harnessnb.notebook._args import help_text
+from tests.chaos_helpers import NOTES, writes_notes
 from tests.files_helpers import folder
 
 # `shell` (the suite's notebook shell) and `srv` (the chaos server) are conftest.py's.
@@ -288,17 +289,10 @@ def test_fallback_serves_the_step_after_a_retryable_failure(
 # ------------------------------------------------------------------ policy, verify
 
 
-def _writer(request: ChaosRequest) -> Reply:
-    if any(m.get("role") == "tool" for m in request.messages):
-        return Reply(text="wrote NOTES.md")
-    return Reply(tool_calls=[{"name": "write_file",
-                              "arguments": {"path": "NOTES.md", "content": "# Notes\n"}}])
-
-
 def test_allow_write_and_verify_make_a_successful_run(
     shell: InteractiveShell, ws: Path, tmp_path: Path
 ) -> None:
-    with ChaosServer(responder=_writer) as server, capture_output():
+    with ChaosServer(responder=writes_notes) as server, capture_output():
         shell.run_cell_magic(
             "harness",
             f'run {opts(server, ws, tmp_path)} --allow-write NOTES.md '
@@ -307,7 +301,7 @@ def test_allow_write_and_verify_make_a_successful_run(
         )
     result = shell.user_ns["R"]
     assert (result.outcome, result.verified) == (hn.RunOutcome.SUCCESS, True)
-    assert (ws / "NOTES.md").read_text() == "# Notes\n"
+    assert (ws / "NOTES.md").read_text() == NOTES
     assert [(c.name, c.status) for c in result.step_summaries[0].tool_calls] == [
         ("write_file", "ok")
     ]
@@ -316,7 +310,7 @@ def test_allow_write_and_verify_make_a_successful_run(
 def test_without_allow_write_the_write_is_refused_with_a_hint(
     shell: InteractiveShell, ws: Path, tmp_path: Path
 ) -> None:
-    with ChaosServer(responder=_writer) as server, capture_output():
+    with ChaosServer(responder=writes_notes) as server, capture_output():
         shell.run_cell_magic(
             "harness", f"run {opts(server, ws, tmp_path)} --verify-cmd 'test -f NOTES.md' "
             "--max-steps 2 --out R", "write notes",

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 import harnessnb as hn
-from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
+from harnessnb.chaos import ChaosServer
 from harnessnb.events import (
     FellBackEvent,
     FinishedEvent,
@@ -31,6 +31,7 @@ from harnessnb.notebook import WidgetApprover, plot_failures
 from harnessnb.notebook._env import widget_frontend
 from harnessnb.notebook._progress import ProgressState, TextProgress, WidgetProgress
 from harnessnb.store._writer import store_writer
+from tests.chaos_helpers import NOTES, writes_notes
 from tests.store_helpers import attempt, run_row
 
 E = TypeVar("E", bound=RunEvent)
@@ -207,17 +208,10 @@ def test_bad_fallback_is_refused() -> None:
         WidgetApprover(fallback="maybe")  # type: ignore[arg-type]
 
 
-def _writer(req: ChaosRequest) -> Reply:
-    if any(m.get("role") == "tool" for m in req.messages):
-        return Reply(text="done")
-    return Reply(tool_calls=[{"name": "write_file",
-                              "arguments": {"path": "NOTES.md", "content": "# N\n"}}])
-
-
 def test_a_run_waits_for_the_click_on_the_harness_loop(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     approver = WidgetApprover(widgets=True)
-    with ChaosServer(responder=_writer) as srv:
+    with ChaosServer(responder=writes_notes) as srv:
         clicker = _click_when_shown(approver, "approve")
         result = hn.run_sync(
             hn.TaskContract("write notes", tmp_path / "ws", max_steps=3),
@@ -227,7 +221,7 @@ def test_a_run_waits_for_the_click_on_the_harness_loop(tmp_path: Path) -> None:
         )
         clicker.join()
     assert result.outcome is hn.RunOutcome.FINISHED
-    assert (tmp_path / "ws" / "NOTES.md").read_text() == "# N\n"
+    assert (tmp_path / "ws" / "NOTES.md").read_text() == NOTES
     assert approver.panels[0].request.target == "NOTES.md"
 
 

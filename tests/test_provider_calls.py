@@ -17,6 +17,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer, Fault, Reply
 from harnessnb.events import DeltaEvent
+from harnessnb.providers._completion import Attempted
 
 ROOT = Path(__file__).resolve().parents[1]
 HI = [{"role": "user", "content": "hi"}]
@@ -189,3 +190,43 @@ async def test_record_hands_a_plain_provider_only_what_it_takes(tmp_path: Path) 
     assert done.text == replayed.text == "hello"
     # Replay answers without HTTP: its one attempt is on the answer, as recorded.
     assert [(a.provider, a.kind) for a in replayed.attempts] == [("plain", None)]
+
+
+def test_a_failed_and_a_cut_off_record_name_their_attempt_alike() -> None:
+    # Both constructors take one Attempted (who, when, how long, where), kept alike: the
+    # server's address without its credentials, the caller's dict left as it was.
+    url = "https://user:sk-in-url@llm.test:8443/v1?key=sk-in-query"
+    attempted: Attempted = {
+        "provider": "p",
+        "model": "m",
+        "started_at": 1.0,
+        "latency_ms": 2500.0,
+        "ttft_ms": 40.0,
+        "base_url": url,
+    }
+    err = hn.ProviderError(
+        "boom", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429, retry_after_s=3, request_id="r1"
+    )
+    failed = hn.AttemptRecord.failed(err, **attempted)
+    cut = hn.AttemptRecord.cut_off(status=200, request_id="r2", **attempted)
+    for rec in (failed, cut):
+        assert (rec.provider, rec.model, rec.started_at, rec.latency_ms, rec.ttft_ms) == (
+            "p",
+            "m",
+            1.0,
+            2500.0,
+            40.0,
+        )
+        assert rec.base_url == "https://llm.test:8443/v1"
+    assert attempted["base_url"] == url
+    assert (failed.kind, failed.status, failed.retry_after_s, failed.request_id) == (
+        "rate_limited",
+        429,
+        3,
+        "r1",
+    )
+    assert not failed.cancelled and failed.input_tokens is None
+    assert cut.cancelled and cut.kind is None and (cut.status, cut.request_id) == (200, "r2")
+    assert cut.error == "cut off by a cancel after 2.5 s"
+    bare = hn.AttemptRecord.cut_off(provider="p", model="m", started_at=1.0, latency_ms=9.0)
+    assert bare.base_url is None and bare.ttft_ms is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import email.utils
+import inspect
 import socket
 import threading
 import time
@@ -484,6 +485,31 @@ async def test_openrouter_sends_its_attribution_headers(srv: ChaosServer) -> Non
     await provider.complete(HI)
     headers = srv.requests[-1].headers
     assert headers["http-referer"] == "https://x.test" and headers["x-title"] == "nb"
+
+
+async def test_openrouter_takes_every_option_of_an_http_provider(srv: ChaosServer) -> None:
+    # OpenRouter hands HTTPProvider's keyword options on as HTTPOptions: every one the
+    # constructor has is declared there (a new one reaches OpenRouter), and each works.
+    init = inspect.signature(_http.HTTPProvider.__init__).parameters.values()
+    keywords = {p.name for p in init if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == set(_http.HTTPOptions.__annotations__)
+    provider = hn.OpenRouter(
+        "m",
+        api_key=KEY,
+        base_url=srv.openai_url,
+        idle_timeout_s=7,
+        headers={"X-Title": "mine", "X-Extra": "1"},
+        stream=False,
+        name="router",
+        app_url="https://x.test",
+        app_name="nb",
+    )
+    assert (provider.idle_timeout_s, provider.stream, provider.name) == (7, False, "router")
+    completion = await provider.complete(HI)
+    assert completion.provider == "router"
+    headers = srv.requests[-1].headers
+    assert headers["x-title"] == "mine" and headers["x-extra"] == "1"  # the caller's win
+    assert headers["http-referer"] == "https://x.test"
 
 
 async def test_local_server_needs_no_key(srv: ChaosServer) -> None:

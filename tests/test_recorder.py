@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -171,16 +171,26 @@ def driver_of(contract: hn.TaskContract, provider: hn.Provider, store: hn.Store)
     )
 
 
-def recorded(store: hn.Store, run_id: str) -> dict[str, Any]:
+class Recorded(NamedTuple):
+    """What the store holds of a run: its outcome, its lease let go, its rows."""
+
+    outcome: str
+    released: bool
+    steps: int
+    attempts: int
+    tool_calls: int
+
+
+def recorded(store: hn.Store, run_id: str) -> Recorded:
     run = store.get_run(run_id)
     assert run is not None
-    return {
-        "outcome": run["outcome"],
-        "released": bool(lease_row(store, run_id)["released"]),
-        "steps": len(store.steps(run_id)),
-        "attempts": len(store.attempts(run_id)),
-        "tool_calls": len(store.tool_calls(run_id)),
-    }
+    return Recorded(
+        outcome=run["outcome"],
+        released=bool(lease_row(store, run_id)["released"]),
+        steps=len(store.steps(run_id)),
+        attempts=len(store.attempts(run_id)),
+        tool_calls=len(store.tool_calls(run_id)),
+    )
 
 
 async def test_a_loop_run_is_recorded_with_its_lease_steps_and_rows(
@@ -198,13 +208,9 @@ async def test_a_loop_run_is_recorded_with_its_lease_steps_and_rows(
         on_event=lambda e: kinds.append(str(e.kind)),
     )
     assert result.outcome is hn.RunOutcome.FINISHED
-    assert recorded(store, result.run_id) == {
-        "outcome": "finished",
-        "released": True,
-        "steps": 2,
-        "attempts": 2,
-        "tool_calls": 1,
-    }
+    assert recorded(store, result.run_id) == Recorded(
+        "finished", released=True, steps=2, attempts=2, tool_calls=1
+    )
     assert kinds[0] == "started" and kinds[-1] == "finished"
 
 
@@ -230,13 +236,9 @@ async def test_a_cli_run_is_recorded_the_same_way_its_session_lease_let_go(clis:
         on_event=lambda e: kinds.append(str(e.kind)),
     )
     assert result.outcome is hn.RunOutcome.FINISHED
-    assert recorded(clis.store, result.run_id) == {
-        "outcome": "finished",
-        "released": True,
-        "steps": 1,
-        "attempts": 1,
-        "tool_calls": 1,
-    }
+    assert recorded(clis.store, result.run_id) == Recorded(
+        "finished", released=True, steps=1, attempts=1, tool_calls=1
+    )
     assert lease_row(clis.store, f"agent-session:{clis.ws.resolve()}:s1")["released"]
     assert kinds[0] == "started" and kinds[-1] == "finished"
 
@@ -247,13 +249,9 @@ async def test_a_cli_that_is_missing_ends_the_run_without_a_step(
     monkeypatch.setenv("PATH", str(clis.home))  # no CLI there
     result = await hn.agents.run(hn.agents.Codex(), "x", clis.ws, store=clis.store)
     assert result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
-    assert recorded(clis.store, result.run_id) == {
-        "outcome": "escalated_terminal",
-        "released": True,
-        "steps": 0,
-        "attempts": 0,
-        "tool_calls": 0,
-    }
+    assert recorded(clis.store, result.run_id) == Recorded(
+        "escalated_terminal", released=True, steps=0, attempts=0, tool_calls=0
+    )
 
 
 def test_the_driver_composes_its_collaborators_instead_of_inheriting_them(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harnessnb.rules._errors import ConfigError
-from harnessnb.rules._outcomes import RunOutcome
-from harnessnb.sweeps._sample import INFRA_OUTCOMES, Sample, Score, sample_id
+from harnessnb import ConfigError, RunOutcome, Sample, Score
+from harnessnb.sweeps._sample import INFRA_OUTCOMES, sample_id
 
 
 def test_a_sample_without_an_id_gets_one_from_its_input_the_same_every_time() -> None:

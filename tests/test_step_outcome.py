@@ -85,17 +85,6 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         GOES_ON,
     ),
     (
-        "answer, check failed, nudged before, last step: unverified, not step_cap",
-        {
-            "answered": True,
-            "check_passed": False,
-            "feedback_given": True,
-            "step": 12,
-            "max_steps": 12,
-        },
-        StepDecision(Out.UNVERIFIED),
-    ),
-    (
         "a tool call waits for approval: awaiting_approval",
         {"answered": False, "deferred": True},
         StepDecision(Out.AWAITING_APPROVAL),
@@ -136,43 +125,8 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         StepDecision(Out.STALLED),
     ),
     (
-        "tokens reach the budget: token_budget",
-        {"answered": False, "tokens": 100, "max_tokens": 100},
-        StepDecision(Out.TOKEN_BUDGET),
-    ),
-    (
-        "tokens under the budget: the run goes on",
-        {"answered": False, "tokens": 99, "max_tokens": 100},
-        GOES_ON,
-    ),
-    (
         "no token budget: any tokens go on",
         {"answered": False, "tokens": 10**9},
-        GOES_ON,
-    ),
-    (
-        "an answer over the token budget is finished, not token_budget",
-        {"answered": True, "tokens": 500, "max_tokens": 100},
-        StepDecision(Out.FINISHED),
-    ),
-    (
-        "nudge given on the step the tokens ran out: token_budget, nudge recorded",
-        {"answered": True, "check_passed": False, "tokens": 100, "max_tokens": 100},
-        StepDecision(Out.TOKEN_BUDGET, feedback=True),
-    ),
-    (
-        "replan on the step the tokens ran out: token_budget",
-        {"answered": False, "stall_action": "replan", "tokens": 100, "max_tokens": 100},
-        StepDecision(Out.TOKEN_BUDGET, replan=True),
-    ),
-    (
-        "spend reaches the cost budget: cost_budget",
-        {"answered": False, "cost_usd": 0.5, "max_cost_usd": 0.5},
-        StepDecision(Out.COST_BUDGET),
-    ),
-    (
-        "spend under the cost budget: the run goes on",
-        {"answered": False, "cost_usd": 0.49, "max_cost_usd": 0.5},
         GOES_ON,
     ),
     (
@@ -186,16 +140,6 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         StepDecision(Out.COST_BUDGET),
     ),
     (
-        "an answer over the cost budget is finished, not cost_budget",
-        {"answered": True, "cost_usd": 9.0, "max_cost_usd": 0.5},
-        StepDecision(Out.FINISHED),
-    ),
-    (
-        "a passing check over the cost budget: success",
-        {"answered": False, "check_passed": True, "cost_usd": 9.0, "max_cost_usd": 0.5},
-        StepDecision(Out.SUCCESS),
-    ),
-    (
         "the token budget is checked before the cost budget",
         {"answered": False, "tokens": 100, "max_tokens": 100, "cost_usd": 1.0, "max_cost_usd": 0.5},
         StepDecision(Out.TOKEN_BUDGET),
@@ -206,41 +150,52 @@ STEP_ROWS: list[tuple[str, dict[str, Any], StepDecision]] = [
         StepDecision(Out.COST_BUDGET),
     ),
     (
-        "last allowed step: step_cap",
-        {"answered": False, "step": 12, "max_steps": 12},
-        StepDecision(Out.STEP_CAP),
-    ),
-    (
-        "step before the cap: the run goes on",
-        {"answered": False, "step": 11, "max_steps": 12},
-        GOES_ON,
-    ),
-    (
         "token budget wins over the step cap",
         {"answered": False, "tokens": 100, "max_tokens": 100, "step": 12, "max_steps": 12},
         StepDecision(Out.TOKEN_BUDGET),
     ),
-    (
-        "an answer on the last step is finished, not step_cap",
-        {"answered": True, "step": 12, "max_steps": 12},
-        StepDecision(Out.FINISHED),
-    ),
-    (
-        "nudge on the last step: step_cap, nudge recorded",
-        {"answered": True, "check_passed": False, "step": 12, "max_steps": 12},
-        StepDecision(Out.STEP_CAP, feedback=True),
-    ),
-    (
-        "awaiting approval on the last step: awaiting_approval, not step_cap",
-        {"answered": False, "deferred": True, "step": 12, "max_steps": 12},
-        StepDecision(Out.AWAITING_APPROVAL),
-    ),
-    (
-        "stalled on the last step: stalled, not step_cap",
-        {"answered": False, "stall_action": "stalled", "step": 12, "max_steps": 12},
-        StepDecision(Out.STALLED),
-    ),
 ]
+
+# The three limits end a run alike: (the limit, facts at it, facts just under it, its outcome).
+LIMITS: list[tuple[str, dict[str, Any], dict[str, Any], RunOutcome]] = [
+    ("the token budget", {"tokens": 100, "max_tokens": 100}, {"tokens": 99, "max_tokens": 100},
+     Out.TOKEN_BUDGET),
+    ("the cost budget", {"cost_usd": 0.5, "max_cost_usd": 0.5},
+     {"cost_usd": 0.49, "max_cost_usd": 0.5}, Out.COST_BUDGET),
+    ("the step cap", {"step": 12, "max_steps": 12}, {"step": 11, "max_steps": 12}, Out.STEP_CAP),
+]  # fmt: skip
+
+
+def _limit_rows(
+    limit: str, at: dict[str, Any], under: dict[str, Any], out: RunOutcome
+) -> list[tuple[str, dict[str, Any], StepDecision]]:
+    """At a limit the run ends with the limit's outcome unless a rule before the limits
+    decided it (an approval waits, a passing check is success, a stall stalls, an answer
+    is finished, nudged or unverified); a nudge or a replan on that step is still given."""
+    return [
+        (f"{limit} reached: {out.value}",
+         {"answered": False, **at}, StepDecision(out)),
+        (f"just under {limit}: the run goes on",
+         {"answered": False, **under}, GOES_ON),
+        (f"an answer at {limit} is finished, not {out.value}",
+         {"answered": True, **at}, StepDecision(Out.FINISHED)),
+        (f"a passing check at {limit}: success",
+         {"answered": False, "check_passed": True, **at}, StepDecision(Out.SUCCESS)),
+        (f"nudge on the step {limit} is reached: {out.value}, nudge recorded",
+         {"answered": True, "check_passed": False, **at}, StepDecision(out, feedback=True)),
+        (f"replan on the step {limit} is reached: {out.value}, directive recorded",
+         {"answered": False, "stall_action": "replan", **at}, StepDecision(out, replan=True)),
+        (f"awaiting approval at {limit}: awaiting_approval, not {out.value}",
+         {"answered": False, "deferred": True, **at}, StepDecision(Out.AWAITING_APPROVAL)),
+        (f"stalled at {limit}: stalled, not {out.value}",
+         {"answered": False, "stall_action": "stalled", **at}, StepDecision(Out.STALLED)),
+        (f"answer, check failed, nudged before, at {limit}: unverified, not {out.value}",
+         {"answered": True, "check_passed": False, "feedback_given": True, **at},
+         StepDecision(Out.UNVERIFIED)),
+    ]  # fmt: skip
+
+
+STEP_ROWS += [row for limit in LIMITS for row in _limit_rows(*limit)]
 
 
 @pytest.mark.parametrize(
@@ -257,6 +212,19 @@ def _provider_error(kind: ProviderErrorKind) -> ProviderError:
 
 BUDGET_CUT = ProviderError("out of time", kind=ProviderErrorKind.TIMEOUT, code="RUN_TIME_BUDGET")
 
+# Each kind of provider failure once the retry rule (or the shrink) said stop: a later
+# retry could cure it (escalated_retryable) or none can (escalated_terminal).
+EXHAUSTED: dict[ProviderErrorKind, RunOutcome] = {
+    ProviderErrorKind.RATE_LIMITED: Out.ESCALATED_RETRYABLE,
+    ProviderErrorKind.TRANSPORT: Out.ESCALATED_RETRYABLE,
+    ProviderErrorKind.TIMEOUT: Out.ESCALATED_RETRYABLE,
+    ProviderErrorKind.MALFORMED: Out.ESCALATED_RETRYABLE,
+    ProviderErrorKind.SERVER: Out.ESCALATED_RETRYABLE,
+    ProviderErrorKind.AUTH: Out.ESCALATED_TERMINAL,
+    ProviderErrorKind.REQUEST: Out.ESCALATED_TERMINAL,
+    ProviderErrorKind.CONTEXT_OVERFLOW: Out.ESCALATED_TERMINAL,
+}
+
 # (case, error, retries exhausted, outcome; None: the loop may still retry or shrink)
 FAILURE_ROWS: list[tuple[str, HarnessError, bool, RunOutcome | None]] = [
     ("the run's time budget cut the call", BUDGET_CUT, False, Out.TIME_BUDGET),
@@ -265,28 +233,18 @@ FAILURE_ROWS: list[tuple[str, HarnessError, bool, RunOutcome | None]] = [
      Out.ESCALATED_TERMINAL),
     ("a non-provider error, retries exhausted", ResumeError("x", reason="y"), True,
      Out.ESCALATED_TERMINAL),
-    ("rate limited, retries left", _provider_error(ProviderErrorKind.RATE_LIMITED), False, None),
-    ("server error, retries left", _provider_error(ProviderErrorKind.SERVER), False, None),
-    ("auth, before the retry rule", _provider_error(ProviderErrorKind.AUTH), False, None),
-    ("context overflow, before the shrink", _provider_error(ProviderErrorKind.CONTEXT_OVERFLOW),
-     False, None),
-    ("rate limited, retries exhausted", _provider_error(ProviderErrorKind.RATE_LIMITED), True,
-     Out.ESCALATED_RETRYABLE),
-    ("transport, retries exhausted", _provider_error(ProviderErrorKind.TRANSPORT), True,
-     Out.ESCALATED_RETRYABLE),
-    ("timeout, retries exhausted", _provider_error(ProviderErrorKind.TIMEOUT), True,
-     Out.ESCALATED_RETRYABLE),
-    ("malformed, retries exhausted", _provider_error(ProviderErrorKind.MALFORMED), True,
-     Out.ESCALATED_RETRYABLE),
-    ("server, retries exhausted", _provider_error(ProviderErrorKind.SERVER), True,
-     Out.ESCALATED_RETRYABLE),
-    ("auth: no retry cures it", _provider_error(ProviderErrorKind.AUTH), True,
-     Out.ESCALATED_TERMINAL),
-    ("request: no retry cures it", _provider_error(ProviderErrorKind.REQUEST), True,
-     Out.ESCALATED_TERMINAL),
-    ("context overflow the shrink did not cure",
-     _provider_error(ProviderErrorKind.CONTEXT_OVERFLOW), True, Out.ESCALATED_TERMINAL),
+]  # fmt: skip
+FAILURE_ROWS += [
+    (f"{kind.value}, retries left", _provider_error(kind), False, None) for kind in EXHAUSTED
 ]
+FAILURE_ROWS += [
+    (f"{kind.value}, retries exhausted", _provider_error(kind), True, outcome)
+    for kind, outcome in EXHAUSTED.items()
+]
+
+
+def test_every_kind_of_provider_failure_has_its_rows() -> None:
+    assert set(EXHAUSTED) == set(ProviderErrorKind)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -85,28 +86,39 @@ def cpu_load() -> Iterator[None]:
         burner.wait()
 
 
+def _race(
+    path: Path,
+    readers: tuple[str, int],
+    writers: tuple[str, int],
+    writer_args: Callable[[int], list[str]],
+) -> tuple[list[str], list[str]]:
+    """Processes on one store file: ``readers`` (a script, how many) read ``path`` until
+    the writers are done, each saying "ready" before the writers start; ``writers`` (a
+    script, how many) write it, writer k given ``path`` and ``writer_args(k)``. Every
+    child must exit 0 with nothing on stderr; their outputs, the writers' and the readers'.
+    """
+    stop = path.with_name(path.name + ".stop")
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    reading = [child(readers[0], str(path), str(stop), **pipes) for _ in range(readers[1])]
+    for reader in reading:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+    writing = [child(writers[0], str(path), *writer_args(k), **pipes) for k in range(writers[1])]
+    written = [w.communicate(timeout=120) for w in writing]
+    stop.touch()
+    read = [r.communicate(timeout=60) for r in reading]
+    for (_, err), proc in zip(written + read, writing + reading, strict=True):
+        assert (proc.returncode, err) == (0, ""), err
+    return [out for out, _ in written], [out for out, _ in read]
+
+
 @pytest.mark.usefixtures("cpu_load")
 def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.duckdb"
     Store(path).close()
-    stop = tmp_path / "stop"
-    reader = child(READ_LOOP, str(path), str(stop), stdout=subprocess.PIPE,
-                   stderr=subprocess.PIPE)  # fmt: skip
-    assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
-    writers = [
-        child(COMMIT_LOOP, str(path), f"w{k}", str(ROOT), "50",
-              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for k in range(4)
-    ]  # fmt: skip
-    outputs = [w.communicate(timeout=120) for w in writers]
-    stop.touch()
-    reader_out, reader_err = reader.communicate(timeout=60)
-
-    for (out, err), w in zip(outputs, writers, strict=True):
-        assert (w.returncode, err) == (0, ""), err
-        assert out.split() == ["ready", "done"]
-    assert (reader.returncode, reader_err) == (0, ""), reader_err
-    assert int(reader_out.split()[-1]) > 0
+    written, (read,) = _race(path, (READ_LOOP, 1), (COMMIT_LOOP, 4),
+                             lambda k: [f"w{k}", str(ROOT), "50"])
+    assert all(out.split() == ["ready", "done"] for out in written), written
+    assert int(read.split()[-1]) > 0
     with Store(path) as store:
         counts = store.sql("SELECT run_id, count(*) AS n FROM steps GROUP BY 1 ORDER BY 1")
         assert counts["n"].tolist() == [50] * 4
@@ -117,30 +129,13 @@ def test_four_writers_and_a_reader_share_one_file(tmp_path: Path) -> None:
 def test_eight_run_processes_and_two_readers_lose_no_run(tmp_path: Path) -> None:
     path = tmp_path / "runs.duckdb"
     Store(path).close()
-    stop = tmp_path / "stop"
-    readers = [
-        child(READ_RUNS, str(path), str(stop), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(2)
-    ]
-    for reader in readers:
-        assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
-    writers = [
-        child(RUN_LOOP, str(path), f"p{k}", str(tmp_path), "10",
-              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for k in range(8)
-    ]  # fmt: skip
-    outputs = [w.communicate(timeout=120) for w in writers]
-    stop.touch()
-    read = [r.communicate(timeout=60) for r in readers]
-
-    for (out, err), w in zip(outputs, writers, strict=True):
-        assert (w.returncode, err) == (0, ""), err
+    written, read = _race(path, (READ_RUNS, 2), (RUN_LOOP, 8),
+                          lambda k: [f"p{k}", str(tmp_path), "10"])
+    for out in written:
         lines = out.split("\n")
         assert lines[-2:] == ["done", ""] and len(lines) == 12, out
         assert all(line.endswith(" finished") for line in lines[:10]), out
-    for (out, err), r in zip(read, readers, strict=True):
-        assert (r.returncode, err) == (0, ""), err
-        assert int(out.split()[-1]) > 0
+    assert all(int(out.split()[-1]) > 0 for out in read), read
     with Store(path) as store:
         runs = store.sql("SELECT run_id, outcome, steps FROM runs ORDER BY run_id")
         expected = sorted(f"p{k}-{i}" for k in range(8) for i in range(10))

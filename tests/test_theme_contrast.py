@@ -18,9 +18,6 @@ folder, are copied there.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,14 +32,9 @@ from harnessnb.loop._result import ToolCallSummary
 from harnessnb.notebook._approver import ApprovalRecord, _request_html
 from harnessnb.notebook._progress import ProgressState
 from harnessnb.rules._html import panel
+from tests.browser_helpers import in_chromium, keep, needs_chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or importlib.util.find_spec("playwright") is None,
-    reason="needs chromium and playwright: apt-get install chromium; pip install playwright",
-)
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+pytestmark = needs_chromium
 AA = 4.5
 
 
@@ -234,23 +226,12 @@ def cards() -> list[tuple[str, str]]:
 def test_every_card_text_has_aa_contrast(
     theme: str, cards: list[tuple[str, str]], tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     page = _page(theme, cards, tmp_path)
     shots = tmp_path / "artifacts"
     shots.mkdir()
     shot = shots / f"cards-{theme}.png"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            tab = browser.new_page(viewport={"width": 1000, "height": 800})
-            tab.route("**/*", _only_files)  # offline: CDN scripts and fonts refused at once
-            tab.goto(page.as_uri(), wait_until="load")
-            measured: Any = tab.evaluate(_MEASURE)
-            tab.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
-    _keep(shot)
+    measured = in_chromium(page, _MEASURE, viewport={"width": 1000, "height": 800}, shot=shot)
+    keep(shot)
     rows = measured["rows"]
     if theme in BODY:
         assert measured["body"] == BODY[theme]
@@ -268,34 +249,11 @@ def test_the_dark_theme_is_dark_and_the_preview_follows_it(
     cards: list[tuple[str, str]], tmp_path: Path
 ) -> None:
     """The issue's case: the approval preview in Lab's dark theme (was white on #f7f7f7)."""
-    from playwright.sync_api import sync_playwright
-
     page = _page("lab-dark", [c for c in cards if c[0] == "approval-panel"], tmp_path)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            tab = browser.new_page()
-            tab.route("**/*", _only_files)
-            tab.goto(page.as_uri(), wait_until="load")
-            pre: Any = tab.evaluate(
-                "(() => { const s = getComputedStyle(document.querySelector("
-                "'.harnessnb-approval pre')); return [s.color, s.backgroundColor]; })()"
-            )
-        finally:
-            browser.close()
+    pre = in_chromium(
+        page,
+        "(() => { const s = getComputedStyle(document.querySelector("
+        "'.harnessnb-approval pre')); return [s.color, s.backgroundColor]; })()",
+    )
     assert pre == ["rgb(255, 255, 255)", "rgb(66, 66, 66)"]  # Lab dark: font-color1 on layout2
 
-
-def _keep(shot: Path) -> None:
-    """Copy a screenshot to ``$HARNESSNB_ARTIFACTS`` (CI keeps that folder)."""
-    target = os.environ.get("HARNESSNB_ARTIFACTS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(shot, Path(target) / shot.name)
-
-
-def _only_files(route: Any) -> None:
-    if route.request.url.startswith("file:"):
-        route.continue_()
-    else:
-        route.abort()

@@ -6,6 +6,9 @@ type-checking.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
 import harnessnb as hn
 from harnessnb.events import AnyEvent, FinishedEvent, RetryEvent
 from harnessnb.store._writer import store_writer
@@ -72,6 +75,8 @@ async def typed_usage(store: hn.Store) -> None:
     print(swept.runs.shape, swept.failure_rates(by="provider").shape, swept.cost_usd)
     print(store.runs(sweep=sweep_id), store.failure_rates(sweep=sweep_id))
     print(hn.sweep_sync(["x"], [provider], workspace="repo").runs)
+    chance: float = hn.pass_at_k(10, 3, 2) - hn.pass_hat_k(10, 3, 2)
+    print(chance)
     on_dask: hn.SweepResult = await hn.sweep(
         ["x"], [provider], workspace="repo", executor=object(), shards="shards/"
     )
@@ -125,3 +130,18 @@ async def publish(title: str) -> str:
         title: The title.
     """
     return title
+
+
+def typed_samples_and_scorers(run: hn.RunResult, workspace: Path) -> None:
+    """A built-in scorer is what a sweep's ``scorers=`` takes: a callable (run, sample,
+    workspace) -> Score or an awaitable of one, with a name and a version."""
+    samples: list[hn.Sample] = hn.samples("samples.csv") + hn.samples([{"input": "x"}])
+    scorers: list[Callable[[hn.RunResult, hn.Sample, Path], hn.Score | Awaitable[hn.Score]]] = [
+        hn.scorers.includes(case_sensitive=True),
+        hn.scorers.regex(r"\d+"),
+        hn.scorers.tests(timeout_s=60.0),
+        hn.scorers.json_schema({"type": "object"}),
+    ]
+    print([f"{s.name} v{s.version}" for s in [hn.scorers.command(["make", "test"])]])
+    print([scorer(run, sample, workspace) for scorer in scorers for sample in samples])
+    hn.scorers.includes(case_sensitve=True)  # type: ignore[call-arg]

@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..rules._errors import ProviderErrorKind, classify_status
-from ._classify import auth_failure, status_code
+from ..rules._errors import BODY_TYPES, ProviderErrorKind, classify_status
+from ._classify import CLI_PHRASES, QUOTA, auth_failure, status_code
 
 __all__ = [
     "Cause",
@@ -36,63 +36,25 @@ __all__ = [
 
 K = ProviderErrorKind
 
-# A prompt too long for the model, in the CLIs' words as well as the providers':
-# Codex "ran out of room in the model's context window" (no status), Copilot "rejected
-# the prompt as too long", Claude "Prompt is too long".
-_OVERFLOW = re.compile(
-    r"context[_ ]length|context window|maximum context|prompt is too long|"
-    r"prompt (was |is )?too long|too many tokens|exceeds? (the )?context|"
-    r"input length .*exceed|context_length_exceeded|ran out of room|"
-    r"rejected the prompt as too long|context limit",
-    re.IGNORECASE,
-)
-# A quota that waiting does not restore: money or credits, not a per-minute rate or a
-# subscription window ("usage limit reached, try again at 5pm" is a rate limit).
-_QUOTA = re.compile(
-    r"insufficient_quota|quota exceeded|exceeded (your )?(current )?quota|billing|"
-    r"credit balance|out of credits",
-    re.IGNORECASE,
-)
-# HTTP 402's own words: auth, as the status is in the one table (rules._errors).
-_PAYMENT = re.compile(r"payment required", re.IGNORECASE)
-_RATE = re.compile(
-    r"rate[ _-]?limit|too many requests|usage limit|hit your ([\w-]+ )?limit|limit reached|"
-    r"resource_exhausted",
-    re.IGNORECASE,
-)
-# The connection or the stream failed, not the server's answer.
-_TRANSPORT = re.compile(
-    r"stream disconnected|stream closed|connection (reset|refused|closed|error)|"
-    r"econnreset|econnrefused|epipe|socket hang up|network error|fetch failed|"
-    r"empty or malformed response|finali[sz]e .*stream|unexpected end of|premature close|"
-    r"broken pipe|terminated",
-    re.IGNORECASE,
-)
-_TIMEOUT = re.compile(r"timed out|timeout|deadline exceeded", re.IGNORECASE)
-_SERVER = re.compile(
-    r"overloaded|internal server error|service unavailable|temporarily unavailable|"
-    r"bad gateway|gateway timeout|server error|api_error",
-    re.IGNORECASE,
-)
+_QUOTA = re.compile(QUOTA, re.IGNORECASE)
 
-# The CLIs' own words for a failed request (Claude's ``error``, Copilot's
-# ``failureKind``/``errorType``/``reason``).
+# A quota used up, in the CLIs' and the providers' words: a rate limit here (waiting
+# will not restore it), where the providers' table reads it as auth.
+_QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
+# The CLIs' words for a failed request (Claude's ``error``, Copilot's
+# ``failureKind``/``errorType``/``reason``): the providers' error types, which they
+# pass on (the rules' table), and their own.
 _WORDS: dict[str, ProviderErrorKind] = {
+    **BODY_TYPES,
     "rate_limit": K.RATE_LIMITED, "rate_limited": K.RATE_LIMITED,
-    "rate_limit_error": K.RATE_LIMITED,
     "authentication_failed": K.AUTH, "authentication": K.AUTH,
-    "authentication_error": K.AUTH, "oauth_org_not_allowed": K.AUTH,
-    "transient_auth_error": K.AUTH, "permission_error": K.AUTH,
-    "overloaded": K.SERVER, "overloaded_error": K.SERVER, "server_error": K.SERVER,
-    "api_error": K.SERVER,
+    "oauth_org_not_allowed": K.AUTH, "transient_auth_error": K.AUTH,
+    "overloaded": K.SERVER,
     "transport": K.TRANSPORT, "streaming_error": K.TRANSPORT, "network": K.TRANSPORT,
     "connection_error": K.TRANSPORT, "timeout": K.TIMEOUT,
-    "invalid_request": K.REQUEST, "invalid_request_error": K.REQUEST,
-    "context_length_exceeded": K.CONTEXT_OVERFLOW, "forced_compaction": K.CONTEXT_OVERFLOW,
-    "billing_error": K.RATE_LIMITED, "quota": K.RATE_LIMITED,
-    "insufficient_quota": K.RATE_LIMITED,
+    "invalid_request": K.REQUEST, "forced_compaction": K.CONTEXT_OVERFLOW,
+    **dict.fromkeys(_QUOTA_WORDS, K.RATE_LIMITED),
 }  # fmt: skip
-_QUOTA_WORDS = frozenset({"billing_error", "quota", "insufficient_quota"})
 # Failures before any answer arrived: the connection, or the wait for it.
 _CONNECTION = frozenset({K.TRANSPORT, K.TIMEOUT})
 
@@ -128,7 +90,7 @@ class Cause:
 
 def overflow(text: str) -> bool:
     """True when ``text`` says the prompt does not fit the model's context window."""
-    return bool(_OVERFLOW.search(text))
+    return CLI_PHRASES.says(K.CONTEXT_OVERFLOW, text)
 
 
 def quota_exhausted(text: str) -> bool:
@@ -196,17 +158,8 @@ def _unexplained(status: int | None) -> ProviderErrorKind:
 
 
 def _by_wording(detail: str) -> ProviderErrorKind | None:
-    if auth_failure(detail) or _PAYMENT.search(detail):
-        return K.AUTH
-    if _QUOTA.search(detail) or _RATE.search(detail):
-        return K.RATE_LIMITED
-    if _TRANSPORT.search(detail):
-        return K.TRANSPORT
-    if _TIMEOUT.search(detail):
-        return K.TIMEOUT
-    if _SERVER.search(detail):
-        return K.SERVER
-    return None
+    """The kind the CLI's words name (the table's order: auth first), or None."""
+    return K.AUTH if auth_failure(detail) else CLI_PHRASES.kind_of(detail)
 
 
 def claude_retry_after(

@@ -264,7 +264,6 @@ class NotAuthenticated(_WithCause):
         return f"log in with: {self.hint}"
 
 
-@renamed(retry_after="retry_after_s")
 class AgentError(_WithCause):
     """The turn failed for the reason ``.kind`` names; retryable when that kind is
     (a server failure, a dropped stream, the CLI's own request timeout). With neither a
@@ -272,39 +271,25 @@ class AgentError(_WithCause):
 
     CODE = "AGENT_TURN_FAILED"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        agent: str,
-        bin: str,
-        detail: str,
-        status: int | None = None,
-        kind: ProviderErrorKind | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        # ``kind`` is a property every CLIError has, not a field: kept apart.
-        super().__init__(
-            message, agent=agent, bin=bin, detail=detail, status=status, retry_after_s=retry_after_s
-        )
-        self._kind = kind
+    # The kind the CLI's report named; else its status's (the one table); else no
+    # answer arrived, the connection failed (as ``_cause.retry_cause`` reads a
+    # status-less retry). Every other CLIError's kind is its class's.
+    kind: ProviderErrorKind | None = context(default=None, shown=False)
 
-    @property
-    def kind(self) -> ProviderErrorKind:
-        if self._kind is not None:
-            return self._kind
-        if self.status is not None:
-            return classify_status(self.status, self.detail)
-        # No status and nothing the CLI said named it: no answer arrived, the connection
-        # failed (as ``_cause.retry_cause`` reads a status-less retry).
-        return ProviderErrorKind.TRANSPORT
+    def _settle(self) -> None:
+        if self.kind is None:
+            self.kind = (
+                classify_status(self.status, self.detail)
+                if self.status is not None
+                else ProviderErrorKind.TRANSPORT
+            )
 
     @property
     def retryable(self) -> bool:
         return self.kind in _RETRYABLE_CAUSES
 
     def _fields(self) -> dict[str, Any]:
-        return {**super()._fields(), "kind": self.kind.value}
+        return {**super()._fields(), "kind": self.kind.value if self.kind else None}
 
 
 _RETRYABLE_CAUSES = frozenset({

@@ -35,7 +35,7 @@ from ..rules._errors import (
 from ..rules._secrets import scrub, scrub_exception
 from ..rules._text import shorten
 from ._client import drain, error_kind, post, read_limited
-from ._completion import AttemptRecord, Completion, TextSink, Usage, with_attempts
+from ._completion import Attempted, AttemptRecord, Completion, TextSink, Usage, with_attempts
 from ._usage import answer_chars, estimate_usage
 from ._wire import (
     Parsed,
@@ -272,7 +272,6 @@ class Attempt:
     def _fail(
         self, kind: ProviderErrorKind, text: str, usage: Usage | None = None
     ) -> ProviderError:
-        latency = (time.perf_counter() - self.t0) * 1000.0
         p = self.p
         # An answer that arrived was billed, used or not; an error status was not.
         answered = self.status is not None and 200 <= self.status < 300
@@ -294,30 +293,24 @@ class Attempt:
             should_retry=parse_should_retry(headers) if headers else None,
             model=p.model,
         )
-        record = AttemptRecord.failed(
-            err,
-            provider=p.name,
-            model=p.model,
-            started_at=self.started_at,
-            latency_ms=latency,
-            ttft_ms=self.ttft_ms,
-            base_url=p.base_url,
-            usage=billed,
-        )
+        record = AttemptRecord.failed(err, usage=billed, **self._attempted())
         return with_attempts(err, [record])
 
     def _cut_off(self) -> AttemptRecord:
         headers = self.headers
-        return AttemptRecord.cut_off(
-            provider=self.p.name,
-            model=self.p.model,
-            started_at=self.started_at,
-            latency_ms=(time.perf_counter() - self.t0) * 1000.0,
-            status=self.status,
-            ttft_ms=self.ttft_ms,
-            request_id=request_id_from(headers) if headers else None,
-            base_url=self.p.base_url,
-        )
+        request_id = request_id_from(headers) if headers else None
+        return AttemptRecord.cut_off(status=self.status, request_id=request_id, **self._attempted())
+
+    def _attempted(self) -> Attempted:
+        """This attempt's provider, model, start and time so far, for its record."""
+        return {
+            "provider": self.p.name,
+            "model": self.p.model,
+            "started_at": self.started_at,
+            "latency_ms": (time.perf_counter() - self.t0) * 1000.0,
+            "ttft_ms": self.ttft_ms,
+            "base_url": self.p.base_url,
+        }
 
     def _succeed(self, parsed: Parsed) -> Completion:
         latency = (time.perf_counter() - self.t0) * 1000.0

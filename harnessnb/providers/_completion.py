@@ -25,13 +25,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import (
+    Any,
+    NotRequired,
+    Protocol,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    runtime_checkable,
+)
 from urllib.parse import urlsplit
 
 from ..rules._errors import ProviderError
 
 __all__ = [
     "AttemptRecord",
+    "Attempted",
     "Completion",
     "Messages",
     "Provider",
@@ -204,62 +214,58 @@ class AttemptRecord:
     def cut_off(
         cls,
         *,
-        provider: str,
-        model: str,
-        started_at: float,
-        latency_ms: float,
         status: int | None = None,
-        ttft_ms: float | None = None,
         request_id: str | None = None,
-        base_url: str | None = None,
+        **attempted: Unpack[Attempted],
     ) -> AttemptRecord:
         """The record of an attempt a cancel cut off in flight (the run's, a Ctrl-C):
         the server may have seen and billed it, so it is a row, ``cancelled``, with no
         kind; it counts in no failure rate."""
+        seconds = attempted["latency_ms"] / 1000
         return cls(
-            provider=provider,
-            model=model,
-            started_at=started_at,
-            latency_ms=latency_ms,
+            **_kept(attempted),
             status=status,
-            ttft_ms=ttft_ms,
             request_id=request_id,
-            error=f"cut off by a cancel after {latency_ms / 1000:.1f} s",
-            base_url=None if base_url is None else shown_url(base_url),
+            error=f"cut off by a cancel after {seconds:.1f} s",
             cancelled=True,
         )
 
     @classmethod
     def failed(
-        cls,
-        error: ProviderError,
-        *,
-        provider: str,
-        model: str,
-        started_at: float,
-        latency_ms: float,
-        ttft_ms: float | None = None,
-        base_url: str | None = None,
-        usage: Usage | None = None,
+        cls, error: ProviderError, *, usage: Usage | None = None, **attempted: Unpack[Attempted]
     ) -> AttemptRecord:
         """The record of an attempt that failed with ``error``; ``usage`` is what an
         answer that arrived but could not be used was billed (None: nothing billed)."""
         return cls(
-            provider=provider,
-            model=model,
-            started_at=started_at,
-            latency_ms=latency_ms,
+            **_kept(attempted),
             kind=error.kind.value,
             status=error.status,
             retry_after_s=error.retry_after_s,
-            ttft_ms=ttft_ms,
             request_id=error.request_id,
             error=error.message,
-            base_url=None if base_url is None else shown_url(base_url),
             input_tokens=None if usage is None else usage.input_tokens,
             output_tokens=None if usage is None else usage.output_tokens,
             usage_estimated=usage is not None and usage.estimated,
         )
+
+
+class Attempted(TypedDict):
+    """Who made an attempt, when and for how long: what every record of one names (the
+    keywords ``AttemptRecord.failed`` and ``cut_off`` share; ``base_url`` as given, the
+    record keeps it without credentials)."""
+
+    provider: str
+    model: str
+    started_at: float  # Unix seconds
+    latency_ms: float
+    ttft_ms: NotRequired[float | None]
+    base_url: NotRequired[str | None]
+
+
+def _kept(attempted: Attempted) -> Attempted:
+    """``attempted`` as a record keeps it: its ``base_url`` shown (``shown_url``)."""
+    url = attempted.get("base_url")
+    return attempted if url is None else {**attempted, "base_url": shown_url(url)}
 
 
 @functools.lru_cache(maxsize=64)  # once per provider, not per attempt

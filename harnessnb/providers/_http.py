@@ -45,7 +45,7 @@ import copy
 import datetime
 import os
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypedDict
 from urllib.parse import urlsplit
 
 import httpx2
@@ -67,6 +67,7 @@ __all__ = [
     "MAX_ERROR_TEXT",
     "MAX_STREAM_BYTES",
     "REQUEST_TIMEOUT_S",
+    "HTTPOptions",
     "HTTPProvider",
     "aclose_client",
     "new_client",
@@ -96,6 +97,17 @@ _TIMEOUT_RENAMES = {
     "idle_timeout": "idle_timeout_s",
     "first_event_timeout": "first_event_timeout_s",
 }
+
+
+class HTTPOptions(TypedDict, total=False):
+    """The keyword-only options of ``HTTPProvider``'s constructor, for a subclass that
+    adds keywords of its own and hands these on untouched (``OpenRouter``); mypy checks
+    them against the constructor, whose defaults are the ones that apply."""
+
+    idle_timeout_s: float | datetime.timedelta
+    headers: Mapping[str, str] | None
+    stream: bool
+    name: str | None
 
 
 @renamed(**_TIMEOUT_RENAMES)

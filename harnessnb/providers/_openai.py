@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from ..rules._renamed import renamed
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
-from ._http import _TIMEOUT_RENAMES, DEFAULT_IDLE_TIMEOUT, REQUEST_TIMEOUT_S, HTTPProvider
+from ._http import _TIMEOUT_RENAMES, REQUEST_TIMEOUT_S, HTTPOptions, HTTPProvider
 from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
 __all__ = ["OpenAI", "OpenRouter"]
@@ -94,7 +94,10 @@ class OpenRouter(OpenAI):
 
     Args:
         app_url: Sent as ``HTTP-Referer`` (OpenRouter's app attribution), optional.
-        app_name: Sent as ``X-Title``, optional.
+        app_name: Sent as ``X-Title``, optional (``headers=`` of the same name win).
+
+    Every other argument is ``OpenAI``'s: the keywords are handed on as they are
+    (``_http.HTTPOptions``).
     """
 
     NAME, ENV = "openrouter", "OPENROUTER"
@@ -107,28 +110,14 @@ class OpenRouter(OpenAI):
         base_url: str | None = None,
         timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
         *,
-        idle_timeout_s: float | datetime.timedelta = DEFAULT_IDLE_TIMEOUT,
-        headers: Mapping[str, str] | None = None,
-        stream: bool = True,
         app_url: str | None = None,
         app_name: str | None = None,
-        name: str | None = None,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        extra: dict[str, str] = {}
-        if app_url:
-            extra["HTTP-Referer"] = app_url
-        if app_name:
-            extra["X-Title"] = app_name
-        super().__init__(
-            model,
-            api_key,
-            base_url,
-            timeout_s,
-            idle_timeout_s=idle_timeout_s,
-            headers={**extra, **(headers or {})},
-            stream=stream,
-            name=name,
-        )
+        app = {"HTTP-Referer": app_url, "X-Title": app_name}
+        attribution = {header: value for header, value in app.items() if value}
+        options["headers"] = {**attribution, **(options.get("headers") or {})}
+        super().__init__(model, api_key, base_url, timeout_s, **options)
 
 
 def _wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 - ``_errors``: the ``HarnessError`` tree, ``ProviderErrorKind`` and ``StoreErrorKind``,
   ``.retryable`` (the one spelling of "may a retry help"), the one status/body/header
   -> kind table and the one ``Retry-After`` parser;
+- ``_phrases``: failure phrases as data, (kind, pattern) rows read by one ``Phrases``;
 - ``_fields``: an error's context fields declared once (``Declared``);
 - ``_error_pickle``: an error's cause chain, and an error pickled across processes;
 - ``_html``: every card's HTML: escaping (once, there), badges, key/value tables,

@@ -24,8 +24,9 @@ Every error pickles with its fields (``__reduce__``, ``rules._error_pickle``), s
 raised in a Dask worker reaches the client as the same type, scrubbed.
 
 This module also holds the ONE classification table (HTTP status, body and header
-to ``ProviderErrorKind``) and the ONE ``Retry-After`` parser, shared by every
-provider. It is pure: no I/O, no clock except the ``now`` argument.
+to ``ProviderErrorKind``; the failure phrases, ``PHRASES``, which the agent CLIs' words
+extend) and the ONE ``Retry-After`` parser, shared by every provider. It is pure: no
+I/O, no clock except the ``now`` argument.
 """
 
 from __future__ import annotations
@@ -33,19 +34,21 @@ from __future__ import annotations
 import email.utils
 import enum
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
 from ._fields import Declared, context
 from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
+from ._phrases import PROVIDER_PHRASES, Phrases
 from ._renamed import renamed
 from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
 
 __all__ = [
+    "BODY_TYPES",
     "MAX_MESSAGE",
+    "PHRASES",
     "ConfigError",
     "ConflictError",
     "HarnessError",
@@ -434,16 +437,17 @@ class ToolError(HarnessError):
 
 # ------------------------------------------------------------ classification table
 
-# Phrases providers use when a prompt does not fit the model's context window.
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[_ ]length|context window|maximum context|prompt is too long|"
-    r"too many tokens|exceeds? (the )?context|input length .*exceed|"
-    r"context_length_exceeded|reduce the length",
-    re.IGNORECASE,
-)
+# The failure phrases (rules._phrases), keyed by kind (an unknown one fails at import). A
+# body's message is read here for an overflow only: its type, code and status decide.
+PHRASES: Phrases[ProviderErrorKind] = PROVIDER_PHRASES.map(ProviderErrorKind)
+
+
+def _overflow(message: str) -> bool:
+    return PHRASES.says(ProviderErrorKind.CONTEXT_OVERFLOW, message)
+
 
 # Provider error ``type``/``code`` strings found in bodies and stream events.
-_BODY_TYPES: dict[str, ProviderErrorKind] = {
+BODY_TYPES: Mapping[str, ProviderErrorKind] = {
     "rate_limit_error": ProviderErrorKind.RATE_LIMITED,
     "rate_limit_exceeded": ProviderErrorKind.RATE_LIMITED,
     "overloaded_error": ProviderErrorKind.SERVER,
@@ -479,7 +483,7 @@ def classify_status(status: int, message: str = "") -> ProviderErrorKind:
         return ProviderErrorKind.TIMEOUT
     if 500 <= status <= 599:
         return ProviderErrorKind.SERVER
-    if status in (400, 413) and message and _CONTEXT_OVERFLOW.search(message):
+    if status in (400, 413) and message and _overflow(message):
         return ProviderErrorKind.CONTEXT_OVERFLOW
     return ProviderErrorKind.REQUEST
 
@@ -501,9 +505,9 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
     code = error.get("code")
     etype = error.get("type")
     for word in (code, etype):
-        if isinstance(word, str) and word in _BODY_TYPES:
-            kind = _BODY_TYPES[word]
-            if kind is ProviderErrorKind.REQUEST and _CONTEXT_OVERFLOW.search(message):
+        if isinstance(word, str) and word in BODY_TYPES:
+            kind = BODY_TYPES[word]
+            if kind is ProviderErrorKind.REQUEST and _overflow(message):
                 return ProviderErrorKind.CONTEXT_OVERFLOW
             return kind
     numeric = code if isinstance(code, int) and not isinstance(code, bool) else None
@@ -513,7 +517,7 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
         return classify_status(numeric, message)
     if status is not None and status >= 300:
         return classify_status(status, message)
-    if _CONTEXT_OVERFLOW.search(message):
+    if _overflow(message):
         return ProviderErrorKind.CONTEXT_OVERFLOW
     # An error object inside a 200 that names nothing we know: a server-side failure.
     return ProviderErrorKind.SERVER

@@ -3,7 +3,10 @@
 - ``_sweep``: ``hn.sweep``/``sweep_sync``; ``_sweep_run``: one run of a sweep in its own
   copy of the workspace; ``_sweep_dask``: a sweep on a Dask cluster;
   ``_sweep_result``: ``SweepResult`` and ``SweepRun``; ``_sample``: ``Sample``, ``Score``,
-  the ``Scorer`` type and the outcomes that are infrastructure failures (never scored).
+  the ``Scorer`` type and the outcomes that are infrastructure failures (never scored);
+  ``_samples_io``: ``hn.samples``, samples from a CSV or JSONL file, a DataFrame or dicts;
+  ``_scorers``: the built-in scorers (``hn.scorers``);
+  ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k).
 
 May import: ``loop``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli,
 notebook), nor ``agents`` or ``demo``.

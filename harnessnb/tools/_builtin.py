@@ -42,7 +42,7 @@ from ._sandbox import sandbox_backend, sandbox_label
 from ._schema import object_schema, shipped
 from ._workspace import Workspace, containment_refusal
 
-__all__ = ["MAX_READ_BYTES", "builtin_tools", "glob_to_regex", "read_text_file"]
+__all__ = ["MAX_READ_BYTES", "builtin_tools", "glob_to_regex", "re2_compile", "read_text_file"]
 
 _LIST_LIMIT = 1000
 _GREP_LIMIT = 500
@@ -143,10 +143,10 @@ def glob_to_regex(pattern: str) -> Any:
         else:
             out.append(re.escape(pattern[i]))
             i += 1
-    return _re2_compile("".join(out) + r"\z", pattern, "glob")
+    return re2_compile("".join(out) + r"\z", pattern, "glob")
 
 
-def _re2_compile(regex: str, shown: str, what: str) -> Any:
+def re2_compile(regex: str, shown: str, what: str) -> Any:
     """``regex`` compiled by RE2, or a ``TOOL_ARGS`` error naming the pattern."""
     try:
         return re2.compile(regex, options=_RE2_OPTIONS)
@@ -384,7 +384,7 @@ class Grep(_PathTool):
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         # RE2 runs in linear time: no pattern can make a search run away.
-        regex = _re2_compile(args["pattern"], args["pattern"], "regular expression")
+        regex = re2_compile(args["pattern"], args["pattern"], "regular expression")
         shown = args.get("path", ".")
         return ToolOutput(await run_blocking(_grep, regex, shown, ctx))
 

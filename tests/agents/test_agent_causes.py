@@ -89,6 +89,19 @@ def test_a_reported_failure_is_read_into_its_cause(
     assert cause.retryable is (not fatal)
 
 
+def test_the_clis_words_are_the_providers_error_types_and_their_own() -> None:
+    """A CLI passing on a provider's error type (``timeout_error``, ``not_found_error``)
+    is read with the rules' table of them; a quota, there auth, is a fatal rate limit."""
+    from harnessnb.rules._errors import BODY_TYPES
+
+    for word, kind in BODY_TYPES.items():
+        cause = cause_of("the request failed", None, word)
+        quota = word in ("billing_error", "insufficient_quota")
+        assert cause is not None, word
+        assert cause.kind is (K.RATE_LIMITED if quota else kind), word
+        assert cause.quota is quota, word
+
+
 def test_a_failure_that_says_nothing_has_no_cause_until_the_cli_retried_it() -> None:
     assert cause_of("something odd happened") is None
     # retried with no status (Claude's "error_status": null, "error": "unknown"): no

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+import harnessnb as hn
+from harnessnb.agents._cause import cause_of
 from harnessnb.agents._classify import (
+    CLI_PHRASES,
     auth_failure,
     explanatory_line,
     flag_rejected,
@@ -13,6 +16,10 @@ from harnessnb.agents._classify import (
     rate_limit,
     status_code,
 )
+from harnessnb.rules._errors import PHRASES, classify_body_error
+from harnessnb.rules._phrases import Phrases
+
+K = hn.ProviderErrorKind
 
 ESSAY = (
     "I looked into the login flow. The handler returns 401 when the token is missing, "
@@ -35,6 +42,8 @@ ESSAY = (
         ("request failed (status: 401)", "", "request failed (status: 401)"),
         ("OAuth token has expired. Please run /login", "", "OAuth token has expired. Please run /login"),
         ("authentication_error: invalid x-api-key", "", "authentication_error: invalid x-api-key"),
+        # 402's words are auth, as the status is in the one status table
+        ("Error: 402 Payment Required", "", "Error: 402 Payment Required"),
         # not auth: ids, versions, paths and sizes that contain 401
         ("error: request 6a1f-401b-9c2e-77aa failed", "", None),
         ("trace 0401ab: upstream closed", "", None),
@@ -67,6 +76,8 @@ def test_auth_failure_reads_narrow_phrases_and_standalone_401(
         ("error: request 6a1f-429b-9c2e failed", "", None),
         ("listening on port 14290", "", None),
         ("", ESSAY.replace("401", "429"), None),
+        # a short answer that names billing is no quota notice
+        ("", "I moved the billing module into its own package.", None),
     ],
 )
 def test_rate_limit_reads_quota_wording_and_standalone_429(
@@ -125,3 +136,48 @@ def test_a_notice_is_at_most_three_short_lines() -> None:
     assert not looks_like_notice(ESSAY)
     assert not looks_like_notice("")
     assert looks_like_notice("a\n\n\nb\nc\n" + "x" * 1000)  # only the first three count
+
+
+# ------------------------------------------------------- one table of failure phrases
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # OpenAI's wording, whose only phrase the CLIs did not read before the one table
+        "Please reduce the length of the messages or completion.",
+        "This model's maximum context length is 128000 tokens.",
+        "prompt is too long: 250000 tokens > 200000 maximum",  # Anthropic
+        "Input length 9000 exceeds the maximum of 8192",
+    ],
+)
+def test_a_provider_body_and_a_cli_read_an_overflow_with_the_same_phrases(message: str) -> None:
+    body = {"type": "invalid_request_error", "message": message}
+    assert classify_body_error(body, 400) is K.CONTEXT_OVERFLOW
+    cause = cause_of(message)
+    assert cause is not None and cause.kind is K.CONTEXT_OVERFLOW and cause.fatal
+
+
+def test_the_clis_table_is_the_rules_table_with_rows_added() -> None:
+    # every row the rules classify with is read, in its place, for the CLIs too
+    assert CLI_PHRASES.rows[: len(PHRASES.rows)] == PHRASES.rows
+    assert len(CLI_PHRASES.rows) > len(PHRASES.rows)
+    # the CLIs' words are read by the one reader, in the table's order of kinds
+    assert CLI_PHRASES.kind_of("Codex ran out of room. Start a new thread.") is (
+        K.CONTEXT_OVERFLOW
+    )
+    assert PHRASES.kind_of("Codex ran out of room. Start a new thread.") is None
+
+
+def test_rows_added_to_a_table_join_their_kind_and_a_new_kind_comes_last() -> None:
+    table = Phrases((("auth", r"bad key"), ("rate", r"slow down")))
+    more = table.plus(("rate", r"too fast"), ("auth", r"not logged in"), ("server", r"oops"))
+    assert table.kind_of("too fast") is None
+    assert more.kind_of("too fast") == "rate"
+    # a text naming two kinds gets the earlier kind: auth's place is first
+    assert more.kind_of("not logged in, and too fast") == "auth"
+    assert more.kind_of("oops") == "server" and more.says("server", "OOPS")
+    assert not more.says("missing", "oops")
+    assert more.line("rate", ["first\n  Too fast here  \nlast"]) == "Too fast here"
+    assert more.line("missing", ["anything"]) is None
+    assert more.map(str.upper).kind_of("bad key") == "AUTH"

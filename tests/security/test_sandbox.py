@@ -10,12 +10,14 @@ cannot do) is pinned in ``test_sandbox_landlock.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -151,14 +153,21 @@ def test_a_command_cannot_read_secret_files_even_through_a_hard_link(
     assert FAKE_KEY in (ws / ".env").read_text()  # masked, not touched
 
 
+def _private_folder_denied(ws: Path) -> hn.Policy:
+    """``private/key.txt`` in ``ws``, holding the fake key; a policy that denies reading
+    the folder."""
+    (ws / "private").mkdir()
+    (ws / "private" / "key.txt").write_text(FAKE_KEY)
+    policy = hn.Policy.permissive().layer("app").deny_read("private")
+    return policy
+
+
 @needs_bwrap
 @pytest.mark.parametrize("backend", ["bubblewrap"], indirect=True)
 def test_a_folder_the_policy_denies_is_empty_to_a_command(
     ws: Path, store: hn.Store, backend: str
 ) -> None:
-    (ws / "private").mkdir()
-    (ws / "private" / "key.txt").write_text(FAKE_KEY)
-    policy = hn.Policy.permissive().layer("app").deny_read("private")
+    policy = _private_folder_denied(ws)
     _, outputs = _run(ws, store, ["cat", "private/key.txt"], ["ls", "private"], policy=policy)
     assert all(FAKE_KEY not in out for out in outputs)
     assert outputs[1] == "exit code 0\n"
@@ -208,6 +217,25 @@ def _accepted(server: socket.socket) -> bool:
 def _dial(port: int) -> list[str]:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 2).sendall(b'x')"
     return ["python3", "-c", code]
+
+
+@contextlib.contextmanager
+def _unix_listener(address: str) -> Iterator[socket.socket]:
+    """A host service's Unix socket at ``address`` (a path, removed afterwards, or an
+    abstract name, starting with NUL), listening like ``_listener``."""
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(address)
+        try:
+            server.listen(1)
+            server.settimeout(0.5)
+            yield server
+        finally:
+            if not address.startswith("\0"):
+                os.unlink(address)
+
+
+def _unix_dial(address: str) -> list[str]:
+    return ["python3", "-c", f"import socket; socket.socket(socket.AF_UNIX).connect({address!r})"]
 
 
 @pytest.mark.parametrize("backend", CONTAINED, indirect=True)
@@ -381,17 +409,9 @@ def test_a_command_cannot_reach_a_host_service_socket(
     ws: Path, store: hn.Store, backend: str
 ) -> None:
     path = f"/run/harnessnb-probe-{uuid.uuid4().hex}.sock"
-    code = f"import socket; socket.socket(socket.AF_UNIX).connect({path!r})"
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(path)
-        try:
-            server.listen(1)
-            server.settimeout(0.5)
-            _, outputs = _run(ws, store, ["python3", "-c", code])
-            with pytest.raises(TimeoutError):
-                server.accept()
-        finally:
-            os.unlink(path)
+    with _unix_listener(path) as server:
+        _, outputs = _run(ws, store, _unix_dial(path))
+        assert not _accepted(server)
     # masked by a read-only empty file: connect needs write permission on it
     assert "ConnectionRefusedError" in outputs[0] or "PermissionError" in outputs[0]
 

@@ -12,6 +12,7 @@ sandbox it builds is the same (the namespace uid is ``nobody``'s own either way)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -27,6 +28,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.tools._sandbox import _LAUNCHER, confine
+from tests.security.seccomp_helpers import refusing
 from tests.security.test_sandbox import BACKENDS, CONTAINED, FAKE_KEY, needs_bwrap
 
 NOBODY = 65534
@@ -324,23 +326,10 @@ def test_a_command_ignoring_sigterm_ends_with_its_tree_by_the_time_budget(
 _SYSTEM_PYTHON = "/usr/bin/python3"
 # Run before the launcher: a seccomp filter answers unshare (272 on x86_64, 97 on
 # aarch64) with EPERM, as a kernel or container that allows no namespace does.
-_NO_UNSHARE = """
-import ctypes, os, sys
-ARCH, NR = {"x86_64": (0xC000003E, 272), "aarch64": (0xC00000B7, 97)}[os.uname().machine]
-class F(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-class P(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
-code = [(0x20, 0, 0, 4), (0x15, 0, 3, ARCH), (0x20, 0, 0, 0), (0x15, 0, 1, NR),
-        (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7FFF0000)]
-prog = P(len(code), (F * len(code))(*(F(*c) for c in code)))
-libc = ctypes.CDLL(None, use_errno=True)
-u = ctypes.c_ulong
-assert libc.prctl(u(38), u(1), u(0), u(0), u(0)) == 0
-assert libc.prctl(u(22), u(2), u(ctypes.addressof(prog)), u(0), u(0)) == 0
-os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
-"""
+_NO_UNSHARE = refusing(
+    {"x86_64": 272, "aarch64": 97}, errno.EPERM,
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n",
+)
 
 
 @can_switch

@@ -9,6 +9,7 @@ Landlock does, or cannot do. The real-run tests skip where the kernel has no Lan
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -41,7 +42,17 @@ from harnessnb.tools._landlock_exec import (
 )
 from harnessnb.tools._sandbox import _LAUNCHER, landlock_abi
 from tests.security import test_sandbox
-from tests.security.test_sandbox import FAKE_KEY, _accepted, _dial, _listener, _run
+from tests.security.seccomp_helpers import refusing
+from tests.security.test_sandbox import (
+    FAKE_KEY,
+    _accepted,
+    _dial,
+    _listener,
+    _private_folder_denied,
+    _run,
+    _unix_dial,
+    _unix_listener,
+)
 
 ABI = landlock_abi()
 needs_landlock = pytest.mark.skipif(ABI < 1, reason="this kernel has no Landlock")
@@ -251,9 +262,7 @@ def test_a_file_made_beside_a_secret_is_readable_from_the_next_command_on(
 def test_a_denied_folder_keeps_its_names_but_not_its_contents(
     ws: Path, store: hn.Store, landlock: str
 ) -> None:
-    (ws / "private").mkdir()
-    (ws / "private" / "key.txt").write_text(FAKE_KEY)
-    policy = hn.Policy.permissive().layer("app").deny_read("private")
+    policy = _private_folder_denied(ws)
     _, outputs = _run(
         ws, store, ["cat", "private/key.txt"], ["ls", "private"], ["mv", "private", "public"],
         policy=policy,
@@ -324,11 +333,9 @@ def test_abstract_sockets_and_signals_outside_the_sandbox_are_refused(
     ws: Path, store: hn.Store, landlock: str
 ) -> None:
     name = f"\0harnessnb-probe-{uuid.uuid4().hex}"
-    code = f"import socket; socket.socket(socket.AF_UNIX).connect({name!r})"
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(name)
-        server.listen(1)
-        _, outputs = _run(ws, store, ["python3", "-c", code], ["kill", "-0", str(os.getpid())])
+    with _unix_listener(name) as server:
+        _, outputs = _run(ws, store, _unix_dial(name), ["kill", "-0", str(os.getpid())])
+        assert not _accepted(server)
     assert "PermissionError" in outputs[0], outputs[0]
     assert outputs[1].startswith("exit code 1")  # kill: Operation not permitted
 
@@ -361,24 +368,10 @@ def test_a_plan_reaches_the_launcher_whole_whatever_its_paths_hold() -> None:
 
 # A kernel without Landlock, made real for one interpreter: a seccomp filter answers
 # landlock_create_ruleset (444) with ENOSYS, as a kernel built without it does.
-NO_LANDLOCK = """
-import ctypes, os, sys
-ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
-class F(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-class P(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
-code = [(0x20, 0, 0, 4), (0x15, 0, 3, ARCH), (0x20, 0, 0, 0), (0x15, 0, 1, 444),
-        (0x06, 0, 0, 0x00050000 | 38), (0x06, 0, 0, 0x7FFF0000)]
-prog = P(len(code), (F * len(code))(*(F(*c) for c in code)))
-libc = ctypes.CDLL(None, use_errno=True)
-u = ctypes.c_ulong
-assert libc.prctl(u(38), u(1), u(0), u(0), u(0)) == 0
-assert libc.prctl(u(22), u(2), u(ctypes.addressof(prog)), u(0), u(0)) == 0
-import harnessnb as hn
-print(hn.sandbox_backend())
-"""
+NO_LANDLOCK = refusing(
+    {"x86_64": 444, "aarch64": 444}, errno.ENOSYS,
+    "import harnessnb as hn\nprint(hn.sandbox_backend())\n",
+)
 
 
 @pytest.mark.skipif(not IP_FILTER, reason="the test's seccomp filter is for x86_64 and aarch64")
