@@ -92,6 +92,45 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
         pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
 
 
+def _holds_its_file(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+    """Pass when the sample's file is in the run's workspace copy the worker scored in."""
+    name = next(iter(sample.files))
+    return hn.Score((workspace / name).exists(), f"{name} on {os.getpid()}")
+
+
+async def _answered(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+    return hn.Score(run.text == "done")
+
+
+async def test_a_sweep_with_scorers_on_the_cluster_scores_as_it_does_here(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    samples = [hn.Sample(f"say hello {i}", id=f"s{i}", files={f"in{i}.txt": "x"})
+               for i in range(2)]  # fmt: skip
+    keep = ["provider", "sample_id", "repeat", "scorer", "value", "infra_failure", "infra_kind"]
+    with demo_server(rates={"server": 1.0}) as down:
+        providers = {"down": provider_for(down, name="down"),
+                     "fine": hn.ScriptedProvider(lambda m: "done", name="fine")}  # fmt: skip
+        scorers = [_holds_its_file, _answered]
+        with hn.Store(tmp_path / "local.duckdb") as store:
+            local = await hn.sweep(samples, providers, workspace=ws, repeats=2, store=store,
+                                   scorers=scorers)  # fmt: skip
+        remote = await hn.sweep(samples, providers, workspace=ws, repeats=2, executor=client,
+                                shards=tmp_path / "shards", scorers=scorers)  # fmt: skip
+    assert len(remote.scores) == 16
+    pd.testing.assert_frame_equal(remote.scores[keep], local.scores[keep])
+    fine = remote.scores[remote.scores["provider"] == "fine"]
+    assert set(fine["value"]) == {1.0}  # the files were on the worker's copy too
+    pids = {e.split(" on ")[1] for e in fine["explanation"] if " on " in e}
+    assert str(os.getpid()) not in pids  # scored on the workers, not here
+    stored = remote.store.scores(sweep_id=remote.sweep_id)  # the shards' rows, combined
+    assert len(stored) == 16
+    mine = remote.scores.set_index(["run_id", "scorer"])["value"]
+    for row in stored.itertuples():
+        want = mine.loc[(row.run_id, row.scorer)]
+        assert (pd.isna(row.value) and pd.isna(want)) or row.value == want
+
+
 async def test_two_models_of_one_provider_are_named_by_model_on_the_cluster(
     client: Any, ws: Path, tmp_path: Path
 ) -> None:

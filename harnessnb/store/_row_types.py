@@ -20,6 +20,7 @@ __all__ = [
     "Finish",
     "MarkerRow",
     "RunRow",
+    "ScoreRow",
     "StallRow",
     "StepRow",
     "ToolCallRow",
@@ -125,6 +126,22 @@ class MarkerRow(TypedDict, total=False):
     at: float | None
 
 
+class ScoreRow(TypedDict, total=False):
+    """A ``scores`` row (``add_scores``): one scorer's verdict on one run of a sweep."""
+
+    sweep_id: str | None
+    run_id: Required[str]
+    sample_id: str | None
+    scorer: Required[str]
+    scorer_version: Required[str]
+    value: float | None
+    explanation: str | None
+    error: str | None
+    infra_failure: Required[bool]
+    infra_kind: str | None
+    scored_at: float | None
+
+
 class Finish(TypedDict):
     """How a run ends: what ``commit_step`` sets in the run row to end the run with its
     last step (``finish_run`` takes the same as its arguments)."""
@@ -142,4 +159,5 @@ ROW_TYPES: Final[dict[str, Any]] = {
     "tool_calls": ToolCallRow,
     "stalls": StallRow,
     "markers": MarkerRow,
+    "scores": ScoreRow,
 }

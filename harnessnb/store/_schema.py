@@ -10,7 +10,8 @@ committed step rows, so a step commit writes no run row and the counts cannot dr
 from the steps, for a run in progress, finished or killed alike. Since version 6 it
 adds ``cost_usd`` the same way, from the attempt rows; since version 7 it passes
 ``sweep_id`` through. Version 8 marks the attempts a cancel cut off (``cancelled``);
-version 9 those whose tokens are estimated (``usage_estimated``).
+version 9 those whose tokens are estimated (``usage_estimated``). Version 10 adds
+``scores``: one row per run and scorer of a sweep (``hn.sweep(scorers=...)``).
 
 A store file is data, never code: a file shared with a notebook is untrusted input, and
 DuckDB runs what a file's views and macros say when a query names them. So a file must
@@ -47,7 +48,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 
 # Every connection harnessnb opens: no query reads a file or reaches the network
 # (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
@@ -229,9 +230,23 @@ _V9: Final = [
     "ALTER TABLE attempts ADD COLUMN usage_estimated BOOLEAN",
 ]
 
+# Version 10: what each scorer of a sweep said of each run (``hn.sweep(scorers=...)``),
+# keyed by run and scorer, tagged with the scorer's version: ``value`` in [0, 1] (NULL
+# when not scored), ``error`` when the scorer raised, ``infra_failure`` (and the
+# outcome or error kind as ``infra_kind``) for a run that ended for reasons of
+# infrastructure and was not scored. The run's sample is kept here (``sample_id``).
+# Timestamps naive UTC, as in every other table.
+_V10: Final = [
+    """CREATE TABLE scores (
+        sweep_id VARCHAR, run_id VARCHAR NOT NULL, sample_id VARCHAR,
+        scorer VARCHAR NOT NULL, scorer_version VARCHAR NOT NULL, value DOUBLE,
+        explanation VARCHAR, error VARCHAR, infra_failure BOOLEAN NOT NULL,
+        infra_kind VARCHAR, scored_at TIMESTAMP, PRIMARY KEY (run_id, scorer))""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
-    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9,
+    1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
@@ -259,6 +274,10 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "stalls": ("run_id", "step", "signal", "action", "detail", "at"),
     "markers": ("run_id", "kind", "detail", "at"),
+    "scores": (
+        "sweep_id", "run_id", "sample_id", "scorer", "scorer_version", "value",
+        "explanation", "error", "infra_failure", "infra_kind", "scored_at",
+    ),
 }  # fmt: skip
 
 

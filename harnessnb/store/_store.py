@@ -58,6 +58,7 @@ _ORDER: Final = {
     "tool_calls": "run_id, step, seq",
     "stalls": 'run_id, step, "at"',
     "markers": 'run_id, "at"',
+    "scores": "sweep_id, run_id, scorer",
 }
 
 
@@ -278,6 +279,20 @@ class Store:
     def markers(self, run_id: str | None = None) -> pd.DataFrame:
         """Resume/skipped/resolved/abandoned markers."""
         return self._table("markers", run_id)
+
+    def scores(self, sweep_id: str | None = None, run_id: str | None = None) -> pd.DataFrame:
+        """What the scorers of sweeps said of their runs (``hn.sweep(scorers=...)``): one
+        row per run and scorer (``sweep_id``, ``run_id``, ``sample_id``, ``scorer``,
+        ``scorer_version``, ``value``, ``explanation``, ``error``, ``infra_failure``,
+        ``infra_kind``, ``scored_at``); ``sweep_id``/``run_id`` keep one sweep's or
+        one run's."""
+        kept = {"sweep_id": sweep_id, "run_id": run_id}
+        where = [f"{name} = ?" for name, value in kept.items() if value is not None]
+        params = [value for value in kept.values() if value is not None]
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        query = f"SELECT * FROM scores{clause} ORDER BY {_ORDER['scores']}"
+        with self._connection() as con, parallel(con):
+            return frame(con.execute(query, params))
 
     def sql(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Run any SQL on the store and return a DataFrame.

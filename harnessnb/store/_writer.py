@@ -154,6 +154,7 @@ class StoreWriter:
     release_lease = _now(_writes.release_lease)
     put_recording = _now(_writes.put_recording)
     bind_agent_session = _now(_writes.bind_agent_session)
+    add_scores = _now(_writes.add_scores)
 
     # ------------------------------------------------------ reads for resume
 
@@ -264,3 +265,4 @@ class QueuedWriter:
     release_lease = _queued(_writes.release_lease)
     put_recording = _queued(_writes.put_recording)
     bind_agent_session = _queued(_writes.bind_agent_session)
+    add_scores = _queued(_writes.add_scores)

@@ -18,10 +18,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import StoreError
+from ..rules._text import clip
 from ._batch import Batch, WriteOp, append_rows, run_update
 from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
-from ._row_types import AttemptRow, Finish, MarkerRow, RunRow, StallRow, StepRow, ToolCallRow
-from ._rows import dumps, row, safe_value, to_ts
+from ._row_types import (
+    AttemptRow,
+    Finish,
+    MarkerRow,
+    RunRow,
+    ScoreRow,
+    StallRow,
+    StepRow,
+    ToolCallRow,
+)
+from ._rows import dumps, row, safe_value, scrub_text, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -31,6 +41,7 @@ __all__ = [
     "acquire_lease",
     "add_attempts",
     "add_marker",
+    "add_scores",
     "bind_agent_session",
     "commit_step",
     "create_run",
@@ -413,4 +424,40 @@ def _run_row(run: RunRow) -> tuple[Any, ...]:
         schema_version=SCHEMA_VERSION,
         extras=extras or None,
         updated_at=run.get("started_at") or time.time(),
+    )
+
+
+# ---------------------------------------------------------------------- scores
+
+# A scorer's explanation is kept to this many characters (head and tail, ``clip``).
+MAX_EXPLANATION: Final = 16_000
+
+
+def add_scores(scores: Sequence[ScoreRow]) -> WriteOp[None]:
+    """Write what the scorers of a sweep said of a run: one row per (run, scorer),
+    replacing the row of that run and scorer if there is one (scored again). The
+    explanation and error are scrubbed (``rules._secrets``) and clipped (``clip``);
+    ``scored_at`` defaults to now."""
+    now = time.time()
+    rows = [
+        row(
+            "scores",
+            score,
+            explanation=clip(scrub_text(score.get("explanation") or ""), MAX_EXPLANATION),
+            scored_at=score.get("scored_at") or now,
+        )
+        for score in scores
+    ]
+
+    def replace(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        if rows:
+            marks = ", ".join(["(" + ", ".join("?" * len(rows[0])) + ")"] * len(rows))
+            params = [v for values in rows for v in values]
+            con.execute(f"INSERT OR REPLACE INTO scores VALUES {marks}", params)
+
+    # Appended with other runs' writes (group commit); a row already there (scored
+    # again) makes the append fail, and this op alone then replaces.
+    replacing = WriteOp("add_scores", replace)
+    return WriteOp(
+        "add_scores", lambda con, batch: batch.append("scores", rows), False, fallback=replacing
     )

@@ -2,9 +2,11 @@
 
 Each run is an ordinary ``hn.run`` in the store, its ``sweep_id`` set, in a copy of
 its task's workspace made for it (runs never share a folder; the template is never
-written). At most ``concurrency`` runs are driven at once (a semaphore); a run that
-fails is a row of the result, never the end of the sweep. ``max_cost_usd`` stops
-launching runs once the finished runs' spend reaches it (or cannot be priced).
+written; a ``Sample``'s files are written into the copy). Each run is scored as it
+ends by every scorer given (``_sweep_run``). At most ``concurrency`` runs are driven at
+once (a semaphore); a run that fails is a row of the result, never the end of the
+sweep. ``max_cost_usd`` stops launching runs once the finished runs' spend reaches it
+(or cannot be priced).
 Cancelling the sweep (Ctrl-C in ``sweep_sync``) cancels the runs in flight, each
 recorded ``cancelled``, and starts no other.
 """
@@ -25,9 +27,10 @@ from ..loop._store_wait import open_patiently
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
-from ._sweep_dask import check_cluster_options, sweep_on_cluster
+from ._sample import Sample, Scorer
+from ._sweep_dask import Job, check_cluster_options, sweep_on_cluster
 from ._sweep_result import Signature, SweepResult, SweepRun, apart, labels
-from ._sweep_run import one_run, unfit_template_entry
+from ._sweep_run import NamedScorer, named_scorers, one_run, unfit_template_entry
 
 if TYPE_CHECKING:
     from ..loop._events import Callback
@@ -47,11 +50,16 @@ _log = logging.getLogger("harnessnb.sweep")
 class _Plan:
     """The runs to make and the sweep's running spend."""
 
-    jobs: list[tuple[TaskContract, str, Provider, int]]
+    jobs: list[Job]
     max_cost_usd: float | None
     aliases: tuple[tuple[tuple[str | None, ...], str], ...] = ()
     spent: float = 0.0
     stopped: str | None = None
+    scorers: tuple[NamedScorer, ...] = ()
+
+    def tags(self) -> tuple[tuple[str, str], ...]:
+        """(name, version) of each scorer."""
+        return tuple((s.name, s.version) for s in self.scorers)
 
     def spent_reaches(self, spent: float) -> bool:
         """``over_budget`` once the finished runs' spend is ``spent``."""
@@ -65,7 +73,7 @@ class _Plan:
 
 
 async def sweep(
-    tasks: Sequence[str | TaskContract],
+    tasks: Sequence[str | TaskContract | Sample],
     providers: Sequence[Provider] | Mapping[str, Provider],
     *,
     workspace: str | os.PathLike[str] | None = None,
@@ -83,12 +91,13 @@ async def sweep(
     on_run: Callable[[SweepRun], None] | None = None,
     executor: Any = None,
     shards: str | os.PathLike[str] | None = None,
+    scorers: Sequence[Scorer] | None = None,
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
     Args:
-        tasks: Task texts or ``TaskContract``s. A text runs in ``workspace`` with the
-            contract's defaults.
+        tasks: Texts, ``Sample``s (run in ``workspace`` with the contract's defaults,
+            its ``files`` written into the run's copy; ids unique) or ``TaskContract``s.
         providers: A list (each reported under its ``name``, ``/model`` added when two
             share a name, ``@base_url`` when two share both; two the same in all three
             are refused) or a dict name -> provider (reported under the key). A
@@ -114,30 +123,34 @@ async def sweep(
             it on with ``hn.resume(run_id, store=shard)``); it is never run twice.
         shards: With ``executor``: the folder (shared by the workers) of the shard
             store files (``<host>-<pid>.duckdb``) and the runs' claims.
+        scorers: ``(run, sample, workspace) -> Score`` callables (sync ones run in a
+            thread) judging each run as it ends, in its workspace copy, named by their
+            ``name`` (else ``__name__``, else class) and ``version`` (else ``"1"``):
+            ``SweepResult.scores`` and the store's ``scores`` (``_sweep_run``).
 
     Returns:
         The ``SweepResult``; a run that failed is a row with its outcome and error.
 
     Raises:
-        ConfigError: Bad arguments (nothing is run); with ``executor``: Dask not
-            installed, no ``shards``, a ``store``, ``on_event``, or an approver that
-            asks a person.
+        ConfigError: Bad arguments (nothing is run: two scorers with one name, two
+            samples with one id...); with ``executor``: Dask not installed, no
+            ``shards``, a ``store``, ``on_event``, or an approver that asks a person.
     """
     plan = _plan(tasks, providers, workspace, repeats, max_cost_usd)
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ConfigError(f"sweep: concurrency must be an int >= 1, not {concurrency!r}")
+    plan.scorers = named_scorers(scorers)
+    _check_concurrency(concurrency)
     the_id = sweep_id or new_id("sweep")
     options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
     options |= {"prices": prices, "sweep_id": the_id}
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
-        cluster = (executor, folder, concurrency, options, keep_workspaces, on_run)
+        cluster = (executor, folder, concurrency, options, keep_workspaces, on_run, plan.scorers)
         rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
-        return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases)
+        return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases, plan.tags())
     opened = await open_patiently(store, None, SystemClock())
     options |= {"store": opened, "on_event": on_event}
-    rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run)
-    return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases)
+    rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run, plan.scorers)
+    return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 
 
 async def _run_here(
@@ -146,17 +159,20 @@ async def _run_here(
     concurrency: int,
     keep: bool,
     on_run: Callable[[SweepRun], None] | None,
+    scorers: tuple[NamedScorer, ...],
 ) -> list[SweepRun]:
     """The plan's runs in this process, at most ``concurrency`` at once; rows in order."""
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(job: tuple[TaskContract, str, Provider, int]) -> SweepRun:
-        contract, name, provider, repeat = job
-        unstarted = SweepRun(contract.task, name, provider.model, repeat)
+    async def one(job: Job) -> SweepRun:
+        contract, name, provider, repeat, sample = job
+        unstarted = SweepRun(contract.task, name, provider.model, repeat, sample_id=sample.id)
         async with gate:
             if plan.over_budget():
                 return unstarted
-            row = await one_run(contract, name, provider, repeat, keep, options)
+            row = await one_run(
+                contract, name, provider, repeat, keep, options, sample=sample, scorers=scorers
+            )
         plan.spent += row.spend
         if on_run is not None:
             try:
@@ -168,6 +184,11 @@ async def _run_here(
     return list(await asyncio.gather(*(one(job) for job in plan.jobs)))
 
 
+def _check_concurrency(concurrency: int) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"sweep: concurrency must be an int >= 1, not {concurrency!r}")
+
+
 sweep_sync = sync_twin(
     sweep,
     """``sweep`` for blocking callers (a script, a notebook cell): runs on harnessnb's
@@ -176,7 +197,7 @@ sweep_sync = sync_twin(
 
 
 def _plan(
-    tasks: Sequence[str | TaskContract],
+    tasks: Sequence[str | TaskContract | Sample],
     providers: Sequence[Provider] | Mapping[str, Provider],
     workspace: str | os.PathLike[str] | None,
     repeats: int,
@@ -192,9 +213,16 @@ def _plan(
     ):
         raise ConfigError(f"sweep: max_cost_usd must be dollars > 0, not {max_cost_usd!r}")
     named = _named(providers)
-    contracts = [_contract(t, workspace) for t in tasks]
-    if not contracts:
+    if isinstance(tasks, str | Sample | TaskContract):
+        raise ConfigError("sweep: tasks must be a list (of texts, samples or contracts)")
+    given = [_contract(t, workspace) for t in tasks]
+    if not given:
         raise ConfigError("sweep: no tasks given")
+    ids = [t.id for t in tasks if isinstance(t, Sample)]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})[0]
+        raise ConfigError(f"sweep: two samples have the id {twice!r}; give each its own id")
+    contracts = [c for c, _ in given]
     for c in contracts:
         if not os.path.isdir(c.workspace):
             raise ConfigError(f"sweep: the workspace {c.workspace!r} is not a folder that exists")
@@ -205,9 +233,9 @@ def _plan(
                 "or symlink; a run's copy cannot hold it"
             )
     jobs = [
-        (c, name, provider, repeat)
+        (c, name, provider, repeat, sample)
         for repeat in range(repeats)
-        for c in contracts
+        for c, sample in given
         for name, provider in named.items()
     ]
     return _Plan(jobs, None if max_cost_usd is None else float(max_cost_usd), _aliases(named))
@@ -281,14 +309,20 @@ def _leaf_signatures(provider: Provider) -> list[Signature]:
     return [s for leaf in leaves for s in _leaf_signatures(leaf)]
 
 
-def _contract(task: str | TaskContract, workspace: str | os.PathLike[str] | None) -> TaskContract:
+def _contract(
+    task: str | TaskContract | Sample, workspace: str | os.PathLike[str] | None
+) -> tuple[TaskContract, Sample]:
+    """A task's contract and sample (a contract's is ``Sample(contract.task)``)."""
     if isinstance(task, TaskContract):
-        return task
-    if not isinstance(task, str):
-        raise ConfigError(f"sweep: a task is a str or a TaskContract, not {type(task).__name__}")
+        return task, Sample(task.task)
+    if isinstance(task, str):
+        task = Sample(task)
+    if not isinstance(task, Sample):
+        kind = type(task).__name__
+        raise ConfigError(f"sweep: a task is a str, a Sample or a TaskContract, not {kind}")
     if workspace is None:
         raise ConfigError(
-            f"sweep: the task {task[:60]!r} is text: pass workspace= (the folder it runs "
-            "in, copied for each run) or a TaskContract"
+            f"sweep: the task {task.input[:60]!r} is text: pass workspace= (the folder it "
+            "runs in, copied for each run) or a TaskContract"
         )
-    return TaskContract(task, workspace)
+    return TaskContract(task.input, workspace), task

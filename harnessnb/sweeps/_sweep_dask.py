@@ -49,13 +49,14 @@ import socket
 import string
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id
 from ..rules._errors import ConfigError, wrap_unknown
+from ._sample import Sample
 from ._sweep_result import UNFINISHED, SweepRun
-from ._sweep_run import crashed, one_run
+from ._sweep_run import NamedScorer, crashed, one_run
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCEL_POLL_S",
+    "Job",
     "cancel_marker",
     "check_cluster_options",
     "run_on_worker",
@@ -77,6 +79,10 @@ _INSTALL: Final = "pip install 'harnessnb[dask]'"
 _SHARDS: dict[str, Store] = {}
 _SHARDS_LOCK = threading.Lock()
 
+Job: TypeAlias = "tuple[TaskContract, str, Provider, int, Sample]"
+"""One planned run of a sweep: contract, the sweep's name of the provider, the
+provider, the repeat, the sample."""
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerJob:
@@ -90,6 +96,18 @@ class WorkerJob:
     shards: str
     keep: bool
     options: dict[str, Any]
+    sample: Sample
+    scorers: tuple[NamedScorer, ...] = ()
+
+    def unstarted(self) -> SweepRun:
+        """The row of this run not started (cancelled before it began)."""
+        return SweepRun(
+            self.contract.task,
+            self.name,
+            self.provider.model,
+            self.repeat,
+            sample_id=self.sample.id,
+        )
 
 
 def check_cluster_options(
@@ -141,7 +159,7 @@ def check_cluster_options(
 
 
 async def sweep_on_cluster(
-    jobs: Sequence[tuple[TaskContract, str, Provider, int]],
+    jobs: Sequence[Job],
     over_budget: Callable[[float], bool],
     client: Any,
     folder: str,
@@ -149,6 +167,7 @@ async def sweep_on_cluster(
     options: dict[str, Any],
     keep: bool,
     on_run: Callable[[SweepRun], None] | None,
+    scorers: tuple[NamedScorer, ...] = (),
 ) -> tuple[list[SweepRun], Store]:
     """Every job as a task on ``client``'s cluster; the rows in plan order and the
     combined store of the shards."""
@@ -177,8 +196,9 @@ async def sweep_on_cluster(
             nxt = next(pending, None)
             if nxt is None:
                 return
-            i, (contract, name, provider, repeat) = nxt
-            job = WorkerJob(contract, name, provider, repeat, new_id("run"), folder, keep, options)
+            i, (contract, name, provider, repeat, sample) = nxt
+            where = (new_id("run"), folder, keep, options, sample, scorers)
+            job = WorkerJob(contract, name, provider, repeat, *where)
             future = client.submit(run_on_worker, job, key=f"harnessnb-{job.run_id}", pure=False)
             submitted[future] = (i, job)
             done.add(future)
@@ -213,18 +233,22 @@ async def sweep_on_cluster(
     found = await asyncio.to_thread(
         _settle, [r for r in rows.values() if r.outcome == UNFINISHED], store
     )
-    out = []
-    for i, (contract, name, provider, repeat) in enumerate(jobs):
-        row = rows.get(i) or SweepRun(contract.task, name, provider.model, repeat)
-        out.append(found.get(row.run_id or "", row))
-    return out, store
+    return [_in_plan(job, rows.get(i), found) for i, job in enumerate(jobs)], store
+
+
+def _in_plan(job: Job, row: SweepRun | None, found: dict[str, SweepRun]) -> SweepRun:
+    """A job's row: the one that came back (as stored, for a run found ended), else
+    the job not started."""
+    contract, name, provider, repeat, sample = job
+    row = row or SweepRun(contract.task, name, provider.model, repeat, sample_id=sample.id)
+    return found.get(row.run_id or "", row)
 
 
 def _row_of(future: Any, job: WorkerJob) -> SweepRun:
     """The row a task handed back; a task that failed (its worker died too often) is the
     run unfinished in the shard its claim names, or, never claimed, a crashed row."""
     if future.cancelled():
-        return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat)
+        return job.unstarted()
     try:
         row: SweepRun = future.result()
         return row
@@ -232,9 +256,10 @@ def _row_of(future: Any, job: WorkerJob) -> SweepRun:
         holder = _claim_holder(job)
         if holder is not None:
             return _unfinished(job, holder, type(exc).__name__)
-        return crashed(
+        row = crashed(
             job.contract, job.name, job.provider, job.repeat, job.run_id, wrap_unknown(exc)
         )
+        return dataclasses.replace(row, sample_id=job.sample.id)
 
 
 def cancel_marker(folder: str, sweep_id: str) -> str:
@@ -307,7 +332,7 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
 
     marker = cancel_marker(job.shards, job.options["sweep_id"])
     if os.path.exists(marker):  # the sweep was cancelled before this task began
-        return SweepRun(job.contract.task, job.name, job.provider.model, job.repeat)
+        return job.unstarted()
     store = shard_store(job.shards)
     claim = os.path.join(job.shards, "claims", job.run_id)
     try:
@@ -321,7 +346,15 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
         os.close(fd)
     options = {**job.options, "store": store}
     work = one_run(
-        job.contract, job.name, job.provider, job.repeat, job.keep, options, run_id=job.run_id
+        job.contract,
+        job.name,
+        job.provider,
+        job.repeat,
+        job.keep,
+        options,
+        run_id=job.run_id,
+        sample=job.sample,
+        scorers=job.scorers,
     )
     try:
         row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
@@ -333,6 +366,7 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
             job.repeat,
             RunOutcome.CANCELLED.value,
             run_id=job.run_id,
+            sample_id=job.sample.id,
         )
     return dataclasses.replace(row, shard=store.path)
 
@@ -355,4 +389,5 @@ def _unfinished(job: WorkerJob, shard: str, why: str) -> SweepRun:
         error_kind=why,
         run_id=job.run_id,
         shard=shard,
+        sample_id=job.sample.id,
     )

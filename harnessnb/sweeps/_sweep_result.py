@@ -1,5 +1,6 @@
 """``SweepResult``: what ``hn.sweep`` hands back: one row per run, the sweep's failure
-rates, and a summary table (text and HTML) per provider."""
+rates, its scores (one row per run and scorer), and a summary table (text and HTML) per
+provider."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..loop._contract import RunOutcome
 from ..loop._result import usd
+from ..rules._errors import ConfigError
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
 from ..rules._renamed import renamed
 from ..rules._text import shorten
@@ -24,6 +26,7 @@ __all__ = [
     "RUN_COLUMNS",
     "SPLIT",
     "UNFINISHED",
+    "RunScore",
     "Signature",
     "SweepResult",
     "SweepRun",
@@ -36,6 +39,14 @@ RUN_COLUMNS: Final = (
     "task", "provider", "model", "repeat", "outcome", "steps", "tokens", "cost_usd",
     "elapsed_s", "error_kind", "retries", "run_id",
 )  # fmt: skip
+# The types of ``SweepResult.scores``' columns (their order: ``_stats.SCORE_COLUMNS``).
+_SCORE_TYPES: Final = {
+    **dict.fromkeys(("sweep_id", "run_id", "sample_id", "provider", "scorer",
+                     "scorer_version", "explanation", "error", "infra_kind", "outcome"),
+                    "string"),
+    "repeat": "Int64", "value": "Float64", "passed": "boolean", "infra_failure": "bool",
+    "cost_usd": "Float64", "elapsed_s": "float64",
+}  # fmt: skip
 # The outcome of a run of a sweep on a cluster whose worker died during it: its
 # committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
 UNFINISHED: Final = "unfinished"
@@ -78,6 +89,31 @@ def labels(signatures: Sequence[Signature]) -> list[str | None]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RunScore:
+    """One scorer's row for one run of a sweep.
+
+    ``value`` is the score as a number in [0, 1] (True 1.0), None when the run was not
+    scored: the scorer raised (``error``: its type and message, scrubbed) or the run
+    ended for reasons of infrastructure (``infra_failure``, with ``infra_kind``: the
+    provider or store error's kind, else the run's outcome).
+    """
+
+    scorer: str
+    scorer_version: str
+    value: float | None = None
+    explanation: str = ""
+    error: str | None = None
+    infra_failure: bool = False
+    infra_kind: str | None = None
+    scored_at: float | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        """A full score (1.0), or None when not scored."""
+        return None if self.value is None else self.value >= 1.0
+
+
 @renamed(seconds="elapsed_s")
 @dataclasses.dataclass(frozen=True)
 class SweepRun:
@@ -88,6 +124,8 @@ class SweepRun:
     run (a provider or store error's kind, else the error's code, e.g. ``UNKNOWN``).
     On a cluster (``executor=``), ``shard`` is the store file the run is in; outcome
     ``unfinished`` marks a run whose worker died during it (resumable from that shard).
+    ``sample_id`` is the id of the run's sample (a text's derived from it), ``scores``
+    what each of the sweep's scorers said of the run, in the scorers' order.
     """
 
     task: str
@@ -103,6 +141,8 @@ class SweepRun:
     retries: int = 0
     run_id: str | None = None
     shard: str | None = None
+    sample_id: str | None = None
+    scores: tuple[RunScore, ...] = ()
 
     @property
     def spend(self) -> float:
@@ -132,6 +172,7 @@ class SweepResult:
             ``SPLIT`` (``model``, ``base_url``) as that takes (the same number in
             every pair); ``failure_rates`` reports those attempts under the sweep's
             name.
+        scorers: (name, version) of each scorer of the sweep, in order.
     """
 
     sweep_id: str
@@ -139,6 +180,54 @@ class SweepResult:
     records: tuple[SweepRun, ...]
     stopped: str | None = None
     aliases: tuple[tuple[tuple[str | None, ...], str], ...] = ()
+    scorers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """One row per run started and scorer (none without scorers): ``sweep_id``,
+        ``run_id``, ``sample_id``, ``provider`` (the sweep's name), ``repeat``,
+        ``scorer``, ``scorer_version``, ``value`` (``Float64``, missing when not
+        scored), ``passed`` (``boolean``: value 1.0), ``explanation``, ``error`` (the
+        scorer raised: a scoring error, not a task failure), ``infra_failure``
+        (``bool``: the run ended for reasons of infrastructure and was not scored),
+        ``infra_kind`` (the provider or store error's kind, else the run's outcome),
+        ``outcome``, ``cost_usd``, ``elapsed_s``. Built from the result's own runs: no
+        store query."""
+        import pandas as pd
+
+        from ._stats import SCORE_COLUMNS
+
+        rows = [
+            [
+                self.sweep_id,
+                r.run_id,
+                r.sample_id,
+                r.provider,
+                r.repeat,
+                s.scorer,
+                s.scorer_version,
+                s.value,
+                s.passed,
+                s.explanation,
+                s.error,
+                s.infra_failure,
+                s.infra_kind,
+                r.outcome,
+                r.cost_usd,
+                r.elapsed_s,
+            ]
+            for r in self.records
+            if r.outcome is not None
+            for s in r.scores or self._unscored(r)
+        ]
+        data = pd.DataFrame(rows, columns=list(SCORE_COLUMNS), dtype=object)
+        return data.astype(_SCORE_TYPES)
+
+    def _unscored(self, run: SweepRun) -> tuple[RunScore, ...]:
+        """The rows of a run that came back without scores (its worker died, or it was
+        cancelled on a worker): infrastructure, not scored."""
+        kind = run.outcome
+        return tuple(RunScore(n, v, infra_failure=True, infra_kind=kind) for n, v in self.scorers)
 
     @property
     def runs(self) -> pd.DataFrame:
@@ -215,7 +304,61 @@ class SweepResult:
         costs = [r.cost_usd for r in self.records if r.outcome is not None]
         return None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
 
-    def summary(self) -> list[tuple[Any, ...]]:
+    def summary(
+        self,
+        *,
+        by: Sequence[str] = ("provider", "scorer"),
+        k: int | None = None,
+        confidence: float = 0.95,
+    ) -> pd.DataFrame:
+        """The sweep's scores per provider and scorer: runs, scored runs and
+        infrastructure failures (their rate over all runs), the mean score with its
+        interval (clustered by sample: repeats of one sample are not independent),
+        pass@k and pass^k, cost per correct answer, p50/p95 seconds.
+
+        Args:
+            by: The ``scores`` columns to group by.
+            k: pass@k's k (default: the fewest scored runs of any sample in the group).
+            confidence: The interval's level.
+
+        Raises:
+            ConfigError: The sweep had no scorers (see ``failure_rates`` and ``runs``).
+        """
+        from ._stats import summary
+
+        return summary(self._scored("summary"), by=by, k=k, confidence=confidence)
+
+    def compare(
+        self,
+        a: str | None = None,
+        b: str | None = None,
+        *,
+        scorer: str | None = None,
+        confidence: float = 0.95,
+    ) -> pd.DataFrame:
+        """The paired difference of two providers' scores (``b`` minus ``a``) on the
+        samples both scored, with its interval and p-value: McNemar's exact test for
+        pass/fail with one run a sample, else the paired t-test on each sample's mean
+        over its repeats. With no provider named: every pair, Holm-corrected (``p_holm``).
+        Infrastructure failures are left out: they are not wrong answers.
+
+        Raises:
+            ConfigError: The sweep had no scorers; a provider or scorer it has not.
+        """
+        from ._stats import compare
+
+        return compare(self._scored("compare"), a, b, scorer=scorer, confidence=confidence)
+
+    def _scored(self, what: str) -> pd.DataFrame:
+        if not self.scorers:
+            raise ConfigError(
+                f"{what}() reads the sweep's scores, and this sweep had no scorers: "
+                "pass hn.sweep(..., scorers=[...]) (see hn.scorers); failure_rates() and "
+                "runs report a sweep without them"
+            )
+        return self.scores
+
+    def _provider_rows(self) -> list[tuple[Any, ...]]:
         """Per provider: (provider, done/total, outcomes, failures by kind, retries, spend)."""
         rows = []
         for name in dict.fromkeys(r.provider for r in self.records):
@@ -244,7 +387,7 @@ class SweepResult:
         if self.stopped:
             head += f" (stopped launching: {self.stopped})"
         lines = [head]
-        for name, count, outcomes, kinds, retries, spend in self.summary():
+        for name, count, outcomes, kinds, retries, spend in self._provider_rows():
             lines.append(
                 f"  {name}: {count} | {outcomes} | errors: {kinds} | retries {retries} | {spend}"
             )
@@ -273,7 +416,7 @@ class SweepResult:
             ),
             grid(
                 ["provider", "done", "outcomes", "errors", "retries", "spend"],
-                [tuple(shorten(str(c), 80) for c in row) for row in self.summary()],
+                [tuple(shorten(str(c), 80) for c in row) for row in self._provider_rows()],
             ),
             tone=tone,
         )

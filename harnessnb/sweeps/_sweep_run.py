@@ -1,30 +1,95 @@
-"""One run of a sweep: its own copy of the workspace, ``hn.run``, and its row (any
-error becomes the row: a sweep never stops for one run). Shared by the local sweep
-(``_sweep``) and the runs on Dask workers (``_sweep_dask``)."""
+"""One run of a sweep: its own copy of the workspace (its sample's files written in),
+``hn.run``, its scores, and its row (any error becomes the row: a sweep never stops for
+one run). Shared by the local sweep (``_sweep``) and the runs on Dask workers
+(``_sweep_dask``).
+
+Each of the sweep's scorers judges the run as it ends, given the ``RunResult``, the
+``Sample`` and the run's workspace copy (before the copy is removed): a coroutine
+function awaited, any other callable in a thread (it may block: run a command). A
+scorer that raises gives a row with no value and the ``error``, never a task failure.
+A run that ended for reasons of infrastructure (``INFRA_OUTCOMES``, or a provider or
+store error) is not scored: a row per scorer says ``infra_failure``. The rows go to
+the run's store (``scores``) and on the run's ``SweepRun``."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import logging
 import os
 import shutil
 import stat
 import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id, run
-from ..rules._errors import HarnessError, wrap_unknown
-from ._sweep_result import SweepRun
+from ..rules._errors import (
+    MAX_MESSAGE,
+    ConfigError,
+    HarnessError,
+    ProviderError,
+    StoreError,
+    wrap_unknown,
+)
+from ..rules._secrets import scrub
+from ..rules._text import clip
+from ..store._writes import MAX_EXPLANATION
+from ._sample import INFRA_OUTCOMES, Sample, Score, Scorer
+from ._sweep_result import RunScore, SweepRun
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
     from ..providers._completion import Provider
+    from ..store._row_types import ScoreRow
 
-__all__ = ["crashed", "one_run", "unfit_template_entry"]
+__all__ = ["NamedScorer", "crashed", "named_scorers", "one_run", "unfit_template_entry"]
 
 _log = logging.getLogger("harnessnb.sweep")
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedScorer:
+    """A scorer of a sweep under its name and version (what its rows are tagged with)."""
+
+    name: str
+    version: str
+    score: Scorer
+
+
+def named_scorers(scorers: Iterable[Scorer] | None) -> tuple[NamedScorer, ...]:
+    """Each scorer with its name (its ``name`` attribute, else ``__name__``, else its
+    class's name) and version (its ``version`` attribute, else ``"1"``).
+
+    Raises:
+        ConfigError: not a list of callables, or two scorers with one name.
+    """
+    if scorers is None:
+        return ()
+    if callable(scorers) or isinstance(scorers, str | bytes | Mapping):
+        raise ConfigError("sweep: scorers must be a list of scorers, e.g. scorers=[my_scorer]")
+    named: list[NamedScorer] = []
+    for scorer in scorers:
+        if not callable(scorer):
+            raise ConfigError(f"sweep: a scorer must be callable, not {type(scorer).__name__}")
+        name = getattr(scorer, "name", None)
+        if not isinstance(name, str) or not name:
+            name = getattr(scorer, "__name__", None)
+        if not isinstance(name, str) or not name:
+            name = type(scorer).__name__
+        version = getattr(scorer, "version", None)
+        named.append(NamedScorer(name, "1" if version is None else str(version), scorer))
+    names = [s.name for s in named]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"sweep: two scorers are named {twice[0]!r}; give one a name attribute of its own"
+        )
+    return tuple(named)
 
 
 async def one_run(
@@ -36,20 +101,37 @@ async def one_run(
     options: dict[str, Any],
     *,
     run_id: str | None = None,
+    sample: Sample | None = None,
+    scorers: Sequence[NamedScorer] = (),
 ) -> SweepRun:
-    """One run in its own copy of the workspace; any error becomes its row."""
+    """One run in its own copy of the workspace, scored by ``scorers``; any error
+    becomes its row."""
     run_id, folder = run_id or new_id("run"), None
+    sample = sample if sample is not None else Sample(contract.task)
     try:
         folder = await _copied(os.fspath(contract.workspace))
+        if sample.files:
+            await asyncio.to_thread(_write_files, folder, sample.files)
         own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
+        scores = await _scored(result, sample, Path(folder), scorers)
     except HarnessError as exc:
-        return crashed(contract, name, provider, repeat, run_id, exc)
+        row = crashed(contract, name, provider, repeat, run_id, exc)
+        return await _with_scores(row, sample, _unscored(scorers, exc, row.outcome), options)
     except Exception as exc:  # a crash (or a copy that failed) is a row: the sweep goes on
-        return crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
+        row = crashed(contract, name, provider, repeat, run_id, wrap_unknown(exc))
+        return await _with_scores(row, sample, _unscored(scorers, None, row.outcome), options)
     finally:
         if folder is not None and not keep:  # at once, even while being cancelled
             shutil.rmtree(folder, ignore_errors=True)
+    return await _with_scores(
+        _finished(contract, name, provider, repeat, result), sample, scores, options
+    )
+
+
+def _finished(
+    contract: TaskContract, name: str, provider: Provider, repeat: int, result: RunResult
+) -> SweepRun:
     return SweepRun(
         contract.task,
         name,
@@ -64,6 +146,103 @@ async def one_run(
         retries=result.retries,
         run_id=result.run_id,
     )
+
+
+def _write_files(folder: str, files: Mapping[str, str | bytes]) -> None:
+    """A sample's files written into the run's copy, each walked inside it (a symlink
+    of the template leading out is refused, as for the agent's own writes)."""
+    from ..tools._fileio import replace_walked
+    from ..tools._workspace import Workspace
+
+    space = Workspace(folder)
+    for rel, content in files.items():
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        with space.walk(rel, act="write", create=True) as walked:
+            replace_walked(walked, data, rel)
+
+
+async def _scored(
+    result: RunResult, sample: Sample, workspace: Path, scorers: Sequence[NamedScorer]
+) -> tuple[RunScore, ...]:
+    """Every scorer's row for a run that ended: none scored for an infrastructure end."""
+    if not scorers:
+        return ()
+    error = result.error
+    if result.outcome in INFRA_OUTCOMES or isinstance(error, ProviderError | StoreError):
+        return _unscored(scorers, error, result.outcome.value)
+    return tuple([await _score(s, result, sample, workspace) for s in scorers])
+
+
+def _unscored(
+    scorers: Sequence[NamedScorer], error: HarnessError | None, outcome: str | None
+) -> tuple[RunScore, ...]:
+    """The rows of a run not scored: infrastructure, its kind the provider or store
+    error's, else the run's outcome."""
+    kind = _error_kind(error) if isinstance(error, ProviderError | StoreError) else outcome
+    at = time.time()
+    return tuple(
+        RunScore(s.name, s.version, infra_failure=True, infra_kind=kind, scored_at=at)
+        for s in scorers
+    )
+
+
+async def _score(
+    scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path
+) -> RunScore:
+    """One scorer's row: its value and explanation, or the error it raised."""
+    fn = scorer.score
+    try:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 (an object with an async __call__)
+        ):
+            got: Any = await fn(result, sample, workspace)  # type: ignore[misc]
+        else:  # may block (a command, a file read): off the event loop
+            got = await asyncio.to_thread(fn, result, sample, workspace)
+        if inspect.isawaitable(got):
+            got = await got
+        if isinstance(got, bool | int | float):  # a bare value: a Score without a why
+            got = Score(got)
+        if not isinstance(got, Score):
+            raise TypeError(f"the scorer returned {type(got).__name__}, not a Score")
+    except Exception as exc:  # a scoring error: a row, never the run's failure
+        text = clip(scrub(f"{type(exc).__name__}: {exc}"), MAX_MESSAGE)
+        return RunScore(scorer.name, scorer.version, error=text, scored_at=time.time())
+    explanation = clip(scrub(got.explanation or ""), MAX_EXPLANATION)
+    return RunScore(scorer.name, scorer.version, got.number, explanation, scored_at=time.time())
+
+
+async def _with_scores(
+    row: SweepRun, sample: Sample, scores: tuple[RunScore, ...], options: dict[str, Any]
+) -> SweepRun:
+    """``row`` with its sample and scores, the scores written to the run's store (a
+    store that fails is logged: the rows stay on the result)."""
+    row = dataclasses.replace(row, sample_id=sample.id, scores=scores)
+    store = options.get("store")
+    if not scores or store is None:
+        return row
+    from ..store._writer import store_writer
+
+    rows: list[ScoreRow] = [
+        {
+            "sweep_id": options.get("sweep_id"),
+            "run_id": row.run_id or "",
+            "sample_id": sample.id,
+            "scorer": s.scorer,
+            "scorer_version": s.scorer_version,
+            "value": s.value,
+            "explanation": s.explanation,
+            "error": s.error,
+            "infra_failure": s.infra_failure,
+            "infra_kind": s.infra_kind,
+            "scored_at": s.scored_at,
+        }
+        for s in scores
+    ]
+    try:
+        await store_writer(store).queued.add_scores(rows)
+    except HarnessError as exc:
+        _log.warning("sweep: the scores of %s were not stored: %s", row.run_id, exc)
+    return row
 
 
 def crashed(
