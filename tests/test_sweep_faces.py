@@ -103,11 +103,11 @@ def test_the_sweep_command_refuses_a_bad_spec_and_tasks_beside_samples(
 
 
 def test_the_sweep_line_magic_runs_a_samples_file_with_two_scorers(
-    shell: Any, files: dict[str, Path]
+    shell: Any, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from IPython.utils.capture import capture_output
 
-    os.environ["HARNESSNB_NO_WIDGETS"] = "1"  # the shell fixture's monkeypatch takes it back
+    monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")  # a line per run, not a live display
     line = (
         f"sweep --samples {files['csv']} --providers demo --repeats 2 --workspace "
         f"{files['ws']} --verify '{VERIFY}' --store {files['store']} --score includes "
@@ -169,6 +169,8 @@ def test_the_sweep_magic_shows_each_bad_spec_as_one_usage_line(
         shell.run_cell_magic("harness", "sweep --samples samples.csv --providers demo", "x\n")
     with pytest.raises(UsageError, match=r"one task per line of the cell body \(or --samples"):
         shell.run_cell_magic("harness", "sweep --providers demo", "\n")
+    with pytest.raises(UsageError, match="argument --sweep-id: ' ' is no sweep id"):
+        shell.run_line_magic("harness", "sweep --providers demo --sweep-id ' '")
     with pytest.raises(UsageError, match=r"^%%harness sweep: --samples nosuch\.csv: no such file"):
         shell.run_line_magic("harness", "sweep --samples nosuch.csv --providers demo")
     assert not files["store"].exists()
