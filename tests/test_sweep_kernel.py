@@ -59,3 +59,28 @@ def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path)
     assert not [m for m in messages if m["msg_type"] == "execute_result"]  # not shown twice
     with Store(store) as s:
         assert len(s.runs()) == 6 and s.runs()["sweep_id"].nunique() == 1
+
+
+def test_the_live_table_of_a_samples_sweep_counts_each_sample_though_two_share_a_text(
+    tmp_path: Path,
+) -> None:
+    ws, store, csv = tmp_path / "ws", tmp_path / "runs.duckdb", tmp_path / "samples.csv"
+    ws.mkdir()
+    (ws / "README.md").write_text("# Title\n")
+    csv.write_text("input,target,id\nsay hello,hello,first\nsay hello,bye,second\n")
+    with started_kernel(tmp_path) as (_, kc):
+        execute(kc, "import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
+        with demo_server(seed=1) as srv:
+            messages = execute(kc, (
+                f"%harness sweep --samples {csv} --providers local --base-url {srv.openai_url} "
+                f"--repeats 2 --workspace {ws} --store {store} --score includes"
+            ))  # fmt: skip
+    errors = [m["content"] for m in messages if m["msg_type"] == "error"]
+    assert not errors, errors
+    shown = [m for m in messages if m["msg_type"] == "display_data"]
+    updates = [m for m in messages if m["msg_type"] == "update_display_data"]
+    assert len(shown) == 1 and "0/4" in shown[0]["content"]["data"]["text/html"]
+    assert len(updates) == 5  # each of the 4 runs, then the final table
+    assert "4/4 runs" in updates[-1]["content"]["data"]["text/plain"]
+    with Store(store) as s:
+        assert sorted(s.scores()["sample_id"]) == ["first", "first", "second", "second"]

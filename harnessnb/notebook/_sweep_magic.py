@@ -23,6 +23,7 @@ from ..launch._sweep_options import cluster, providers_from, sweep_kwargs, sweep
 from ..loop._bridge import run_blocking
 from ..loop._contract import TaskContract
 from ..rules._errors import ConfigError
+from ..sweeps._sample import Sample, sample_id
 from ..sweeps._sweep import sweep
 from ..sweeps._sweep_result import SweepResult, SweepRun
 from ..tools._approval import DenyAll
@@ -65,7 +66,7 @@ def plan_sweep(
         raise UsageError(f"%%harness sweep: {err.message}") from None
     store = open_store(args.store)
     sweep_id = kwargs.pop("sweep_id")
-    tasks = [c.task if isinstance(c, TaskContract) else c[0].task for c in contracts]
+    tasks = [_task(c) for c in contracts]
     live = _LiveTable(sweep_id, store, tasks, list(providers), args.repeats, shell)
     try:
         with cluster(args) as client:
@@ -99,6 +100,14 @@ def plan_sweep(
     return None if shown else result
 
 
+def _task(task: TaskContract | tuple[TaskContract, Sample]) -> tuple[str, str]:
+    """A task's text and the id of its sample, as the sweep's rows carry them (two
+    samples may share a text)."""
+    if isinstance(task, tuple):
+        return task[0].task, task[1].id
+    return task.task, sample_id(task.task)
+
+
 class _LiveTable:
     """The sweep's table while it runs: its rows so far, unstarted runs as pending."""
 
@@ -106,16 +115,16 @@ class _LiveTable:
         self,
         sweep_id: str,
         store: Any,
-        tasks: list[str],
+        tasks: list[tuple[str, str]],
         names: list[str],
         repeats: int,
         shell: Any,
     ) -> None:
         self.sweep_id, self.store = sweep_id, store
         self.records = {
-            (task, name, repeat): SweepRun(task, name, "", repeat)
+            (sample, name, repeat): SweepRun(task, name, "", repeat, sample_id=sample)
             for repeat in range(repeats)
-            for task in tasks
+            for task, sample in tasks
             for name in names
         }
         self.lock = threading.Lock()
@@ -129,7 +138,7 @@ class _LiveTable:
     def add(self, row: SweepRun) -> None:
         """A run ended (called on harnessnb's loop thread)."""
         with self.lock:
-            self.records[(row.task, row.provider, row.repeat)] = row
+            self.records[(row.sample_id or "", row.provider, row.repeat)] = row
             current = self.result()
         if self.handle is not None:
             self.handle.update(current)
