@@ -96,9 +96,13 @@ def test_the_sweep_command_refuses_a_bad_spec_and_tasks_beside_samples(
     both = harnessnb("say hi", "--samples", str(files["csv"]), *base, cwd=tmp_path)
     assert both.returncode == 2
     assert "gives the sweep's tasks: no TASK arguments beside it" in both.stderr
+    targetless = harnessnb("say hi", "--score", "regex", *base, cwd=tmp_path)
+    assert targetless.returncode == 2
+    assert ("--score regex compares each run with its sample's target, and tasks written out "
+            "(TASK arguments) have none: write regex:PATTERN") in targetless.stderr  # fmt: skip
     neither = harnessnb(*base, cwd=tmp_path)
     assert neither.returncode == 2
-    assert "give the tasks as TASK arguments, or --samples FILE" in neither.stderr
+    assert "give the tasks (TASK arguments) or --samples FILE" in neither.stderr
     assert not files["store"].exists()  # nothing ran, no store made
 
 
@@ -155,8 +159,10 @@ def test_the_sweep_magic_shows_each_bad_spec_as_one_usage_line(
     shell: Any, files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from IPython.core.error import UsageError
+    from IPython.utils.capture import capture_output
 
     monkeypatch.chdir(files["csv"].parent)
+    monkeypatch.setenv("HARNESSNB_NO_WIDGETS", "1")
     for spec, said in BAD_SPECS:
         with pytest.raises(UsageError) as caught:
             shell.run_line_magic(
@@ -164,16 +170,23 @@ def test_the_sweep_magic_shows_each_bad_spec_as_one_usage_line(
             )
         assert f"%harness sweep: argument --score: {spec!r}: " in str(caught.value)
         assert said in str(caught.value)
-    with pytest.raises(UsageError, match=r"gives the sweep's tasks: no cell body \(write "
+    with pytest.raises(UsageError, match=r"gives the sweep's tasks: no cell body beside it \(write "
                        "the line magic: %harness sweep --samples FILE"):  # fmt: skip
         shell.run_cell_magic("harness", "sweep --samples samples.csv --providers demo", "x\n")
+    for spec, form in (("includes", "includes:TEXT"), ("file_contains:out.txt", "PATH:TEXT")):
+        with pytest.raises(UsageError, match=rf"written out \(cell body\) have none: .*{form}"):
+            shell.run_cell_magic("harness", f"sweep --providers demo --score {spec}", "say hi\n")
+    with capture_output():  # a scorer with its own text needs no target
+        shell.run_cell_magic("harness", "sweep --providers demo --workspace ws --score "
+                             "includes:demo --score file_contains:README.md:demo --out own",
+                             "say hi\n")  # fmt: skip
+    assert list(shell.user_ns.pop("own").scores["value"]) == [1.0, 1.0]
     with pytest.raises(UsageError, match=r"one task per line of the cell body \(or --samples"):
         shell.run_cell_magic("harness", "sweep --providers demo", "\n")
     with pytest.raises(UsageError, match="argument --sweep-id: ' ' is no sweep id"):
         shell.run_line_magic("harness", "sweep --providers demo --sweep-id ' '")
     with pytest.raises(UsageError, match=r"^%%harness sweep: --samples nosuch\.csv: no such file"):
         shell.run_line_magic("harness", "sweep --samples nosuch.csv --providers demo")
-    assert not files["store"].exists()
 
 
 def test_each_spec_builds_the_scorer_the_api_builds(

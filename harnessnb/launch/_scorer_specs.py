@@ -28,7 +28,7 @@ from ..rules._errors import ConfigError
 if TYPE_CHECKING:
     from ..sweeps._scorers import BuiltinScorer
 
-__all__ = ["SCORE_FORMS", "score_spec", "scorer_from"]
+__all__ = ["SCORE_FORMS", "reads_target", "score_spec", "scorer_from"]
 
 SCORE_FORMS = (
     "includes[:TEXT]",
@@ -123,3 +123,16 @@ def score_spec(text: str) -> BuiltinScorer:
         return scorer_from(text)
     except ConfigError as err:
         raise argparse.ArgumentTypeError(err.message.removeprefix("--score ")) from None
+
+
+def reads_target(scorer: BuiltinScorer) -> str | None:
+    """For a spec's scorer given no TEXT or PATTERN (it reads each sample's target, which
+    a task written out has not): the form that gives it one; else None."""
+    form = _OWN_TEXT.get(scorer.kind)
+    given = getattr(scorer, "pattern" if scorer.kind == "regex" else "text", "")
+    return form if form is not None and given is None else None
+
+
+# The kinds that read the sample's target when given no text: the form that gives one.
+_OWN_TEXT = {"includes": "includes:TEXT", "exact": "exact:TEXT", "regex": "regex:PATTERN",
+             "file_contains": "file_contains:PATH:TEXT"}  # fmt: skip

@@ -29,7 +29,7 @@ from ._options import (
     positive_float,
     positive_int,
 )
-from ._scorer_specs import SCORE_FORMS, score_spec
+from ._scorer_specs import SCORE_FORMS, reads_target, score_spec
 
 if TYPE_CHECKING:
     from ..loop._contract import TaskContract
@@ -90,25 +90,34 @@ SWEEP_OPTIONS: tuple[Option, ...] = (
 
 
 def sweep_tasks(
-    args: argparse.Namespace, texts: list[str], written: str
+    args: argparse.Namespace, texts: list[str], written: str, hint: str = ""
 ) -> list[TaskContract | tuple[TaskContract, Sample]]:
     """The sweep's tasks: the face's own ``texts``, or ``--samples FILE``'s samples, each
     with the contract the run options make (budgets, ``--verify``).
 
     ``written`` names where the face's tasks come from (``"TASK arguments"``, ``"cell
-    body"``), for the error that refuses them beside ``--samples``.
+    body"``), for the errors; ``hint`` follows the one that refuses them beside
+    ``--samples`` (how the face takes samples alone).
 
     Raises:
-        ConfigError: both or neither given; what ``hn.samples`` raises (a missing or bad
-            file, the row named); a bad ``--verify`` text.
+        ConfigError: both or neither given; a ``--score`` that reads the sample's target
+            with tasks that have none; what ``hn.samples`` raises (a missing or bad file,
+            the row named); a bad ``--verify`` text.
     """
     if args.samples is None:
         if not texts:
-            raise ConfigError(f"sweep: give the tasks as {written}, or --samples FILE")
+            raise ConfigError(f"sweep: give the tasks ({written}) or --samples FILE")
+        for scorer in args.score:
+            if form := reads_target(scorer):
+                raise ConfigError(
+                    f"--score {scorer.name} compares each run with its sample's target, and "
+                    f"tasks written out ({written}) have none: write {form}, or give the tasks "
+                    "with their targets (--samples FILE)"
+                )
         return [contract_from(args, text) for text in texts]
     if texts:
         raise ConfigError(
-            f"--samples {args.samples} gives the sweep's tasks: no {written} beside it"
+            f"--samples {args.samples} gives the sweep's tasks: no {written} beside it{hint}"
         )
     from ..sweeps._samples_io import samples
 

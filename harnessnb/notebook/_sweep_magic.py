@@ -36,7 +36,7 @@ __all__ = ["plan_sweep"]
 
 # Samples are a sweep's tasks as a cell body's lines are: --samples goes on a line magic
 # (IPython refuses a cell magic with an empty body).
-_BODY = "cell body (write the line magic: %harness sweep --samples FILE ...)"
+_LINE_MAGIC = " (write the line magic: %harness sweep --samples FILE ...)"
 _REFUSE = DenyAll("a sweep asks nobody: allow the act up front (e.g. --allow-write GLOB)")
 
 
@@ -60,7 +60,7 @@ def plan_sweep(
         )
     try:
         kwargs = sweep_kwargs(args, "notebook", shell.user_ns)
-        contracts = sweep_tasks(args, lines, _BODY)
+        contracts = sweep_tasks(args, lines, "cell body", _LINE_MAGIC)
         providers = providers_from(args, shell.user_ns)
     except ConfigError as err:
         raise UsageError(f"%%harness sweep: {err.message}") from None
