@@ -11,6 +11,7 @@ import pickle
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -312,3 +313,48 @@ async def test_outside_a_sweep_the_judge_records_in_the_store_given_and_needs_on
     with pytest.raises(hn.ConfigError, match=r"give model_graded\(store=\)"):
         await hn.scorers.model_graded(scripted, RUBRIC)(run, samples()[0], ws)
     assert not default.parent.exists() and len(scripted.calls) == 1
+
+
+def scripted_judge(messages: Any) -> str:
+    """A judge played by a scripted provider (it travels to Dask workers by value)."""
+    prompt = str(messages[-1]["content"])
+    reference = _quoted(prompt, "The reference answer:")
+    right = reference in _quoted(prompt, "The agent's answer, to grade:")
+    return f"Checked against {reference}.\nGRADE: {'C' if right else 'I'}"
+
+
+@pytest.fixture
+def client() -> Iterator[Any]:
+    """A blocking client of a one-worker Dask cluster (worker processes), no backoff there."""
+    distributed = pytest.importorskip("distributed")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the judge's script
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    client.run(lambda: hn.set_testing(True) and None)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+async def test_on_a_dask_cluster_the_judge_records_in_the_shards_and_replays_from_them(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    judge = hn.scorers.model_graded(hn.ScriptedProvider(scripted_judge, name="judge"), RUBRIC)
+    provider = hn.ScriptedProvider(agent, name="agent")
+    result = await hn.sweep(samples(), [provider], workspace=ws, executor=client,
+                            shards=tmp_path / "shards", scorers=[judge])  # fmt: skip
+    scores = result.scores.set_index("sample_id")
+    assert scores["value"].to_dict() == {"fr": 1.0, "it": 0.0}
+    assert scores["error"].isna().all()
+    # The gradings were recorded in the worker's shard; the combined store replays them.
+    replay = hn.scorers.model_graded(None, RUBRIC, store=result.store)
+    for sample in samples():
+        run = hn.RunResult.from_store(scores.loc[sample.id, "run_id"], store=result.store)
+        again = await replay(run, sample, ws)
+        assert again.value == scores.loc[sample.id, "value"]
