@@ -13,7 +13,7 @@ Every judge call goes through ``Record(provider, store)`` with the scored run's 
 the grading is kept in the store that holds the run (the recordings table), under that
 run; ``model_graded(None, rubric)`` grades from those recordings through
 ``Replay(store, run_id=...)``: no provider, no key, the same verdicts. The store is the
-one given (``store=``), else the one the sweep scores in (``_sample.scoring_store()``:
+one given (``store=``), else the one the sweep scores in (handed over by ``in_store``:
 the sweep's store, a Dask worker's shard), else the default store when its file exists;
 no store, or one that holds no such run, is a ``ConfigError`` (the recordings would be
 lost beside another store).
@@ -46,7 +46,7 @@ from ..rules._retry import RetryPolicy, SystemClock, retry_decision
 from ..rules._secrets import scrub
 from ..rules._text import clip, printable, shorten
 from ..store._open import default_store_path, open_store
-from ._sample import Sample, Score, scoring_store
+from ._sample import Sample, Score, Scorer
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
@@ -180,6 +180,16 @@ class ModelGraded:
         judge = "replay" if self.provider is None else f"{self.provider.name}/{self.provider.model}"
         return f"<scorer {self.name} v{self.version} judged by {judge}>"
 
+    def in_store(self, store: Store) -> Scorer:
+        """This judge keeping its gradings in ``store`` (the one holding the run: the
+        sweep hands it over), unless it was given a store of its own; its spend counted
+        with this one's."""
+        if self.store is not None:
+            return self
+        bound = dataclasses.replace(self, store=store)
+        object.__setattr__(bound, "_spend", self._spend)
+        return bound
+
     async def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score:
         """The judge's verdict on ``run``'s last answer to ``sample``."""
         store = await asyncio.to_thread(self._store_of, run.run_id)
@@ -201,7 +211,7 @@ class ModelGraded:
 
     def _store_of(self, run_id: str) -> Store:
         """The store the judge records in (or replays from): the one holding the run."""
-        given = self.store if self.store is not None else scoring_store()
+        given = self.store
         if given is None and not os.path.exists(default_store_path()):
             raise ConfigError(
                 f"scorer {self.name}: no store to keep the judge's grading in: outside a "

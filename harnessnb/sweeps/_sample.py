@@ -9,15 +9,13 @@ cancel, the store) is not scored: it says nothing about the answer.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import hashlib
 import math
 import os
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from ..rules._errors import ConfigError
 from ..rules._outcomes import RunOutcome
@@ -28,12 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INFRA_OUTCOMES",
+    "KeepsBesideRun",
     "Sample",
     "Score",
     "Scorer",
     "sample_id",
-    "scoring_in",
-    "scoring_store",
 ]
 
 # Outcomes that say nothing about the answer: the provider failed after its retries, a
@@ -152,25 +149,11 @@ class Score:
 Scorer: TypeAlias = Callable[["RunResult", Sample, Path], "Score | Awaitable[Score]"]
 
 
-# The store of the sweep whose run is being scored (None outside a sweep's scoring): a
-# scorer that keeps something beside the run (the LLM judge's recordings) finds it here.
-# Set in the scoring task, so a sync scorer's thread (``asyncio.to_thread``) sees it too.
-_SCORING_STORE: contextvars.ContextVar[Store | None] = contextvars.ContextVar(
-    "harnessnb_scoring_store", default=None
-)
+@runtime_checkable
+class KeepsBesideRun(Protocol):
+    """A scorer that keeps something beside the run it scores (the LLM judge's
+    recordings): before scoring a run, the sweep (and ``hn.rescore``) hands it the store
+    holding that run (the sweep's, a Dask worker's shard) and scores with what it
+    returns. Passed as a value, never through ambient state."""
 
-
-def scoring_store() -> Store | None:
-    """The store holding the run being scored (a sweep's, or a Dask worker's shard),
-    while a sweep scores it; None outside."""
-    return _SCORING_STORE.get()
-
-
-@contextlib.contextmanager
-def scoring_in(store: Store | None) -> Iterator[None]:
-    """Score in this block with ``store`` as the ``scoring_store()``."""
-    token = _SCORING_STORE.set(store)
-    try:
-        yield
-    finally:
-        _SCORING_STORE.reset(token)
+    def in_store(self, store: Store) -> Scorer: ...

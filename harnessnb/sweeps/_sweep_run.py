@@ -39,7 +39,7 @@ from ..rules._errors import (
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
-from ._sample import INFRA_OUTCOMES, Sample, Score, Scorer, scoring_in
+from ._sample import INFRA_OUTCOMES, KeepsBesideRun, Sample, Score, Scorer
 from ._sweep_result import RunScore, SweepRun
 
 if TYPE_CHECKING:
@@ -171,14 +171,13 @@ async def _scored(
     store: Store | None = None,
 ) -> tuple[RunScore, ...]:
     """Every scorer's row for a run that ended: none scored for an infrastructure end.
-    The scorers see ``store`` (the run's) as ``scoring_store()``."""
+    A scorer that keeps something beside the run is handed ``store`` (the run's)."""
     if not scorers:
         return ()
     error = result.error
     if result.outcome in INFRA_OUTCOMES or isinstance(error, ProviderError | StoreError):
         return _unscored(scorers, error, result.outcome.value)
-    with scoring_in(store):
-        return tuple([await _score(s, result, sample, workspace) for s in scorers])
+    return tuple([await _score(s, result, sample, workspace, store) for s in scorers])
 
 
 def _unscored(
@@ -195,11 +194,13 @@ def _unscored(
 
 
 async def _score(
-    scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path
+    scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path, store: Store | None
 ) -> RunScore:
     """One scorer's row: its value and explanation, or the error it raised."""
     fn = scorer.score
     try:
+        if store is not None and isinstance(fn, KeepsBesideRun):
+            fn = fn.in_store(store)
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 (an object with an async __call__)
         ):
