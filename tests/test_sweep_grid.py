@@ -219,7 +219,7 @@ async def test_a_real_sweep_keeps_what_its_grid_shows(tmp_path: Path) -> None:
 
 
 @needs_chromium
-@pytest.mark.parametrize("theme", ["lab-light", "lab-dark", "bare-light", "bare-dark"])
+@pytest.mark.parametrize("theme", ["lab-light", "lab-dark", "bare-light", "classic", "bare-dark"])
 def test_a_cell_opens_on_click_and_every_text_reads(theme: str, tmp_path: Path) -> None:
     from tests.test_theme_contrast import _MEASURE, AA, _page
 
