@@ -83,8 +83,8 @@ def mixed() -> SweepResult:
     only, a scoring error, and one not run."""
     steps = (StepSummary(1, "tool_calls", (ToolCallSummary("write_file", "ok"),), 40),
              StepSummary(2, "answer", tokens=12))  # fmt: skip
-    card = str(hn.ProviderError("server said 503", kind=hn.ProviderErrorKind.SERVER,
-                                status=503)._card_html())  # fmt: skip
+    card = hn.ProviderError("server said 503", kind=hn.ProviderErrorKind.SERVER,
+                            status=503)._card_html()  # fmt: skip
     return result([
         *(sweep_run("s1", "good", i, score(1.0, explanation="found it"), step_summaries=steps,
                     text=f"answer {i}") for i in range(3)),
@@ -152,7 +152,7 @@ def test_several_scorers_the_first_colours_and_every_one_is_listed() -> None:
 
 def test_a_hostile_sample_answer_and_explanation_are_escaped() -> None:
     res = result([SweepRun(HOSTILE, HOSTILE, "m", 0, "finished", run_id=HOSTILE,
-                           sample_id=HOSTILE, text=HOSTILE,
+                           sample_id=HOSTILE, text=HOSTILE, error_card=cast(Any, HOSTILE),
                            scores=(score(0.5, explanation=HOSTILE),
                                    score(None, "judge", error=HOSTILE)))],
                  scorers=("includes", "judge"))  # fmt: skip
@@ -160,7 +160,7 @@ def test_a_hostile_sample_answer_and_explanation_are_escaped() -> None:
     parsed = Parsed(page)
     assert not [t for t, _ in parsed.tags if t == "img"]
     assert HOSTILE not in page
-    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 5
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 6  # the error card's too
 
 
 def test_2000_runs_keep_every_score_and_the_html_stays_under_the_cap() -> None:

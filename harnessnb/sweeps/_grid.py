@@ -98,7 +98,7 @@ class GridRun(Protocol):
     @property
     def text(self) -> str: ...
     @property
-    def error_card(self) -> str: ...
+    def error_card(self) -> Html: ...
 
 
 def _infra_kind(run: GridRun) -> str | None:
@@ -210,7 +210,7 @@ def _transcript(run: GridRun) -> Html:
                 bullets(steps),
                 text_block(run.text) if run.text else "",
                 bullets([_score_line(s) for s in run.scores]),
-                Html(run.error_card),  # made by the error's own card: already escaped
+                escape(run.error_card),  # the error's own card (Html); other text escaped
             ]
         )
         + "</div>"

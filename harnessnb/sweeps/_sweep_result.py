@@ -133,8 +133,8 @@ class SweepRun:
     ``sample_id`` is the id of the run's sample (a text's derived from it), ``scores``
     what each of the sweep's scorers said of the run, in the scorers' order.
     ``step_summaries`` (the first ``MAX_GRID_STEPS``), ``text`` (the final text, cut to
-    ``MAX_GRID_TEXT``) and ``error_card`` (the HTML card of the error that ended it) are
-    what the sweep's grid shows of the run.
+    ``MAX_GRID_TEXT``) and ``error_card`` (the card of the error that ended it, as ``Html``:
+    any other text there is shown escaped) are what the sweep's grid shows of the run.
     """
 
     task: str
@@ -157,7 +157,7 @@ class SweepRun:
         default=(), repr=False, compare=False
     )
     text: str = dataclasses.field(default="", repr=False, compare=False)
-    error_card: str = dataclasses.field(default="", repr=False, compare=False)
+    error_card: Html = dataclasses.field(default=Html(""), repr=False, compare=False)
 
     @property
     def spend(self) -> float:

@@ -37,6 +37,7 @@ from ..rules._errors import (
     StoreError,
     wrap_unknown,
 )
+from ..rules._html import Html
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
@@ -148,7 +149,7 @@ def _finished(
         run_id=result.run_id,
         step_summaries=result.step_summaries[:MAX_GRID_STEPS],
         text=clip(scrub(result.text), MAX_GRID_TEXT),
-        error_card="" if result.error is None else str(result.error._card_html()),
+        error_card=Html("") if result.error is None else result.error._card_html(),
     )
 
 
@@ -269,7 +270,7 @@ def crashed(
         outcome,
         error_kind=_error_kind(exc),
         run_id=run_id,
-        error_card=str(exc._card_html()),
+        error_card=exc._card_html(),
     )
 
 
