@@ -5,8 +5,6 @@ wrong answers; untrusted text escaped; a size cap that keeps every cell's score.
 from __future__ import annotations
 
 import html
-import sys
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, cast
@@ -246,43 +244,3 @@ def test_a_cell_opens_on_click_and_every_text_reads(theme: str, tmp_path: Path) 
     assert not low, "\n".join(
         f"{r['ratio']:.2f} <{r['tag']}> {r['text']!r} fg {r['fg']} bg {r['bg']}" for r in low
     )
-
-
-@pytest.fixture
-def client() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
-    )
-    client = distributed.Client(cluster)
-    client.run(lambda: hn.set_testing(True) and None)  # no real backoff on the worker
-    try:
-        yield client
-    finally:
-        client.close()
-        cluster.close()
-
-
-async def test_runs_on_a_dask_cluster_bring_back_what_the_grid_shows(
-    client: Any, tmp_path: Path
-) -> None:
-    """The rows cross from the worker process with their steps, text and error card."""
-    import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the scorer travels by value
-    ws = folder(tmp_path / "template", {"README.md": "# Title\n"})
-    scripted = hn.ScriptedProvider(lambda m: "done", name="fine")
-    with demo_server(rates={"server": 1.0}) as down:
-        providers = {"down": provider_for(down, name="down"), "fine": scripted}
-        res = await hn.sweep([hn.Sample("say done", id="s0")], providers, workspace=ws,
-                             executor=client, shards=tmp_path / "shards",
-                             scorers=[_says_done])  # fmt: skip
-    fine = next(r for r in res.records if r.provider == "fine")
-    down_run = next(r for r in res.records if r.provider == "down")
-    assert fine.text == "done" and [s.decision for s in fine.step_summaries] == ["answer"]
-    assert "server" in down_run.error_card and "harnessnb-error" in down_run.error_card
-    assert Parsed(page_of(res)).cells == ["infra", "good"]
-
-
-def _says_done(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
-    return hn.Score(run.text == "done", "said done")
