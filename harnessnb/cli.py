@@ -58,20 +58,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .launch._options import (
-    RESUME_OPTIONS,
-    RUN_OPTIONS,
-    STORE,
-    absent_store,
-    add_options,
-    agent_from,
-    approver_from,
-    check_provider_options,
-    check_run_options,
-    contract_from,
-    policy_from,
-    prices_from,
-)
+from .launch import _options
 from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
@@ -201,7 +188,7 @@ class LineProgress:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``harnessnb`` command."""
     common = argparse.ArgumentParser(add_help=False)
-    add_options(common, [STORE], "command")
+    _options.add_options(common, [_options.STORE], "command")
     parser = argparse.ArgumentParser(
         prog="harnessnb",
         description="Run LLM agents on tasks in a workspace, durably; analyse the runs.",
@@ -216,17 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
     # run and resume take the options of %harness run / resume (launch._options).
     run = sub.add_parser("run", help="run an agent on a task", epilog=_EPILOG)
     run.add_argument("task", metavar="TASK", help="the task, in plain words")
-    add_options(run, RUN_OPTIONS, "command")
+    _options.add_options(run, _options.RUN_OPTIONS, "command")
     run.set_defaults(handler=cmd_run)
 
     resume = sub.add_parser("resume", help="continue an interrupted run", epilog=_EPILOG)
     resume.add_argument("run_id", metavar="RUN_ID")
-    add_options(resume, RESUME_OPTIONS, "command")
+    _options.add_options(resume, _options.RESUME_OPTIONS, "command")
     resume.set_defaults(handler=cmd_resume)
 
     sweep = sub.add_parser("sweep", help="run tasks x providers x repeats", epilog=_EPILOG)
     sweep.add_argument("tasks", nargs="+", metavar="TASK", help="the tasks, in plain words")
-    add_options(sweep, SWEEP_OPTIONS, "command")
+    _options.add_options(sweep, SWEEP_OPTIONS, "command")
     sweep.set_defaults(handler=cmd_sweep)
 
     runs = sub.add_parser("runs", parents=[common], help="list the runs in the store")
@@ -348,11 +335,7 @@ def _store(args: argparse.Namespace) -> Store:
 
 
 def _provider(args: argparse.Namespace) -> Provider:
-    from .launch._choose import choose_provider
-
-    provider, note = choose_provider(
-        args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
-    )
+    provider, note = _options.provider_from(args)
     if note:
         _out(f"note: {note}", flush=True)
     return provider
@@ -442,15 +425,15 @@ def _run_failures(store: Store, run_id: str) -> pd.DataFrame:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --workspace DIR``."""
-    check_run_options(args)
+    _options.check_run_options(args)
     if args.agent:
         return _run_agent(args)
-    contract = contract_from(args, args.task)
-    policy = policy_from(args, "cli")
-    prices = prices_from(args)
+    contract = _options.contract_from(args, args.task)
+    policy = _options.policy_from(args, "cli")
+    prices = _options.prices_from(args)
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
-    store, progress, approver = _store(args), LineProgress(), approver_from(args)
+    store, progress, approver = _store(args), LineProgress(), _options.approver_from(args)
     result = _drive(
         lambda: run_sync(
             contract,
@@ -473,7 +456,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweeps._sweep import sweep_sync
 
     kwargs = sweep_kwargs(args, "cli")
-    contracts = [contract_from(args, task) for task in args.tasks]
+    contracts = [_options.contract_from(args, task) for task in args.tasks]
     providers = providers_from(args)
     kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
@@ -506,7 +489,7 @@ def _run_agent(args: argparse.Namespace) -> int:
     """``harnessnb run TASK --agent CLI``: a coding-agent CLI instead of the loop."""
     from .agents import run_sync
 
-    agent = agent_from(args)
+    agent = _options.agent_from(args)
     store = _store(args)
     progress = LineProgress()
     result = _drive(
@@ -520,24 +503,18 @@ def _run_agent(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """``harnessnb resume RUN_ID``."""
-    from .launch._choose import provider_for_resume, recorded_run
+    from .launch._choose import recorded_run
 
-    check_provider_options(args)
-    prices = prices_from(args)
+    _options.check_provider_options(args)
+    prices = _options.prices_from(args)
     store = _store(args)
     recorded = recorded_run(store, args.run_id)
-    provider, note = provider_for_resume(
-        recorded,
-        args.provider,
-        model=args.model,
-        base_url=args.base_url,
-        fallbacks=args.fallback,
-    )
+    provider, note = _options.resume_provider_from(args, recorded)
     if note and recorded is not None:  # an unknown run: resume says so, not the choice
         _out(f"note: {note}", flush=True)
     progress = LineProgress()
     progress.run_id = args.run_id
-    approver = approver_from(args)
+    approver = _options.approver_from(args)
     result = _drive(
         lambda: resume_sync(
             args.run_id, provider, store=store, approver=approver, on_event=progress, prices=prices
@@ -549,7 +526,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """``harnessnb runs``: the store's runs, oldest first."""
-    if absent := absent_store(args.store):
+    if absent := _options.absent_store(args.store):
         _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
         return 0
     store = _store(args)
@@ -574,7 +551,7 @@ def cmd_failures(args: argparse.Namespace) -> int:
             f"--by {args.by!r}: {', '.join(map(repr, bad)) or 'a name given twice'}; "
             f"group by distinct names among {', '.join(FAILURE_GROUPS)}"
         )
-    if absent := absent_store(args.store):
+    if absent := _options.absent_store(args.store):
         _out(f"{absent} (`harnessnb run` or `harnessnb demo` makes one)")
         return 0
     store = _store(args)

@@ -285,7 +285,8 @@ def _sample(hint: Any, name: str) -> Any:
         return [hn.ProviderError("leaf a failed", kind=K.SERVER, status=503, provider="a"),
                 hn.ProviderError("leaf b failed", kind=K.TIMEOUT, provider="b")]  # fmt: skip
     samples: dict[Any, Any] = {str: f"{name} value", int: 7, float: 2.5, bool: True,
-                               K: K.RATE_LIMITED, StoreErrorKind: StoreErrorKind.FULL}  # fmt: skip
+                               K: K.RATE_LIMITED, StoreErrorKind: StoreErrorKind.FULL,
+                               tuple[Any, ...]: ("an attempt record",)}  # fmt: skip
     if hint not in samples:
         raise AssertionError(f"no sample for a {hint!r} parameter ({name}): add one here")
     return samples[hint]
@@ -367,15 +368,19 @@ def test_a_pickled_error_carries_no_secret_from_its_message_fields_or_causes(
 def test_error_classes_declare_their_context_fields_once_with_no_init_of_their_own() -> None:
     """One ``__init__`` (rules._fields.Declared) sets every declared field; a class that
     repeats it is the duplication this rule removed (AgentError's ``kind`` too: a field
-    of its own, settled from its status when not given)."""
+    of its own, settled from its status when not given). FallbackError keeps one: it
+    takes the failures its fields are read from."""
     from harnessnb.rules._fields import Declared
 
     declared = [c for c in ERROR_CLASSES if issubclass(c, Declared)]
-    assert {"CLIError", "Timeout", "RateLimited", "RefusedError", "ConflictError"} <= {
-        c.__name__ for c in declared
-    }
+    names = {c.__name__ for c in declared}
+    assert {"CLIError", "Timeout", "RateLimited", "RefusedError", "ConflictError"} <= names
+    assert "ProviderError" in names
     own = [c.__name__ for c in declared if "__init__" in vars(c)]
-    assert own == []
+    assert own == ["FallbackError"]
+    # Such a class shows its own keywords (help(), a notebook's signature tip), not fields.
+    fallback = next(c for c in declared if c.__name__ == "FallbackError")
+    assert list(inspect.signature(fallback).parameters) == ["failures", "provider"]
 
 
 def test_a_misspelled_or_missing_context_field_is_a_type_error_naming_it() -> None:

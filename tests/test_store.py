@@ -647,6 +647,19 @@ def test_stores_on_one_path_share_one_connection_across_threads(tmp_path: Path) 
     b.close()
 
 
+def test_a_query_block_whose_connection_was_closed_leaves_with_its_own_error() -> None:
+    # parallel() sets DuckDB back to one thread when its block ends; a Ctrl-C can close
+    # the connection first (the store drops a broken one), and the KeyboardInterrupt must
+    # leave as it was, not as the closed connection's error (nor, when the block is never
+    # ended, as an "exception ignored" at garbage collection).
+    from harnessnb.store._conn import parallel
+
+    con = duckdb.connect(":memory:")
+    with pytest.raises(KeyboardInterrupt), parallel(con):
+        con.close()
+        raise KeyboardInterrupt
+
+
 @pytest.mark.skipif(
     sys.version_info >= (3, 13),
     reason="on 3.13 DuckDB's Python client missed every SIGINT of a parallel query in 1 of 3 "

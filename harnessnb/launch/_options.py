@@ -33,11 +33,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._errors import ConfigError
-from ._choose import PROVIDER_NAMES, parse_verify, parse_verify_cmd
+from ._choose import (
+    PROVIDER_NAMES,
+    ProviderWords,
+    choose_provider,
+    parse_verify,
+    parse_verify_cmd,
+    provider_for_resume,
+)
 
 if TYPE_CHECKING:
     from ..agents import AgentCLI
     from ..loop._contract import TaskContract
+    from ..providers._completion import Provider
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..tools._approval import Approver
@@ -68,6 +76,8 @@ __all__ = [
     "positive_float",
     "positive_int",
     "prices_from",
+    "provider_from",
+    "resume_provider_from",
 ]
 
 Face = Literal["command", "notebook"]
@@ -360,6 +370,24 @@ def check_provider_options(args: argparse.Namespace) -> None:
             "http://127.0.0.1:8000/v1)",
             code="CONFIG_BASE_URL",
         )
+
+
+def provider_from(args: argparse.Namespace) -> tuple[Provider, str]:
+    """The provider ``--provider``, ``--model``, ``--base-url`` and ``--fallback`` name,
+    and the note saying why it was chosen (``choose_provider``)."""
+    return choose_provider(args.provider, **_provider_words(args))
+
+
+def resume_provider_from(
+    args: argparse.Namespace, recorded: Mapping[str, Any] | None
+) -> tuple[Provider, str]:
+    """The provider to resume the run stored as ``recorded`` with, the same flags
+    given (``provider_for_resume``), and its note."""
+    return provider_for_resume(recorded, args.provider, **_provider_words(args))
+
+
+def _provider_words(args: argparse.Namespace) -> ProviderWords:
+    return {"model": args.model, "base_url": args.base_url, "fallbacks": args.fallback}
 
 
 def check_run_options(args: argparse.Namespace) -> None:

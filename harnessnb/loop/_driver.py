@@ -16,16 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..providers._completion import Completion, Provider
+from ..rules import _events as ev
 from ..rules._errors import ConfigError, HarnessError, StoreError, wrap_unknown
-from ..rules._events import (
-    AnyEvent,
-    FinishedEvent,
-    ReplanEvent,
-    StalledEvent,
-    StartedEvent,
-    StepEvent,
-    ToolEvent,
-)
 from ..rules._retry import Clock, SystemClock
 from ..store._open import default_store
 from ..tools._sandbox import containment
@@ -160,10 +152,10 @@ class Driver:
         budget = self.contract._budget_s
         return None if budget is None else budget - self.elapsed()
 
-    async def emit(self, event: AnyEvent, /) -> None:
+    async def emit(self, event: ev.AnyEvent, /) -> None:
         await self.recorder.emit(event, self.state.step)
 
-    async def _tool_event(self, event: ToolEvent) -> None:
+    async def _tool_event(self, event: ev.ToolEvent) -> None:
         self.asking.see(event)
         await self.emit(event)
 
@@ -205,7 +197,7 @@ class Driver:
     async def _announce(self, *, resumed: bool = False) -> None:
         """The ``started`` event (with ``resumed=True`` when a resume takes the run up)."""
         await self.emit(
-            StartedEvent(
+            ev.StartedEvent(
                 task=self.contract.task,
                 provider=self.provider.name,
                 model=self.provider.model,
@@ -300,7 +292,7 @@ class Driver:
         )
         state.summaries.append(StepSummary.of(row, tool_rows, self.model_calls.step_attempts))
         await self.emit(
-            StepEvent(
+            ev.StepEvent(
                 tokens=state.tokens,
                 cost_usd=state.calls.cost_usd,
                 tool_calls=len(completion.tool_calls),
@@ -309,7 +301,7 @@ class Driver:
             )
         )
         for stall_row in stall_rows:
-            stall = ReplanEvent if stall_row["action"] == "replan" else StalledEvent
+            stall = ev.ReplanEvent if stall_row["action"] == "replan" else ev.StalledEvent
             await self.emit(stall(signal=str(stall_row["signal"]), detail=str(stall_row["detail"])))
         if ending is not None:
             return await self.finished(ending, None)
@@ -367,7 +359,7 @@ class Driver:
         """The result and the ``finished`` event of a run whose end is committed."""
         result = self.result(outcome, error)
         await self.emit(
-            FinishedEvent(
+            ev.FinishedEvent(
                 outcome=outcome.value,
                 steps=self.state.step,
                 tokens=self.state.tokens,

@@ -164,32 +164,26 @@ class RecordedTools(ToolExecutor):
         )
         self._recorded = collections.deque(recorded)
 
-    async def execute(
+    async def _execute(
         self,
         call: ToolCall,
-        *,
         idempotency_key: str,
-        before_run: Callable[[], Awaitable[None]] | None = None,
-        command_timeout_s: float | None = None,
+        before_run: Callable[[], Awaitable[None]] | None,
+        command_timeout_s: float,
     ) -> ToolResult:
+        """The recorded answer (nothing ran, nothing changed), or the ordinary path's
+        for a recorded write made again; ``execute`` announces it."""
         found = self._take(call)
         if found is None:
-            result = _not_recorded(call)
-        else:
-            result = _answer(found)
-            if result.ok and call.name in _REPLAYED_WRITES:
-                made = await super().execute(
-                    call,
-                    idempotency_key=idempotency_key,
-                    before_run=before_run,
-                    command_timeout_s=command_timeout_s,
-                )
-                if not made.ok:
-                    return made
-                return dataclasses.replace(
-                    result, changed_workspace=made.changed_workspace, executions=made.executions
-                )
-        await self.emit_call(call, result)  # a recorded answer: nothing ran, nothing changed
+            return _not_recorded(call)
+        result = _answer(found)
+        if result.ok and call.name in _REPLAYED_WRITES:
+            made = await super()._execute(call, idempotency_key, before_run, command_timeout_s)
+            if not made.ok:
+                return made
+            return dataclasses.replace(
+                result, changed_workspace=made.changed_workspace, executions=made.executions
+            )
         return result
 
     def _take(self, call: ToolCall) -> dict[str, Any] | None:

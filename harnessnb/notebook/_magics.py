@@ -27,7 +27,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
 from ..launch import _options
-from ..launch._choose import choose_provider
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
@@ -254,9 +253,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     prices = _checked("run", lambda a: _options.prices_from(a, shell.user_ns), args)
     try:
         contract = _options.contract_from(args, task)
-        provider, note = choose_provider(
-            args.provider, model=args.model, base_url=args.base_url, fallbacks=args.fallback
-        )
+        provider, note = _options.provider_from(args)
         store = _store(args.store, os.fspath(contract.workspace))
     except HarnessError as err:
         _fail(err)
@@ -335,25 +332,15 @@ def _task(shell: Any, args: argparse.Namespace, cell: str | None) -> str:
 
 
 def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob:
-    from ..launch._choose import provider_for_resume
+    from ..launch._choose import recorded_run
     from ..loop._durable import resume
-    from ..rules._errors import StoreError
 
     _checked("resume", _options.check_provider_options, args)
     prices = _checked("resume", lambda a: _options.prices_from(a, shell.user_ns), args)
     try:
         store = _store(args.store)
-        try:
-            recorded = store.get_run(args.run_id)
-        except StoreError:
-            recorded = None  # resume itself reports why the run cannot be read
-        provider, note = provider_for_resume(
-            recorded,
-            args.provider,
-            model=args.model,
-            base_url=args.base_url,
-            fallbacks=args.fallback,
-        )
+        recorded = recorded_run(store, args.run_id)  # None: resume itself says why
+        provider, note = _options.resume_provider_from(args, recorded)
     except HarnessError as err:
         _fail(err)
         raise

@@ -252,7 +252,7 @@ def wrap_unknown(exc: BaseException, message: str | None = None) -> HarnessError
 
 
 @renamed(retry_after="retry_after_s")
-class ProviderError(HarnessError):
+class ProviderError(Declared, HarnessError):
     """A provider call failed.
 
     Args:
@@ -264,33 +264,28 @@ class ProviderError(HarnessError):
         request_id: The server's request id, when it sent one.
         should_retry: The server's ``x-should-retry`` answer, overriding the kind's.
         model: The model asked.
+        attempts: The failed call's ``hn.AttemptRecord``s (its provider sets them).
     """
 
     CODE = "PROVIDER"
-    attempts: tuple[Any, ...] = ()  # the failed call's hn.AttemptRecords, set by its provider
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: ProviderErrorKind,
-        status: int | None = None,
-        retry_after_s: float | None = None,
-        provider: str | None = None,
-        request_id: str | None = None,
-        should_retry: bool | None = None,
-        model: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message, code=code or f"PROVIDER_{kind.name}")
-        self.kind = kind
-        self.status = status
-        self.retry_after_s = retry_after_s
-        self.provider = provider
-        # Servers have been seen echoing the key in their request id.
-        self.request_id = None if request_id is None else scrub(request_id)
-        self.should_retry = should_retry
-        self.model = model
+    message: str = context(kw_only=False)
+    kind: ProviderErrorKind
+    status: int | None = None
+    retry_after_s: float | None = None
+    provider: str | None = None
+    request_id: str | None = None
+    should_retry: bool | None = None
+    model: str | None = None
+    code: str = context(default=None)
+    attempts: tuple[Any, ...] = context(default=(), shown=False)
+
+    def _code(self) -> str:
+        return f"PROVIDER_{self.kind.name}"
+
+    def _settle(self) -> None:
+        if self.request_id is not None:  # servers have been seen echoing the key in it
+            self.request_id = scrub(self.request_id)
 
     @property
     def retryable(self) -> bool:

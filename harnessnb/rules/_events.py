@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 __all__ = [
@@ -177,19 +178,26 @@ class RefusedEvent(RunEvent):
     reason: str | None = None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ApprovalRequestedEvent(RunEvent):
-    """The approver was asked (the fields of ``hn.ApprovalRequest``)."""
+@dataclasses.dataclass(frozen=True)
+class ApprovalFields:
+    """What an approver is asked, declared once: ``hn.ApprovalRequest`` (in ``tools/``,
+    which documents them) and ``ApprovalRequestedEvent`` are these fields."""
 
-    kind: ClassVar[Literal["approval_requested"]] = "approval_requested"
     act: str
     target: str
     preview: str
     rule: str | None
     layer: str | None
     tool: str
-    args: dict[str, Any]
+    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     call_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ApprovalRequestedEvent(ApprovalFields, RunEvent):
+    """The approver was asked (the fields of ``hn.ApprovalRequest``)."""
+
+    kind: ClassVar[Literal["approval_requested"]] = "approval_requested"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -6,6 +6,8 @@ where the field is optional, ``context(...)`` where it needs more), and the one
 ``TypeError`` at the call, as with a dataclass. ``typing.dataclass_transform`` tells
 type checkers the same, so mypy checks every raise's keywords. The fields a card shows
 are the declared ones, in declaration order (base classes first), unless ``shown=False``.
+A code derived from the fields (``PROVIDER_<KIND>``) comes from ``_code()`` when the
+raise gives none.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ class Declared:
                 else:
                     setattr(cls, name, field.default)
         cls._FIELDS = fields
-        cls.__signature__ = _signature(cls, fields)  # type: ignore[attr-defined]
+        # A class with an ``__init__`` of its own (``FallbackError``'s failures) shows that.
+        own = cls.__init__ is not Declared.__init__
+        cls.__signature__ = None if own else _signature(cls, fields)  # type: ignore[attr-defined]
 
     def __init__(self, message: str, *, code: str | None = None, **fields: Any) -> None:
         super().__init__(message, code=code)  # type: ignore[call-arg]
@@ -100,7 +104,15 @@ class Declared:
             raise TypeError(f"{type(self).__name__}() missing keyword {missing}")
         for name, field in declared.items():
             setattr(self, name, fields.get(name, field.default))
+        derived = self._code() if code is None else None
+        if derived is not None:
+            self.code = derived
         self._settle()
+
+    def _code(self) -> str | None:
+        """The code when none is given, from the fields (``PROVIDER_<KIND>``); None:
+        the class's ``CODE``."""
+        return None
 
     def _settle(self) -> None:
         """Fields derived from others, once all are set (``RateLimited.resets_at``)."""

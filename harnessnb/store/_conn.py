@@ -42,7 +42,7 @@ import duckdb
 
 from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
-from ._files import check_header, check_kind
+from ._files import check_header, check_kind, file_identity, has_content, writable
 from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
 from ._threads import start_thread
 from ._turn import FileTurn
@@ -304,7 +304,7 @@ class SharedDb:
             # One thread: small writes skip the task scheduler's hand-offs (~20% faster
             # per statement); analytic reads raise it for their duration (``parallel``).
             con.execute("SET threads = 1")
-            identity = None if self.memory else _identity(self.path)
+            identity = None if self.memory else file_identity(self.path)
             whole = identity is None or identity != self._checked
             if not self.read_only:
                 ensure_schema(con, self.path, functions=whole)
@@ -374,29 +374,29 @@ class SharedDb:
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """Connect to the file: on its first open, look at it read-only before any
         connection that could write, and fall back to read-only when it is not writable."""
-        if not self._looked and _existing(self.path):
+        if not self._looked and has_content(self.path):
             probe = connect(self.path, read_only=True)
             try:
                 stored_version(probe, self.path)  # a foreign, newer or hostile file ends here
-                self._checked = _identity(self.path)
+                self._checked = file_identity(self.path)
             finally:
                 probe.close()
-            self.read_only = not _writable(self.path)
+            self.read_only = not writable(self.path)
             self._looked = True
         if self.read_only:
             return connect(self.path, read_only=True)
-        new = not _existing(self.path)
+        new = not has_content(self.path)
         try:
             con = connect(self.path)
         except duckdb.IOException as exc:
             text = str(exc).lower()
-            if not _existing(self.path) or not (
+            if not has_content(self.path) or not (
                 "read-only file system" in text or "permission denied" in text
             ):
                 raise
         else:
             if new:  # made here, empty: nothing of another's to check
-                self._checked = _identity(self.path)
+                self._checked = file_identity(self.path)
             return con
         # Root, or a read-only mount: the bits said writable, the system said no.
         self.read_only = True
@@ -462,33 +462,14 @@ class SharedDb:
 
 @contextlib.contextmanager
 def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Run an analytic query on every core, then return to one thread for writes."""
+    """Run an analytic query on every core, then return to one thread for writes (unless
+    the connection was closed meanwhile: a Ctrl-C's, say, which then leaves as it was)."""
     con.execute(f"SET threads = {os.cpu_count() or 1}")
     try:
         yield con
     finally:
-        con.execute("SET threads = 1")
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return (found.st_dev, found.st_ino)
-
-
-def _existing(path: str) -> bool:
-    try:
-        return os.path.getsize(path) > 0
-    except OSError:
-        return False
-
-
-def _writable(path: str) -> bool:
-    """Whether the file and its folder (where DuckDB puts its WAL) can be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+        with contextlib.suppress(duckdb.Error):
+            con.execute("SET threads = 1")
 
 
 @contextlib.contextmanager

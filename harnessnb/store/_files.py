@@ -1,7 +1,9 @@
 """What a store path may be: nothing yet (a store is created), or a regular file that
 is a DuckDB database. Checked before DuckDB, or the store's turn, touches the path:
 a folder, a device such as ``/dev/null``, a pipe or a socket is refused and left as
-it is; a file of another format is refused untouched."""
+it is; a file of another format is refused untouched. Also what the connection asks
+of the path before it opens it: is anything there, may it be written, which file
+it is."""
 
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ from typing import Final
 
 from ..rules._errors import StoreError
 
-__all__ = ["check_header", "check_kind", "io_error"]
+__all__ = [
+    "check_header",
+    "check_kind",
+    "file_identity",
+    "has_content",
+    "io_error",
+    "writable",
+]
 
 # The first 12 bytes of a DuckDB file: an 8-byte checksum, then the magic "DUCK".
 _MAGIC: Final = b"DUCK"
@@ -91,3 +100,26 @@ def check_header(path: str) -> None:
             kind="corrupt",
             path=path,
         )
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """The file's (device, inode), None when nothing is there: which file was checked."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+def has_content(path: str) -> bool:
+    """Whether a file with at least one byte is there (an empty one is a new store)."""
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def writable(path: str) -> bool:
+    """Whether the file and its folder (where DuckDB puts its WAL) can be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)

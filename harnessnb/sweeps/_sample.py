@@ -9,11 +9,13 @@ cancel, the store) is not scored: it says nothing about the answer.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import math
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -22,8 +24,17 @@ from ..rules._outcomes import RunOutcome
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
+    from ..store._store import Store
 
-__all__ = ["INFRA_OUTCOMES", "Sample", "Score", "Scorer", "sample_id"]
+__all__ = [
+    "INFRA_OUTCOMES",
+    "Sample",
+    "Score",
+    "Scorer",
+    "sample_id",
+    "scoring_in",
+    "scoring_store",
+]
 
 # Outcomes that say nothing about the answer: the provider failed after its retries, a
 # budget ran out (steps, time, tokens, money), the run was cancelled or left a write or an
@@ -139,3 +150,27 @@ class Score:
 # it may be a coroutine function. It has a ``name`` (its ``__name__`` otherwise) and
 # may have a ``version``: scores are stored tagged with both.
 Scorer: TypeAlias = Callable[["RunResult", Sample, Path], "Score | Awaitable[Score]"]
+
+
+# The store of the sweep whose run is being scored (None outside a sweep's scoring): a
+# scorer that keeps something beside the run (the LLM judge's recordings) finds it here.
+# Set in the scoring task, so a sync scorer's thread (``asyncio.to_thread``) sees it too.
+_SCORING_STORE: contextvars.ContextVar[Store | None] = contextvars.ContextVar(
+    "harnessnb_scoring_store", default=None
+)
+
+
+def scoring_store() -> Store | None:
+    """The store holding the run being scored (a sweep's, or a Dask worker's shard),
+    while a sweep scores it; None outside."""
+    return _SCORING_STORE.get()
+
+
+@contextlib.contextmanager
+def scoring_in(store: Store | None) -> Iterator[None]:
+    """Score in this block with ``store`` as the ``scoring_store()``."""
+    token = _SCORING_STORE.set(store)
+    try:
+        yield
+    finally:
+        _SCORING_STORE.reset(token)

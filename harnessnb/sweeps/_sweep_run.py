@@ -41,13 +41,14 @@ from ..rules._html import Html
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
-from ._sample import INFRA_OUTCOMES, Sample, Score, Scorer
+from ._sample import INFRA_OUTCOMES, Sample, Score, Scorer, scoring_in
 from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
     from ..providers._completion import Provider
     from ..store._row_types import ScoreRow
+    from ..store._store import Store
 
 __all__ = ["NamedScorer", "crashed", "named_scorers", "one_run", "unfit_template_entry"]
 
@@ -116,7 +117,7 @@ async def one_run(
             await asyncio.to_thread(_write_files, folder, sample.files)
         own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
-        scores = await _scored(result, sample, Path(folder), scorers)
+        scores = await _scored(result, sample, Path(folder), scorers, store=options.get("store"))
     except HarnessError as exc:
         row = crashed(contract, name, provider, repeat, run_id, exc)
         return await _with_scores(row, sample, _unscored(scorers, exc, row.outcome), options)
@@ -167,15 +168,22 @@ def _write_files(folder: str, files: Mapping[str, str | bytes]) -> None:
 
 
 async def _scored(
-    result: RunResult, sample: Sample, workspace: Path, scorers: Sequence[NamedScorer]
+    result: RunResult,
+    sample: Sample,
+    workspace: Path,
+    scorers: Sequence[NamedScorer],
+    *,
+    store: Store | None = None,
 ) -> tuple[RunScore, ...]:
-    """Every scorer's row for a run that ended: none scored for an infrastructure end."""
+    """Every scorer's row for a run that ended: none scored for an infrastructure end.
+    The scorers see ``store`` (the run's) as ``scoring_store()``."""
     if not scorers:
         return ()
     error = result.error
     if result.outcome in INFRA_OUTCOMES or isinstance(error, ProviderError | StoreError):
         return _unscored(scorers, error, result.outcome.value)
-    return tuple([await _score(s, result, sample, workspace) for s in scorers])
+    with scoring_in(store):
+        return tuple([await _score(s, result, sample, workspace) for s in scorers])
 
 
 def _unscored(

@@ -23,10 +23,11 @@ import inspect
 import select
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal, TextIO, TypeAlias
 
+from ..rules._events import ApprovalFields
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
 from ..rules._text import printable
@@ -49,7 +50,7 @@ DecisionKind = Literal["approve", "deny", "defer"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ApprovalRequest:
+class ApprovalRequest(ApprovalFields):
     """What an approver is asked: one act on one target, with a bounded preview.
 
     Args:
@@ -66,15 +67,6 @@ class ApprovalRequest:
     token shapes become ``[redacted]``): they are for people to read. ``args`` stay as
     the model sent them.
     """
-
-    act: str
-    target: str
-    preview: str
-    rule: str | None
-    layer: str | None
-    tool: str
-    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    call_id: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "preview", scrub(self.preview))

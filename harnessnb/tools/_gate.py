@@ -146,18 +146,7 @@ class Gate:
         self, approver: Approver, verdict: Verdict, request: ApprovalRequest
     ) -> Stop | None:
         call_id = request.call_id
-        await self.emit(
-            ApprovalRequestedEvent(
-                call_id=call_id,
-                act=request.act,
-                target=request.target,
-                preview=request.preview,
-                rule=request.rule,
-                layer=request.layer,
-                tool=request.tool,
-                args=dict(request.args),
-            )
-        )
+        await self.emit(ApprovalRequestedEvent(**request.to_dict()))
         decision = await decide(approver, request)
         await self.emit(
             ApprovalDecidedEvent(
