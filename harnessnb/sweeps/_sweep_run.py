@@ -1,7 +1,8 @@
 """One run of a sweep: its own copy of the workspace (its sample's files written in),
 ``hn.run``, its scores, and its row (any error becomes the row: a sweep never stops for
-one run). Shared by the local sweep (``_sweep``) and the runs on Dask workers
-(``_sweep_dask``).
+one run), which keeps what the sweep's grid shows of the run (its steps, its final
+text cut short, its error's card). Shared by the local sweep (``_sweep``) and the runs
+on Dask workers (``_sweep_dask``).
 
 Each of the sweep's scorers judges the run as it ends, given the ``RunResult``, the
 ``Sample`` and the run's workspace copy (before the copy is removed): a coroutine
@@ -36,11 +37,12 @@ from ..rules._errors import (
     StoreError,
     wrap_unknown,
 )
+from ..rules._html import Html
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
 from ._sample import INFRA_OUTCOMES, KeepsBesideRun, Sample, Score, Scorer
-from ._sweep_result import RunScore, SweepRun
+from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
@@ -146,6 +148,9 @@ def _finished(
         _error_kind(result.error),
         retries=result.retries,
         run_id=result.run_id,
+        step_summaries=result.step_summaries[:MAX_GRID_STEPS],
+        text=clip(scrub(result.text), MAX_GRID_TEXT),
+        error_card=Html("") if result.error is None else result.error._card_html(),
     )
 
 
@@ -274,6 +279,7 @@ def crashed(
         outcome,
         error_kind=_error_kind(exc),
         run_id=run_id,
+        error_card=exc._card_html(),
     )
 
 
