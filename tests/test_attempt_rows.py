@@ -313,7 +313,9 @@ def test_sigkill_during_a_long_tool_keeps_the_successful_attempt(tmp_path: Path)
             assert proc.stdout is not None
             line = proc.stdout.readline()  # blocks until the tool runs (or the run dies)
             assert line.strip() == "tool started", proc.communicate()
-            time.sleep(0.5)  # well past the rows' linger, well inside the tool's wait
+            # 40 times the rows' linger (ATTEMPT_LINGER_S, 0.05 s), well inside the tool's
+            # 60 s wait: 0.5 s was too short for the writer's commit on a machine at load 7.
+            time.sleep(2.0)
             proc.kill()
             proc.communicate(timeout=60)
         finally:

@@ -451,3 +451,23 @@ def test_a_provider_error_raised_on_a_worker_reaches_the_client_with_its_fields(
     assert err.to_dict()["causes"] == ["ConnectionResetError: reset while sending key [redacted]"]
     # Dask sends the live cause chain too (tblib): what Python prints of it is scrubbed
     assert WORKER_KEY not in "".join(traceback.format_exception(err))
+
+
+async def test_runs_on_the_cluster_bring_back_what_the_sweep_grid_shows(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    """The rows cross from the worker processes with their steps, final text and error
+    card (what ``SweepResult``'s grid shows: test_sweep_grid)."""
+    from tests.test_sweep_grid import Parsed
+
+    scripted = hn.ScriptedProvider(lambda m: "done", name="fine")
+    with demo_server(rates={"server": 1.0}) as down:
+        providers = {"down": provider_for(down, name="down"), "fine": scripted}
+        res = await hn.sweep([hn.Sample("say done", id="s0")], providers, workspace=ws,
+                             executor=client, shards=tmp_path / "shards",
+                             scorers=[_answered])  # fmt: skip
+    fine = next(r for r in res.records if r.provider == "fine")
+    down_run = next(r for r in res.records if r.provider == "down")
+    assert fine.text == "done" and [s.decision for s in fine.step_summaries] == ["answer"]
+    assert "server" in down_run.error_card and "harnessnb-error" in down_run.error_card
+    assert Parsed(res._repr_mimebundle_()["text/html"]).cells == ["infra", "good"]

@@ -65,6 +65,7 @@ class Tone(enum.StrEnum):
     WARN = "var(--jp-warn-color1, #b45309)"  # may pass: retryable, waiting, unverified
     BAD = "var(--jp-error-color1, #c62828)"  # will not pass by itself
     NEUTRAL = "var(--jp-border-color1, #6b7280)"  # a frame that judges nothing
+    INFRA = "var(--jp-info-color1, #0277bd)"  # not the answer's fault: infrastructure
 
 
 # A run outcome's badge tone (``RunOutcome`` values; rules/ cannot import loop/).

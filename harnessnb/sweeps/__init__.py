@@ -6,7 +6,9 @@
   the ``Scorer`` type and the outcomes that are infrastructure failures (never scored);
   ``_samples_io``: ``hn.samples``, samples from a CSV or JSONL file, a DataFrame or dicts;
   ``_scorers``: the built-in scorers (``hn.scorers``);
-  ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k).
+  ``_judge``: the LLM judge scorer (``hn.scorers.model_graded``), recorded and replayed;
+  ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k);
+  ``_grid``: the sweep's grid (samples x providers, each cell opening to transcripts).
 
 May import: ``loop``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli,
 notebook), nor ``agents`` or ``demo``.

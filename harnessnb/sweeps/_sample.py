@@ -15,15 +15,23 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from ..rules._errors import ConfigError
 from ..rules._outcomes import RunOutcome
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
+    from ..store._store import Store
 
-__all__ = ["INFRA_OUTCOMES", "Sample", "Score", "Scorer", "sample_id"]
+__all__ = [
+    "INFRA_OUTCOMES",
+    "KeepsBesideRun",
+    "Sample",
+    "Score",
+    "Scorer",
+    "sample_id",
+]
 
 # Outcomes that say nothing about the answer: the provider failed after its retries, a
 # budget ran out (steps, time, tokens, money), the run was cancelled or left a write or an
@@ -139,3 +147,13 @@ class Score:
 # it may be a coroutine function. It has a ``name`` (its ``__name__`` otherwise) and
 # may have a ``version``: scores are stored tagged with both.
 Scorer: TypeAlias = Callable[["RunResult", Sample, Path], "Score | Awaitable[Score]"]
+
+
+@runtime_checkable
+class KeepsBesideRun(Protocol):
+    """A scorer that keeps something beside the run it scores (the LLM judge's
+    recordings): before scoring a run, the sweep (and ``hn.rescore``) hands it the store
+    holding that run (the sweep's, a Dask worker's shard) and scores with what it
+    returns. Passed as a value, never through ambient state."""
+
+    def in_store(self, store: Store) -> Scorer: ...

@@ -14,8 +14,8 @@ containment walk (``tools/_workspace.py``), a command through the one subprocess
 in the sandbox (``tools/_process.py``: no shell, its process group killed at the
 timeout, its output bounded and scrubbed). A scorer that needs a target the sample lacks
 raises ``ConfigError`` naming the scorer and the sample: a scoring error, not a wrong
-answer. ``model_graded`` (an LLM judge) is not here yet: its calls must be recorded so a
-replay can re-score with no key.
+answer. ``model_graded``, the LLM judge, lives in ``_judge`` (its calls recorded so a
+replay re-scores with no key) and is exported here.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..tools._builtin import re2_compile
 from ..tools._process import CommandResult, run_argv
 from ..tools._schema import schema_problems, validate_args
 from ..tools._workspace import Workspace
+from ._judge import model_graded
 from ._sample import Sample, Score, _relative
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ __all__ = [
     "file_contains",
     "includes",
     "json_schema",
+    "model_graded",
     "regex",
     "tests",
 ]

@@ -11,11 +11,12 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..loop._contract import RunOutcome
-from ..loop._result import usd
+from ..loop._result import StepSummary, usd
 from ..rules._errors import ConfigError
 from ..rules._html import Html, card, code, facts, grid, outcome_tone
 from ..rules._renamed import renamed
 from ..rules._text import shorten
+from ._grid import sweep_grid
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from ..store._store import Store
 
 __all__ = [
+    "MAX_GRID_STEPS",
+    "MAX_GRID_TEXT",
     "RUN_COLUMNS",
     "SPLIT",
     "UNFINISHED",
@@ -47,6 +50,9 @@ _SCORE_TYPES: Final = {
     "repeat": "Int64", "value": "Float64", "passed": "boolean", "infra_failure": "bool",
     "cost_usd": "Float64", "elapsed_s": "float64",
 }  # fmt: skip
+# How much of a run its ``SweepRun`` keeps for the grid: steps, characters of final text.
+MAX_GRID_STEPS: Final = 50
+MAX_GRID_TEXT: Final = 2000
 # The outcome of a run of a sweep on a cluster whose worker died during it: its
 # committed steps are in the shard ``SweepRun.shard`` names (``hn.resume`` it there).
 UNFINISHED: Final = "unfinished"
@@ -126,6 +132,9 @@ class SweepRun:
     ``unfinished`` marks a run whose worker died during it (resumable from that shard).
     ``sample_id`` is the id of the run's sample (a text's derived from it), ``scores``
     what each of the sweep's scorers said of the run, in the scorers' order.
+    ``step_summaries`` (the first ``MAX_GRID_STEPS``), ``text`` (the final text, cut to
+    ``MAX_GRID_TEXT``) and ``error_card`` (the card of the error that ended it, as ``Html``:
+    any other text there is shown escaped) are what the sweep's grid shows of the run.
     """
 
     task: str
@@ -143,6 +152,12 @@ class SweepRun:
     shard: str | None = None
     sample_id: str | None = None
     scores: tuple[RunScore, ...] = ()
+    # What the grid shows of the run (no store query): kept small by ``_sweep_run``.
+    step_summaries: tuple[StepSummary, ...] = dataclasses.field(
+        default=(), repr=False, compare=False
+    )
+    text: str = dataclasses.field(default="", repr=False, compare=False)
+    error_card: Html = dataclasses.field(default=Html(""), repr=False, compare=False)
 
     @property
     def spend(self) -> float:
@@ -418,5 +433,6 @@ class SweepResult:
                 ["provider", "done", "outcomes", "errors", "retries", "spend"],
                 [tuple(shorten(str(c), 80) for c in row) for row in self._provider_rows()],
             ),
+            sweep_grid(self.records, [name for name, _ in self.scorers]),
             tone=tone,
         )

@@ -1,7 +1,8 @@
 """One run of a sweep: its own copy of the workspace (its sample's files written in),
 ``hn.run``, its scores, and its row (any error becomes the row: a sweep never stops for
-one run). Shared by the local sweep (``_sweep``) and the runs on Dask workers
-(``_sweep_dask``).
+one run), which keeps what the sweep's grid shows of the run (its steps, its final
+text cut short, its error's card). Shared by the local sweep (``_sweep``) and the runs
+on Dask workers (``_sweep_dask``).
 
 Each of the sweep's scorers judges the run as it ends, given the ``RunResult``, the
 ``Sample`` and the run's workspace copy (before the copy is removed): a coroutine
@@ -36,16 +37,18 @@ from ..rules._errors import (
     StoreError,
     wrap_unknown,
 )
+from ..rules._html import Html
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
-from ._sample import INFRA_OUTCOMES, Sample, Score, Scorer
-from ._sweep_result import RunScore, SweepRun
+from ._sample import INFRA_OUTCOMES, KeepsBesideRun, Sample, Score, Scorer
+from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 
 if TYPE_CHECKING:
     from ..loop._result import RunResult
     from ..providers._completion import Provider
     from ..store._row_types import ScoreRow
+    from ..store._store import Store
 
 __all__ = ["NamedScorer", "crashed", "named_scorers", "one_run", "unfit_template_entry"]
 
@@ -114,7 +117,7 @@ async def one_run(
             await asyncio.to_thread(_write_files, folder, sample.files)
         own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
-        scores = await _scored(result, sample, Path(folder), scorers)
+        scores = await _scored(result, sample, Path(folder), scorers, store=options.get("store"))
     except HarnessError as exc:
         row = crashed(contract, name, provider, repeat, run_id, exc)
         return await _with_scores(row, sample, _unscored(scorers, exc, row.outcome), options)
@@ -145,6 +148,9 @@ def _finished(
         _error_kind(result.error),
         retries=result.retries,
         run_id=result.run_id,
+        step_summaries=result.step_summaries[:MAX_GRID_STEPS],
+        text=clip(scrub(result.text), MAX_GRID_TEXT),
+        error_card=Html("") if result.error is None else result.error._card_html(),
     )
 
 
@@ -162,15 +168,21 @@ def _write_files(folder: str, files: Mapping[str, str | bytes]) -> None:
 
 
 async def _scored(
-    result: RunResult, sample: Sample, workspace: Path, scorers: Sequence[NamedScorer]
+    result: RunResult,
+    sample: Sample,
+    workspace: Path,
+    scorers: Sequence[NamedScorer],
+    *,
+    store: Store | None = None,
 ) -> tuple[RunScore, ...]:
-    """Every scorer's row for a run that ended: none scored for an infrastructure end."""
+    """Every scorer's row for a run that ended: none scored for an infrastructure end.
+    A scorer that keeps something beside the run is handed ``store`` (the run's)."""
     if not scorers:
         return ()
     error = result.error
     if result.outcome in INFRA_OUTCOMES or isinstance(error, ProviderError | StoreError):
         return _unscored(scorers, error, result.outcome.value)
-    return tuple([await _score(s, result, sample, workspace) for s in scorers])
+    return tuple([await _score(s, result, sample, workspace, store) for s in scorers])
 
 
 def _unscored(
@@ -187,11 +199,13 @@ def _unscored(
 
 
 async def _score(
-    scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path
+    scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path, store: Store | None
 ) -> RunScore:
     """One scorer's row: its value and explanation, or the error it raised."""
     fn = scorer.score
     try:
+        if store is not None and isinstance(fn, KeepsBesideRun):
+            fn = fn.in_store(store)
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004 (an object with an async __call__)
         ):
@@ -265,6 +279,7 @@ def crashed(
         outcome,
         error_kind=_error_kind(exc),
         run_id=run_id,
+        error_card=exc._card_html(),
     )
 
 
