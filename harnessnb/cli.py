@@ -14,11 +14,11 @@ Commands::
                   [--fallback NAME[,NAME]] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
-                  [--executor ADDRESS|local --shards DIR] [--sweep-id ID]
-    harnessnb sweep --samples FILE --providers A,B,C --workspace DIR [--score SPEC ...]
-                  [the options of a sweep of TASKs]
+                  [--executor ADDRESS|local --shards DIR] [--sweep-id ID] [--score SPEC ...]
                   [run options: --model --base-url --verify --verify-cmd --max-steps
                   --max-seconds --max-cost --price --allow-write]
+    harnessnb sweep --samples FILE --providers A,B,C --workspace DIR [--score SPEC ...]
+                  [the other options of a sweep]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
