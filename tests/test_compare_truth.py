@@ -105,6 +105,26 @@ def test_asked_to_write_the_answer_it_writes_it_and_then_says_the_same_number() 
     assert model(ask(task)).text.startswith("I can't handle that")
 
 
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+async def test_over_http_a_run_writes_one_answer_and_says_it(
+    protocol: str, tmp_path: Path, store: hn.Store
+) -> None:
+    policy = hn.Policy.default().layer("t").allow_write("ANSWER.txt")
+    task = "What is 6 * 7? Write the answer into ANSWER.txt."
+    with demo_server(seed=4, wrong_rate=0.5) as srv:
+        provider = provider_for(srv, protocol=protocol)  # type: ignore[arg-type]
+        said = []
+        for i in range(6):
+            ws = tmp_path / f"ws{i}"
+            ws.mkdir()
+            result = await hn.run(hn.TaskContract(task, ws), provider, policy=policy, store=store)
+            written = (ws / "ANSWER.txt").read_text().strip()
+            assert result.text.startswith(f"Wrote {written} into ANSWER.txt."), result.text
+            said.append(written == "42")
+        assert len(srv.requests) == 12  # the write, then the answer: one draw a run
+    assert True in said and False in said  # at 0.5, six runs drew both (seed 4)
+
+
 # ------------------------------------------------------------------ the truth test
 
 
