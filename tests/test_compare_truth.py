@@ -20,7 +20,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest
-from harnessnb.demo import DEMO_LABEL, DemoModel, demo_server, provider_for
+from harnessnb.demo import DEMO_LABEL, DemoModel, demo_provider, demo_server, provider_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,6 +103,13 @@ def test_asked_to_write_the_answer_it_writes_it_and_then_says_the_same_number() 
     assert done.text.startswith(f"Wrote {written} into ANSWER.txt. The answer is {written}.")
     assert not model(ask(task)).tool_calls  # no write_file offered: it says so
     assert model(ask(task)).text.startswith("I can't handle that")
+
+
+def test_demo_provider_has_a_server_of_its_own_per_wrong_rate() -> None:
+    right, wrong = demo_provider(seed=8), demo_provider(seed=8, wrong_rate=1.0)
+    again = demo_provider(seed=8, wrong_rate=1.0)
+    assert wrong.base_url != right.base_url  # type: ignore[attr-defined]
+    assert again.base_url == wrong.base_url  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
