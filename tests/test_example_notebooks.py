@@ -72,11 +72,17 @@ def outputs(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-def test_there_are_five_notebooks() -> None:
+def test_there_are_six_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01-quickstart.ipynb", "02-failure-analysis.ipynb", "03-durable-runs.ipynb",
-        "04-replay.ipynb", "05-sweep.ipynb",
+        "04-replay.ipynb", "05-sweep.ipynb", "07-compare.ipynb",
     ]
+
+
+def check_table(nb: nbformat.NotebookNode) -> str:
+    """The plain text of the output of 07's cell that checks accuracy against the truth."""
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "inside" in c.source]
+    return "\n".join(out.get("data", {}).get("text/plain", "") for out in cell.outputs)
 
 
 def sweep_counts(text: str) -> list[tuple[int, int]]:
@@ -167,6 +173,16 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
         assert "2 shard files, one per worker process" in text
         assert "200 runs merged into cluster-runs.duckdb" in text
         assert text.count("200/200 runs") >= 2
+    if path.stem.startswith("07"):
+        # 30 samples from the CSV x 3 providers x 3 repeats, two scorers; every configured
+        # accuracy inside its interval, the 429s unscored, every pair compared (Holm)
+        assert "30 samples" in text and "270/270 runs" in text
+        assert "includes" in text and "file_contains('ANSWER.txt')" in text
+        assert "ci_low" in text and "ci_high" in text and "infra_failure_rate" in text
+        assert "inside" in text and "False" not in check_table(nb)
+        assert "runs not scored" in text and "rate_limited" in text
+        assert "p_holm" in text and "paired_t" in text
+        assert "harnessnb-sweep" in text  # the result's card, as HTML
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -189,6 +205,9 @@ def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path, kernel
     assert made == (["runs.duckdb"] if path.stem.startswith("01") else [])
     if path.stem.startswith("05"):
         assert sweep_counts(text) == [(200, 200), (10, 10)]  # every planned run ran
+    if path.stem.startswith("07"):
+        assert sweep_counts(text) == [(270, 270)]
+        assert "False" not in check_table(nb)  # every configured accuracy inside
     if path.stem.startswith("01"):
         assert "success" in text and "harnessnb-run" in text  # the card, as HTML
         assert "awaiting_approval" in text and "PROVIDER_AUTH" in text

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..loop._bridge import sync_twin
 from ..loop._driver import new_id
@@ -243,15 +243,18 @@ class _AgentRun:
         """Hold the named session and return the CLI session id to resume (if any)."""
         if self.session is None:
             return None
+        named: _NamedSession = {
+            "agent": self.agent.name,
+            "bin": self.agent.bin,
+            "name": self.session,
+        }
         try:
             self.session_lease = await self.recorder.hold(_session_key(self.root, self.session))
         except ConflictError as exc:
             raise SessionBusy(
                 f"session {self.session!r} is being driven by another run ({exc.owner}); "
                 "wait for it to end, or use another name",
-                agent=self.agent.name,
-                bin=self.agent.bin,
-                name=self.session,
+                **named,
                 holder=exc.owner,
             ) from exc
         bound = await asyncio.to_thread(
@@ -263,9 +266,7 @@ class _AgentRun:
             raise SessionConflict(
                 f"session {self.session!r} belongs to {bound['agent']}, not {self.agent.name}: "
                 "a CLI cannot continue another CLI's session; use another name",
-                agent=self.agent.name,
-                bin=self.agent.bin,
-                name=self.session,
+                **named,
                 bound=bound["agent"],
                 requested=self.agent.name,
             )
@@ -493,6 +494,15 @@ class _AgentRun:
         in_turn = isinstance(event, StepEvent | ToolCallEvent | RetryEvent)
         step = max(1, self.turn.messages) if in_turn else 0
         await self.recorder.emit(event, step)
+
+
+class _NamedSession(TypedDict):
+    """What both refusals of a named session (``SessionBusy``, ``SessionConflict``)
+    say it is: the CLI's name, its executable, the session's name."""
+
+    agent: str
+    bin: str
+    name: str
 
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "cached_input_tokens")

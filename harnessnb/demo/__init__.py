@@ -4,7 +4,10 @@
   protocols with failures injected on demand or at seeded rates (public path:
   ``harnessnb.chaos``);
 - ``_model``: the rule-based demo model the chaos server answers with, the demo provider
-  and the demo workspace.
+  and the demo workspace;
+- ``_conversation``: what the demo model reads of a request, in either wire form;
+- ``_arithmetic``: its questions with a right answer, answered wrongly at a seeded rate
+  (a simulated provider of known quality).
 
 May import: ``providers`` (the demo provider is an ``OpenAI``/``Anthropic`` pointed at
 loopback) and ``rules``. Nothing of ``loop``, ``tools``, ``store`` or the faces.

@@ -16,18 +16,18 @@ work on a machine with no API key::
 How it works: ``DemoModel`` is the chaos server's responder. From the conversation it
 receives (OpenAI or Anthropic wire form) it lists the workspace, reads the files the
 task names, writes the file the task asks for (for "summarise X into Y": "# Notes"
-and a bullet list of X's headings), then stops with a one-line summary. With
-``stall=True`` it reads the same file forever, so stall detection has something to
-catch; ``rates`` make the server fail by kind at seeded rates (see
-``harnessnb.chaos.RATE_FAULTS``).
+and a bullet list of X's headings), then stops with a one-line summary. It also answers
+arithmetic questions ("What is 17 + 25?": "The answer is 42."; asked to write the answer
+into a file, it writes it there first), wrongly at a seeded rate with ``wrong_rate``: a
+simulated provider of known quality, for sweeps that score answers. With ``stall=True``
+it reads the same file forever, so stall detection has something to catch; ``rates``
+make the server fail by kind at seeded rates (see ``harnessnb.chaos.RATE_FAULTS``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
-import json
 import os
 import re
 import tempfile
@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._renamed import renamed_keywords
+from ._arithmetic import AnswerDraw, solve, written_answer
 from ._chaos import ChaosRequest, ChaosServer, Reply
+from ._conversation import Call, Conversation, read_conversation
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
@@ -81,110 +83,6 @@ _TARGET = re.compile(
 )
 _HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
-
-
-# ------------------------------------------------------------------ the conversation
-
-
-@dataclasses.dataclass
-class _Call:
-    """One tool call the model made earlier, with the result it got (None: no result yet)."""
-
-    id: str
-    name: str
-    args: dict[str, Any]
-    result: str | None = None
-    failed: bool = False
-
-
-@dataclasses.dataclass
-class _Conversation:
-    """What the demo model needs from a request, whatever its wire form."""
-
-    task: str
-    calls: list[_Call]
-    tools: list[str]
-
-
-def _text(content: Any) -> str:
-    """The text of an OpenAI string content or an Anthropic list of blocks."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    if isinstance(content, Sequence):
-        for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "text":
-                parts.append(str(block.get("text") or ""))
-    return "".join(parts)
-
-
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(str(b.get("text") or "") for b in content if isinstance(b, Mapping))
-    return ""
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if isinstance(raw, str):
-        with contextlib.suppress(ValueError):
-            value = json.loads(raw or "{}")
-            if isinstance(value, dict):
-                return value
-    return {}
-
-
-def read_conversation(request: ChaosRequest) -> _Conversation:
-    """Normalise an OpenAI or Anthropic request into task, earlier calls and tools."""
-    task = ""
-    calls: list[_Call] = []
-    by_id: dict[str, _Call] = {}
-    for message in request.messages:
-        if not isinstance(message, Mapping):
-            continue
-        role = message.get("role")
-        content = message.get("content")
-        if role == "user":
-            if not task:
-                task = _text(content)
-            # Anthropic: tool results are blocks inside a user message.
-            if isinstance(content, Sequence) and not isinstance(content, str):
-                for block in content:
-                    if isinstance(block, Mapping) and block.get("type") == "tool_result":
-                        call = by_id.get(str(block.get("tool_use_id")))
-                        if call is not None:
-                            call.result = _result_text(block.get("content"))
-                            call.failed = bool(block.get("is_error"))
-        elif role == "assistant":
-            for raw in message.get("tool_calls") or ():  # OpenAI
-                if isinstance(raw, Mapping):
-                    fn = raw.get("function") or {}
-                    name = str(fn.get("name") or "")
-                    call = _Call(str(raw.get("id")), name, _arguments(fn.get("arguments")))
-                    calls.append(call)
-                    by_id[call.id] = call
-            if isinstance(content, Sequence) and not isinstance(content, str):
-                for block in content:  # Anthropic
-                    if isinstance(block, Mapping) and block.get("type") == "tool_use":
-                        call = _Call(
-                            str(block.get("id")),
-                            str(block.get("name") or ""),
-                            _arguments(block.get("input")),
-                        )
-                        calls.append(call)
-                        by_id[call.id] = call
-        elif role == "tool":  # OpenAI
-            call = by_id.get(str(message.get("tool_call_id")))
-            if call is not None:
-                call.result = _result_text(content)
-    for call in calls:
-        # harnessnb reports a failed tool as "ERROR [CODE] message" in both protocols.
-        if call.result is not None and call.result.startswith("ERROR ["):
-            call.failed = True
-    return _Conversation(task=task.strip(), calls=calls, tools=request.tools)
 
 
 # ------------------------------------------------------------------ the model
@@ -236,7 +134,7 @@ def _parse_task(task: str) -> tuple[list[str], str | None]:
     return sources, target
 
 
-def _listing_readme(calls: Sequence[_Call]) -> str | None:
+def _listing_readme(calls: Sequence[Call]) -> str | None:
     """A README the workspace listing showed: the source of "summarise the README"."""
     for call in calls:
         if call.name == "list_dir" and call.result and not call.failed:
@@ -252,16 +150,26 @@ class DemoModel:
     Args:
         stall: Misbehave on purpose: after listing the workspace, read the same file
             again and again (stall detection stops it).
+        wrong_rate: The chance that an arithmetic question gets a wrong answer, drawn
+            once per run (at its first request) from a generator seeded with ``seed``:
+            a simulated provider whose accuracy is known (``1 - wrong_rate``).
+        seed: Seeds the wrong-answer draw: the same seed, the same sequence of draws.
 
     Calling it with a ``ChaosRequest`` returns the ``Reply`` to send. It never raises:
     input it does not understand gets a plain "I can't handle that" answer.
+
+    Raises:
+        ConfigError: ``wrong_rate`` is not a number in [0, 1].
     """
 
-    def __init__(self, *, stall: bool = False) -> None:
+    def __init__(self, *, stall: bool = False, wrong_rate: float = 0.0, seed: int = 0) -> None:
         self.stall = stall
+        self.draw = AnswerDraw(wrong_rate, seed)
+        self.seed = seed
 
     def __repr__(self) -> str:
-        return f"DemoModel(stall={self.stall})"
+        rate = self.draw.wrong_rate
+        return f"DemoModel(stall={self.stall}, wrong_rate={rate}, seed={self.seed})"
 
     def __call__(self, request: ChaosRequest) -> Reply:
         try:
@@ -269,8 +177,12 @@ class DemoModel:
         except Exception as exc:  # the demo must answer anything, never crash the server
             return Reply(text=_labelled(f"I can't handle that ({type(exc).__name__})."))
 
-    def answer(self, conv: _Conversation) -> Reply:
+    def answer(self, conv: Conversation) -> Reply:
         """The next reply for a normalised conversation."""
+        sources, target = _parse_task(conv.task)
+        right = solve(conv.task)
+        if right is not None:
+            return self._arithmetic(conv, right, target)
         if not conv.tools:
             return Reply(
                 text=_labelled(
@@ -279,7 +191,6 @@ class DemoModel:
                     "'summarise README.md into NOTES.md' with tools and I will do it."
                 )
             )
-        sources, target = _parse_task(conv.task)
         if not sources and target is None:
             return Reply(
                 text=_labelled(
@@ -333,6 +244,29 @@ class DemoModel:
             text=_labelled(f"Done: wrote {target} with {count} heading(s) from {read_names}.")
         )
 
+    def _arithmetic(self, conv: Conversation, right: int, target: str | None) -> Reply:
+        """An arithmetic question: the answer (written into ``target`` first, when the
+        task names a file), right or wrong as drawn at the run's first request; a later
+        request of the run reads back the answer its write carried."""
+        writes = [c for c in conv.calls if c.name == "write_file" and c.args.get("path") == target]
+        if target is not None and not writes and "write_file" not in conv.tools:
+            return Reply(text=_labelled("I can't handle that: I need the write_file tool."))
+        written = written_answer(writes[-1].args.get("content")) if writes else None
+        answer = self.draw.answer(right) if written is None else written
+        if target is None:
+            return Reply(text=_labelled(f"The answer is {answer}."))
+        if not writes:
+            return _tool(f"Writing {answer} into {target}.", "write_file",
+                         {"path": target, "content": f"{answer}\n"})  # fmt: skip
+        if writes[-1].failed or writes[-1].result is None:
+            return Reply(
+                text=_labelled(
+                    f"I could not write {target}: {_first_line(writes[-1].result)}. "
+                    f"The answer is {answer}."
+                )
+            )
+        return Reply(text=_labelled(f"Wrote {answer} into {target}. The answer is {answer}."))
+
 
 def _tool(text: str, name: str, args: dict[str, Any]) -> Reply:
     return Reply(text=text, tool_calls=[{"name": name, "arguments": args}])
@@ -343,7 +277,7 @@ def _first_line(text: str | None) -> str:
     return lines[0] if lines else "no result"
 
 
-def _describe(texts: Mapping[str, str], failed: Sequence[str], reads: Mapping[Any, _Call]) -> str:
+def _describe(texts: Mapping[str, str], failed: Sequence[str], reads: Mapping[Any, Call]) -> str:
     parts = []
     for name, text in texts.items():
         found = [title for _, title in headings(text)]
@@ -359,16 +293,27 @@ def _describe(texts: Mapping[str, str], failed: Sequence[str], reads: Mapping[An
 # ------------------------------------------------------------------ servers and providers
 
 
-def demo_server(*, seed: int = 0, rates: Rates | None = None, stall: bool = False) -> ChaosServer:
+def demo_server(
+    *,
+    seed: int = 0,
+    rates: Rates | None = None,
+    stall: bool = False,
+    wrong_rate: float = 0.0,
+) -> ChaosServer:
     """A chaos server answering as the demo model (not started: use ``with``).
 
     Args:
-        seed: Seeds the failure draw: the same seed gives the same failures.
+        seed: Seeds the failure draw and the wrong-answer draw: the same seed gives the
+            same failures and the same wrong answers.
         rates: Failure rates by kind, e.g. ``{"rate_limited": 0.2, "server": 0.1}``
-            (names from ``harnessnb.chaos.RATE_FAULTS``, or ``Fault`` objects).
+            (names from ``harnessnb.chaos.RATE_FAULTS``, or ``Fault`` objects; a
+            ``Fault.slow(seconds)`` at rate 1.0 makes a slow provider).
         stall: Make the model loop on one read (see ``DemoModel``).
+        wrong_rate: The chance that a run's arithmetic question is answered wrongly
+            (see ``DemoModel``).
     """
-    return ChaosServer(seed=seed, responder=DemoModel(stall=stall), rates=rates)
+    model = DemoModel(stall=stall, wrong_rate=wrong_rate, seed=seed)
+    return ChaosServer(seed=seed, responder=model, rates=rates)
 
 
 _servers: dict[tuple[Any, ...], ChaosServer] = {}
@@ -388,14 +333,15 @@ atexit.register(_stop_all)
 
 
 def shared_demo_server(
-    *, seed: int = 0, rates: Rates | None = None, stall: bool = False
+    *, seed: int = 0, rates: Rates | None = None, stall: bool = False, wrong_rate: float = 0.0
 ) -> ChaosServer:
     """The process's running demo server for these settings (started on first use)."""
-    key = (seed, tuple((rates or {}).items()), stall)
+    key = (seed, tuple((rates or {}).items()), stall, wrong_rate)
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
-            server = demo_server(seed=seed, rates=rates, stall=stall).start()
+            server = demo_server(seed=seed, rates=rates, stall=stall, wrong_rate=wrong_rate)
+            server.start()
             _servers[key] = server
         return server
 
@@ -408,10 +354,11 @@ def demo_provider(
     stall: bool = False,
     protocol: Literal["openai", "anthropic"] = "openai",
     timeout_s: float = DEMO_TIMEOUT_S,
+    wrong_rate: float = 0.0,
 ) -> Provider:
     """A provider talking to the demo model over loopback HTTP; no key needed.
 
-    The server is started once per ``(seed, rates, stall)`` per process and stopped
+    The server is started once per ``(seed, rates, stall, wrong_rate)`` per process and stopped
     at exit. The provider's name is ``demo`` (so demo attempts never mix with a real
     ``openai`` in failure tables) and its model is ``DEMO_MODEL``.
 
@@ -421,11 +368,12 @@ def demo_provider(
         stall: Make the model loop on one read.
         protocol: ``"openai"`` (chat completions) or ``"anthropic"`` (messages).
         timeout_s: Request deadline in seconds (``DEMO_TIMEOUT_S``).
+        wrong_rate: The chance that a run's arithmetic question is answered wrongly.
 
     Returns:
         An ``hn.OpenAI`` (or ``hn.Anthropic``) subclass instance named ``demo``.
     """
-    server = shared_demo_server(seed=seed, rates=rates, stall=stall)
+    server = shared_demo_server(seed=seed, rates=rates, stall=stall, wrong_rate=wrong_rate)
     return provider_for(server, protocol=protocol, timeout_s=timeout_s)
 
 

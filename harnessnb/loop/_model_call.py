@@ -30,13 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..providers._base import Call, ask
 from ..providers._completion import AttemptRecord, Completion, Provider, attempts_of, shown_url
 from ..providers._prices import Prices, default_prices, is_local
-from ..rules._errors import (
-    HarnessError,
-    ProviderError,
-    ProviderErrorKind,
-    StoreError,
-    wrap_unknown,
-)
+from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, StoreError, wrap_unknown
 from ..rules._events import FellBackEvent, RetryEvent, ShrunkEvent
 from ..rules._retry import Clock, retry_decision
 from ..store._writer import store_writer

@@ -17,14 +17,14 @@ import collections
 import dataclasses
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..providers._completion import ToolCall
 from ..rules._errors import ConfigError, RefusedError, ResumeError
 from ..rules._retry import SystemClock
 from ..store._writer import store_writer
-from ..tools._executor import ToolExecutor
+from ..tools._executor import Execution, ToolExecutor
 from ..tools._protocol import ToolResult
 from ._bridge import sync_twin
 from ._contract import TaskContract
@@ -164,13 +164,7 @@ class RecordedTools(ToolExecutor):
         )
         self._recorded = collections.deque(recorded)
 
-    async def _execute(
-        self,
-        call: ToolCall,
-        idempotency_key: str,
-        before_run: Callable[[], Awaitable[None]] | None,
-        command_timeout_s: float,
-    ) -> ToolResult:
+    async def _execute(self, call: ToolCall, how: Execution) -> ToolResult:
         """The recorded answer (nothing ran, nothing changed), or the ordinary path's
         for a recorded write made again; ``execute`` announces it."""
         found = self._take(call)
@@ -178,7 +172,7 @@ class RecordedTools(ToolExecutor):
             return _not_recorded(call)
         result = _answer(found)
         if result.ok and call.name in _REPLAYED_WRITES:
-            made = await super()._execute(call, idempotency_key, before_run, command_timeout_s)
+            made = await super()._execute(call, how)
             if not made.ok:
                 return made
             return dataclasses.replace(

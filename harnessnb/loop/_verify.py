@@ -11,7 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ..rules._errors import HarnessError
-from ..tools._fileio import read_walked
+from ..tools._fileio import read_at
 from ..tools._gate import Gate, Stop
 from ._contract import Command, FileContains, Verification
 
@@ -55,7 +55,7 @@ def _file_contains(check: FileContains, workspace: Workspace) -> VerifyOutcome:
     # waited on (this runs on the event loop's thread).
     try:
         with workspace.walk(check.path) as walked:
-            data = read_walked(walked, check.path, guard=None, limit=_READ_LIMIT, text=False)
+            data = read_at(walked, check.path, guard=None, limit=_READ_LIMIT, text=False)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return VerifyOutcome(True, False, f"{check.path} does not exist")
     except HarnessError as exc:

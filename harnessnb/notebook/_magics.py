@@ -21,7 +21,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
@@ -44,7 +44,9 @@ from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
 if TYPE_CHECKING:
+    from ..providers._prices import Prices
     from ..store._store import Store
+    from ..tools._approval import Approver
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async"]
 
@@ -260,18 +262,11 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         raise
     policy = _options.policy_from(args, "magic")
     run_id = new_id("run")
-    approver = _approver(args)
+    options = _loop_options(args, store, prices)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return run_loop(
-            contract,
-            provider,
-            store=store,
-            policy=policy,
-            approver=approver,
-            on_event=on_event,
-            run_id=run_id,
-            prices=prices,
+            contract, provider, policy=policy, on_event=on_event, run_id=run_id, **options
         )
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, note=note)
@@ -304,6 +299,19 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
         )
 
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, resumable=False)
+
+
+class _LoopOptions(TypedDict):
+    """What ``%harness run`` and ``%harness resume`` both hand the loop (``run``,
+    ``resume``) from the magic's line, built once by ``_loop_options``."""
+
+    store: Store
+    approver: Approver | None
+    prices: Prices | None
+
+
+def _loop_options(args: argparse.Namespace, store: Store, prices: Prices | None) -> _LoopOptions:
+    return {"store": store, "approver": _approver(args), "prices": prices}
 
 
 def _approver(args: argparse.Namespace) -> Any:
@@ -345,12 +353,10 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         _fail(err)
         raise
 
-    approver = _approver(args)
+    options = _loop_options(args, store, prices)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
-        return resume(
-            args.run_id, provider, store=store, approver=approver, on_event=on_event, prices=prices
-        )
+        return resume(args.run_id, provider, on_event=on_event, **options)
 
     return _RunJob(shell, start, store, args.run_id, out=args.out, quiet=args.quiet, note=note)
 

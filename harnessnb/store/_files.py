@@ -48,14 +48,8 @@ def check_kind(path: str) -> None:
     """Refuse a path that is there but is no regular file: a folder, a device such as
     ``/dev/null``, a pipe or a socket. A store is a file; a pipe would hang the open,
     and an empty device must never be taken for an empty file and replaced."""
-    mode = _mode(path, os.stat, f"the store {path}")
-    if mode is not None and not stat.S_ISREG(mode):
-        what = "a folder" if stat.S_ISDIR(mode) else "no regular file (a device, pipe or socket)"
-        raise io_error(
-            path,
-            f"the store {path} is {what}, left untouched: a store is a file (pass a file "
-            "path; a missing one is created)",
-        )
+    then = ", left untouched: a store is a file (pass a file path; a missing one is created)"
+    _refuse_irregular(path, os.stat, f"the store {path}", then)
     _check_sidecars(path)
 
 
@@ -63,15 +57,28 @@ def _check_sidecars(path: str) -> None:
     """Refuse a store whose WAL or lock file is there as anything but a regular file
     (a symlink above all): DuckDB and the turn write them, and a write must never go
     through a link to a file elsewhere."""
+    then = "; the store was refused and nothing was written through it: remove it"
     for sidecar in (path + ".wal", path + ".lock"):
-        mode = _mode(sidecar, os.lstat, sidecar)
-        if mode is not None and not stat.S_ISREG(mode):
-            what = "a symbolic link" if stat.S_ISLNK(mode) else "no regular file"
-            raise io_error(
-                sidecar,
-                f"the store's sidecar {sidecar} is {what}; the store was refused and "
-                "nothing was written through it: remove it",
-            )
+        _refuse_irregular(sidecar, os.lstat, f"the store's sidecar {sidecar}", then)
+
+
+# What a path that is no regular file is, in a refusal; the first test that holds.
+_NOT_REGULAR: Final = ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def _refuse_irregular(
+    path: str, stat_of: Callable[[str], os.stat_result], name: str, then: str
+) -> None:
+    """A ``StoreError(io)`` saying ``{name} is {what}{then}`` when ``path`` is there
+    (as ``stat_of`` sees it) as anything but a regular file."""
+    mode = _mode(path, stat_of, name)
+    if mode is None or stat.S_ISREG(mode):
+        return
+    what = next(
+        (word for test, word in _NOT_REGULAR if test(mode)),
+        "no regular file (a device, pipe or socket)",
+    )
+    raise io_error(path, f"{name} is {what}{then}")
 
 
 def check_header(path: str) -> None:

@@ -27,13 +27,13 @@ from ..rules._secrets import scrub_values
 from ._blocking import run_blocking
 from ._fileio import (
     MAX_READ_BYTES,
+    Found,
     LinkGuard,
     admit,
     file_mode,
     iter_files,
     list_folder,
     read_at,
-    read_walked,
     replace_walked,
 )
 from ._process import run_argv
@@ -77,7 +77,7 @@ def _read_bytes(ctx: ToolContext, shown: str, *, act: str = "read") -> bytes:
             policy = ctx.policy
             if act != "read" and policy is not None and policy.explain("read", walked.rel).denied:
                 admit(ctx, "read", walked.rel)
-            return read_walked(walked, shown, guard=LinkGuard(ctx.workspace, ctx.policy))
+            return read_at(walked, shown, guard=LinkGuard(ctx.workspace, ctx.policy))
     except OSError as exc:
         raise _os_error(exc, shown) from exc
 
@@ -400,20 +400,20 @@ def _grep(regex: Any, shown: str, ctx: ToolContext) -> str:
             if mode is None:
                 raise ToolError(f"no such file or folder: {shown}", code="FILE_NOT_FOUND")
             if not stat.S_ISDIR(mode):  # one file: its refusals are the answer
-                text = read_walked(walked, shown, guard=guard).decode("utf-8", "replace")
+                text = read_at(walked, shown, guard=guard).decode("utf-8", "replace")
                 found.append((walked.rel, _grep_lines(regex, walked.rel, text)))
             else:
-                for folder, name, rel in iter_files(walked):
-                    if not ctx.may_read(rel):  # secrets stay unread even in bulk
+                for file in iter_files(walked):
+                    if not ctx.may_read(file.rel):  # secrets stay unread even in bulk
                         skipped += 1
                         continue
                     try:
-                        searched = _text_or_none(folder, name, rel, guard)
+                        searched = _text_or_none(file, guard)
                     except RefusedError:  # another name of a denied file
                         skipped += 1
                         continue
                     if searched is not None:
-                        found.append((rel, _grep_lines(regex, rel, searched)))
+                        found.append((file.rel, _grep_lines(regex, file.rel, searched)))
     except OSError as exc:
         raise _os_error(exc, shown) from exc
     hits = [hit for _, lines in sorted(found) for hit in lines]
@@ -429,11 +429,11 @@ def _grep_lines(regex: Any, rel: str, text: str) -> list[str]:
     ]
 
 
-def _text_or_none(folder: int, name: str, rel: str, guard: LinkGuard) -> str | None:
+def _text_or_none(file: Found, guard: LinkGuard) -> str | None:
     """A searchable file's text; binary, huge, unreadable and non-regular files are
     skipped quietly (``RefusedError`` for another name of a denied file)."""
     try:
-        return read_at(folder, name, rel, rel, guard=guard).decode("utf-8", "replace")
+        return read_at(file, file.rel, guard=guard).decode("utf-8", "replace")
     except (SandboxError, ToolError, OSError):
         return None
 

@@ -50,7 +50,14 @@ from ._schema import check_schema, validate_args
 if TYPE_CHECKING:
     from ._workspace import Workspace
 
-__all__ = ["MAX_EXECUTIONS", "SETTLE_S", "ToolExecutor", "retry_decision", "retryable"]
+__all__ = [
+    "MAX_EXECUTIONS",
+    "SETTLE_S",
+    "Execution",
+    "ToolExecutor",
+    "retry_decision",
+    "retryable",
+]
 
 log = logging.getLogger("harnessnb.tools")
 
@@ -96,6 +103,17 @@ def retry_decision(effect: Effect, executions: int, error: BaseException) -> boo
 
 
 # ------------------------------------------------------------------ the executor
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How one call runs, as ``ToolExecutor.execute`` was asked: the key every
+    execution of it reuses, what runs just before the tool does (the loop commits the
+    call's intent), and its ``run_command`` timeout."""
+
+    idempotency_key: str
+    before_run: Callable[[], Awaitable[None]] | None
+    command_timeout_s: float
 
 
 class ToolExecutor:
@@ -166,7 +184,7 @@ class ToolExecutor:
         """Run one tool call end to end; every failure comes back as a result.
         ``command_timeout_s``: this call's ``run_command`` timeout (None: the executor's)."""
         limit = self.command_timeout_s if command_timeout_s is None else command_timeout_s
-        result = await self._execute(call, idempotency_key, before_run, limit)
+        result = await self._execute(call, Execution(idempotency_key, before_run, limit))
         await self.emit_call(call, result)
         return result
 
@@ -185,13 +203,7 @@ class ToolExecutor:
             )
         )
 
-    async def _execute(
-        self,
-        call: ToolCall,
-        idempotency_key: str,
-        before_run: Callable[[], Awaitable[None]] | None,
-        command_timeout_s: float,
-    ) -> ToolResult:
+    async def _execute(self, call: ToolCall, how: Execution) -> ToolResult:
         tool_ = self._tools.get(call.name)
         if tool_ is None:
             known = ", ".join(sorted(self._tools)) or "none"
@@ -212,9 +224,9 @@ class ToolExecutor:
         gate = await self._gate(call, tool_, args, act_target)
         if gate is not None:
             return gate
-        if before_run is not None:
-            await before_run()
-        return await self._run(tool_, args, call, idempotency_key, act_target, command_timeout_s)
+        if how.before_run is not None:
+            await how.before_run()
+        return await self._run(tool_, args, call, how, act_target)
 
     async def _gate(
         self,
@@ -245,9 +257,8 @@ class ToolExecutor:
         tool_: Tool,
         args: dict[str, Any],
         call: ToolCall,
-        idempotency_key: str,
+        how: Execution,
         judged: tuple[str, str] | None,
-        command_timeout_s: float,
     ) -> ToolResult:
         """Execute with per-effect retry; the same key on every attempt."""
         executions = 0
@@ -255,8 +266,8 @@ class ToolExecutor:
             executions += 1
             ctx = ToolContext(
                 workspace=self.workspace,
-                idempotency_key=idempotency_key,
-                command_timeout_s=self._command_timeout(command_timeout_s),
+                idempotency_key=how.idempotency_key,
+                command_timeout_s=self._command_timeout(how.command_timeout_s),
                 policy=self.policy,
                 run_id=self.run_id,
                 call_id=call.id,

@@ -25,7 +25,7 @@ import os
 import secrets
 import stat
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..rules._errors import RefusedError, SandboxError
 from ._workspace import SKIP_DIRS, Walked, Workspace, open_dir_at, secret_name
@@ -36,13 +36,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_READ_BYTES",
+    "Found",
     "LinkGuard",
     "admit",
     "file_mode",
     "iter_files",
     "list_folder",
     "read_at",
-    "read_walked",
     "replace_walked",
 ]
 
@@ -185,38 +185,33 @@ def file_mode(walked: Walked) -> int | None:
         return None
 
 
-def read_walked(
-    walked: Walked,
-    shown: str,
-    *,
-    guard: LinkGuard | None,
-    limit: int = MAX_READ_BYTES,
-    text: bool = True,
-) -> bytes:
-    """The bytes of the regular file the walk ended at (see ``read_at``)."""
-    if walked.name is None:
-        raise IsADirectoryError(errno.EISDIR, "is a folder", shown)
-    return read_at(
-        walked.folder, walked.name, walked.rel, shown, guard=guard, limit=limit, text=text
-    )
+class Found(NamedTuple):
+    """A regular file a tree walk found (``iter_files``): the descriptor of the folder
+    that holds it (valid until the walk goes on), its name there, its relative path."""
+
+    folder: int
+    name: str
+    rel: str
 
 
 def read_at(
-    folder: int,
-    name: str,
-    rel: str,
+    at: Walked | Found,
     shown: str,
     *,
     guard: LinkGuard | None,
     limit: int = MAX_READ_BYTES,
     text: bool = True,
 ) -> bytes:
-    """The bytes of the regular file ``name`` in ``folder``: never blocks on a FIFO.
+    """The bytes of the regular file a walk ended at, or a tree walk found: never
+    blocks on a FIFO.
 
-    Refuses folders, non-regular files, files over ``limit`` bytes, binary files (NUL
-    bytes near the start, when ``text``) and, through ``guard``, other names of denied
-    files.
+    Refuses folders (the workspace root a walk of ``.`` ends at among them),
+    non-regular files, files over ``limit`` bytes, binary files (NUL bytes near the
+    start, when ``text``) and, through ``guard``, other names of denied files.
     """
+    folder, name, rel = at.folder, at.name, at.rel
+    if name is None:
+        raise IsADirectoryError(errno.EISDIR, "is a folder", shown)
     _refuse_kind(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode, shown)
     try:
         fd = os.open(name, _READ_FLAGS, dir_fd=folder)
@@ -365,7 +360,7 @@ def _open_folder(folder: int, name: str) -> int:
         raise
 
 
-def iter_files(walked: Walked) -> Iterator[tuple[int, str, str]]:
+def iter_files(walked: Walked) -> Iterator[Found]:
     """``(folder descriptor, name, relative path)`` of every regular file below the walk.
 
     ``.git`` is skipped; symlinks are neither listed nor followed. A descriptor is
@@ -380,9 +375,7 @@ def iter_files(walked: Walked) -> Iterator[tuple[int, str, str]]:
         yield from tree
 
 
-def _walk_tree(
-    start: int, prefix: str, *, skip: frozenset[str]
-) -> Generator[tuple[int, str, str], None, None]:
+def _walk_tree(start: int, prefix: str, *, skip: frozenset[str]) -> Generator[Found, None, None]:
     """Regular files under the folder ``start`` (which it closes), depth first.
 
     One descriptor per level is held (not one per pending folder), so a wide tree
@@ -404,7 +397,7 @@ def _walk_tree(
 
     try:
         for name in enter(start, prefix):
-            yield start, name, prefix + name
+            yield Found(start, name, prefix + name)
         while frames:
             folder, base, subfolders = frames[-1]
             sub = next(subfolders, None)
@@ -417,7 +410,7 @@ def _walk_tree(
             except OSError:  # gone, or swapped for a symlink
                 continue
             for name in enter(child, f"{base}{sub}/"):
-                yield child, name, f"{base}{sub}/{name}"
+                yield Found(child, name, f"{base}{sub}/{name}")
     finally:
         for folder, _, _ in frames:
             os.close(folder)

@@ -242,6 +242,23 @@ def test_a_symlinked_sidecar_is_refused_and_nothing_is_written_through_it(
     assert sidecar.is_symlink()
 
 
+@pytest.mark.parametrize("suffix", [".lock", ".wal"])
+def test_a_sidecar_that_is_a_folder_is_refused_and_named_a_folder(
+    tmp_path: Path, suffix: str
+) -> None:
+    # The store and its sidecars are judged by one table of what a path that is no
+    # regular file is: a folder is said to be one, for the store as for a sidecar.
+    path = tmp_path / "runs.duckdb"
+    _store(path)
+    sidecar = path.with_name(path.name + suffix)
+    sidecar.mkdir()
+    with pytest.raises(hn.StoreError) as info:
+        hn.Store(path).runs()
+    assert info.value.kind == "io"
+    assert f"the store's sidecar {sidecar} is a folder;" in info.value.message
+    assert sidecar.is_dir() and not any(sidecar.iterdir())
+
+
 @pytest.mark.parametrize("how", ["hard-link", "other-owner", "fifo"])
 def test_a_lock_file_that_is_not_ours_alone_is_refused(tmp_path: Path, how: str) -> None:
     path = tmp_path / "runs.duckdb"
