@@ -14,9 +14,11 @@ Commands::
                   [--fallback NAME[,NAME]] [--price MODEL=IN,OUT ...] [--approval-timeout S]
     harnessnb sweep TASK [TASK ...] --providers A,B,C --workspace DIR [--repeats N]
                   [--concurrency K] [--max-sweep-cost USD] [--keep-workspaces]
-                  [--executor ADDRESS|local --shards DIR]
+                  [--executor ADDRESS|local --shards DIR] [--sweep-id ID] [--score SPEC ...]
                   [run options: --model --base-url --verify --verify-cmd --max-steps
                   --max-seconds --max-cost --price --allow-write]
+    harnessnb sweep --samples FILE --providers A,B,C --workspace DIR [--score SPEC ...]
+                  [the other options of a sweep]
     harnessnb runs
     harnessnb failures [--by provider,kind]
 
@@ -59,7 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .launch import _options
-from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs
+from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs, sweep_tasks
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
 from .loop._driver import run_sync
@@ -212,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.set_defaults(handler=cmd_resume)
 
     sweep = sub.add_parser("sweep", help="run tasks x providers x repeats", epilog=_EPILOG)
-    sweep.add_argument("tasks", nargs="+", metavar="TASK", help="the tasks, in plain words")
+    sweep.add_argument(
+        "tasks", nargs="*", metavar="TASK", help="the tasks, in plain words (or --samples FILE)"
+    )
     _options.add_options(sweep, SWEEP_OPTIONS, "command")
     sweep.set_defaults(handler=cmd_sweep)
 
@@ -450,15 +454,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """``harnessnb sweep TASK ... --providers a,b --workspace DIR``: exit 0 once every run
-    ran (a failed run is a row of the sweep, not an error of the command)."""
-    from .loop._driver import new_id
+    """``harnessnb sweep TASK ... --providers a,b --workspace DIR`` (or ``--samples FILE``
+    for the tasks): exit 0 once every run ran (a failed run is a row of the sweep, not an
+    error of the command). With ``--score``, the scores' summary follows the table."""
     from .sweeps._sweep import sweep_sync
 
-    kwargs = sweep_kwargs(args, "cli")
-    contracts = [_options.contract_from(args, task) for task in args.tasks]
+    kwargs = sweep_kwargs(args, "cli")  # its sweep_id known before the end: a Ctrl-C names it
+    tasks = sweep_tasks(args, args.tasks, "TASK arguments")
     providers = providers_from(args)
-    kwargs["sweep_id"] = new_id("sweep")  # known before the end: a Ctrl-C names it
 
     def finished(event: RunEvent) -> None:
         if isinstance(event, FinishedEvent):
@@ -472,7 +475,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             runs_on: dict[str, Any] = {"executor": client, "shards": args.shards, "on_run": ended}
             if client is None:  # the store is opened only for a run here
                 runs_on = {"store": _store(args), "on_event": finished}
-            result = sweep_sync(contracts, providers, **runs_on, **kwargs)
+            result = sweep_sync(tasks, providers, **runs_on, **kwargs)
     except KeyboardInterrupt:
         where = f"hn.Store.combine({args.shards!r})" if args.executor else "harnessnb runs"
         _out(
@@ -482,6 +485,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
         raise
     _out(result.summary_text())
+    if result.scorers:
+        table = result.summary()
+        shown = table.round({c: 3 for c in table.columns if not c.startswith("cost")})
+        _out("scores (mean with its 95% interval, clustered by sample):")
+        _out(_indent(_to_text(shown)))
     return 0
 
 

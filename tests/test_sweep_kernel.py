@@ -34,21 +34,29 @@ def execute(kc: Any, code: str) -> list[dict[str, Any]]:
     raise AssertionError(f"the cell did not end in {CELL_TIMEOUT_S:g} s")
 
 
-def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path) -> None:
-    ws, store = tmp_path / "ws", tmp_path / "runs.duckdb"
+def swept(tmp_path: Path, magic: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """Run a sweep ``magic`` ({url}: the demo server's, {ws}: a workspace, {store}: the
+    store) in a real kernel: (all its messages, its displays, its display updates)."""
+    ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "README.md").write_text("# Title\n")
     with started_kernel(tmp_path) as (_, kc):
         execute(kc, "import harnessnb as hn\nhn.set_testing(True)\n%load_ext harnessnb")
         with demo_server(seed=1) as srv:
-            messages = execute(kc, (
-                f"%%harness sweep --providers local --base-url {srv.openai_url} --repeats 3 "
-                f"--concurrency 2 --workspace {ws} --store {store}\nsay hello\nsay bye\n"
-            ))  # fmt: skip
+            filled = magic.format(url=srv.openai_url, ws=ws, store=tmp_path / "runs.duckdb")
+            messages = execute(kc, filled)
     errors = [m["content"] for m in messages if m["msg_type"] == "error"]
     assert not errors, errors
     shown = [m for m in messages if m["msg_type"] == "display_data"]
     updates = [m for m in messages if m["msg_type"] == "update_display_data"]
+    return messages, shown, updates
+
+
+def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path) -> None:
+    messages, shown, updates = swept(tmp_path, (
+        "%%harness sweep --providers local --base-url {url} --repeats 3 "
+        "--concurrency 2 --workspace {ws} --store {store}\nsay hello\nsay bye\n"
+    ))  # fmt: skip
     assert len(shown) == 1  # one live table ...
     display_id = shown[0]["content"]["transient"]["display_id"]
     assert "0/6" in shown[0]["content"]["data"]["text/html"]
@@ -57,5 +65,21 @@ def test_the_live_table_fills_in_and_the_final_table_replaces_it(tmp_path: Path)
     final = updates[-1]["content"]["data"]
     assert "harnessnb-sweep" in final["text/html"] and "6/6 runs" in final["text/plain"]
     assert not [m for m in messages if m["msg_type"] == "execute_result"]  # not shown twice
-    with Store(store) as s:
+    with Store(tmp_path / "runs.duckdb") as s:
         assert len(s.runs()) == 6 and s.runs()["sweep_id"].nunique() == 1
+
+
+def test_the_live_table_of_a_samples_sweep_counts_each_sample_though_two_share_a_text(
+    tmp_path: Path,
+) -> None:
+    csv = tmp_path / "samples.csv"
+    csv.write_text("input,target,id\nsay hello,hello,first\nsay hello,bye,second\n")
+    _, shown, updates = swept(tmp_path, (
+        f"%harness sweep --samples {csv} --providers local --base-url {{url}} "
+        "--repeats 2 --workspace {ws} --store {store} --score includes"
+    ))  # fmt: skip
+    assert len(shown) == 1 and "0/4" in shown[0]["content"]["data"]["text/html"]
+    assert len(updates) == 5  # each of the 4 runs, then the final table
+    assert "4/4 runs" in updates[-1]["content"]["data"]["text/plain"]
+    with Store(tmp_path / "runs.duckdb") as s:
+        assert sorted(s.scores()["sample_id"]) == ["first", "first", "second", "second"]

@@ -5,6 +5,7 @@
 - ``_options``: the run and resume options of both faces (names, defaults,
   validation, help) and what they mean (contract, policy, agent driver).
 - ``_sweep_options``: the sweep's options of both faces and what they mean.
+- ``_scorer_specs``: ``--score SPEC``, a built-in scorer named in a word.
 - ``_words``: a run event in words, for the command's progress lines and the
   notebook's text and widget progress.
 

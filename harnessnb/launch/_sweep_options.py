@@ -5,6 +5,11 @@ A sweep takes the loop's run options (model, workspace, checks, budgets, store,
 many at once, a spend limit for the whole sweep, and whether to keep the workspace
 copies. ``--provider``/``--fallback``, approvals and the coding-agent options are not
 sweep options: each ``--providers`` name is one provider of the sweep.
+
+``--samples FILE`` (``hn.samples``: CSV or JSONL) gives the tasks instead of the face's
+own (TASK arguments, a cell body: refused with it, never mixed in), each sample run with
+the contract the run options make; ``--score SPEC`` (repeatable) adds a built-in scorer
+(``_scorer_specs``); ``--sweep-id ID`` tags the runs with ID instead of a fresh one.
 """
 
 from __future__ import annotations
@@ -16,16 +21,34 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules._errors import ConfigError
 from ._choose import PROVIDER_NAMES, build_provider
-from ._options import OUTPUT_OPTIONS, RUN_OPTIONS, Option, positive_float, positive_int
+from ._options import (
+    OUTPUT_OPTIONS,
+    RUN_OPTIONS,
+    Option,
+    contract_from,
+    positive_float,
+    positive_int,
+)
+from ._scorer_specs import SCORE_FORMS, reads_target, score_spec
 
 if TYPE_CHECKING:
+    from ..loop._contract import TaskContract
     from ..providers._completion import Provider
+    from ..sweeps._sample import Sample
 
-__all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs"]
+__all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs", "sweep_tasks"]
 
 _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
              "--max-seconds", "--max-cost", "--price", "--prices", "--store",
              "--allow-write")  # fmt: skip
+
+
+def _sweep_id(text: str) -> str:
+    """An argparse type: a sweep id, non-empty words with no control characters."""
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r} is no sweep id (printable, not empty)")
+    return text.strip()
+
 
 SWEEP_OPTIONS: tuple[Option, ...] = (
     Option("--providers",
@@ -50,10 +73,60 @@ SWEEP_OPTIONS: tuple[Option, ...] = (
            "with --executor: the folder each worker process writes its store file in "
            "(storage every worker sees); read back as one with hn.Store.combine(DIR)",
            {"metavar": "DIR"}),
+    Option("--samples",
+           "the tasks from a CSV or JSONL file of samples (columns input, target, id, "
+           "metadata; see hn.samples), instead of tasks written out",
+           {"metavar": "FILE"}),
+    Option("--score",
+           "score every run with a built-in scorer (repeatable): "
+           f"{', '.join(SCORE_FORMS)}; without TEXT or PATTERN, each sample's target",
+           {"metavar": "SPEC", "type": score_spec, "action": "append", "default": []}),
+    Option("--sweep-id", "tag the runs with this sweep id instead of a fresh one",
+           {"metavar": "ID", "type": _sweep_id}),
     *(o for o in RUN_OPTIONS if o.flag in _FROM_RUN),
     *(o for o in OUTPUT_OPTIONS if o.flag == "--out"),
 )  # fmt: skip
 """The options of ``harnessnb sweep`` and ``%%harness sweep``."""
+
+
+def sweep_tasks(
+    args: argparse.Namespace, texts: list[str], written: str, hint: str = ""
+) -> list[TaskContract | tuple[TaskContract, Sample]]:
+    """The sweep's tasks: the face's own ``texts``, or ``--samples FILE``'s samples, each
+    with the contract the run options make (budgets, ``--verify``).
+
+    ``written`` names where the face's tasks come from (``"TASK arguments"``, ``"cell
+    body"``), for the errors; ``hint`` follows the one that refuses them beside
+    ``--samples`` (how the face takes samples alone).
+
+    Raises:
+        ConfigError: both or neither given; a ``--score`` that reads the sample's target
+            with tasks that have none; what ``hn.samples`` raises (a missing or bad file,
+            the row named); a bad ``--verify`` text.
+    """
+    if args.samples is None:
+        if not texts:
+            raise ConfigError(f"sweep: give the tasks ({written}) or --samples FILE")
+        for scorer in args.score:
+            if form := reads_target(scorer):
+                raise ConfigError(
+                    f"--score {scorer.name} compares each run with its sample's target, and "
+                    f"tasks written out ({written}) have none: write {form}, or give the tasks "
+                    "with their targets (--samples FILE)"
+                )
+        return [contract_from(args, text) for text in texts]
+    if texts:
+        raise ConfigError(
+            f"--samples {args.samples} gives the sweep's tasks: no {written} beside it{hint}"
+        )
+    from ..sweeps._samples_io import samples
+
+    try:
+        found = samples(args.samples)
+    except ConfigError as err:
+        message = err.message.removeprefix("hn.samples: ")
+        raise ConfigError(f"--samples {args.samples}: {message}") from None
+    return [(contract_from(args, sample.input), sample) for sample in found]
 
 
 def providers_from(
@@ -132,6 +205,8 @@ def sweep_kwargs(
 ) -> dict[str, Any]:
     """The keywords of ``hn.sweep`` from the checked options (less tasks and providers);
     ``namespace`` (a notebook's variables) is where ``--prices VAR`` is looked up.
+    ``sweep_id`` is ``--sweep-id``, else a fresh id (known before the sweep ends: an
+    interrupt names it); ``scorers`` the ``--score`` specs' scorers.
 
     Raises:
         ConfigError: a workspace that is not a folder, a bad ``--verify`` text, a bad
@@ -139,6 +214,7 @@ def sweep_kwargs(
     """
     import os
 
+    from ..loop._driver import new_id
     from ._options import policy_from, prices_from
 
     if not os.path.isdir(args.workspace):
@@ -150,6 +226,8 @@ def sweep_kwargs(
         "keep_workspaces": args.keep_workspaces,
         "policy": policy_from(args, layer),
         "prices": prices_from(args, namespace),
+        "sweep_id": args.sweep_id or new_id("sweep"),
+        "scorers": list(args.score) or None,
     }
 
 

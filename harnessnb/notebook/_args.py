@@ -112,8 +112,8 @@ def _build() -> dict[str, _Parser]:
 
     sweep = _parser(
         "sweep",
-        "Run every task (one per line of the cell body) with every "
-        "provider, --repeats times, --concurrency at once.",
+        "Run every task (one per line of the cell body, or each sample of --samples FILE "
+        "on the line magic) with every provider, --repeats times, --concurrency at once.",
     )
     add_options(sweep, SWEEP_OPTIONS, "notebook")
 

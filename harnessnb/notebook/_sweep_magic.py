@@ -1,4 +1,6 @@
-"""``%%harness sweep``: one task per line of the cell body, every provider, a live table.
+"""``%%harness sweep``: one task per line of the cell body (or ``%harness sweep
+--samples FILE``'s samples, on a line magic), every provider, a live table; ``--score
+SPEC`` scores each run.
 
 The table (per provider: done/total, outcomes, errors by kind, spend) is the
 ``SweepResult``'s own, shown as it fills: updated through a display handle in a page,
@@ -17,11 +19,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..launch._options import contract_from
-from ..launch._sweep_options import cluster, providers_from, sweep_kwargs
+from ..launch._sweep_options import cluster, providers_from, sweep_kwargs, sweep_tasks
 from ..loop._bridge import run_blocking
-from ..loop._driver import new_id
+from ..loop._contract import TaskContract
 from ..rules._errors import ConfigError
+from ..sweeps._sample import Sample, sample_id
 from ..sweeps._sweep import sweep
 from ..sweeps._sweep_result import SweepResult, SweepRun
 from ..tools._approval import DenyAll
@@ -32,6 +34,9 @@ from ._wait import RunInterrupted
 
 __all__ = ["plan_sweep"]
 
+# Samples are a sweep's tasks as a cell body's lines are: --samples goes on a line magic
+# (IPython refuses a cell magic with an empty body).
+_LINE_MAGIC = " (write the line magic: %harness sweep --samples FILE ...)"
 _REFUSE = DenyAll("a sweep asks nobody: allow the act up front (e.g. --allow-write GLOB)")
 
 
@@ -43,21 +48,25 @@ def plan_sweep(
     ``open_store`` is the kernel's store for a ``--store`` value (``_magics._store``).
 
     Raises:
-        UsageError: no task line, or a bad option (one line, no traceback).
+        UsageError: no task line and no ``--samples``, both, or a bad option (one line,
+            no traceback).
         RunInterrupted: the sweep was interrupted.
     """
     body = interpolate(cell or "", shell.user_ns)
-    tasks = [line.strip() for line in body.splitlines() if line.strip()]
-    if not tasks:
-        raise UsageError("%%harness sweep: write one task per line of the cell body")
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if not lines and args.samples is None:
+        raise UsageError(
+            "%%harness sweep: write one task per line of the cell body (or --samples FILE)"
+        )
     try:
         kwargs = sweep_kwargs(args, "notebook", shell.user_ns)
-        contracts = [contract_from(args, task) for task in tasks]
+        contracts = sweep_tasks(args, lines, "cell body", _LINE_MAGIC)
         providers = providers_from(args, shell.user_ns)
     except ConfigError as err:
         raise UsageError(f"%%harness sweep: {err.message}") from None
     store = open_store(args.store)
-    sweep_id = new_id("sweep")
+    sweep_id = kwargs.pop("sweep_id")
+    tasks = [_task(c) for c in contracts]
     live = _LiveTable(sweep_id, store, tasks, list(providers), args.repeats, shell)
     try:
         with cluster(args) as client:
@@ -91,6 +100,14 @@ def plan_sweep(
     return None if shown else result
 
 
+def _task(task: TaskContract | tuple[TaskContract, Sample]) -> tuple[str, str]:
+    """A task's text and the id of its sample, as the sweep's rows carry them (two
+    samples may share a text)."""
+    if isinstance(task, tuple):
+        return task[0].task, task[1].id
+    return task.task, sample_id(task.task)
+
+
 class _LiveTable:
     """The sweep's table while it runs: its rows so far, unstarted runs as pending."""
 
@@ -98,16 +115,16 @@ class _LiveTable:
         self,
         sweep_id: str,
         store: Any,
-        tasks: list[str],
+        tasks: list[tuple[str, str]],
         names: list[str],
         repeats: int,
         shell: Any,
     ) -> None:
         self.sweep_id, self.store = sweep_id, store
         self.records = {
-            (task, name, repeat): SweepRun(task, name, "", repeat)
+            (sample, name, repeat): SweepRun(task, name, "", repeat, sample_id=sample)
             for repeat in range(repeats)
-            for task in tasks
+            for task, sample in tasks
             for name in names
         }
         self.lock = threading.Lock()
@@ -121,7 +138,7 @@ class _LiveTable:
     def add(self, row: SweepRun) -> None:
         """A run ended (called on harnessnb's loop thread)."""
         with self.lock:
-            self.records[(row.task, row.provider, row.repeat)] = row
+            self.records[(row.sample_id or "", row.provider, row.repeat)] = row
             current = self.result()
         if self.handle is not None:
             self.handle.update(current)

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..loop._bridge import sync_twin
 from ..loop._contract import TaskContract
@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from ..tools._approval import Approver
     from ..tools._protocol import Tool
 
-__all__ = ["provider_names", "sweep", "sweep_sync"]
+__all__ = ["Task", "provider_names", "sweep", "sweep_sync"]
+
+# A task of a sweep: a text, a sample, a contract, or a sample with its own contract.
+Task: TypeAlias = "str | TaskContract | Sample | tuple[TaskContract, Sample]"
 
 _log = logging.getLogger("harnessnb.sweep")
 
@@ -73,7 +76,7 @@ class _Plan:
 
 
 async def sweep(
-    tasks: Sequence[str | TaskContract | Sample],
+    tasks: Sequence[Task],
     providers: Sequence[Provider] | Mapping[str, Provider],
     *,
     workspace: str | os.PathLike[str] | None = None,
@@ -96,8 +99,8 @@ async def sweep(
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
     Args:
-        tasks: Texts, ``Sample``s (run in ``workspace`` with the contract's defaults,
-            its ``files`` written into the run's copy; ids unique) or ``TaskContract``s.
+        tasks: Texts, ``Sample``s (run in ``workspace`` with the contract's defaults, its
+            ``files`` in the run's copy; ids unique), ``TaskContract``s, or both as a pair.
         providers: A list (each reported under its ``name``, ``/model`` added when two
             share a name, ``@base_url`` when two share both; two the same in all three
             are refused) or a dict name -> provider (reported under the key). A
@@ -197,7 +200,7 @@ sweep_sync = sync_twin(
 
 
 def _plan(
-    tasks: Sequence[str | TaskContract | Sample],
+    tasks: Sequence[Task],
     providers: Sequence[Provider] | Mapping[str, Provider],
     workspace: str | os.PathLike[str] | None,
     repeats: int,
@@ -213,12 +216,14 @@ def _plan(
     ):
         raise ConfigError(f"sweep: max_cost_usd must be dollars > 0, not {max_cost_usd!r}")
     named = _named(providers)
-    if isinstance(tasks, str | Sample | TaskContract):
+    one_pair = isinstance(tasks, tuple) and [type(t) for t in tasks] == [TaskContract, Sample]
+    if isinstance(tasks, str | Sample | TaskContract) or one_pair:
         raise ConfigError("sweep: tasks must be a list (of texts, samples or contracts)")
     given = [_contract(t, workspace) for t in tasks]
     if not given:
         raise ConfigError("sweep: no tasks given")
-    ids = [t.id for t in tasks if isinstance(t, Sample)]
+    ids = [sample.id for task, (_, sample) in zip(tasks, given, strict=True)
+           if not isinstance(task, str | TaskContract)]  # fmt: skip
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})[0]
         raise ConfigError(f"sweep: two samples have the id {twice!r}; give each its own id")
@@ -309,10 +314,18 @@ def _leaf_signatures(provider: Provider) -> list[Signature]:
     return [s for leaf in leaves for s in _leaf_signatures(leaf)]
 
 
-def _contract(
-    task: str | TaskContract | Sample, workspace: str | os.PathLike[str] | None
-) -> tuple[TaskContract, Sample]:
+def _contract(task: Task, workspace: str | os.PathLike[str] | None) -> tuple[TaskContract, Sample]:
     """A task's contract and sample (a contract's is ``Sample(contract.task)``)."""
+    if isinstance(task, tuple) and len(task) == 2:
+        contract, sample = task
+        if not (isinstance(contract, TaskContract) and isinstance(sample, Sample)):
+            raise ConfigError("sweep: a pair of a task is (TaskContract, Sample)")
+        if contract.task != sample.input:
+            raise ConfigError(
+                f"sweep: the contract's task {contract.task[:60]!r} is not its sample's "
+                f"input {sample.input[:60]!r}"
+            )
+        return contract, sample
     if isinstance(task, TaskContract):
         return task, Sample(task.task)
     if isinstance(task, str):
