@@ -14,9 +14,9 @@ import pytest
 import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
-from harnessnb.loop._result import StepSummary, ToolCallSummary
+from harnessnb.loop._result import ToolCallSummary
 from harnessnb.sweeps._grid import MAX_GRID_BYTES, MAX_TRANSCRIPTS
-from harnessnb.sweeps._sweep_result import RunScore, SweepResult, SweepRun
+from harnessnb.sweeps._sweep_result import RunScore, SweepRun
 from tests.browser_helpers import in_chromium, keep, needs_chromium
 from tests.files_helpers import folder
 
@@ -63,14 +63,14 @@ def sweep_run(sample: str, provider: str, repeat: int, *scores: RunScore, **kw: 
                     **fields)  # fmt: skip
 
 
-def result(records: list[SweepRun], scorers: tuple[str, ...] = ("includes",)) -> SweepResult:
+def result(records: list[SweepRun], scorers: tuple[str, ...] = ("includes",)) -> hn.SweepResult:
     # The grid reads the records only: no store is opened.
-    return SweepResult(
+    return hn.SweepResult(
         "sw-1", cast(Any, None), tuple(records), scorers=tuple((n, "1") for n in scorers)
     )
 
 
-def page_of(res: SweepResult) -> str:
+def page_of(res: hn.SweepResult) -> str:
     return res._repr_mimebundle_()["text/html"]
 
 
@@ -78,11 +78,11 @@ def infra(kind: str = "rate_limited") -> RunScore:
     return score(None, infra_failure=True, infra_kind=kind)
 
 
-def mixed() -> SweepResult:
+def mixed() -> hn.SweepResult:
     """Two samples x three providers: all pass, some pass, none pass, infrastructure
     only, a scoring error, and one not run."""
-    steps = (StepSummary(1, "tool_calls", (ToolCallSummary("write_file", "ok"),), 40),
-             StepSummary(2, "answer", tokens=12))  # fmt: skip
+    steps = (hn.StepSummary(1, "tool_calls", (ToolCallSummary("write_file", "ok"),), 40),
+             hn.StepSummary(2, "answer", tokens=12))  # fmt: skip
     card = hn.ProviderError("server said 503", kind=hn.ProviderErrorKind.SERVER,
                             status=503)._card_html()  # fmt: skip
     return result([
@@ -164,7 +164,7 @@ def test_a_hostile_sample_answer_and_explanation_are_escaped() -> None:
 
 
 def test_2000_runs_keep_every_score_and_the_html_stays_under_the_cap() -> None:
-    steps = tuple(StepSummary(i, "tool_calls", (ToolCallSummary("run_command", "ok"),), 30)
+    steps = tuple(hn.StepSummary(i, "tool_calls", (ToolCallSummary("run_command", "ok"),), 30)
                   for i in range(1, 51))  # fmt: skip
     records = [
         sweep_run(f"s{n}", p, r, score(float((n + r) % 2), explanation="x" * 1500),
