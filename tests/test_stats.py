@@ -138,8 +138,8 @@ def test_summary_figures_equal_statsmodels_and_scipy(seed: int, confidence: floa
         scored = _scored(group)
         mean, low, high = _reference_interval(group, confidence)
         assert row["mean"] == pytest.approx(mean, rel=REL)
-        assert row["ci_low"] == pytest.approx(low, rel=REL)
-        assert row["ci_high"] == pytest.approx(high, rel=REL)
+        assert row["ci_low"] == pytest.approx(max(0.0, low), rel=REL)
+        assert row["ci_high"] == pytest.approx(min(1.0, high), rel=REL)
         assert row["runs"] == len(group) == 36
         assert row["scored"] == len(scored)
         assert row["infra_failures"] == group["infra_failure"].sum()
@@ -195,6 +195,17 @@ def test_summary_of_one_sample_has_a_mean_and_no_interval() -> None:
     assert row["mean"] == pytest.approx(0.5)
     assert row["ci_low"] is pd.NA
     assert row["ci_high"] is pd.NA
+
+
+def test_summary_keeps_the_interval_inside_0_and_1_where_every_score_lies() -> None:
+    # Two samples, one right and one wrong: the t interval (1 degree of freedom) spans
+    # about -5.9 to 6.9; scores lie in [0, 1], so the interval is cut there.
+    rows = [_row("r0", "q0", "p", 1.0), _row("r1", "q1", "p", 0.0)]
+    scores = _frame(rows)
+    row = summary(scores).iloc[0]
+    _, low, high = _reference_interval(scores, 0.95)
+    assert low < -5 and high > 6
+    assert (row["mean"], row["ci_low"], row["ci_high"]) == (0.5, 0.0, 1.0)
 
 
 def test_summary_of_equal_scores_has_an_interval_of_width_zero() -> None:

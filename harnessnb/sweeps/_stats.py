@@ -195,7 +195,8 @@ def _clustered_mean(
     values: pd.Series, samples: pd.Series, level: float
 ) -> tuple[float | None, float | None, float | None]:
     """The mean and its interval, the standard error clustered by sample (CR1, t with
-    G-1 degrees of freedom); no interval with fewer than two samples."""
+    G-1 degrees of freedom), kept to [0, 1] where every score lies (with few samples the
+    t interval reaches far past both ends); no interval with fewer than two samples."""
     if not len(values):
         return None, None, None
     mean = float(values.mean())
@@ -207,7 +208,7 @@ def _clustered_mean(
     sums = (values - mean).groupby(samples.to_numpy()).sum().to_numpy()
     variance = clusters / (clusters - 1) * float(np.sum(sums**2)) / len(values) ** 2
     half = float(stats.t.ppf((1 + level) / 2, clusters - 1)) * math.sqrt(variance)
-    return mean, mean - half, mean + half
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
 
 
 def _pass_rates(
