@@ -6,7 +6,9 @@
   the ``Scorer`` type and the outcomes that are infrastructure failures (never scored);
   ``_samples_io``: ``hn.samples``, samples from a CSV or JSONL file, a DataFrame or dicts;
   ``_scorers``: the built-in scorers (``hn.scorers``);
-  ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k).
+  ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k);
+  ``_rescore``: ``hn.rescore``, a sweep's kept runs scored again, and what a resumed
+  sweep reads back.
 
 May import: ``loop``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli,
 notebook), nor ``agents`` or ``demo``.
