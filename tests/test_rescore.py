@@ -22,25 +22,10 @@ from harnessnb.demo._model import provider_for
 from harnessnb.sweeps import _sweep_run
 from harnessnb.sweeps._sweep_run import kept_files
 from tests.files_helpers import folder
+from tests.test_sweep_scores import notes_mention_target, samples
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = hn.Policy.default().layer("sweep").allow_write("NOTES.md")
-
-
-def notes_mention_target(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
-    """Pass when the run's NOTES.md holds the sample's target."""
-    notes = workspace / "NOTES.md"
-    text = notes.read_text() if notes.exists() else ""
-    found = sample.target is not None and sample.target in text
-    return hn.Score(found, f"NOTES.md {'holds' if found else 'lacks'} {sample.target!r}")
-
-
-def samples() -> list[hn.Sample]:
-    return [
-        hn.Sample(f"summarise data{i}.md into NOTES.md", target=f"Topic {i}" if i < 2 else "absent",
-               id=f"s{i}", files={f"data{i}.md": f"# Topic {i}\n\nSome text.\n"})
-        for i in range(3)
-    ]  # fmt: skip
 
 
 @pytest.fixture
@@ -94,7 +79,7 @@ def test_the_kept_files_are_capped_and_the_cut_recorded(
 _RESCORE = """
 import json, sys
 import harnessnb as hn
-from tests.test_rescore import notes_mention_target
+from tests.test_sweep_scores import notes_mention_target
 result = hn.rescore_sync(sys.argv[1], [notes_mention_target], store=sys.argv[2])
 rows = result.scores[["run_id", "value", "explanation", "infra_failure"]]
 print(json.dumps([[r, None if v is None else float(v), e or '', bool(i)] for r, v, e, i in

@@ -16,6 +16,9 @@ from harnessnb.demo import demo_server
 from harnessnb.demo._model import provider_for
 from harnessnb.sweeps._sweep_result import SweepRun
 from tests.files_helpers import folder
+from tests.test_sweep import Waiting
+from tests.test_sweep_scores import notes_mention_target
+from tests.test_sweep_scores import samples as scored_samples
 
 POLICY = hn.Policy.default().layer("sweep").allow_write("NOTES.md")
 
@@ -25,18 +28,8 @@ def ws(tmp_path: Path) -> Path:
     return folder(tmp_path / "template", {"README.md": "# Template\n"})
 
 
-def notes_mention_target(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
-    notes = workspace / "NOTES.md"
-    text = notes.read_text() if notes.exists() else ""
-    return hn.Score(sample.target is not None and sample.target in text, "NOTES.md read")
-
-
 def samples() -> list[hn.Sample]:
-    return [
-        hn.Sample(f"summarise data{i}.md into NOTES.md", target=f"Topic {i}", id=f"s{i}",
-                  files={f"data{i}.md": f"# Topic {i}\n\nSome text.\n"})
-        for i in range(2)
-    ]  # fmt: skip
+    return scored_samples()[:2]  # both with a target the agent's NOTES.md holds
 
 
 def _slots(result: hn.SweepResult) -> dict[tuple[str | None, str, int], str | None]:
@@ -75,21 +68,17 @@ async def test_a_bigger_plan_under_the_same_id_runs_only_its_new_slots(
     assert second.scores["value"].tolist() == [1.0] * 8
 
 
-class Half:
+class Half(Waiting):
     """Answers a task about ``a`` at once and waits for ever on any other."""
 
     name = "p"
     model = "half"
 
-    def hosts(self) -> list[str]:
-        return []
-
     async def complete(self, messages: Any, tools: Any = None, max_tokens: Any = None,
                        stream: Any = None) -> hn.Completion:  # fmt: skip
         if "task a" in str(messages):
             return hn.Completion("done", provider="p", model="half")
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
+        return await super().complete(messages, tools, max_tokens, stream)
 
 
 async def test_a_cancelled_run_is_run_again_and_a_finished_one_is_not(

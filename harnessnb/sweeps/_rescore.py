@@ -43,7 +43,7 @@ from ..rules._outcomes import RunOutcome
 from ..rules._retry import SystemClock
 from ._sample import INFRA_OUTCOMES, Sample, Scorer
 from ._sweep_result import SweepResult, SweepRun
-from ._sweep_run import NamedScorer, judged, named_scorers
+from ._sweep_run import NamedScorer, finished_row, judged, named_scorers
 
 if TYPE_CHECKING:
     from ..store._store import Store
@@ -198,21 +198,14 @@ def _row(slot: dict[str, Any], result: RunResult) -> SweepRun:
     kind = None
     if error is not None:
         kind = str(error.fields.get("kind") or error.code or error.name)
-    return SweepRun(
+    row = finished_row(
         result.task,
         str(slot["provider"]),
         str(slot.get("model") or ""),
         int(slot["repeat"]),
-        result.outcome.value,
-        result.steps,
-        result.tokens,
-        result.cost_usd,
-        result.elapsed_s,
-        kind,
-        retries=result.retries,
-        run_id=result.run_id,
-        sample_id=str(slot["sample_id"]),
+        result,
     )
+    return dataclasses.replace(row, error_kind=kind, sample_id=str(slot["sample_id"]))
 
 
 def _family(root: type[Exception]) -> set[str]:

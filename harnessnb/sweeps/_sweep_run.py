@@ -60,6 +60,7 @@ __all__ = [
     "MAX_RUN_FILES",
     "NamedScorer",
     "crashed",
+    "finished_row",
     "judged",
     "kept_files",
     "named_scorers",
@@ -152,7 +153,7 @@ async def one_run(
             shutil.rmtree(folder, ignore_errors=True)
     await _keep(result.run_id, name, repeat, sample, kept, options)
     return await _with_scores(
-        _finished(contract, name, provider, repeat, result), sample, scores, options
+        finished_row(contract.task, name, provider.model, repeat, result), sample, scores, options
     )
 
 
@@ -223,13 +224,12 @@ async def _keep(
         _log.warning("sweep: the files of %s were not stored: %s", run_id, exc)
 
 
-def _finished(
-    contract: TaskContract, name: str, provider: Provider, repeat: int, result: RunResult
-) -> SweepRun:
+def finished_row(task: str, name: str, model: str, repeat: int, result: RunResult) -> SweepRun:
+    """The row of a run of a sweep that ended with ``result``."""
     return SweepRun(
-        contract.task,
+        task,
         name,
-        provider.model,
+        model,
         repeat,
         result.outcome.value,
         result.steps,
