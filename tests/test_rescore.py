@@ -165,3 +165,27 @@ def test_a_hostile_store_path_is_refused_and_nothing_is_written_outside(
         hn.rescore_sync(result.sweep_id, [notes_mention_target], store=path)
     assert got.value.kind == "foreign"
     assert not landing.exists() and not Path("/tmp/harnessnb-abs-planted.txt").exists()
+
+
+def test_kept_symlinks_are_made_only_when_they_stay_inside(
+    swept: tuple[Path, hn.SweepResult],
+) -> None:
+    path, result = swept
+    run_id = str(result.runs[result.runs["provider"] == "good"]["run_id"].iloc[0])
+    con = duckdb.connect(str(path))  # the attacker's connection
+    for rel, link in [("inside", "README.md"), ("abs", "/etc"), ("up", "../../etc"),
+                      ("sub/up", "../../x"), ("sub/ok", "../README.md")]:  # fmt: skip
+        con.execute("INSERT INTO run_files VALUES (?, ?, ?, NULL, NULL)", [run_id, rel, link])
+    con.close()
+    seen: dict[str, str | None] = {}
+
+    def links(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+        if run.run_id == run_id:
+            for name in ("inside", "abs", "up", "sub/up", "sub/ok"):
+                where = workspace / name
+                seen[name] = os.readlink(where) if where.is_symlink() else None
+        return hn.Score(True)
+
+    hn.rescore_sync(result.sweep_id, [links], store=path).store.close()
+    assert seen == {"inside": "README.md", "abs": None, "up": None, "sub/up": None,
+                    "sub/ok": "../README.md"}  # fmt: skip
