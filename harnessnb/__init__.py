@@ -58,6 +58,8 @@ _LAZY: dict[str, str] = {
     "samples": ".sweeps._samples_io",
     "pass_at_k": ".sweeps._stats",
     "pass_hat_k": ".sweeps._stats",
+    "rescore": ".sweeps._rescore",
+    "rescore_sync": ".sweeps._rescore",
     "TaskContract": ".loop._contract",
     "FileContains": ".loop._contract",
     "Command": ".loop._contract",
@@ -118,6 +120,7 @@ if TYPE_CHECKING:
     from .rules._retry import Clock, FakeClock, RetryPolicy, set_testing
     from .rules._stall import StallPolicy
     from .store._store import Store
+    from .sweeps._rescore import rescore, rescore_sync
     from .sweeps._sample import Sample, Score
     from .sweeps._samples_io import samples
     from .sweeps._stats import pass_at_k, pass_hat_k
@@ -185,6 +188,8 @@ __all__ = [
     "plot_failures",
     "replay",
     "replay_sync",
+    "rescore",
+    "rescore_sync",
     "resolve",
     "resolve_sync",
     "resume",

@@ -66,6 +66,8 @@ INTENDED = {
     "pass_hat_k",
     "replay",
     "replay_sync",
+    "rescore",
+    "rescore_sync",
     "resolve",
     "resolve_sync",
     "resume",

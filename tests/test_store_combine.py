@@ -21,7 +21,7 @@ from harnessnb.store._writer import store_writer
 from tests.store_helpers import old_store
 
 _RUN_TABLES = ("run_rows", "steps", "attempts", "tool_calls", "stalls", "markers",
-               "pending_steps", "leases")  # fmt: skip
+               "pending_steps", "leases", "sweep_runs", "run_files")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,9 @@ def _same(left: hn.Store, right: hn.Store) -> None:
     pd.testing.assert_frame_equal(left.steps(), right.steps())
     pd.testing.assert_frame_equal(left.tool_calls(), right.tool_calls())
     pd.testing.assert_frame_equal(left.markers(), right.markers())
+    for kept in ("SELECT * FROM sweep_runs ORDER BY run_id",
+                 "SELECT * FROM run_files ORDER BY run_id, path"):  # fmt: skip
+        pd.testing.assert_frame_equal(left.sql(kept), right.sql(kept))
     pd.testing.assert_frame_equal(left.failure_rates(), right.failure_rates())
     pd.testing.assert_frame_equal(left.failure_rates("provider", sweep="sweep_one"),
                                   right.failure_rates("provider", sweep="sweep_one"))  # fmt: skip

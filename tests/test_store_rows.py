@@ -26,6 +26,7 @@ _ALLOWED: dict[str, set[object]] = {
     "BOOLEAN": {bool},
     "TIMESTAMP": {float},
     "VARCHAR": {str, collections.abc.Mapping},
+    "BLOB": {bytes},
 }
 
 
@@ -37,7 +38,8 @@ def _members(hint: object) -> list[object]:
 
 
 def test_every_written_table_has_a_row_type_field_for_field(tmp_path: Path) -> None:
-    written = {"run_rows", "attempts", "steps", "tool_calls", "stalls", "markers", "scores"}
+    written = {"run_rows", "attempts", "steps", "tool_calls", "stalls", "markers", "scores",
+               "sweep_runs", "run_files"}
     assert set(ROW_TYPES) == written
     for table, row_type in ROW_TYPES.items():
         fields = list(typing.get_type_hints(row_type))

@@ -19,10 +19,12 @@ __all__ = [
     "AttemptRow",
     "Finish",
     "MarkerRow",
+    "RunFileRow",
     "RunRow",
     "ScoreRow",
     "StallRow",
     "StepRow",
+    "SweepRunRow",
     "ToolCallRow",
 ]
 
@@ -142,6 +144,32 @@ class ScoreRow(TypedDict, total=False):
     scored_at: float | None
 
 
+class SweepRunRow(TypedDict, total=False):
+    """A ``sweep_runs`` row (``add_sweep_run``): the slot of its sweep a run filled
+    (sample, the sweep's name for its provider, repeat), its sample (input, target, id,
+    metadata) and the paths the file caps left out."""
+
+    sweep_id: Required[str]
+    run_id: Required[str]
+    sample_id: Required[str]
+    provider: Required[str]
+    repeat: Required[int]
+    sample: Mapping[str, Any] | None
+    files_cut: Mapping[str, Any] | None
+    at: float | None
+
+
+class RunFileRow(TypedDict, total=False):
+    """A ``run_files`` row (``add_sweep_run``): one file of a sweep run's final
+    workspace, by its relative path: its bytes, or a symlink's target (``link``)."""
+
+    run_id: str
+    path: Required[str]
+    link: str | None
+    content: bytes | None
+    size: int | None
+
+
 class Finish(TypedDict):
     """How a run ends: what ``commit_step`` sets in the run row to end the run with its
     last step (``finish_run`` takes the same as its arguments)."""
@@ -160,4 +188,6 @@ ROW_TYPES: Final[dict[str, Any]] = {
     "stalls": StallRow,
     "markers": MarkerRow,
     "scores": ScoreRow,
+    "sweep_runs": SweepRunRow,
+    "run_files": RunFileRow,
 }

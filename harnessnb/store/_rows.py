@@ -141,7 +141,9 @@ def from_ts(value: dt.datetime | None) -> float | None:
 
 
 # Per-column conversion from the caller's value to the stored one.
-_JSON_COLUMNS: Final = frozenset({"args", "contract", "policy", "extras", "checkpoint"})
+_JSON_COLUMNS: Final = frozenset(
+    {"args", "contract", "policy", "extras", "checkpoint", "sample", "files_cut"}
+)
 _TS_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at", "scored_at"})
 
 
@@ -162,6 +164,8 @@ def _json(column: str, value: Any) -> Any:
 
 
 def _plain(column: str, value: Any) -> Any:
+    if isinstance(value, bytes):  # a BLOB (a kept file's content) as it is
+        return value
     if not isinstance(value, str | int | float | bool):
         # Enums (ProviderErrorKind, Effect) and the like are stored by value.
         return safe_value(column, getattr(value, "value", str(value)))

@@ -12,6 +12,9 @@ adds ``cost_usd`` the same way, from the attempt rows; since version 7 it passes
 ``sweep_id`` through. Version 8 marks the attempts a cancel cut off (``cancelled``);
 version 9 those whose tokens are estimated (``usage_estimated``). Version 10 adds
 ``scores``: one row per run and scorer of a sweep (``hn.sweep(scorers=...)``).
+Version 11 adds ``sweep_runs`` (which slot of its sweep a run filled, and its sample)
+and ``run_files`` (a sweep run's final workspace files, capped), for a sweep resumed
+by its id and ``hn.rescore``.
 
 A store file is data, never code: a file shared with a notebook is untrusted input, and
 DuckDB runs what a file's views and macros say when a query names them. So a file must
@@ -48,7 +51,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 
 # Every connection harnessnb opens: no query reads a file or reaches the network
 # (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
@@ -244,9 +247,26 @@ _V10: Final = [
         infra_kind VARCHAR, scored_at TIMESTAMP, PRIMARY KEY (run_id, scorer))""",
 ]
 
+# Version 11: a sweep run's place in its sweep (sample, the sweep's name for its
+# provider, repeat) and its sample as JSON (input, target, id, metadata), written when
+# the run ends, so ``hn.sweep(sweep_id=...)`` again runs only the slots not finished
+# and ``hn.rescore`` rebuilds each ``Sample``; ``files_cut`` lists what the caps left
+# out. ``run_files``: the run's final workspace files (``content``; a symlink as its
+# ``link`` target, never followed), for file and command scorers later.
+_V11: Final = [
+    """CREATE TABLE sweep_runs (
+        sweep_id VARCHAR NOT NULL, run_id VARCHAR NOT NULL, sample_id VARCHAR NOT NULL,
+        provider VARCHAR NOT NULL, repeat INTEGER NOT NULL, sample VARCHAR,
+        files_cut VARCHAR, "at" TIMESTAMP, PRIMARY KEY (run_id))""",
+    """CREATE TABLE run_files (
+        run_id VARCHAR NOT NULL, path VARCHAR NOT NULL, link VARCHAR, content BLOB,
+        size BIGINT, PRIMARY KEY (run_id, path))""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
     1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10,
+    11: _V11,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
@@ -278,6 +298,10 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
         "sweep_id", "run_id", "sample_id", "scorer", "scorer_version", "value",
         "explanation", "error", "infra_failure", "infra_kind", "scored_at",
     ),
+    "sweep_runs": (
+        "sweep_id", "run_id", "sample_id", "provider", "repeat", "sample", "files_cut", "at",
+    ),
+    "run_files": ("run_id", "path", "link", "content", "size"),
 }  # fmt: skip
 
 

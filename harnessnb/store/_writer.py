@@ -155,6 +155,7 @@ class StoreWriter:
     put_recording = _now(_writes.put_recording)
     bind_agent_session = _now(_writes.bind_agent_session)
     add_scores = _now(_writes.add_scores)
+    add_sweep_run = _now(_writes.add_sweep_run)
 
     # ------------------------------------------------------ reads for resume
 
@@ -266,3 +267,4 @@ class QueuedWriter:
     put_recording = _queued(_writes.put_recording)
     bind_agent_session = _queued(_writes.bind_agent_session)
     add_scores = _queued(_writes.add_scores)
+    add_sweep_run = _queued(_writes.add_sweep_run)

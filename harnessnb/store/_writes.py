@@ -25,10 +25,12 @@ from ._row_types import (
     AttemptRow,
     Finish,
     MarkerRow,
+    RunFileRow,
     RunRow,
     ScoreRow,
     StallRow,
     StepRow,
+    SweepRunRow,
     ToolCallRow,
 )
 from ._rows import dumps, row, safe_value, scrub_text, to_ts
@@ -42,6 +44,7 @@ __all__ = [
     "add_attempts",
     "add_marker",
     "add_scores",
+    "add_sweep_run",
     "bind_agent_session",
     "commit_step",
     "create_run",
@@ -461,3 +464,25 @@ def add_scores(scores: Sequence[ScoreRow]) -> WriteOp[None]:
     return WriteOp(
         "add_scores", lambda con, batch: batch.append("scores", rows), False, fallback=replacing
     )
+
+
+# ------------------------------------------------------------------ sweep runs
+
+
+def add_sweep_run(slot: SweepRunRow, files: Sequence[RunFileRow]) -> WriteOp[None]:
+    """Write which slot of its sweep a run filled, its sample, and its final workspace
+    files (``run_files``), in one transaction, replacing what that run had (written
+    again). The sample's text is kept verbatim but for known secret values (as a
+    contract's task is); file contents are bytes, as the run left them."""
+    slot_row = row("sweep_runs", slot, at=slot.get("at") or time.time())
+    run_id = str(slot["run_id"])
+    file_rows = [row("run_files", f, run_id=run_id) for f in files]
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        con.execute("DELETE FROM run_files WHERE run_id = ?", [run_id])
+        marks = ", ".join("?" * len(slot_row))
+        con.execute(f"INSERT OR REPLACE INTO sweep_runs VALUES ({marks})", list(slot_row))
+        for values in file_rows:  # one at a time: each may be a MiB
+            con.execute("INSERT INTO run_files VALUES (?, ?, ?, ?, ?)", list(values))
+
+    return WriteOp("add_sweep_run", apply)

@@ -8,7 +8,9 @@
   ``_scorers``: the built-in scorers (``hn.scorers``);
   ``_judge``: the LLM judge scorer (``hn.scorers.model_graded``), recorded and replayed;
   ``_stats``: what the scores come to (``summary``, ``compare``, pass@k and pass^k);
-  ``_grid``: the sweep's grid (samples x providers, each cell opening to transcripts).
+  ``_grid``: the sweep's grid (samples x providers, each cell opening to transcripts);
+  ``_rescore``: ``hn.rescore``, a sweep's kept runs scored again, and what a resumed
+  sweep reads back.
 
 May import: ``loop``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli,
 notebook), nor ``agents`` or ``demo``.

@@ -9,6 +9,15 @@ sweep. ``max_cost_usd`` stops launching runs once the finished runs' spend reach
 (or cannot be priced).
 Cancelling the sweep (Ctrl-C in ``sweep_sync``) cancels the runs in flight, each
 recorded ``cancelled``, and starts no other.
+
+Called again with the ``sweep_id`` of a sweep in its store, a sweep runs only the
+slots (sample, provider name, repeat) that sweep has not finished: a finished slot's
+run (its outcome anything but ``cancelled``, ``awaiting_approval`` or
+``needs_reconciliation``) is read back from the store with its scores, a scorer it has
+no row of scored from its kept files (``_rescore``); every other slot (never started,
+cancelled, killed, or cut by a cancel before its files were kept) is run afresh, as a
+new run of the sweep (the older run stays in the store, in no result). On a cluster
+(``executor=``) every slot is run: the shards are not read back.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from ..loop._store_wait import open_patiently
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
+from ._rescore import Slot, finished_slots, stored_run
 from ._sample import Sample, Scorer
 from ._sweep_dask import Job, check_cluster_options, sweep_on_cluster
 from ._sweep_result import Signature, SweepResult, SweepRun, apart, labels
@@ -59,6 +69,7 @@ class _Plan:
     spent: float = 0.0
     stopped: str | None = None
     scorers: tuple[NamedScorer, ...] = ()
+    done: dict[Slot, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def tags(self) -> tuple[tuple[str, str], ...]:
         """(name, version) of each scorer."""
@@ -115,8 +126,8 @@ async def sweep(
             ``workspace`` in the store); by default each is removed after its run.
         max_cost_usd: Start no run once the finished runs' spend reaches this, or
             cannot be priced (tokens of a model with no known price).
-        sweep_id: Use this id instead of a fresh one (known before the sweep ends,
-            e.g. to read a cancelled sweep's runs from the store).
+        sweep_id: Use this id instead of a fresh one; the id of a sweep in ``store``
+            resumes it, running only the slots it has not finished (module docstring).
         on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
         executor: A ``dask.distributed.Client``: each run executes on a worker of its
             cluster (``pip install 'harnessnb[dask]'``), at most ``concurrency``
@@ -152,6 +163,7 @@ async def sweep(
         return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases, plan.tags())
     opened = await open_patiently(store, None, SystemClock())
     options |= {"store": opened, "on_event": on_event}
+    plan.done = await asyncio.to_thread(finished_slots, opened, the_id) if sweep_id else {}
     rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run, plan.scorers)
     return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 
@@ -171,11 +183,14 @@ async def _run_here(
         contract, name, provider, repeat, sample = job
         unstarted = SweepRun(contract.task, name, provider.model, repeat, sample_id=sample.id)
         async with gate:
-            if plan.over_budget():
+            if (done := plan.done.get((sample.id, name, repeat))) is not None:
+                row = await stored_run(options["store"], done, scorers, options, every=False)
+            elif plan.over_budget():
                 return unstarted
-            row = await one_run(
-                contract, name, provider, repeat, keep, options, sample=sample, scorers=scorers
-            )
+            else:
+                row = await one_run(
+                    contract, name, provider, repeat, keep, options, sample=sample, scorers=scorers
+                )
         plan.spent += row.spend
         if on_run is not None:
             try:

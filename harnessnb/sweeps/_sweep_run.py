@@ -10,7 +10,14 @@ function awaited, any other callable in a thread (it may block: run a command). 
 scorer that raises gives a row with no value and the ``error``, never a task failure.
 A run that ended for reasons of infrastructure (``INFRA_OUTCOMES``, or a provider or
 store error) is not scored: a row per scorer says ``infra_failure``. The rows go to
-the run's store (``scores``) and on the run's ``SweepRun``."""
+the run's store (``scores``) and on the run's ``SweepRun``.
+
+A run that ends keeps its final workspace in the store (``run_files``, with its slot
+and sample in ``sweep_runs``), read before its copy is removed, so a scorer can judge
+it later (``hn.rescore``): every regular file, text or binary, up to ``MAX_FILE_BYTES``
+each and ``MAX_RUN_BYTES`` and ``MAX_RUN_FILES`` a run (walked in path order: what
+would pass a cap is left out, its path listed in ``files_cut``), each symlink as its
+target (never followed); other entries (a FIFO, a socket) are left out and listed."""
 
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id, run
@@ -47,10 +54,29 @@ from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 if TYPE_CHECKING:
     from ..loop._result import RunResult
     from ..providers._completion import Provider
-    from ..store._row_types import ScoreRow
+    from ..store._row_types import RunFileRow, ScoreRow, SweepRunRow
     from ..store._store import Store
 
-__all__ = ["NamedScorer", "crashed", "named_scorers", "one_run", "unfit_template_entry"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_RUN_BYTES",
+    "MAX_RUN_FILES",
+    "NamedScorer",
+    "crashed",
+    "finished_row",
+    "judged",
+    "kept_files",
+    "named_scorers",
+    "one_run",
+    "unfit_template_entry",
+]
+
+# What a sweep run keeps of its final workspace (``kept_files``).
+MAX_FILE_BYTES: Final = 1 << 20
+MAX_RUN_BYTES: Final = 20 << 20
+MAX_RUN_FILES: Final = 2_000
+# How many of the paths the caps left out a run's ``files_cut`` names.
+_CUT_NAMED: Final = 100
 
 _log = logging.getLogger("harnessnb.sweep")
 
@@ -118,6 +144,7 @@ async def one_run(
         own = dataclasses.replace(contract, workspace=folder)
         result: RunResult = await run(own, provider, run_id=run_id, **options)
         scores = await _scored(result, sample, Path(folder), scorers, store=options.get("store"))
+        kept = await asyncio.to_thread(kept_files, folder)
     except HarnessError as exc:
         row = crashed(contract, name, provider, repeat, run_id, exc)
         return await _with_scores(row, sample, _unscored(scorers, exc, row.outcome), options)
@@ -127,18 +154,85 @@ async def one_run(
     finally:
         if folder is not None and not keep:  # at once, even while being cancelled
             shutil.rmtree(folder, ignore_errors=True)
+    await _keep(result.run_id, name, repeat, sample, kept, options)
     return await _with_scores(
-        _finished(contract, name, provider, repeat, result), sample, scores, options
+        finished_row(contract.task, name, provider.model, repeat, result), sample, scores, options
     )
 
 
-def _finished(
-    contract: TaskContract, name: str, provider: Provider, repeat: int, result: RunResult
-) -> SweepRun:
+def kept_files(folder: str) -> tuple[list[RunFileRow], dict[str, Any] | None]:
+    """The files of a run's final workspace the store keeps, in path order, and what
+    the caps left out (None when nothing): ``count``, the first paths, the caps."""
+    rows: list[RunFileRow] = []
+    cut: list[str] = []
+    total = 0
+    for here, dirs, files in os.walk(folder):  # symlinks to folders are not entered
+        dirs.sort()
+        entries = sorted([*files, *(d for d in dirs if os.path.islink(os.path.join(here, d)))])
+        for name in entries:
+            path = os.path.join(here, name)
+            rel = Path(os.path.relpath(path, folder)).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                rows.append({"path": rel, "link": os.readlink(path)})
+                continue
+            size = os.lstat(path).st_size
+            fits = total + size <= MAX_RUN_BYTES and len(rows) < MAX_RUN_FILES
+            if not stat.S_ISREG(mode) or size > MAX_FILE_BYTES or not fits:
+                cut.append(rel)
+                continue
+            with open(path, "rb") as f:
+                content = f.read(MAX_FILE_BYTES + 1)
+            if len(content) > MAX_FILE_BYTES:  # grew while read
+                cut.append(rel)
+                continue
+            total += len(content)
+            rows.append({"path": rel, "content": content, "size": len(content)})
+    if not cut:
+        return rows, None
+    caps = {"file_bytes": MAX_FILE_BYTES, "run_bytes": MAX_RUN_BYTES, "files": MAX_RUN_FILES}
+    return rows, {"count": len(cut), "paths": cut[:_CUT_NAMED], "caps": caps}
+
+
+async def _keep(
+    run_id: str,
+    name: str,
+    repeat: int,
+    sample: Sample,
+    kept: tuple[list[RunFileRow], dict[str, Any] | None],
+    options: dict[str, Any],
+) -> None:
+    """The run's slot, sample and final files written to its store (a store that fails
+    is logged: the run's row stands; the run is then not resumed from nor rescored)."""
+    store, sweep_id = options.get("store"), options.get("sweep_id")
+    if store is None or not sweep_id:
+        return
+    from ..store._writer import store_writer
+
+    described: dict[str, Any] = {"input": sample.input, "target": sample.target}
+    described |= {"id": sample.id, "metadata": dict(sample.metadata)}
+    files, cut = kept
+    slot: SweepRunRow = {
+        "sweep_id": str(sweep_id),
+        "run_id": run_id,
+        "sample_id": sample.id,
+        "provider": name,
+        "repeat": repeat,
+        "sample": described,
+        "files_cut": cut,
+    }
+    try:
+        await store_writer(store).queued.add_sweep_run(slot, files)
+    except HarnessError as exc:
+        _log.warning("sweep: the files of %s were not stored: %s", run_id, exc)
+
+
+def finished_row(task: str, name: str, model: str, repeat: int, result: RunResult) -> SweepRun:
+    """The row of a run of a sweep that ended with ``result``."""
     return SweepRun(
-        contract.task,
+        task,
         name,
-        provider.model,
+        model,
         repeat,
         result.outcome.value,
         result.steps,
@@ -341,3 +435,23 @@ def _copy_workspace(template: str) -> str:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return folder
+
+
+async def judged(
+    row: SweepRun,
+    result: RunResult,
+    sample: Sample,
+    workspace: Path | None,
+    scorers: Sequence[NamedScorer],
+    infra: str | None,
+    options: dict[str, Any],
+) -> SweepRun:
+    """``row`` scored by ``scorers`` as a live run is (``hn.rescore``, a resumed
+    sweep): each called ``(run, sample, workspace)``, or none when ``infra`` names why
+    the run is not scored; the rows written to ``options["store"]``."""
+    if infra is not None or workspace is None:
+        scores = _unscored(scorers, None, infra)
+    else:
+        store = options.get("store")
+        scores = tuple([await _score(s, result, sample, workspace, store) for s in scorers])
+    return await _with_scores(row, sample, scores, options)
