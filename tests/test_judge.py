@@ -358,3 +358,24 @@ async def test_on_a_dask_cluster_the_judge_records_in_the_shards_and_replays_fro
         run = hn.RunResult.from_store(scores.loc[sample.id, "run_id"], store=result.store)
         again = await replay(run, sample, ws)
         assert again.value == scores.loc[sample.id, "value"]
+
+
+async def test_rescore_grades_with_the_judges_recordings_and_no_provider(
+    ws: Path, tmp_path: Path
+) -> None:
+    """hn.rescore hands the judge the sweep's store, as the sweep does: the replaying
+    judge (no provider, no store of its own) grades each stored run as it was graded."""
+    path = tmp_path / "runs.duckdb"
+    with ChaosServer(responder=fair_judge) as server:
+        live = hn.scorers.model_graded(judge_for(server), RUBRIC)
+        provider = hn.ScriptedProvider(agent, name="agent")
+        result = await hn.sweep(samples(), [provider], workspace=ws, repeats=2, store=path,
+                                scorers=[live])  # fmt: skip
+    replaying = hn.scorers.model_graded(None, RUBRIC)
+    again = await hn.rescore(result.sweep_id, [replaying], store=result.store)
+    before = result.scores.set_index("run_id")["value"].to_dict()
+    after = again.scores.set_index("run_id")["value"].to_dict()
+    assert after == before and sorted(before.values()) == [0.0, 0.0, 1.0, 1.0]
+    assert again.scores["error"].isna().all()
+    assert replaying.attempts == 0  # graded from the recordings: no call made
+    result.store.close()
