@@ -174,7 +174,7 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
         assert "200 runs merged into cluster-runs.duckdb" in text
         assert text.count("200/200 runs") >= 2
     if path.stem.startswith("07"):
-        # 30 samples from the CSV x 3 providers x 3 repeats, two scorers; every configured
+        # 30 samples from the CSV x 3 providers x 3 repeats, three scorers; every configured
         # accuracy inside its interval, the 429s unscored, every pair compared (Holm)
         assert "30 samples" in text and "270/270 runs" in text
         assert "includes" in text and "file_contains('ANSWER.txt')" in text
@@ -183,6 +183,12 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
         assert "runs not scored" in text and "rate_limited" in text
         assert "p_holm" in text and "paired_t" in text
         assert "harnessnb-sweep" in text  # the result's card, as HTML
+        # the LLM judge (a scripted provider) scored beside them; the rescore, with no
+        # provider, replayed every grading as it was and scored a new scorer
+        assert "judge" in text and "answer_file_exact" in text
+        assert "judge calls made by the rescore: 0" in text
+        graded = re.search(r"runs graded again the same: (\d+) of (\d+)", text)
+        assert graded is not None and graded.group(1) == graded.group(2) != "0"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
