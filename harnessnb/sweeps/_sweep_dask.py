@@ -53,6 +53,7 @@ import logging
 import os
 import socket
 import string
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -257,19 +258,38 @@ async def _finished(
     # The end reads every shard of the folder as one store: a file there that cannot be
     # read so (not a store, an old schema) fails now, before any run is paid for.
     store = await asyncio.to_thread(_combined, folder)
-    sweep_id = str(options["sweep_id"])
-    slots = await asyncio.to_thread(finished_slots, store, sweep_id)
+    slots = await asyncio.to_thread(finished_slots, store, str(options["sweep_id"]))
     mine = {
         i: slots[(sample.id, name, repeat)]
         for i, (_, name, _, repeat, sample) in enumerate(jobs)
         if (sample.id, name, repeat) in slots
     }
+    if not mine:
+        return {}
+    # Each read of a combined store attaches every shard anew (a third of a second a
+    # run read back, for the several reads of a run); one copy is read instead.
+    with tempfile.TemporaryDirectory(prefix="harnessnb-resume-") as tmp:
+        copy = await asyncio.to_thread(store.merge, os.path.join(tmp, "shards.duckdb"))
+        try:
+            return await _stored_rows(mine, copy, folder, options, scorers)
+        finally:
+            copy.close()
+
+
+async def _stored_rows(
+    mine: dict[int, dict[str, Any]],
+    store: Store,
+    folder: str,
+    options: dict[str, Any],
+    scorers: tuple[NamedScorer, ...],
+) -> dict[int, SweepRun]:
+    """Each finished slot's row read from ``store`` (see ``_finished``)."""
     lacking: dict[str, None] = {}
     for slot in mine.values():
         found = await asyncio.to_thread(scorers_lacking, store, str(slot["run_id"]), scorers)
         lacking |= dict.fromkeys(found)
     if lacking:
-        names = ", ".join(repr(n) for n in lacking)
+        names, sweep_id = ", ".join(repr(n) for n in lacking), options["sweep_id"]
         raise ConfigError(
             f"sweep: the finished runs of the sweep {sweep_id!r} in {folder} have no score "
             f"of {names}, and a sweep resumed on a cluster cannot write scores into its "
