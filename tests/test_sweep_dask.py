@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -471,3 +472,53 @@ async def test_runs_on_the_cluster_bring_back_what_the_sweep_grid_shows(
     assert fine.text == "done" and [s.decision for s in fine.step_summaries] == ["answer"]
     assert "server" in down_run.error_card and "harnessnb-error" in down_run.error_card
     assert Parsed(res._repr_mimebundle_()["text/html"]).cells == ["infra", "good"]
+
+
+def _said(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+    """Pass when the run gave a final text; the explanation names the process that scored."""
+    return hn.Score(bool(run.text), f"scored in {os.getpid()}")
+
+
+def _asked_about(server: Any, sample: hn.Sample) -> int:
+    """The requests ``server`` received for ``sample``'s task."""
+    return sum(sample.input in str(r.json) for r in server.requests)
+
+
+async def test_a_sweep_resumed_on_the_cluster_runs_only_the_slots_it_has_not_finished(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    shards = tmp_path / "shards"
+    small, grown = [hn.Sample("say hello 0", id="s0")], [hn.Sample(f"say hello {i}", id=f"s{i}")
+                                                         for i in range(2)]  # fmt: skip
+    common: dict[str, Any] = {"workspace": ws, "executor": client, "shards": shards,
+                              "sweep_id": "sweep_grown", "scorers": [_said]}  # fmt: skip
+    with demo_server() as good:
+        providers = {"good": provider_for(good, name="good")}
+        first = await hn.sweep(small, providers, **common)
+        asked = _asked_about(good, small[0])
+        seen: list[hn.SweepRun] = []
+        second = await hn.sweep(grown, providers, repeats=2, on_run=seen.append, **common)
+        (old,) = first.records
+        assert second.records[0].run_id == old.run_id  # taken back from its shard, not run again
+        assert asked > 0 and _asked_about(good, small[0]) == 2 * asked  # its new repeat 1 only
+        runs_now = len(good.requests)
+        with pytest.raises(hn.ConfigError, match=r"no score of '_answered'.*hn\.rescore"):
+            await hn.sweep(
+                grown, providers, repeats=2, **(common | {"scorers": [_said, _answered]})
+            )
+        assert len(good.requests) == runs_now  # refused before any run
+    slots = {(r.sample_id, r.repeat): r for r in second.records}
+    assert [(r.sample_id, r.repeat) for r in second.records] == [("s0", 0), ("s1", 0), ("s0", 1),
+                                                                 ("s1", 1)]  # fmt: skip
+    assert slots["s0", 0].shard == old.shard and slots["s0", 0].outcome == old.outcome
+    (kept,), (scored,) = slots["s0", 0].scores, old.scores  # the stored score, not scored again
+    assert dataclasses.replace(kept, scored_at=None) == dataclasses.replace(scored, scored_at=None)
+    assert kept.scored_at == pytest.approx(scored.scored_at, abs=1e-5)  # the store's microseconds
+    assert kept.explanation != f"scored in {os.getpid()}"  # by its worker, not here
+    assert len({r.run_id for r in second.records}) == 4 and len(seen) == 4
+    assert len(second.store.runs(sweep="sweep_grown")) == 4  # 1 + the 3 new slots
+    assert second.scores["value"].tolist() == [1.0] * 4
+    # The refusal's way: a merged copy of the shards takes the new scorer's rows.
+    with second.store.merge(into=tmp_path / "all.duckdb") as merged:
+        again = await hn.rescore("sweep_grown", [_answered], store=merged)
+    assert len(again.scores) == 4

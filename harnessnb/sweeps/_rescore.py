@@ -48,7 +48,15 @@ from ._sweep_run import NamedScorer, finished_row, judged, named_scorers
 if TYPE_CHECKING:
     from ..store._store import Store
 
-__all__ = ["Slot", "finished_slots", "rescore", "rescore_sync", "stored_run", "stored_slots"]
+__all__ = [
+    "Slot",
+    "finished_slots",
+    "rescore",
+    "rescore_sync",
+    "scorers_lacking",
+    "stored_run",
+    "stored_slots",
+]
 
 # Outcomes of a run that leave its slot to be run again by a resumed sweep.
 UNFINISHED_OUTCOMES: Final = frozenset(
@@ -225,6 +233,12 @@ def _infra_kind(result: RunResult, slot: dict[str, Any]) -> str | None:
     if result.outcome in INFRA_OUTCOMES:
         return result.outcome.value
     return None
+
+
+def scorers_lacking(store: Store, run_id: str, scorers: Sequence[NamedScorer]) -> list[str]:
+    """The names of ``scorers`` with no stored row for ``run_id``."""
+    stored = _stored_scores(store, run_id)
+    return [s.name for s in scorers if (s.name, s.version) not in stored]
 
 
 def _stored_scores(store: Store, run_id: str) -> dict[tuple[str, str], Any]:

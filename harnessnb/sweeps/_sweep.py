@@ -17,7 +17,11 @@ run (its outcome anything but ``cancelled``, ``awaiting_approval`` or
 no row of scored from its kept files (``_rescore``); every other slot (never started,
 cancelled, killed, or cut by a cancel before its files were kept) is run afresh, as a
 new run of the sweep (the older run stays in the store, in no result). On a cluster
-(``executor=``) every slot is run: the shards are not read back.
+(``executor=``) the finished slots are read from the shards already in the folder
+(``Store.combine``, read-only) and only the others are sent to the workers; since the
+shards take no writes there, a scorer that a finished run has no stored row of is
+refused (ConfigError, before any run: resume with the sweep's own scorers, then
+``hn.rescore`` a merged copy).
 """
 
 from __future__ import annotations
@@ -126,8 +130,8 @@ async def sweep(
             ``workspace`` in the store); by default each is removed after its run.
         max_cost_usd: Start no run once the finished runs' spend reaches this, or
             cannot be priced (tokens of a model with no known price).
-        sweep_id: Use this id instead of a fresh one; the id of a sweep in ``store``
-            resumes it, running only the slots it has not finished (module docstring).
+        sweep_id: Use this id instead of a fresh one; the id of a sweep in ``store`` (or
+            ``shards``) resumes it, running only the slots it has not finished (module docstring).
         on_run: Called with each run's ``SweepRun`` row as the run ends (a live table).
         executor: A ``dask.distributed.Client``: each run executes on a worker of its
             cluster (``pip install 'harnessnb[dask]'``), at most ``concurrency``

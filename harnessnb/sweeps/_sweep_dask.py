@@ -35,6 +35,12 @@ that folder already (Dask's ``Event`` would need each task to reach the schedule
 it is named by the sweep's id, so an old cancelled sweep never stops a new one (a
 sweep given the id of a cancelled one removes its marker first).
 
+Resumed (``hn.sweep(..., sweep_id=ID)``), a sweep reads the slots it finished from the
+shards already in the folder (``Store.combine``) and submits only the others; a
+finished slot's row is its stored run, with its stored scores and the shard its claim
+names. The combined store takes no writes, so a scorer that a finished run has no
+stored row of is refused before any run (``hn.rescore`` scores a merged copy).
+
 Dask is imported here only, on first use; ``import harnessnb`` does not load it.
 """
 
@@ -47,6 +53,7 @@ import logging
 import os
 import socket
 import string
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -54,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id
 from ..rules._errors import ConfigError, wrap_unknown
+from ._rescore import finished_slots, scorers_lacking, stored_run
 from ._sample import Sample
 from ._sweep_result import UNFINISHED, SweepRun
 from ._sweep_run import NamedScorer, crashed, one_run
@@ -169,12 +177,13 @@ async def sweep_on_cluster(
     on_run: Callable[[SweepRun], None] | None,
     scorers: tuple[NamedScorer, ...] = (),
 ) -> tuple[list[SweepRun], Store]:
-    """Every job as a task on ``client``'s cluster; the rows in plan order and the
-    combined store of the shards."""
+    """Every job as a task on ``client``'s cluster, but a job whose slot the sweep
+    finished in the shards already there (a resumed sweep): that is its stored row; the
+    rows in plan order and the combined store of the shards."""
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     submitted: dict[Any, tuple[int, WorkerJob]] = {}
-    rows: dict[int, SweepRun] = {}
+    rows = await _finished(jobs, folder, options, scorers)
 
     def delivered(row: SweepRun) -> None:  # on the loop, as the local sweep does
         if on_run is not None:
@@ -186,9 +195,9 @@ async def sweep_on_cluster(
     def drive() -> None:
         import distributed
 
-        pending = iter(enumerate(jobs))
+        pending = iter([(i, job) for i, job in enumerate(jobs) if i not in rows])
         done: Any = getattr(distributed, "as_completed")()  # noqa: B009 (untyped)
-        spent = [0.0]
+        spent = [sum(row.spend for row in rows.values())]  # a resumed sweep's, as here
 
         def launch() -> None:
             if stop.is_set() or over_budget(spent[0]):
@@ -215,10 +224,8 @@ async def sweep_on_cluster(
             loop.call_soon_threadsafe(delivered, row)
             launch()
 
-    if await asyncio.to_thread(_holds_shards, folder):
-        # The end reads every shard of the folder as one store: a file there that cannot
-        # be read so (not a store, an old schema) fails now, before any run is paid for.
-        await asyncio.to_thread(_combined, folder)
+    for i in sorted(rows):  # the finished slots of a resumed sweep, told first
+        delivered(rows[i])
     marker = cancel_marker(folder, options["sweep_id"])
     with contextlib.suppress(FileNotFoundError):  # this id's earlier sweep was cancelled
         os.unlink(marker)
@@ -234,6 +241,67 @@ async def sweep_on_cluster(
         _settle, [r for r in rows.values() if r.outcome == UNFINISHED], store
     )
     return [_in_plan(job, rows.get(i), found) for i, job in enumerate(jobs)], store
+
+
+async def _finished(
+    jobs: Sequence[Job],
+    folder: str,
+    options: dict[str, Any],
+    scorers: tuple[NamedScorer, ...],
+) -> dict[int, SweepRun]:
+    """Plan index -> the stored row of each job whose slot the sweep finished in the
+    shards (``_rescore.finished_slots``), with its stored scores and its shard; or
+    ConfigError, before any run, when one of them has no score of a scorer given: the
+    shards, read as one store, take no writes."""
+    if not await asyncio.to_thread(_holds_shards, folder):
+        return {}
+    # The end reads every shard of the folder as one store: a file there that cannot be
+    # read so (not a store, an old schema) fails now, before any run is paid for.
+    store = await asyncio.to_thread(_combined, folder)
+    slots = await asyncio.to_thread(finished_slots, store, str(options["sweep_id"]))
+    mine = {
+        i: slots[(sample.id, name, repeat)]
+        for i, (_, name, _, repeat, sample) in enumerate(jobs)
+        if (sample.id, name, repeat) in slots
+    }
+    if not mine:
+        return {}
+    # Each read of a combined store attaches every shard anew (a third of a second a
+    # run read back, for the several reads of a run); one copy is read instead.
+    with tempfile.TemporaryDirectory(prefix="harnessnb-resume-") as tmp:
+        copy = await asyncio.to_thread(store.merge, os.path.join(tmp, "shards.duckdb"))
+        try:
+            return await _stored_rows(mine, copy, folder, options, scorers)
+        finally:
+            copy.close()
+
+
+async def _stored_rows(
+    mine: dict[int, dict[str, Any]],
+    store: Store,
+    folder: str,
+    options: dict[str, Any],
+    scorers: tuple[NamedScorer, ...],
+) -> dict[int, SweepRun]:
+    """Each finished slot's row read from ``store`` (see ``_finished``)."""
+    lacking: dict[str, None] = {}
+    for slot in mine.values():
+        found = await asyncio.to_thread(scorers_lacking, store, str(slot["run_id"]), scorers)
+        lacking |= dict.fromkeys(found)
+    if lacking:
+        names, sweep_id = ", ".join(repr(n) for n in lacking), options["sweep_id"]
+        raise ConfigError(
+            f"sweep: the finished runs of the sweep {sweep_id!r} in {folder} have no score "
+            f"of {names}, and a sweep resumed on a cluster cannot write scores into its "
+            "shards; resume it with the scorers it ran with, then score its runs with "
+            f"hn.rescore({sweep_id!r}, [...], store=hn.Store.combine(...).merge(into=FILE))"
+        )
+    rows = {}
+    for i, slot in mine.items():
+        row = await stored_run(store, slot, scorers, options, every=False)
+        holder = await asyncio.to_thread(_holder, folder, row.run_id or "")
+        rows[i] = dataclasses.replace(row, shard=holder)
+    return rows
 
 
 def _in_plan(job: Job, row: SweepRun | None, found: dict[str, SweepRun]) -> SweepRun:
@@ -372,8 +440,16 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
 
 
 def _claim_holder(job: WorkerJob) -> str | None:
+    return _holder(job.shards, job.run_id)
+
+
+def _holder(folder: str, run_id: str) -> str | None:
+    """The shard a run's claim names, or None (no claim; a run id from a store that
+    is no file name of the claims folder)."""
+    if not run_id or run_id in (".", "..") or "/" in run_id or os.sep in run_id:
+        return None
     try:
-        with open(os.path.join(job.shards, "claims", job.run_id), encoding="utf-8") as fh:
+        with open(os.path.join(folder, "claims", run_id), encoding="utf-8") as fh:
             return fh.read() or "?"
     except OSError:
         return None
