@@ -118,3 +118,94 @@ def test_a_stuck_sync_scorer_does_not_hold_interpreter_exit(ws: Path, tmp_path: 
             child.communicate()
     assert child.returncode == 0, err
     assert "did not finish in" in out
+
+
+# ------------------------------------------------------------------ hn.samples, hostile files
+
+
+def refused(path: Path) -> str:
+    with pytest.raises(hn.ConfigError) as caught:
+        hn.samples(path)
+    return caught.value.message
+
+
+def test_a_line_over_the_cap_is_refused_naming_it_not_read_whole(tmp_path: Path) -> None:
+    from harnessnb.sweeps._samples_io import MAX_LINE_CHARS
+
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"input": "q"}\n{"input": "' + "a" * (MAX_LINE_CHARS + 10) + '"}\n')
+    cap = f"is longer than {MAX_LINE_CHARS} characters (the cap on a line)"
+    assert refused(path) == f"hn.samples: {path} line 2 {cap}"
+    csv_path = tmp_path / "huge.csv"
+    csv_path.write_text("input\nq\n" + "a" * (MAX_LINE_CHARS + 10))  # no line end at all
+    assert f"{csv_path} line 3 is longer than" in refused(csv_path)
+
+
+def test_json_too_deep_or_an_integer_too_long_is_a_config_error_naming_the_row(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "deep.jsonl"
+    nested = "[" * 100_000 + "]" * 100_000
+    deep.write_text('{"input": "q"}\n{"input": "r", "metadata": ' + nested + "}\n")
+    assert refused(deep) == f"hn.samples: {deep} line 2: not JSON: nested too deeply"
+    digits = tmp_path / "digits.csv"
+    digits.write_text('input,metadata\nq,"{""n"": ' + "9" * 5000 + '}"\n')
+    assert refused(digits).startswith(f"hn.samples: {digits} line 2: metadata is not JSON: Exceeds")
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "tasks.csv"
+    os.mkfifo(fifo)
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.append(refused(fifo)), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # today's code blocks in open(): let it go, then fail
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "w") as writer:
+            writer.write("input\nq\n")
+        reader.join(10)
+        pytest.fail("hn.samples waited on a FIFO")
+    assert said == [f"hn.samples: {fifo} is not a regular file"]
+
+
+def test_a_files_path_with_a_nul_byte_is_refused_naming_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "nul.jsonl"
+    path.write_text('{"input": "q"}\n{"input": "r", "files": {"a\\u0000b": "x"}}\n')
+    assert refused(path) == f"hn.samples: {path} line 2: a file's path holds a NUL byte"
+
+
+INSIDE = "a sample's file must be a relative path inside the workspace"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("array.jsonl", b'{"input": "q"}\n["a"]\n', "line 2: a JSON object, not an array"),
+        ("number.jsonl", b'{"input": "q"}\n5\n', "line 2: a JSON object, not a number"),
+        ("meta.jsonl", b'{"input": "q", "metadata": [1]}\n',
+         "line 1: metadata must be a JSON object, not list"),
+        ("meta.csv", b'input,metadata\nq,"""s"""\n',
+         "line 2: metadata must be a JSON object, not str"),
+        ("abs.jsonl", b'{"input": "q", "files": {"/etc/passwd": "x"}}\n',
+         f"line 1: {INSIDE}: '/etc/passwd'"),
+        ("up.jsonl", b'{"input": "q"}\n{"input": "r", "files": {"../x": "x"}}\n',
+         f"line 2: {INSIDE}: '../x'"),
+        ("value.jsonl", b'{"input": "q", "files": {"a.txt": {"b": 1}}}\n',
+         "line 1: a sample's file 'a.txt' must be text or bytes"),
+    ],
+)  # fmt: skip
+def test_hostile_rows_are_refused_naming_the_row(
+    tmp_path: Path, name: str, content: bytes, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert refused(path) == f"hn.samples: {path} {said}"
+
+
+def test_a_bom_crlf_and_nul_in_text_are_read_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfinput,target\r\nab\x00c,x\r\n")
+    jsonl = tmp_path / "crlf.jsonl"
+    jsonl.write_bytes(b'\xef\xbb\xbf{"input": "ab\\u0000c", "target": "x"}\r\n')
+    for got in (hn.samples(path), hn.samples(jsonl)):
+        assert [(s.input, s.target) for s in got] == [("ab\x00c", "x")]
