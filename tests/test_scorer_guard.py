@@ -209,3 +209,131 @@ def test_a_bom_crlf_and_nul_in_text_are_read_as_text(tmp_path: Path) -> None:
     jsonl.write_bytes(b'\xef\xbb\xbf{"input": "ab\\u0000c", "target": "x"}\r\n')
     for got in (hn.samples(path), hn.samples(jsonl)):
         assert [(s.input, s.target) for s in got] == [("ab\x00c", "x")]
+
+
+# ------------------------------------------------------------------ scorers, hostile specs
+
+
+PY = sys.executable
+PYTEST = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+
+def verdict(scorer: object, workspace: Path, text: str = "") -> hn.Score:
+    run = hn.RunResult("run_1", hn.RunOutcome.FINISHED, 1, 10, text=text)
+    got = scorer(run, hn.Sample("q"), workspace)  # type: ignore[operator]
+    score = asyncio.run(got) if asyncio.iscoroutine(got) else got
+    assert isinstance(score, hn.Score)
+    return score
+
+
+def test_a_schemas_strings_with_quotes_and_newlines_never_run_as_code(tmp_path: Path) -> None:
+    # fastjsonschema compiles a schema to Python source: every string must stay a literal.
+    marker = tmp_path / "PWNED"
+    code = f"__import__('os').system('touch {marker}')"
+    payloads = [f"'\"\n{code}\n#", f"\\'\"\"\"\n{code}\n#", f"\n{code}"]
+    for bad in payloads:
+        schema = {"$id": bad, "title": bad, "type": "object", "required": [bad],
+                  "properties": {bad: {"type": "string", "pattern": bad, "const": bad}},
+                  "patternProperties": {bad: {"enum": [bad]}}}  # fmt: skip
+        scorer = hn.scorers.json_schema(schema)
+        assert verdict(scorer, tmp_path, '{"x": 1}').value == 0.0  # checked, not run
+    assert not marker.exists()
+
+
+def test_a_schemas_ref_to_a_url_is_refused_without_fetching_it() -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setblocking(False)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/schema.json"
+        with pytest.raises(hn.ConfigError, match="names another document \\(not fetched\\)"):
+            hn.scorers.json_schema({"$ref": url})
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+
+
+@pytest.mark.parametrize("depth", [25, 80, 3000])
+def test_a_schema_nested_too_deeply_is_a_config_error(depth: int) -> None:
+    # Python's compiler refuses fastjsonschema's code of a schema ~20 levels deep.
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(hn.ConfigError, match="not a valid JSON Schema: the schema is nested too"):
+        hn.scorers.json_schema(schema)
+
+
+def test_a_spec_naming_a_schema_file_too_deep_is_a_config_error_naming_the_spec(
+    tmp_path: Path,
+) -> None:
+    from harnessnb.launch._scorer_specs import scorer_from
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(hn.ConfigError) as caught:
+        scorer_from(f"json_schema:{path}")
+    said = f"{str(path)!r} is not JSON: nested too deeply"
+    assert caught.value.message == f"--score 'json_schema:{path}': {said}"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [("[" * 100_000 + "]" * 100_000, "the answer is not JSON: nested too deeply"),
+     ('{"n": ' + "9" * 5000 + "}", "the answer is not JSON: Exceeds the limit (4300 digits)")],
+)  # fmt: skip
+def test_an_answer_json_cannot_parse_is_a_wrong_answer_not_an_error(
+    tmp_path: Path, answer: str, said: str
+) -> None:
+    score = verdict(hn.scorers.json_schema({"type": "object"}), tmp_path, answer)
+    assert score.value == 0.0 and score.explanation.startswith(said)
+
+
+def test_a_command_spec_with_shell_metacharacters_runs_no_shell(tmp_path: Path) -> None:
+    from harnessnb.launch._scorer_specs import scorer_from
+
+    marker = tmp_path / "PWNED"
+    scorer = scorer_from(f"command:echo hi; touch {marker} && echo $(id) `id` | cat > x")
+    score = verdict(scorer, tmp_path)
+    assert score.value == 1.0 and f"hi; touch {marker} && echo $(id) `id` | cat > x" in (
+        score.explanation or ""
+    )  # echo's words, every metacharacter literal
+    assert not marker.exists() and not (tmp_path / "x").exists()
+
+
+def test_a_regex_spec_with_catastrophic_backtracking_runs_in_linear_time(tmp_path: Path) -> None:
+    from harnessnb.launch._scorer_specs import scorer_from
+
+    scorer = scorer_from("regex:^(a+)+$")  # Python's re takes ages on a...ab
+    got: list[hn.Score] = []
+    matching = threading.Thread(
+        target=lambda: got.append(verdict(scorer, tmp_path, "a" * 100_000 + "b")), daemon=True
+    )
+    matching.start()
+    matching.join(30)  # RE2 answers at once; a backtracking engine would not in a lifetime
+    assert not matching.is_alive() and got[0].value == 0.0
+
+
+def _project(root: Path, conftest: str) -> Path:
+    return folder(root, {"conftest.py": conftest, "test_it.py": "def test_a():\n    assert 0\n"})
+
+
+def test_tests_refuses_a_fake_summary_line_a_conftest_prints(tmp_path: Path) -> None:
+    fake = "def pytest_unconfigure(config):\n    print('999 passed in 0.01s')\n"
+    with pytest.raises(hn.ConfigError, match=r"2 lines shaped as pytest's summary .*'999 passed"):
+        verdict(hn.scorers.tests(PYTEST), _project(tmp_path / "p", fake))
+
+
+def test_tests_refuses_a_summary_at_odds_with_pytests_exit_code(tmp_path: Path) -> None:
+    # The real summary silenced (no terminal reporter), a fake one printed: pytest exits 1.
+    fake = ("import pytest\n\n@pytest.hookimpl(trylast=True)\n"
+            "def pytest_configure(config):\n"
+            "    config.pluginmanager.unregister(name='terminalreporter')\n\n"
+            "def pytest_unconfigure(config):\n    print('999 passed in 0.01s')\n")  # fmt: skip
+    with pytest.raises(hn.ConfigError, match="pytest exited 1 but its summary line says"):
+        verdict(hn.scorers.tests(PYTEST), _project(tmp_path / "p", fake))
+
+
+def test_tests_whose_conftest_never_exits_time_out_scoring_zero(tmp_path: Path) -> None:
+    stuck = "import time\n\ndef pytest_configure(config):\n    time.sleep(3600)\n"
+    score = verdict(hn.scorers.tests(PYTEST, timeout_s=1), _project(tmp_path / "p", stuck))
+    assert score.value == 0.0
+    assert (score.explanation or "").startswith("the tests timed out after 1 s")
