@@ -88,6 +88,29 @@ async def test_a_scorers_own_timeout_error_keeps_its_message(ws: Path) -> None:
     assert result.scores["error"].tolist() == ["TimeoutError: the grader's server timed out"]
 
 
+def test_a_scorers_deadline_is_its_own_timeout_and_a_grace_else_the_default() -> None:
+    from harnessnb.sweeps._sweep_run import SCORER_TIMEOUT_S, scorer_deadline_s
+
+    assert scorer_deadline_s(hn.scorers.tests(timeout_s=7)) == 7 + SCORER_GRACE_S
+    assert scorer_deadline_s(HangsAsync()) == 0.2 + SCORER_GRACE_S
+    assert scorer_deadline_s(answered) == SCORER_TIMEOUT_S == 300
+    for odd in (True, -1, 0, float("inf"), float("nan"), "5", None):
+        scorer = HangsAsync()
+        scorer.timeout_s = odd  # type: ignore[assignment]
+        assert scorer_deadline_s(scorer) == SCORER_TIMEOUT_S, odd
+
+
+async def test_a_command_scorer_past_its_timeout_says_so_itself_in_a_sweep(ws: Path) -> None:
+    slow = hn.scorers.command([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=0.5)
+    result = await asyncio.wait_for(
+        hn.sweep(["a"], [hn.ScriptedProvider(lambda m: "done")], workspace=ws, scorers=[slow]),
+        timeout=60,
+    )
+    row = result.scores.iloc[0]
+    assert row["value"] == 0.0 and pd_na(row["error"])  # its own verdict, not the deadline's
+    assert "timed out after 0.5 s" in row["explanation"]
+
+
 _STUCK_THREAD = """
 import sys, threading
 import harnessnb as hn
