@@ -59,7 +59,9 @@ def _schema(path: str) -> Any:
         raise ConfigError(f"cannot read the schema file {path!r}: {exc}") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise ConfigError(f"{path!r} is not JSON: nested too deeply") from None
+    except ValueError as exc:  # bad JSON, or an integer of too many digits
         raise ConfigError(f"{path!r} is not JSON: {exc}") from None
 
 

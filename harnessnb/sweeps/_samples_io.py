@@ -13,6 +13,10 @@ The columns (a JSONL line's keys, a dict's keys):
 A CSV is read with the csv module, not pandas: every cell stays the text it was (pandas
 would read a target ``007`` as the number 7, an empty cell as NaN), a line number is
 known for each row (a quoted cell may span lines) and ``import harnessnb`` stays light.
+A file is read a line at a time, no line longer than ``MAX_LINE_CHARS`` (1 Mi
+characters: a longer one is refused naming it, not read whole; a CSV cell is also held
+to the csv module's field limit, 128 KiB); JSON nested too deeply for the parser or an
+integer of too many digits is refused naming its row, as bad JSON is.
 An id or target given as a whole number (JSONL, a DataFrame column) is taken as its
 decimal text; any other kind is refused rather than guessed at.
 """
@@ -20,13 +24,13 @@ decimal text; any other kind is refused rather than guessed at.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import numbers
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeAlias
 
 from ..rules._errors import ConfigError
 from ..rules._text import shorten
@@ -35,13 +39,15 @@ from ._sample import Sample
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SampleSource", "samples"]
+__all__ = ["MAX_LINE_CHARS", "SampleSource", "samples"]
 
 # What ``hn.samples`` reads: a file's path, a DataFrame, or rows as dicts.
 SampleSource: TypeAlias = "str | os.PathLike[str] | pd.DataFrame | Iterable[Mapping[str, Any]]"
 
 _COLUMNS = ("input", "target", "id", "metadata", "files")
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+MAX_LINE_CHARS: Final = 1 << 20
+"""The longest line of a samples file (characters): a longer one is refused naming it."""
 # A row as read: where it stands ("line 3", "row 2") and its cells.
 _Row = tuple[str, Mapping[str, Any]]
 
@@ -109,21 +115,39 @@ def _file_rows(path: Path) -> list[_Row]:
     if suffix != ".csv" and suffix not in _JSONL_SUFFIXES:
         raise ConfigError(f"hn.samples: {path} is not a .csv, .jsonl or .ndjson file")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: a spreadsheet's BOM dropped
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block, a device not end
+            raise ConfigError(f"hn.samples: {path} is not a regular file")
+        # -sig: a spreadsheet's BOM dropped. A CSV's lines end at \n, \r or \r\n
+        # (str.splitlines would also cut at U+2028, \x1c...); a JSON line at \n only
+        # (U+2028 and \x85 may stand raw in a JSON string).
+        newline = "" if suffix == ".csv" else "\n"
+        with path.open(encoding="utf-8-sig", newline=newline) as handle:
+            lines = _capped_lines(handle, path)
+            return _csv_rows(lines, path) if suffix == ".csv" else _jsonl_rows(lines, path)
     except FileNotFoundError as exc:
         raise ConfigError(f"hn.samples: no such file: {path}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"hn.samples: {path} is not UTF-8 text: {exc.reason}") from exc
     except OSError as exc:
         raise ConfigError(f"hn.samples: cannot read {path}: {exc.strerror or exc}") from exc
-    if not text.strip():
-        raise ConfigError(f"hn.samples: {path} is empty")
-    return _csv_rows(text, path) if suffix == ".csv" else _jsonl_rows(text, path)
 
 
-def _csv_rows(text: str, path: Path) -> list[_Row]:
-    # Lines end at \n, \r or \r\n only (str.splitlines would also cut at U+2028, \x1c...)
-    reader = csv.reader(io.StringIO(text, newline=""))
+def _capped_lines(handle: TextIO, path: Path) -> Iterator[str]:
+    """The file's lines as read, none held longer than ``MAX_LINE_CHARS``: a longer one
+    (a 1 GB file with no line end) is refused naming its line, not read whole."""
+    number = 0
+    while line := handle.readline(MAX_LINE_CHARS + 1):
+        number += 1
+        if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+            raise ConfigError(
+                f"hn.samples: {path} line {number} is longer than {MAX_LINE_CHARS} "
+                "characters (the cap on a line)"
+            )
+        yield line
+
+
+def _csv_rows(lines: Iterator[str], path: Path) -> list[_Row]:
+    reader = csv.reader(lines)
     rows: list[_Row] = []
     header: list[str] | None = None
     line = 1
@@ -165,28 +189,37 @@ def _csv_cells(at: str, cells: dict[str, str]) -> dict[str, Any]:
     """A CSV row's cells: an empty target, id or metadata is none; metadata is JSON text."""
     row: dict[str, Any] = {k: v for k, v in cells.items() if k not in _COLUMNS[1:] or v.strip()}
     if "metadata" in row:
-        try:
-            row["metadata"] = json.loads(row["metadata"])
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"hn.samples: {at}: metadata is not JSON: {exc}") from exc
+        row["metadata"] = _json(at, "metadata is not JSON", row["metadata"])
     return row
 
 
-def _jsonl_rows(text: str, path: Path) -> list[_Row]:
+def _jsonl_rows(lines: Iterator[str], path: Path) -> list[_Row]:
     rows: list[_Row] = []
-    # A JSON line ends at \n only: U+2028 and \x85 may stand raw in a JSON string.
-    for number, line in enumerate(text.split("\n"), start=1):
+    blank = True
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        at = f"{path} line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"hn.samples: {at}: not JSON: {exc}") from exc
+        at, blank = f"{path} line {number}", False
+        row = _json(at, "not JSON", line)
         if not isinstance(row, dict):
             raise ConfigError(f"hn.samples: {at}: a JSON object, not {_json_kind(row)}")
         rows.append((at, row))
+    if blank:
+        raise ConfigError(f"hn.samples: {path} is empty")
     return rows
+
+
+def _json(at: str, what: str, text: str) -> Any:
+    """``text`` parsed, or a ``ConfigError`` naming the row: bad JSON, nesting too deep
+    for the parser (``RecursionError``), an integer of too many digits (``ValueError``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"hn.samples: {at}: {what}: {exc}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"hn.samples: {at}: {what}: nested too deeply") from exc
+    except ValueError as exc:
+        raise ConfigError(f"hn.samples: {at}: {what}: {exc}") from exc
 
 
 def _frame_rows(frame: Any) -> list[_Row]:
@@ -237,6 +270,8 @@ def _sample(at: str, row: Mapping[str, Any]) -> Sample:
     if files is not None and not isinstance(files, Mapping):
         kind = type(files).__name__
         raise ConfigError(f"hn.samples: {at}: files must map relative paths to text, not {kind}")
+    if files is not None and any("\x00" in str(name) for name in files):
+        raise ConfigError(f"hn.samples: {at}: a file's path holds a NUL byte")
     input_ = _text(at, "input", row["input"])
     if input_ is None:
         raise ConfigError(f"hn.samples: {at}: input is empty")

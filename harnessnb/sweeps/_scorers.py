@@ -234,7 +234,9 @@ class _JsonSchema(BuiltinScorer):
     def __call__(self, run: RunResult, sample: Sample, workspace: Path) -> Score:
         try:
             value = json.loads(_json_of(run.text))
-        except json.JSONDecodeError as exc:
+        except RecursionError:  # the answer is the model's: a wrong one, not an error
+            return Score(False, "the answer is not JSON: nested too deeply")
+        except ValueError as exc:  # bad JSON, or an integer of too many digits
             return Score(False, f"the answer is not JSON: {exc}")
         problems = validate_args(self.schema, value)
         if problems:
@@ -360,6 +362,22 @@ def pytest_counts(output: str) -> tuple[str, dict[str, int]] | None:
     return None
 
 
+def _one_summary(scorer: str, done: CommandResult, tail: str) -> None:
+    """Refuse output with more than one line shaped as pytest's summary: one was printed
+    by something else (a conftest.py's hook, a test), and the last is not surely pytest's.
+
+    Raises:
+        ConfigError: two or more summary lines (named): a scoring error, not a score.
+    """
+    lines = [line.strip(" =") for line in done.output.splitlines() if _SUMMARY.match(line.strip())]
+    if len(lines) > 1:
+        raise ConfigError(
+            f"scorer {scorer}: {len(lines)} lines shaped as pytest's summary in the output "
+            f"({', '.join(map(repr, lines[-3:]))}): which is pytest's own cannot be told "
+            f"(a conftest.py or a test printing one?):\n{tail}"
+        )
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class _Tests(_Runs):
     kind: ClassVar[str] = "tests"
@@ -377,8 +395,16 @@ class _Tests(_Runs):
                 f"`{exec_target(self.argv)}` (exit {done.exit_code}):\n{tail}"
             )
         summary, counts = found
+        _one_summary(self.name, done, tail)
         passed = counts.get("passed", 0)
-        total = passed + counts.get("failed", 0) + counts.get("error", 0)
+        wrong = counts.get("failed", 0) + counts.get("error", 0)
+        if (done.exit_code == 0 and wrong) or (done.exit_code == 1 and not wrong):
+            raise ConfigError(
+                f"scorer {self.name}: pytest exited {done.exit_code} but its summary line "
+                f"says {summary!r}: the output was not pytest's own (a conftest.py or a "
+                f"test printing one?):\n{tail}"
+            )
+        total = passed + wrong
         if total == 0:
             return Score(0.0, f"no tests ran ({summary})")
         said = f"{passed} of {total} tests passed ({summary})"
@@ -389,7 +415,11 @@ def tests(argv: Sequence[str] = _PYTEST, *, timeout_s: float = 300.0) -> Builtin
     """Partial credit from pytest run in the run's workspace copy (sandboxed like
     ``command``): passed / (passed + failed + errors), read from pytest's summary line;
     no tests collected scores 0. A run whose output has no summary line (pytest missing,
-    a bad option) raises ``ConfigError``: a scoring error, not a wrong answer.
+    a bad option), more than one (something printed a fake), or one at odds with pytest's
+    exit code (0 with failures, 1 without) raises ``ConfigError``: a scoring error, not a
+    wrong answer. pytest runs the workspace's own ``conftest.py`` and plugins, which can
+    change any result: this scorer grades work, it is no guard against an agent that
+    rewrites its test harness (give ``--noconftest`` in ``argv`` to leave them out).
 
     Raises:
         ConfigError: ``argv`` is not a non-empty list of strings.

@@ -6,8 +6,10 @@ on Dask workers (``_sweep_dask``).
 
 Each of the sweep's scorers judges the run as it ends, given the ``RunResult``, the
 ``Sample`` and the run's workspace copy (before the copy is removed): a coroutine
-function awaited, any other callable in a thread (it may block: run a command). A
-scorer that raises gives a row with no value and the ``error``, never a task failure.
+function awaited, any other callable on a daemon thread (it may block: run a command).
+A scorer that raises, or does not finish by its deadline (its own ``timeout_s`` and a
+grace, else ``SCORER_TIMEOUT_S``), gives a row with no value and the ``error``, never a
+task failure.
 A run that ended for reasons of infrastructure (``INFRA_OUTCOMES``, or a provider or
 store error) is not scored: a row per scorer says ``infra_failure``. The rows go to
 the run's store (``scores``) and on the run's ``SweepRun``.
@@ -25,6 +27,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import math
 import os
 import shutil
 import stat
@@ -48,6 +51,8 @@ from ..rules._html import Html
 from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
+from ..tools._blocking import run_blocking
+from ..tools._process import TERM_GRACE_S
 from ._sample import INFRA_OUTCOMES, KeepsBesideRun, Sample, Score, Scorer
 from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 
@@ -61,6 +66,8 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_RUN_BYTES",
     "MAX_RUN_FILES",
+    "SCORER_GRACE_S",
+    "SCORER_TIMEOUT_S",
     "NamedScorer",
     "crashed",
     "finished_row",
@@ -68,6 +75,7 @@ __all__ = [
     "kept_files",
     "named_scorers",
     "one_run",
+    "scorer_deadline_s",
     "unfit_template_entry",
 ]
 
@@ -292,22 +300,45 @@ def _unscored(
     )
 
 
+SCORER_TIMEOUT_S: Final = 300.0
+"""How long a sweep waits for a scorer with no ``timeout_s`` attribute of its own."""
+SCORER_GRACE_S: Final = 3 * TERM_GRACE_S
+"""Added to a scorer's own ``timeout_s``: a command scorer stops its process at its
+timeout (SIGTERM, SIGKILL, the pipes drained) and says so itself within this."""
+
+
+def scorer_deadline_s(scorer: object) -> float:
+    """How long a sweep waits for ``scorer``: its own ``timeout_s`` (a number > 0) and
+    ``SCORER_GRACE_S``, else ``SCORER_TIMEOUT_S``."""
+    own = getattr(scorer, "timeout_s", None)
+    if isinstance(own, int | float) and not isinstance(own, bool) and 0 < own < math.inf:
+        return float(own) + SCORER_GRACE_S
+    return SCORER_TIMEOUT_S
+
+
 async def _score(
     scorer: NamedScorer, result: RunResult, sample: Sample, workspace: Path, store: Store | None
 ) -> RunScore:
-    """One scorer's row: its value and explanation, or the error it raised."""
+    """One scorer's row: its value and explanation, or the error it raised.
+
+    The call has a deadline (``scorer_deadline_s``); past it the row is a scoring error
+    ("the scorer did not finish in N s") and the sweep goes on. A coroutine scorer is
+    cancelled there. A sync scorer runs on a daemon thread (``run_blocking``), which
+    cannot be killed: the sweep stops waiting for it and the thread is left to end on
+    its own, holding neither the sweep's slot nor the interpreter's exit."""
     fn = scorer.score
+    limit_s = scorer_deadline_s(fn)
     try:
         if store is not None and isinstance(fn, KeepsBesideRun):
             fn = fn.in_store(store)
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 (an object with an async __call__)
-        ):
-            got: Any = await fn(result, sample, workspace)  # type: ignore[misc]
-        else:  # may block (a command, a file read): off the event loop
-            got = await asyncio.to_thread(fn, result, sample, workspace)
-        if inspect.isawaitable(got):
-            got = await got
+        deadline = asyncio.timeout(limit_s)
+        try:
+            async with deadline:
+                got = await _called(fn, result, sample, workspace)
+        except TimeoutError:
+            if not deadline.expired():  # the scorer's own TimeoutError: its message
+                raise
+            raise TimeoutError(f"the scorer did not finish in {limit_s:g} s") from None
         if isinstance(got, bool | int | float):  # a bare value: a Score without a why
             got = Score(got)
         if not isinstance(got, Score):
@@ -317,6 +348,21 @@ async def _score(
         return RunScore(scorer.name, scorer.version, error=text, scored_at=time.time())
     explanation = clip(scrub(got.explanation or ""), MAX_EXPLANATION)
     return RunScore(scorer.name, scorer.version, got.number, explanation, scored_at=time.time())
+
+
+async def _called(fn: Scorer, result: RunResult, sample: Sample, workspace: Path) -> Any:
+    """What ``fn`` returned for the run: a coroutine function awaited, any other callable
+    on a daemon thread (it may block: run a command, read a file), an awaitable it
+    returned awaited."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 (an object with an async __call__)
+    ):
+        got: Any = await fn(result, sample, workspace)  # type: ignore[misc]
+    else:
+        got = await run_blocking(fn, result, sample, workspace)
+    if inspect.isawaitable(got):
+        got = await got
+    return got
 
 
 async def _with_scores(

@@ -247,8 +247,13 @@ def _compile(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
             use_formats=False,  # ``format`` is an annotation, as the standard's default
             fast_fail=False,  # every violation, not the first
         )
-    except (fastjsonschema.JsonSchemaDefinitionException, re.error, RecursionError) as exc:
+    except (fastjsonschema.JsonSchemaDefinitionException, re.error) as exc:
         raise ConfigError(str(exc)) from exc
+    except (RecursionError, MemoryError, SyntaxError) as exc:
+        # Python's compiler refuses the code of a schema nested ~20 levels deep
+        # ("too many statically nested blocks", indentation, its parser's stack).
+        said = f" ({exc})" if str(exc) else ""
+        raise ConfigError(f"the schema is nested too deeply to compile{said}") from exc
 
 
 _META: list[Callable[[Any], Any]] = []  # the compiled meta-schema, once needed
@@ -265,11 +270,13 @@ def schema_problems(schema: Mapping[str, Any]) -> list[str]:
         _META.append(_compile(DRAFT_07))
     try:
         _META[0](schema)
+        keyword = _unenforced(schema)
     except JsonSchemaValuesException as exc:
         return _unique(_schema_words(e) for e in exc.errors)
     except JsonSchemaValueException as exc:
         return [_schema_words(exc)]
-    keyword = _unenforced(schema)
+    except RecursionError:
+        return ["the schema is nested too deeply to check"]
     if keyword is not None:
         return [f"{keyword!r} is a keyword of a later draft that harnessnb does not enforce"]
     try:
