@@ -149,7 +149,9 @@ def test_real_codex_without_a_network_is_a_transient_transport_failure(logged_ou
     # codex retries for ever offline; at the deadline the error is what it was retrying
     # (a DNS failure: transport), or a bare Timeout if it had reported nothing yet.
     real("codex")
-    result = ag.run_sync(ag.Codex(timeout_s=4), "say hi", logged_out, store=":memory:")
+    # 10 s, not 4: on a loaded machine (load 7 on 2 cores) node took longer than 4 s to
+    # start codex, so the kill came before its first line and the session was unread.
+    result = ag.run_sync(ag.Codex(timeout_s=10), "say hi", logged_out, store=":memory:")
     err = result.error
     assert isinstance(err, ag.Timeout | ag.AgentError), err
     assert err.retryable and err.kind.value in ("transport", "timeout"), err
