@@ -256,8 +256,11 @@ class DemoModel:
         if target is None:
             return Reply(text=_labelled(f"The answer is {answer}."))
         if not writes:
-            return _tool(f"Writing {answer} into {target}.", "write_file",
-                         {"path": target, "content": f"{answer}\n"})  # fmt: skip
+            return _tool(
+                f"Writing {answer} into {target}.",
+                "write_file",
+                {"path": target, "content": f"{answer}\n"},
+            )
         if writes[-1].failed or writes[-1].result is None:
             return Reply(
                 text=_labelled(

@@ -265,8 +265,9 @@ def sweep_grid(records: Sequence[GridRun], scorers: Sequence[str]) -> Html:
     ]
     # What is always shown first (the cells without transcripts, the samples), then
     # transcripts in grid order while the cap allows.
-    size = sum(len(h) + sum(len(_cell(c, scorers, [None] * len(c))) for c in cells)
-               for h, cells in rows)  # fmt: skip
+    size = sum(
+        len(h) + sum(len(_cell(c, scorers, [None] * len(c))) for c in cells) for h, cells in rows
+    )
     shown = total = 0
     full = False
     body = []

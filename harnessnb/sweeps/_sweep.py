@@ -241,8 +241,11 @@ def _plan(
     given = [_contract(t, workspace) for t in tasks]
     if not given:
         raise ConfigError("sweep: no tasks given")
-    ids = [sample.id for task, (_, sample) in zip(tasks, given, strict=True)
-           if not isinstance(task, str | TaskContract)]  # fmt: skip
+    ids = [
+        sample.id
+        for task, (_, sample) in zip(tasks, given, strict=True)
+        if not isinstance(task, str | TaskContract)
+    ]
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})[0]
         raise ConfigError(f"sweep: two samples have the id {twice!r}; give each its own id")
