@@ -26,6 +26,8 @@ INTENDED = {
     "Fallback",
     "FileContains",
     "HarnessError",
+    "MCPError",
+    "MCPServer",
     "OpenAI",
     "OpenRouter",
     "Policy",
