@@ -3,6 +3,7 @@ constructors, names, ``parse``, ``describe``, secrets never shown)."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import subprocess
 import sys
@@ -145,3 +146,101 @@ def test_a_missing_sdk_is_a_config_error_naming_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'harnessnb[mcp]'" in out.stdout
+
+
+# ------------------------------------------------------------ classification (pure)
+
+
+def _ctx(**kw: object) -> object:
+    from harnessnb.mcp._failures import Context
+
+    base: dict[str, object] = {"server": "s", "transport": "stdio", "command": "prog"}
+    return Context(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _sdk_error(code: int, message: str) -> BaseException:
+    from mcp import MCPError as SDKError
+
+    return SDKError(code, message)
+
+
+class _HTTPStatusError(Exception):  # the shape of httpx2's, matched by module and name
+    __module__ = "httpx2._exceptions"
+
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        super().__init__(f"status {status}")
+        self.response = type("R", (), {"status_code": status, "headers": headers})()
+
+
+class _ConnectError(Exception):
+    __module__ = "httpx2._exceptions"
+
+
+@pytest.mark.parametrize(
+    ("make", "ctx", "kind"),
+    [
+        (lambda: FileNotFoundError("prog"), {"what": "start"}, "spawn"),
+        (lambda: PermissionError("prog"), {"what": "start"}, "spawn"),
+        (lambda: _sdk_error(-32000, "Connection closed"), {}, "connection_closed"),
+        (
+            lambda: _sdk_error(-32000, "Connection closed"),
+            {"exited": True, "exit_code": 3},
+            "exited",
+        ),
+        (lambda: _sdk_error(-32000, "Connection closed"), {"transport": "http"}, "transport"),
+        (lambda: _sdk_error(-32001, "Request 'initialize' timed out"), {}, "timeout"),
+        (lambda: TimeoutError(), {}, "timeout"),
+        (lambda: _sdk_error(-32700, "Parse error"), {}, "protocol"),
+        (lambda: _sdk_error(-32600, "Invalid request"), {}, "protocol"),
+        (lambda: _sdk_error(-32602, "Unsupported protocol version 1999"), {}, "protocol"),
+        (lambda: _sdk_error(-32602, "Unknown tool: nope"), {}, "unknown_tool"),
+        (lambda: ValueError("Invalid JSON: expected value"), {}, "protocol"),
+        (lambda: _ConnectError("refused"), {"transport": "http"}, "transport"),
+        (lambda: asyncio.CancelledError(), {}, "connection_closed"),
+        (lambda: asyncio.CancelledError(), {"transport": "http"}, "transport"),
+        # nested groups, a CancelledError leaf beside the real one
+        (
+            lambda: BaseExceptionGroup(
+                "g",
+                [
+                    asyncio.CancelledError(),
+                    ExceptionGroup("h", [_sdk_error(-32000, "Connection closed")]),
+                ],
+            ),
+            {},
+            "connection_closed",
+        ),
+    ],
+)
+def test_classification_table(make: object, ctx: dict[str, object], kind: str) -> None:
+    from harnessnb.mcp._failures import classify
+
+    err = classify(make(), _ctx(**ctx))  # type: ignore[operator, arg-type]
+    assert err.kind is MCPErrorKind(kind)
+    assert err.server == "s"
+
+
+def test_an_http_status_and_retry_after_are_read() -> None:
+    from harnessnb.mcp._failures import classify
+
+    busy = classify(
+        _HTTPStatusError(503, {"Retry-After": "7"}), _ctx(transport="http")  # type: ignore[arg-type]
+    )
+    assert (busy.kind, busy.status, busy.retry_after_s, busy.retryable) == (
+        MCPErrorKind.TRANSPORT,
+        503,
+        7.0,
+        True,
+    )
+    denied = classify(_HTTPStatusError(401, {}), _ctx(transport="http"))  # type: ignore[arg-type]
+    assert denied.status == 401 and not denied.retryable
+
+
+def test_an_exited_error_names_the_exit_code_and_carries_stderr() -> None:
+    from harnessnb.mcp._failures import classify
+
+    err = classify(
+        _sdk_error(-32000, "Connection closed"),
+        _ctx(exited=True, exit_code=9, stderr="it broke"),  # type: ignore[arg-type]
+    )
+    assert err.exit_code == 9 and "exit code 9" in str(err) and err.stderr == "it broke"

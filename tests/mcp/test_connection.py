@@ -1,0 +1,262 @@
+"""``Connection`` against real stdio servers: the hostile server of these tests (each
+failure mode ends as its kind, within its timeout, the stderr tail on the error), the
+sandbox around a server, and real servers (mcp-server-time, mcp-server-git)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.mcp._connection import Connection
+from harnessnb.rules._errors import MCPErrorKind
+from harnessnb.tools._protocol import OUTPUT_LIMIT
+
+Connect = Callable[..., Connection]
+Hostile = Callable[..., hn.MCPServer]
+
+
+def _gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_server_lists_calls_and_closes_leaving_no_process(
+    connect: Connect, hostile: Hostile
+) -> None:
+    conn = connect(hostile("ok"))
+    tools = {t.name: t for t in await conn.list_tools()}
+    assert {"echo", "fail"} <= tools.keys()
+    assert tools["echo"].input_schema["properties"]["text"]["type"] == "string"
+    assert set(tools["echo"].annotations) == {
+        "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"
+    }  # fmt: skip
+    assert await conn.call("echo", {"text": "hi"}) == hn_called("hi", False)
+    assert conn.sandbox is not None and conn.pid is not None
+    pgid = conn.pid
+    await conn.aclose()
+    assert _gone(pgid)
+
+
+def hn_called(text: str, is_error: bool) -> object:
+    from harnessnb.mcp._connection import Called
+
+    return Called(text=text, is_error=is_error)
+
+
+async def test_a_tool_error_is_a_flag_with_its_text(connect: Connect, hostile: Hostile) -> None:
+    called = await connect(hostile("ok")).call("fail", {"why": "nope"})
+    assert called.is_error and "fail" in called.text
+
+
+async def test_unknown_tool(connect: Connect, hostile: Hostile) -> None:
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hostile("ok")).call("no_such_tool", {})
+    assert caught.value.kind is MCPErrorKind.UNKNOWN_TOOL and not caught.value.retryable
+
+
+async def test_a_missing_program_is_spawn_naming_it(connect: Connect) -> None:
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hn.MCPServer.stdio("no-such-mcp-program-xyz")).start()
+    assert caught.value.kind is MCPErrorKind.SPAWN
+    assert "no-such-mcp-program-xyz" in str(caught.value)
+
+
+async def test_exit_at_start_is_exited_with_code_and_stderr(
+    connect: Connect, hostile: Hostile
+) -> None:
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hostile("exit-at-start")).start()
+    err = caught.value
+    assert err.kind is MCPErrorKind.EXITED and err.exit_code == 3
+    assert "bad config: no such table" in (err.stderr or "")
+    assert "harnessnb-exit" not in (err.stderr or "")  # the watcher's marker taken out
+
+
+async def test_a_server_that_never_answers_times_out_within_its_timeout(
+    connect: Connect,
+    hostile: Hostile,
+) -> None:
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hostile("hang", timeout_s=2.0)).start()
+    assert caught.value.kind is MCPErrorKind.TIMEOUT and caught.value.retryable
+    assert loop.time() - began < 2.0 + 12.0  # the bound, plus the SDK's bounded teardown
+
+
+async def test_the_runs_remaining_time_bounds_start(connect: Connect, hostile: Hostile) -> None:
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hostile("hang", timeout_s=30.0), remaining=lambda: 1.0).start()
+    assert caught.value.kind is MCPErrorKind.TIMEOUT
+
+
+async def test_garbage_on_stdout_is_protocol(connect: Connect, hostile: Hostile) -> None:
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(hostile("garbage", timeout_s=2.0)).start()
+    assert caught.value.kind is MCPErrorKind.PROTOCOL
+
+
+async def test_a_slow_tool_times_out_and_the_connection_stays_usable(
+    connect: Connect, hostile: Hostile
+) -> None:
+    conn = connect(hostile("slow"))
+    await conn.start()
+    with pytest.raises(hn.MCPError) as caught:
+        await conn.call("slow", {}, timeout_s=1.0)
+    assert caught.value.kind is MCPErrorKind.TIMEOUT and caught.value.tool == "slow"
+    assert (await conn.call("echo", {"text": "still here"})).text == "still here"
+
+
+async def test_cancelling_the_caller_cancels_its_request_only(
+    connect: Connect, hostile: Hostile
+) -> None:
+    conn = connect(hostile("slow"))
+    await conn.start()
+    call = asyncio.create_task(conn.call("slow", {}))
+    await asyncio.sleep(0.3)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert (await conn.call("echo", {"text": "after"})).text == "after"
+
+
+async def test_a_server_dying_mid_call_is_exited_then_restart_revives_it(
+    connect: Connect,
+    hostile: Hostile,
+) -> None:
+    conn = connect(hostile("die-mid-call"))
+    with pytest.raises(hn.MCPError) as caught:
+        await conn.call("die", {})
+    err = caught.value
+    assert err.kind is MCPErrorKind.EXITED and err.exit_code == 9 and err.retryable
+    assert "dying now" in (err.stderr or "")
+    with pytest.raises(hn.MCPError) as again:  # every later call says the same
+        await conn.call("echo", {"text": "x"})
+    assert again.value.kind is MCPErrorKind.EXITED
+    await conn.restart()
+    assert (await conn.call("echo", {"text": "back"})).text == "back"
+
+
+async def test_a_stderr_flood_is_drained_and_bounded(connect: Connect, hostile: Hostile) -> None:
+    conn = connect(hostile("flood-stderr", timeout_s=20.0))
+    assert (await conn.call("echo", {"text": "served"})).text == "served"
+    tail = conn.stderr_tail
+    assert "flood done" in tail and len(tail) <= 64 * 1024
+
+
+async def test_a_ten_megabyte_answer_is_cut_to_the_output_limit(
+    connect: Connect, hostile: Hostile
+) -> None:
+    called = await connect(hostile("big", timeout_s=20.0)).call("big", {})
+    assert len(called.text) <= OUTPUT_LIMIT + 200 and called.text.startswith("BBBB")
+
+
+async def test_tool_lists_that_differ(connect: Connect, hostile: Hostile) -> None:
+    one = [t.name for t in await connect(hostile("tools-v1")).list_tools()]
+    two = [t.name for t in await connect(hostile("tools-v2")).list_tools()]
+    assert "alpha" in one and "beta" not in one and "beta" in two and "alpha" not in two
+
+
+async def test_lying_annotations_are_reported_as_said(
+    connect: Connect, hostile: Hostile, workspace: Path
+) -> None:
+    conn = connect(hostile("lies"))
+    (tool,) = [t for t in await conn.list_tools() if t.name == "harmless"]
+    assert tool.annotations["readOnlyHint"] is True  # what it claims; trust is the caller's
+    await conn.call("harmless", {"name": "w.txt"})
+    assert (workspace / "w.txt").exists()  # and what it did, inside the workspace only
+
+
+@pytest.fixture
+def listener() -> tuple[socket.socket, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    yield sock, sock.getsockname()[1]  # type: ignore[misc]
+    sock.close()
+
+
+@pytest.mark.skipif(hn.sandbox_backend() == "none", reason="no sandbox backend here")
+async def test_a_sandboxed_server_cannot_read_secrets_write_outside_or_connect(
+    connect: Connect,
+    hostile: Hostile,
+    workspace: Path,
+    tmp_path: Path,
+    listener: tuple[socket.socket, int],
+) -> None:
+    (workspace / ".env").write_text("OPENAI_API_KEY=sk-test-secret-value-123\n")
+    # Beside the workspace (the sandbox's /tmp is its own: a write there lands in it)
+    # and on the host's root filesystem (read-only in the sandbox).
+    outside = [tmp_path / "outside.txt", Path(f"/var/tmp/harnessnb-mcp-probe-{os.getpid()}")]
+    port = listener[1]
+    # The policy allows the network; the server was not given it (network=False): none.
+    policy = hn.Policy.default().allow_net("*")
+    called = await connect(hostile("probe", timeout_s=15.0), policy=policy).call(
+        "probe", {"outside": [str(p) for p in outside], "port": port}
+    )
+    report = called.text
+    assert "sk-test-secret-value" not in report and "env:" in report
+    assert not any(p.exists() for p in outside)
+    assert "outside:denied" in report
+    assert "net:denied" in report
+    assert "inside:written" in report and (workspace / "inside.txt").exists()
+    assert f"cwd:{workspace.resolve()}" in report
+    # With network=True and a policy that allows it, the same listener is reachable.
+    opened = connect(hostile("probe", timeout_s=15.0, network=True), policy=policy)
+    again = await opened.call("probe", {"outside": [], "port": port})
+    assert "net:connected" in again.text
+
+
+async def test_the_provider_key_never_reaches_the_server(
+    connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-given-to-a-server-1")
+    server = hn.MCPServer.stdio(
+        sys.executable,
+        args=["-c", "import os,sys; sys.stderr.write(repr(dict(os.environ))); sys.exit(4)"],
+        env={"MY_SETTING": "given-value-777", "X_API_KEY": "dropped-secret-1"},
+        timeout_s=10.0,
+    )
+    with pytest.raises(hn.MCPError) as caught:
+        await connect(server).start()
+    shown = caught.value.stderr or ""
+    assert "OPENAI_API_KEY" not in shown and "X_API_KEY" not in shown
+    assert "MY_SETTING" in shown  # its value registered as a secret: scrubbed when shown
+
+
+# ------------------------------------------------------------------ real servers
+
+
+async def test_mcp_server_time(connect: Connect) -> None:
+    conn = connect(hn.MCPServer.stdio(sys.executable, args=["-m", "mcp_server_time"], timeout_s=20))
+    assert conn.server.name == "time"
+    names = {t.name for t in await conn.list_tools()}
+    assert "get_current_time" in names
+    called = await conn.call("get_current_time", {"timezone": "UTC"})
+    assert not called.is_error and '"timezone": "UTC"' in called.text
+
+
+async def test_mcp_server_git_status_in_the_workspace(connect: Connect, workspace: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    (workspace / "new.txt").write_text("x")
+    server = hn.MCPServer.stdio(
+        sys.executable,
+        args=["-m", "mcp_server_git", "--repository", str(workspace)],
+        timeout_s=20,
+    )
+    conn = connect(server)
+    tools = {t.name: t for t in await conn.list_tools()}
+    assert tools["git_status"].annotations["readOnlyHint"] is True
+    called = await conn.call("git_status", {"repo_path": str(workspace)})
+    assert not called.is_error and "new.txt" in called.text
