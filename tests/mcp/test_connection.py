@@ -5,11 +5,12 @@ sandbox around a server, and real servers (mcp-server-time, mcp-server-git)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,166 @@ async def test_mcp_server_git_status_in_the_workspace(connect: Connect, workspac
     assert tools["git_status"].annotations["readOnlyHint"] is True
     called = await conn.call("git_status", {"repo_path": str(workspace)})
     assert not called.is_error and "new.txt" in called.text
+
+
+# ------------------------------------------------------------------ Streamable HTTP
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def _listening(port: int) -> None:
+    for _ in range(150):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+@pytest.fixture
+async def everything_http(npm_server: Callable[[str], str]) -> AsyncIterator[tuple[str, int]]:
+    """``mcp-server-everything streamableHttp`` on a free port: (url, its pid)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [npm_server("mcp-server-everything"), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        await _listening(port)
+        yield f"http://127.0.0.1:{port}/mcp", proc.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+async def test_everything_over_streamable_http(
+    connect: Connect, everything_http: tuple[str, int], workspace: Path
+) -> None:
+    url, _ = everything_http
+    conn = connect(hn.MCPServer.http(url, timeout_s=10.0, headers={"X-Team": "a-team-value"}))
+    assert conn.server.name == "127_0_0_1" and conn.sandbox is None
+    names = {t.name for t in await conn.list_tools()}
+    assert {"echo", "get-tiny-image", "trigger-long-running-operation"} <= names
+    assert (await conn.call("echo", {"message": "hi"})).text == "Echo: hi"
+    image = await conn.call("get-tiny-image", {})
+    assert re_search(r"\[image/png, \d+ bytes\]", image.text)
+    roots = await conn.call("get-roots-list", {})
+    assert workspace.resolve().as_uri() in roots.text
+    structured = await conn.call("get-structured-content", {"location": "New York"})
+    assert '"temperature"' in structured.text
+
+
+def re_search(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+async def test_an_http_server_killed_mid_call_is_typed_never_a_cancel(
+    connect: Connect, everything_http: tuple[str, int]
+) -> None:
+    url, pid = everything_http
+    conn = connect(hn.MCPServer.http(url, timeout_s=10.0))
+    await conn.start()
+    call = asyncio.create_task(
+        conn.call("trigger-long-running-operation", {"duration": 10, "steps": 5})
+    )
+    await asyncio.sleep(0.5)
+    os.killpg(pid, 9)
+    with pytest.raises(hn.MCPError) as caught:
+        await call
+    assert caught.value.kind in (MCPErrorKind.TRANSPORT, MCPErrorKind.CONNECTION_CLOSED)
+    assert caught.value.retryable
+
+
+async def test_an_http_server_down_at_connect_is_transport(connect: Connect) -> None:
+    conn = connect(hn.MCPServer.http(f"http://127.0.0.1:{_free_port()}/mcp", timeout_s=5.0))
+    with pytest.raises(hn.MCPError) as caught:
+        await conn.start()
+    assert caught.value.kind is MCPErrorKind.TRANSPORT and caught.value.retryable
+
+
+async def test_an_http_error_status_carries_status_retry_after_and_headers_are_sent(
+    connect: Connect,
+) -> None:
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head)
+        length = re_int(rb"(?i)content-length: *(\d+)", head)
+        if length:
+            await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 7\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy"
+        )
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    async with listener:
+        server = hn.MCPServer.http(
+            f"http://127.0.0.1:{port}/mcp",
+            headers={"Authorization": "Bearer tok-secret-abcdef123"},
+            timeout_s=5.0,
+        )
+        with pytest.raises(hn.MCPError) as caught:
+            await connect(server).start()
+    err = caught.value
+    assert (err.kind, err.status, err.retry_after_s, err.retryable) == (
+        MCPErrorKind.TRANSPORT,
+        503,
+        7.0,
+        True,
+    )
+    assert any(b"Bearer tok-secret-abcdef123" in head for head in seen)
+    assert "tok-secret-abcdef123" not in repr(err.to_dict())
+
+
+def re_int(pattern: bytes, data: bytes) -> int:
+    import re
+
+    found = re.search(pattern, data)
+    return int(found.group(1)) if found else 0
+
+
+# ------------------------------------------------------------------ npm servers, stdio
+
+
+async def test_everything_over_stdio_sandboxed(
+    connect: Connect, npm_server: Callable[[str], str], workspace: Path
+) -> None:
+    conn = connect(hn.MCPServer.stdio(npm_server("mcp-server-everything"), timeout_s=15.0))
+    assert conn.server.name == "everything"
+    assert (await conn.call("echo", {"message": "over stdio"})).text == "Echo: over stdio"
+    roots = await conn.call("get-roots-list", {})
+    assert workspace.resolve().as_uri() in roots.text
+
+
+async def test_filesystem_server_with_the_workspace_as_root(
+    connect: Connect, npm_server: Callable[[str], str], workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "note.txt").write_text("hello from the workspace")
+    (tmp_path / "beside.txt").write_text("not yours")
+    server = hn.MCPServer.stdio(
+        npm_server("mcp-server-filesystem"), args=[str(workspace)], timeout_s=15.0
+    )
+    conn = connect(server)
+    tools = {t.name: t for t in await conn.list_tools()}
+    assert tools["read_text_file"].annotations["readOnlyHint"] is True
+    read = await conn.call("read_text_file", {"path": str(workspace / "note.txt")})
+    assert read.text == "hello from the workspace"
+    outside = await conn.call("read_text_file", {"path": str(tmp_path / "beside.txt")})
+    assert outside.is_error and "not yours" not in outside.text

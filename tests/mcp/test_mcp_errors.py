@@ -224,7 +224,8 @@ def test_an_http_status_and_retry_after_are_read() -> None:
     from harnessnb.mcp._failures import classify
 
     busy = classify(
-        _HTTPStatusError(503, {"Retry-After": "7"}), _ctx(transport="http")  # type: ignore[arg-type]
+        _HTTPStatusError(503, {"Retry-After": "7"}),
+        _ctx(transport="http"),  # type: ignore[arg-type]
     )
     assert (busy.kind, busy.status, busy.retry_after_s, busy.retryable) == (
         MCPErrorKind.TRANSPORT,
