@@ -37,7 +37,7 @@ from ..rules._errors import MCPError
 from ..rules._policy import Policy
 from ..tools._protocol import OUTPUT_LIMIT, bound_output
 from ..tools._sandbox import Confined, confine
-from ._failures import Context, classify
+from ._failures import Context, classify, tool_error
 from ._server import MCPServer, require_sdk
 from ._stderr import StderrPipe, watched
 
@@ -70,6 +70,12 @@ class Called:
 
     text: str
     is_error: bool
+
+    def raise_for_error(self, *, server: str, tool: str) -> Called:
+        """Itself, or ``MCPError(tool_error)`` with its text when the tool said it failed."""
+        if self.is_error:
+            raise tool_error(self.text, server=server, tool=tool)
+        return self
 
 
 class Connection:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..rules._errors import MCPError, MCPErrorKind, parse_retry_after
 
-__all__ = ["Context", "classify", "leaf"]
+__all__ = ["Context", "classify", "leaf", "tool_error"]
 
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
@@ -58,6 +58,19 @@ def leaf(exc: BaseException) -> BaseException:
         if not isinstance(found, asyncio.CancelledError | GeneratorExit):
             return found
     return leaves[0] if leaves else exc
+
+
+def tool_error(text: str, *, server: str, tool: str) -> MCPError:
+    """A result the tool itself flagged as an error (``isError``), as ``tool_error``:
+    for a caller that wants an exception (``Called.is_error`` carries it otherwise);
+    the tool's text is the message."""
+    said = text.strip() or "(no text)"
+    return MCPError(
+        f"MCP tool {tool!r} of server {server!r} reported an error: {said}",
+        kind=MCPErrorKind.TOOL_ERROR,
+        server=server,
+        tool=tool,
+    )
 
 
 def _is_httpx(exc: BaseException) -> bool:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -40,8 +42,11 @@ async def test_a_server_lists_calls_and_closes_leaving_no_process(
     assert {"echo", "fail"} <= tools.keys()
     assert tools["echo"].input_schema["properties"]["text"]["type"] == "string"
     assert set(tools["echo"].annotations) == {
-        "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"
-    }  # fmt: skip
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "openWorldHint",
+    }
     assert await conn.call("echo", {"text": "hi"}) == hn_called("hi", False)
     assert conn.sandbox is not None and conn.pid is not None
     pgid = conn.pid
@@ -58,6 +63,10 @@ def hn_called(text: str, is_error: bool) -> object:
 async def test_a_tool_error_is_a_flag_with_its_text(connect: Connect, hostile: Hostile) -> None:
     called = await connect(hostile("ok")).call("fail", {"why": "nope"})
     assert called.is_error and "fail" in called.text
+    with pytest.raises(hn.MCPError) as caught:  # for a caller that asks for an exception
+        called.raise_for_error(server="hostile", tool="fail")
+    assert caught.value.kind is MCPErrorKind.TOOL_ERROR and called.text in str(caught.value)
+    assert not caught.value.retryable
 
 
 async def test_unknown_tool(connect: Connect, hostile: Hostile) -> None:
@@ -424,3 +433,111 @@ async def test_filesystem_server_with_the_workspace_as_root(
     assert read.text == "hello from the workspace"
     outside = await conn.call("read_text_file", {"path": str(tmp_path / "beside.txt")})
     assert outside.is_error and "not yours" not in outside.text
+
+
+# ------------------------------------------------------------------ as an ordinary user
+
+_AS_NOBODY_SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+import harnessnb as hn
+from harnessnb.mcp._connection import Connection
+
+async def main() -> None:
+    ws, outside, port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    server = hn.MCPServer.stdio(
+        sys.executable, args=[sys.argv[4], "probe"], timeout_s=20,
+        env={"PYTHONPATH": sys.argv[5]},
+    )
+    conn = Connection(server, workspace=ws, policy=hn.Policy.default().allow_net("*"))
+    try:
+        called = await conn.call("probe", {"outside": [outside], "port": port})
+        print(json.dumps({"text": called.text, "sandbox": conn.sandbox}))
+    finally:
+        await conn.aclose()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or hn.sandbox_backend() == "none",
+    reason="needs root, setpriv and a sandbox backend to run the harness as nobody",
+)
+def test_as_an_ordinary_user_the_sandboxed_server_is_held_the_same(
+    listener: tuple[socket.socket, int],
+) -> None:
+    import json
+    import tempfile
+
+    hostile_py = str(Path(__file__).with_name("hostile_server.py"))
+    nobody = 65534
+    base = Path(tempfile.mkdtemp(prefix="harnessnb-mcp-nobody-", dir="/tmp"))
+    try:
+        ws, home = base / "ws", base / "home"
+        ws.mkdir()
+        home.mkdir()
+        (ws / ".env").write_text("OPENAI_API_KEY=sk-nobody-secret-value-1\n")
+        # World-writable outside the sandbox (nobody could write it), read-only inside.
+        outside = Path(f"/var/tmp/harnessnb-mcp-nobody-{os.getpid()}")
+        for path in (base, ws, home, ws / ".env"):
+            os.chown(path, nobody, nobody)
+        repo = str(Path(__file__).resolve().parents[2])
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "TMPDIR": str(base),
+            "PYTHONPATH": repo,
+        }
+        as_nobody = ["setpriv", "--reuid", str(nobody), "--regid", str(nobody), "--clear-groups"]
+        # An interpreter nobody can run: this one, or the system's of the same version
+        # (a pyenv build under /root is not), with this environment's packages.
+        site = sysconfig.get_paths()["purelib"]
+        env["PYTHONPATH"] = f"{repo}:{site}"
+        python = _runnable_by(as_nobody, env)
+        done = subprocess.run(
+            [
+                *as_nobody,
+                "--",
+                python,
+                "-c",
+                _AS_NOBODY_SCRIPT,
+                str(ws),
+                str(outside),
+                str(listener[1]),
+                hostile_py,
+                site,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert "nobody-secret" not in report["text"]
+        assert "outside:denied" in report["text"] and not outside.exists()
+        assert "net:denied" in report["text"] and "inside:written" in report["text"]
+        assert "bubblewrap" in report["sandbox"] or "landlock" in report["sandbox"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        Path(f"/var/tmp/harnessnb-mcp-nobody-{os.getpid()}").unlink(missing_ok=True)
+
+
+def _runnable_by(as_user: list[str], env: dict[str, str]) -> str:
+    """This interpreter if ``as_user`` can see it, else the system's of this version."""
+    look = "import os, sys; print(os.path.exists(os.path.realpath(sys.executable)))"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, f"/usr/bin/{version}"):
+        seen = subprocess.run(
+            [*as_user, "--", python, "-c", look],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if seen.stdout.strip() == "True":
+            return python
+    pytest.skip(f"no {version} here that nobody can run (a pyenv build under /root is not)")
