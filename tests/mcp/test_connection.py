@@ -93,6 +93,34 @@ async def test_exit_at_start_is_exited_with_code_and_stderr(
     assert "harnessnb-exit" not in (err.stderr or "")  # the watcher's marker taken out
 
 
+def test_server_stderr_never_reaches_the_hosts_stderr(tmp_path: Path) -> None:
+    """What the kernel's terminal would show (this process's fd 2) gets nothing of it."""
+    script = (
+        "import asyncio, sys\n"
+        "import harnessnb as hn\n"
+        "from harnessnb.mcp._connection import Connection\n"
+        "async def main():\n"
+        "    server = hn.MCPServer.stdio(sys.executable, args=[sys.argv[1], 'exit-at-start'])\n"
+        "    conn = Connection(server, workspace=__import__('pathlib').Path(sys.argv[2]),\n"
+        "                      policy=hn.Policy.default())\n"
+        "    try:\n"
+        "        await conn.start()\n"
+        "    except hn.MCPError as err:\n"
+        "        print('stderr on the error:', 'bad config' in (err.stderr or ''))\n"
+        "asyncio.run(main())\n"
+    )
+    hostile_py = str(Path(__file__).with_name("hostile_server.py"))
+    done = subprocess.run(
+        [sys.executable, "-c", script, hostile_py, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "stderr on the error: True" in done.stdout
+    assert "bad config" not in done.stderr
+
+
 async def test_a_server_that_never_answers_times_out_within_its_timeout(
     connect: Connect,
     hostile: Hostile,
@@ -126,6 +154,14 @@ async def test_a_slow_tool_times_out_and_the_connection_stays_usable(
         await conn.call("slow", {}, timeout_s=1.0)
     assert caught.value.kind is MCPErrorKind.TIMEOUT and caught.value.tool == "slow"
     assert (await conn.call("echo", {"text": "still here"})).text == "still here"
+    pgid = conn.pid
+    assert pgid is not None
+    slow = asyncio.create_task(conn.call("slow", {}))  # busy when closed
+    await asyncio.sleep(0.3)
+    await conn.aclose()
+    assert _gone(pgid)
+    with pytest.raises(hn.MCPError):
+        await slow
 
 
 async def test_cancelling_the_caller_cancels_its_request_only(
