@@ -28,6 +28,8 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 _SPEC_NAME = re.compile(r"([A-Za-z0-9_-]{1,40})=(?!=)")
 _PREFIXES = ("mcp-server-", "mcp_server_", "server-", "server_")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+# Programs that run a package named by their first argument: the package names the server.
+_LAUNCHERS = frozenset({"npx", "uvx", "bunx", "pipx", "node", "deno"})
 
 
 def require_sdk() -> None:
@@ -64,6 +66,9 @@ def _stdio_name(command: str, args: Sequence[str]) -> str:
         at = list(args).index("-m")
         if at + 1 < len(args):
             base = args[at + 1].rpartition(".")[2]
+    elif base in _LAUNCHERS:  # ``npx -y @modelcontextprotocol/server-filesystem``
+        package = next((a for a in args if not a.startswith("-") and a != "run"), base)
+        base = package.rpartition("/")[2].partition("@")[0] or base
     base = _strip(base.removesuffix(".py").removesuffix(".js"))
     return re.sub(r"[^A-Za-z0-9_-]", "_", base)[:40] or "server"
 

@@ -70,6 +70,10 @@ def test_stdio_names_from_the_command() -> None:
     git = hn.MCPServer.stdio("python", args=["-m", "mcp_server_git", "--repository", "."])
     assert git.name == "git"
     assert hn.MCPServer.stdio("tool", name="my_tool-1").name == "my_tool-1"
+    npx = hn.MCPServer.stdio("npx", args=["-y", "@modelcontextprotocol/server-filesystem", "/w"])
+    assert npx.name == "filesystem"
+    assert hn.MCPServer.stdio("uvx", args=["mcp-server-fetch@1.2"]).name == "fetch"
+    assert hn.MCPServer.stdio("node", args=["dist/index.js"]).name == "index"
     assert git.transport == "stdio" and git.args == ("-m", "mcp_server_git", "--repository", ".")
 
 
