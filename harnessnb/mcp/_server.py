@@ -34,8 +34,8 @@ _LAUNCHERS = frozenset({"npx", "uvx", "bunx", "pipx", "node", "deno"})
 
 def require_sdk() -> None:
     """Raise ``ConfigError`` naming the extra when the ``mcp`` SDK is not installed."""
-    try:
-        import mcp  # noqa: F401
+    try:  # ``mcp.client``: a folder named ``mcp`` on sys.path imports as ``mcp`` alone
+        import mcp.client  # noqa: F401
     except ImportError as exc:
         raise ConfigError(
             "MCP tool servers need the mcp SDK: pip install 'harnessnb[mcp]'"

@@ -17,8 +17,6 @@ from harnessnb.mcp._connection import Connection
 HOSTILE = str(Path(__file__).with_name("hostile_server.py"))
 NPM_BINS = Path(os.environ.get("HARNESSNB_MCP_SERVERS", "/opt/harnessnb-mcp/node_modules/.bin"))
 
-pytest.importorskip("mcp", reason="the mcp SDK (harnessnb[mcp]) is not installed")
-
 
 def _hostile(mode: str, *, timeout_s: float = 5.0, **kw: Any) -> hn.MCPServer:
     """The hostile server in ``mode``, run by this interpreter."""

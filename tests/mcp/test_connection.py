@@ -22,6 +22,9 @@ from harnessnb.mcp._connection import Connection
 from harnessnb.rules._errors import MCPErrorKind
 from harnessnb.tools._protocol import OUTPUT_LIMIT
 
+# ``mcp.client``, not ``mcp``: without the SDK, ``tests/mcp`` itself imports as ``mcp``.
+pytest.importorskip("mcp.client", reason="the mcp SDK (harnessnb[mcp]) is not installed")
+
 Connect = Callable[..., Connection]
 Hostile = Callable[..., hn.MCPServer]
 

@@ -163,6 +163,7 @@ def _ctx(**kw: object) -> object:
 
 
 def _sdk_error(code: int, message: str) -> BaseException:
+    pytest.importorskip("mcp.client", reason="the mcp SDK (harnessnb[mcp]) is not installed")
     from mcp import MCPError as SDKError
 
     return SDKError(code, message)
