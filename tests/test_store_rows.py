@@ -18,7 +18,8 @@ from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, run_row, step_kwargs, tool
 
 # What a field's annotation may hold for each DuckDB column type (None aside: every
-# column is nullable or filled in by the write). VARCHAR columns hold text or JSON.
+# column is nullable or filled in by the write). VARCHAR columns hold text or JSON, JSON
+# columns (``mcp_servers.tools``) a list.
 _ALLOWED: dict[str, set[object]] = {
     "INTEGER": {int},
     "BIGINT": {int},
@@ -27,6 +28,7 @@ _ALLOWED: dict[str, set[object]] = {
     "TIMESTAMP": {float},
     "VARCHAR": {str, collections.abc.Mapping},
     "BLOB": {bytes},
+    "JSON": {collections.abc.Sequence},
 }
 
 
@@ -39,7 +41,7 @@ def _members(hint: object) -> list[object]:
 
 def test_every_written_table_has_a_row_type_field_for_field(tmp_path: Path) -> None:
     written = {"run_rows", "attempts", "steps", "tool_calls", "stalls", "markers", "scores",
-               "sweep_runs", "run_files"}
+               "sweep_runs", "run_files", "mcp_servers"}
     assert set(ROW_TYPES) == written
     for table, row_type in ROW_TYPES.items():
         fields = list(typing.get_type_hints(row_type))

@@ -142,7 +142,7 @@ def from_ts(value: dt.datetime | None) -> float | None:
 
 # Per-column conversion from the caller's value to the stored one.
 _JSON_COLUMNS: Final = frozenset(
-    {"args", "contract", "policy", "extras", "checkpoint", "sample", "files_cut"}
+    {"args", "contract", "policy", "extras", "checkpoint", "sample", "files_cut", "tools"}
 )
 _TS_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at", "scored_at"})
 
