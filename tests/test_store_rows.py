@@ -118,3 +118,34 @@ def test_a_run_keeps_what_is_no_column_in_its_extras(tmp_path: Path) -> None:
         assert run["started_at"] == AT
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("dtype", ["object", "string"])
+def test_attempts_from_a_dataframe_store_its_missing_values_as_null(
+    tmp_path: Path, dtype: str
+) -> None:
+    # #31: a DataFrame's missing text (NaN, or pd.NA in a string column) was stored as
+    # the text 'nan' / '<NA>', and failure_rates reported a failure kind 'nan'.
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        [{"step": 1, "attempt": n, "provider": "p", "kind": None if n % 2 else "server",
+          "status": None if n % 2 else 503, "latency_ms": None if n % 2 else 12.5,
+          "started_at": AT + n} for n in range(70)]  # past the small-batch size too
+    ).astype({"kind": dtype})  # fmt: skip
+    store = Store(tmp_path / "runs.duckdb")
+    try:
+        store_writer(store).create_run(run_row("r1"))
+        store_writer(store).add_attempts("r1", frame.to_dict("records"))
+        found = store.sql(
+            "SELECT count(*) FILTER (WHERE kind IS NULL) AS no_kind, "
+            "count(*) FILTER (WHERE status IS NULL) AS no_status, "
+            "count(*) FILTER (WHERE latency_ms IS NULL) AS no_latency, "
+            "count(*) FILTER (WHERE kind IN ('nan', '<NA>', 'None')) AS as_text FROM attempts"
+        )
+        rates = store.failure_rates(by=("provider", "kind"))
+    finally:
+        store.close()
+    assert found.values.tolist() == [[35, 35, 35, 0]]
+    assert rates["kind"].astype(object).tolist() == ["server"]
+    assert rates[["attempts", "failures"]].values.tolist() == [[70, 35]]
