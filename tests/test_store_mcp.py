@@ -184,3 +184,107 @@ def test_combine_and_merge_carry_the_mcp_servers_of_every_shard(tmp_path: Path) 
         assert merged.sql(query).equals(seen)
         assert store_writer(merged).mcp_servers_of("r1")[0]["tools"] == _tools(
             "git_status", "git_log")  # fmt: skip
+
+
+# ----------------------------------------------------------------- readers
+
+
+def test_mcp_servers_reads_one_row_per_run_and_server_with_its_tools(tmp_path: Path) -> None:
+    with hn.Store(tmp_path / "runs.duckdb") as s:
+        for run_id in ("r1", "r2"):
+            store_writer(s).create_run(run_row(run_id))
+        store_writer(s).record_mcp_servers("r1", [_server(), _server("time", "get_current_time")])
+        store_writer(s).record_mcp_servers("r2", [_server("time", "get_current_time")])
+        every = s.mcp_servers()
+        one = s.mcp_servers("r2")
+    assert list(every.columns) == ["run_id", "server", "transport", "target", "sandbox",
+                                   "tools", "tool_count", "tools_hash", "at"]  # fmt: skip
+    assert every[["run_id", "server"]].values.tolist() == [
+        ["r1", "git"], ["r1", "time"], ["r2", "time"]]  # fmt: skip
+    assert every["tool_count"].tolist() == [2, 1, 1] and str(every["tool_count"].dtype) == "Int64"
+    assert every["tools"].tolist()[0] == _tools("git_status", "git_log")  # a Python list
+    assert str(every["at"].dtype) == "datetime64[us, UTC]"
+    assert every["at"].tolist()[0].timestamp() == AT
+    assert one["run_id"].tolist() == ["r2"] and one["tools"].tolist()[0][0]["name"] == (
+        "get_current_time")  # fmt: skip
+    empty = hn.Store(tmp_path / "empty.duckdb")
+    try:
+        none = empty.mcp_servers()
+        assert none.empty and list(none.columns) == list(every.columns)
+    finally:
+        empty.close()
+
+
+def _tool_calls_store(path: Path) -> hn.Store:
+    """A store of two runs whose tool rows are written as the loop writes them: MCP
+    calls with their server and failure kind, built-in calls without, and calls with no
+    outcome yet."""
+    s = hn.Store(path)
+    writer = store_writer(s)
+    writer.create_run(run_row("r1", sweep_id="sw"))
+    writer.create_run(run_row("r2"))
+    git = {"server": "git", "tool": "git_log"}
+    _mcp_step(s, "r1", 1, [
+        git, git, git,
+        {**git, "status": "error", "error_kind": "timeout"},
+        {**git, "status": "error", "error_kind": "timeout"},
+        {**git, "status": "error", "error_kind": "tool_error"},
+        {"server": "time", "tool": "get_current_time"},
+        {"server": "time", "tool": "get_current_time", "status": "error",
+         "error_kind": "exited"},
+        {"tool": "read_file"},
+        {"tool": "write_file", "effect": "write", "status": "refused"},
+        {"tool": "run_command", "effect": "write", "status": "error"},
+    ])  # fmt: skip
+    _mcp_step(s, "r2", 1, [
+        git,
+        {**git, "status": "error", "error_kind": "connection_closed"},
+        {**git, "effect": "write", "status": "needs_reconciliation"},  # no outcome: left out
+    ])  # fmt: skip
+    writer.record_intent("r2", {**tool(2, 0, status="intent"), **git, "effect": "write"})  # type: ignore[typeddict-item]
+    return s
+
+
+def test_tool_call_failure_rates_by_server_and_kind(tmp_path: Path) -> None:
+    with _tool_calls_store(tmp_path / "runs.duckdb") as s:
+        rates = s.failure_rates(of="tool_calls")  # by server and kind
+        whole = s.failure_rates("server", of="tool_calls")
+        swept = s.failure_rates("server", of="tool_calls", sweep="sw")
+        by_tool = s.failure_rates(("tool",), of="tool_calls")
+        attempts = s.failure_rates()
+    got = rates.astype(object).where(rates.notna(), None)
+    assert got[["server", "kind", "calls", "failures"]].values.tolist() == [
+        ["git", "timeout", 8, 2],  # r1's 6 and r2's 2 (its unsettled ones left out)
+        ["git", "connection_closed", 8, 1],
+        ["git", "tool_error", 8, 1],
+        ["time", "exited", 2, 1],
+        [None, "error", 3, 1],  # built-in tools: their status for a kind
+        [None, "refused", 3, 1],
+    ]
+    assert got["failure_rate"].tolist()[0] == pytest.approx(2 / 8)
+    # The Wilson interval of 2 of 8, as for attempts (statsmodels' proportion_confint
+    # with method="wilson" gives 0.0715 to 0.5907).
+    assert got["failure_rate_low"].tolist()[0] == pytest.approx(0.0715, abs=1e-4)
+    assert got["failure_rate_high"].tolist()[0] == pytest.approx(0.5907, abs=1e-4)
+    assert "cost_usd" not in rates.columns and "attempts" not in rates.columns
+    assert whole.astype(object).where(whole.notna(), None)[
+        ["server", "calls", "failures"]].values.tolist() == [
+        ["git", 8, 4], ["time", 2, 1], [None, 3, 2]]  # fmt: skip
+    assert swept[["calls", "failures"]].sum().tolist() == [11, 6]  # r1 only
+    assert dict(zip(by_tool["tool"], by_tool["calls"], strict=True)) == {
+        "get_current_time": 2, "git_log": 8, "read_file": 1, "run_command": 1,
+        "write_file": 1}  # fmt: skip
+    assert attempts["attempts"].sum() == 6  # of="attempts" is the default, unchanged
+
+
+def test_tool_call_failure_rates_refuse_what_they_cannot_count(tmp_path: Path) -> None:
+    with _tool_calls_store(tmp_path / "runs.duckdb") as s:
+        with pytest.raises(hn.ConfigError, match="'attempts', 'tool_calls'"):
+            s.failure_rates(of="steps")
+        with pytest.raises(hn.StoreError, match=r"among \('run_id', 'step', 'tool', 'server'"):
+            s.failure_rates(("provider", "kind"), of="tool_calls")
+        with pytest.raises(hn.StoreError, match="among"):
+            s.failure_rates(("server",), of="attempts")
+        buckets = s.failure_rates("server", of="tool_calls", every="1h")
+    assert list(buckets.columns[:3]) == ["period", "server", "calls"]
+    assert buckets["calls"].sum() == 13
