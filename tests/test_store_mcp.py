@@ -288,3 +288,18 @@ def test_tool_call_failure_rates_refuse_what_they_cannot_count(tmp_path: Path) -
         buckets = s.failure_rates("server", of="tool_calls", every="1h")
     assert list(buckets.columns[:3]) == ["period", "server", "calls"]
     assert buckets["calls"].sum() == 13
+
+
+def test_many_servers_queued_together_are_written_once_each(tmp_path: Path) -> None:
+    # Past two rows a group commit appends through DuckDB's appender (the JSON column
+    # included); the same snapshots queued in the same batch fall back to keeping one.
+    rows = [_server(f"s{i}", "t") for i in range(5)]
+    with hn.Store(tmp_path / "runs.duckdb") as s:
+        writer = store_writer(s)
+        writer.create_run(run_row("r1"))
+        done = [writer.submit(_server_op("r1", rows)), writer.submit(_server_op("r1", rows[:3]))]
+        for future in done:
+            future.result()
+        found = s.mcp_servers("r1")
+    assert found["server"].tolist() == [f"s{i}" for i in range(5)]
+    assert found["tools"].tolist() == [_tools("t")] * 5
