@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnessnb.rules._policy import Policy
+from harnessnb import Policy
 
 
 def test_an_mcp_target_is_matched_as_a_whole_name() -> None:
