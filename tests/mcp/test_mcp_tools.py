@@ -54,6 +54,9 @@ class StandInMCPError(HarnessError):
     def retryable(self) -> bool:
         return self.kind in ("exited", "connection_closed", "timeout")
 
+    def _fields(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
 
 @dataclasses.dataclass(frozen=True)
 class Offered:
@@ -350,6 +353,22 @@ async def test_trusted_read_runs_write_is_asked(tmp_path: Path, fixture_servers:
     assert server.calls == {"look": 1}  # nothing asked ran
 
 
+async def test_the_approver_sees_arguments_scrubbed(tmp_path: Path, fixture_servers: Any) -> None:
+    from harnessnb.rules._secrets import register
+
+    key = "sk-mcp-" + "q7Zx" * 6
+    register(key)
+    servers, _, _ = fixture_servers
+    requests: list[ApprovalRequest] = []
+    ex = await executor_for(
+        tmp_path, servers(Settings("fx")), approver=DenyAll(), requests=requests
+    )
+    await call(ex, "look", path=f"<b>{key}</b>")
+    (request,) = requests
+    assert key not in request.preview and "[redacted]" in request.preview
+    assert "MCP server fx, tool look" in request.preview
+
+
 async def test_untrusted_tools_are_all_asked_and_overrides_honoured(
     tmp_path: Path, fixture_servers: Any
 ) -> None:
@@ -437,6 +456,7 @@ async def test_a_dead_server_is_restarted_once_for_a_read_never_for_a_write(
     wiped = await call(ex, "wipe")
     assert (wiped.ok, wiped.executions) == (False, 1)
     assert wiped.error is not None and wiped.error["code"] == "MCP_CONNECTION_CLOSED"
+    assert (wiped.error["kind"], wiped.server) == ("connection_closed", "fx")
     assert len(made) == 1 and server.calls == {}
     # READ: restarted, then run again on the new session.
     looked = await call(ex, "look", path="p")
@@ -649,5 +669,53 @@ async def test_mcp_server_git_untrusted_asks_even_for_status(tmp_path: Path, rep
         ex = await executor_for(tmp_path, toolset, approver=DenyAll())
         status = await call(ex, "git_status", repo_path=str(repo))
         assert status.status == "refused"
+    finally:
+        await toolset.aclose()
+
+
+def _kill_server(repo: Path) -> None:
+    """SIGKILL the mcp_server_git process this test started (found by its repository)."""
+    import psutil
+
+    mine = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "mcp_server_git" in " ".join(p.cmdline()) and str(repo) in p.cmdline()
+    ]
+    assert len(mine) == 1, mine
+    mine[0].kill()
+    mine[0].wait(10)
+
+
+async def test_mcp_server_git_killed_write_not_retried_read_restarted_once(
+    tmp_path: Path, repo: Path
+) -> None:
+    from mcp import StdioServerParameters
+
+    target = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_server_git", "--repository", str(repo)]
+    )
+    made: list[SDKSource] = []
+    toolset = ToolServers(
+        [Settings("git", trusted=True)],
+        workspace=tmp_path,
+        policy=Policy.default(),
+        connect=sdk_connect(lambda: target, made),
+    )
+    try:
+        ex = await executor_for(tmp_path, toolset, approver=ApproveAll())
+        assert ex.get("git_commit").effect is Effect.WRITE  # type: ignore[union-attr]
+        _kill_server(repo)
+        committed = await call(ex, "git_commit", repo_path=str(repo), message="m")
+        assert (committed.ok, committed.executions) == (False, 1)
+        assert committed.error is not None and committed.error["kind"] == "connection_closed"
+        assert len(made) == 1  # a WRITE is never retried: no restart
+        status = await call(ex, "git_status", repo_path=str(repo))
+        assert (status.ok, status.executions) == (True, 2), status
+        assert "a.txt" in status.output and len(made) == 2
+        _kill_server(repo)
+        again = await call(ex, "git_status", repo_path=str(repo))
+        assert (again.ok, again.executions) == (False, 1)  # restarted once per run
+        assert len(made) == 2
     finally:
         await toolset.aclose()
