@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import importlib
 import json
@@ -92,6 +93,11 @@ class Connecting(Protocol):
 Connect = Callable[..., Connecting]
 
 
+# The connection the current task's last call went to: a call that failed on a
+# connection another call's restart has already replaced retries on the new one.
+_USED: contextvars.ContextVar[object] = contextvars.ContextVar("harnessnb_mcp_used")
+
+
 class _Live:
     """One server's connection, which a dead server's restart replaces (once)."""
 
@@ -106,10 +112,17 @@ class _Live:
     async def call(
         self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> Answer:
-        return await self.connection.call(tool, args, timeout_s=timeout_s)
+        connection = self.connection
+        _USED.set(connection)
+        return await connection.call(tool, args, timeout_s=timeout_s)
 
     async def restart(self) -> bool:
+        """Replace a dead connection, once; True when the failed call may be retried
+        (also when another call's restart already replaced the one it failed on)."""
+        failed_on = _USED.get(None)
         async with self._lock:
+            if failed_on is not None and failed_on is not self.connection:
+                return True
             if self.restarted:
                 return False
             self.restarted = True

@@ -469,6 +469,21 @@ async def test_a_dead_server_is_restarted_once_for_a_read_never_for_a_write(
     assert len(made) == 2
 
 
+async def test_calls_that_failed_together_share_one_restart(
+    tmp_path: Path, fixture_servers: Any
+) -> None:
+    servers, server, made = fixture_servers
+    ex = await executor_for(tmp_path, servers(Settings("fx", trusted=True)))
+    await made[-1].end_session()
+    first, second = await asyncio.gather(
+        *(ex.execute(ToolCall(f"c{i}", "look", {"path": str(i)}), idempotency_key=f"k{i}")
+          for i in (1, 2))
+    )  # fmt: skip
+    assert (first.ok, second.ok) == (True, True), (first, second)
+    assert (first.executions, second.executions) == (2, 2)
+    assert len(made) == 2  # one restart served both
+
+
 # ------------------------------------------------------------------ the tool set
 
 
