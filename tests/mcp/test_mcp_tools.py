@@ -472,7 +472,7 @@ async def test_a_dead_server_is_restarted_once_for_a_read_never_for_a_write(
 async def test_calls_that_failed_together_share_one_restart(
     tmp_path: Path, fixture_servers: Any
 ) -> None:
-    servers, server, made = fixture_servers
+    servers, _, made = fixture_servers
     ex = await executor_for(tmp_path, servers(Settings("fx", trusted=True)))
     await made[-1].end_session()
     first, second = await asyncio.gather(
