@@ -86,7 +86,7 @@ class ToolSource(Protocol):
     """Where an MCP tool's calls go: its server's connection."""
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Answer: ...
 
     async def restart(self) -> bool:

@@ -81,7 +81,7 @@ class Connecting(Protocol):
     async def list_tools(self) -> Sequence[Offered]: ...
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Answer: ...
 
     @property
@@ -110,7 +110,7 @@ class _Live:
         self._lock = asyncio.Lock()
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Answer:
         connection = self.connection
         _USED.set(connection)

@@ -125,7 +125,7 @@ class SDKSource:
         ]
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Called:
         try:
             result = await self._client.call_tool(tool, dict(args))
@@ -263,7 +263,7 @@ class _Nowhere:
     sandbox = None
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Called:
         raise AssertionError("not called")
 
@@ -535,7 +535,7 @@ class _Listing:
         return self.offered
 
     async def call(
-        self, tool: str, args: Mapping[str, Any], *, timeout_s: float | None = None
+        self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Called:
         return Called(f"{tool} ran", False)
 
