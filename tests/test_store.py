@@ -56,7 +56,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 11
+    assert Store.schema_version == SCHEMA_VERSION == 12
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -69,8 +69,8 @@ def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
     versions = con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     con.close()
     assert tables == {"schema_version", "run_rows", "attempts", "steps", "tool_calls", "stalls",
-                      "leases", "recordings", "pending_steps", "markers",
-                      "agent_sessions", "scores", "sweep_runs", "run_files"}  # fmt: skip
+                      "leases", "recordings", "pending_steps", "markers", "agent_sessions",
+                      "scores", "sweep_runs", "run_files", "mcp_servers"}  # fmt: skip
     assert views == {"runs"}
     assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
 

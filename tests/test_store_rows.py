@@ -18,7 +18,8 @@ from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, run_row, step_kwargs, tool
 
 # What a field's annotation may hold for each DuckDB column type (None aside: every
-# column is nullable or filled in by the write). VARCHAR columns hold text or JSON.
+# column is nullable or filled in by the write). VARCHAR columns hold text or JSON, JSON
+# columns (``mcp_servers.tools``) a list.
 _ALLOWED: dict[str, set[object]] = {
     "INTEGER": {int},
     "BIGINT": {int},
@@ -27,6 +28,7 @@ _ALLOWED: dict[str, set[object]] = {
     "TIMESTAMP": {float},
     "VARCHAR": {str, collections.abc.Mapping},
     "BLOB": {bytes},
+    "JSON": {collections.abc.Sequence},
 }
 
 
@@ -39,7 +41,7 @@ def _members(hint: object) -> list[object]:
 
 def test_every_written_table_has_a_row_type_field_for_field(tmp_path: Path) -> None:
     written = {"run_rows", "attempts", "steps", "tool_calls", "stalls", "markers", "scores",
-               "sweep_runs", "run_files"}
+               "sweep_runs", "run_files", "mcp_servers"}
     assert set(ROW_TYPES) == written
     for table, row_type in ROW_TYPES.items():
         fields = list(typing.get_type_hints(row_type))
@@ -116,3 +118,34 @@ def test_a_run_keeps_what_is_no_column_in_its_extras(tmp_path: Path) -> None:
         assert run["started_at"] == AT
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("dtype", ["object", "string"])
+def test_attempts_from_a_dataframe_store_its_missing_values_as_null(
+    tmp_path: Path, dtype: str
+) -> None:
+    # #31: a DataFrame's missing text (NaN, or pd.NA in a string column) was stored as
+    # the text 'nan' / '<NA>', and failure_rates reported a failure kind 'nan'.
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        [{"step": 1, "attempt": n, "provider": "p", "kind": None if n % 2 else "server",
+          "status": None if n % 2 else 503, "latency_ms": None if n % 2 else 12.5,
+          "started_at": AT + n} for n in range(70)]  # past the small-batch size too
+    ).astype({"kind": dtype})  # fmt: skip
+    store = Store(tmp_path / "runs.duckdb")
+    try:
+        store_writer(store).create_run(run_row("r1"))
+        store_writer(store).add_attempts("r1", frame.to_dict("records"))
+        found = store.sql(
+            "SELECT count(*) FILTER (WHERE kind IS NULL) AS no_kind, "
+            "count(*) FILTER (WHERE status IS NULL) AS no_status, "
+            "count(*) FILTER (WHERE latency_ms IS NULL) AS no_latency, "
+            "count(*) FILTER (WHERE kind IN ('nan', '<NA>', 'None')) AS as_text FROM attempts"
+        )
+        rates = store.failure_rates(by=("provider", "kind"))
+    finally:
+        store.close()
+    assert found.values.tolist() == [[35, 35, 35, 0]]
+    assert rates["kind"].astype(object).tolist() == ["server"]
+    assert rates[["attempts", "failures"]].values.tolist() == [[70, 35]]

@@ -9,7 +9,12 @@ Modules, each importing only those listed before it (no cycle):
 - ``_stderr``: a stdio server's stderr read through a pipe into a bounded, scrubbed
   ring, and the watcher that says the server's pid and exit code;
 - ``_connection``: ``Connection``, one live session with one server in its own owner
-  task (``ServedTool``, ``Called``), started lazily, every request bounded in time.
+  task (``ServedTool``, ``Called``), started lazily, every request bounded in time;
+- ``_tools``: ``MCPTool``, one server's tool as a harnessnb ``Tool`` (its effect from
+  the server's annotations only where the server is trusted, its policy target
+  ``mcp:SERVER/TOOL``), calling a ``ToolSource``;
+- ``_toolset``: ``ToolServers``, a run's servers started together, their tools named
+  without clashes and checked, a snapshot of what each offered, all closed together.
 
 The SDK (``mcp``) is imported inside functions only: ``import harnessnb`` never imports
 it, and a missing SDK is a ``ConfigError`` naming ``pip install 'harnessnb[mcp]'``.

@@ -6,8 +6,9 @@ act. It is a pure value: every builder method returns a new policy.
 Acts and their targets:
 
 * ``read`` / ``write``: a workspace path, relative, ``/``-separated (``src/app.py``);
-* ``exec``: a command line (``shlex.join(argv)``), or ``tool:NAME`` for a user tool
-  with side effects;
+* ``exec``: a command line (``shlex.join(argv)``), ``tool:NAME`` for a user tool
+  with side effects, or ``mcp:SERVER/TOOL`` for a tool of an MCP server (every one is
+  judged, see ``tools/_gate.py``);
 * ``net``: a host, optionally ``host:port``.
 
 Patterns are globs: ``*`` matches any run of characters, ``/`` included, and ``?``
@@ -42,6 +43,12 @@ denies ``rm -rf x``), case as written. An exec target is judged by what will run
   in the sandbox). A wrapper with options that cannot be read asks the same way, even
   when allowed by name, and every word after it is tried against the deny rules.
 
+A ``tool:`` or ``mcp:`` target is a name, not a command line: a pattern matches the
+whole name, narrowly (``allow_exec("mcp:git/*")`` allows every tool of the server
+``git``, ``deny_exec("mcp:*/git_reset")`` denies that tool on any server); a command
+rule (``deny_exec("git_reset")``) never matches one, and such rules do not count as
+limiting commands (see the inline-code rule above).
+
 A net pattern matches ``host:port`` or the bare host, case-insensitively.
 
 The secrets layer (``Policy.SECRET_PATTERNS``, in ``default()`` and ``permissive()``)
@@ -69,7 +76,7 @@ from typing import Any, ClassVar
 
 from ._errors import ConfigError
 from ._exec import Program, programs
-from ._rule import Act, EffectName, Rule, literal, normalise_path
+from ._rule import NAMED_EXEC, Act, EffectName, Rule, literal, normalise_path
 from ._secret_files import (
     SECRET_EXCEPTIONS,
     SECRET_PATTERNS,
@@ -220,7 +227,7 @@ class Policy:
         An exec target is judged program by program (see the module docstring).
         """
         act = _check_act(act)
-        if act == "exec" and not target.startswith("tool:"):
+        if act == "exec" and not target.startswith(NAMED_EXEC):
             return self._explain_exec(target)
         return self._explain_one(act, target)
 
@@ -301,9 +308,11 @@ class Policy:
         return None, None
 
     def _limits_exec(self) -> bool:
-        """True when an exec rule denies or asks for a command (not a ``tool:``)."""
+        """True when an exec rule denies or asks for a command (not a ``tool:``/``mcp:``)."""
         return any(
-            rule.act == "exec" and rule.effect != "allow" and not rule.pattern.startswith("tool:")
+            rule.act == "exec"
+            and rule.effect != "allow"
+            and not rule.pattern.startswith(NAMED_EXEC)
             for _, rule in self.rules()
         )
 

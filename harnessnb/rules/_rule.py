@@ -10,12 +10,15 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-__all__ = ["Act", "EffectName", "Rule", "literal", "normalise_path"]
+__all__ = ["NAMED_EXEC", "Act", "EffectName", "Rule", "literal", "normalise_path"]
 
 Act = Literal["read", "write", "exec", "net"]
 EffectName = Literal["allow", "ask", "deny"]
 
 _GLOB_CHARS = frozenset("*?[")
+# Exec targets that name a tool (a user tool's, an MCP server's), not a command line:
+# matched on the whole name only.
+NAMED_EXEC = ("tool:", "mcp:")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +50,8 @@ def _candidates(act: str, target: str) -> list[str]:
         path = normalise_path(target)
         return [path, posixpath.basename(path)]
     if act == "exec":
+        if target.startswith(NAMED_EXEC):
+            return [target]
         program = target.split(" ", 1)[0]
         return [target, program, posixpath.basename(program)]
     host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target

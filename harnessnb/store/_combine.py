@@ -51,7 +51,7 @@ __all__ = ["BASE_TABLES", "merge_into", "read_only_error", "shard_paths", "shard
 # ``run_rows``, ``steps`` and ``attempts``; ``schema_version`` is each file's own).
 BASE_TABLES: Final = (
     "run_rows", "steps", "attempts", "tool_calls", "stalls", "markers", "pending_steps",
-    "leases", "recordings", "agent_sessions", "scores", "sweep_runs", "run_files",
+    "leases", "recordings", "agent_sessions", "scores", "sweep_runs", "run_files", "mcp_servers",
 )  # fmt: skip
 # Shard files whose macros and types were checked whole (``check_catalog``), with the
 # state they were in: a reader call skips that slow part for a shard unchanged since.

@@ -1,7 +1,9 @@
-"""The SQL behind ``Store.failure_rates``: how often attempts fail, per group.
+"""The SQL behind ``Store.failure_rates``: how often attempts (or tool calls) fail,
+per group.
 
 Attempts a cancel cut off (``cancelled``) are in no group: the provider neither
-answered nor failed them.
+answered nor failed them. Tool calls (``of="tool_calls"``) count those with an
+outcome; their ``kind`` is the MCP failure kind, else ``error``/``refused``.
 
 ``by`` names columns that are spliced into SQL, so they are checked against
 ``FAILURE_GROUPS`` first.
@@ -9,17 +11,28 @@ answered nor failed them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
-from ..rules._errors import StoreError
+from ..rules._errors import ConfigError, StoreError
 from ._schema import quote
 
-__all__ = ["FAILURE_GROUPS", "failure_groups", "failure_sql"]
+__all__ = [
+    "FAILURE_GROUPS",
+    "FAILURE_SUBJECTS",
+    "TOOL_FAILURE_GROUPS",
+    "failure_groups",
+    "failure_sql",
+    "failure_subject",
+]
 
 # Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
 FAILURE_GROUPS: Final = (
     "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
 )  # fmt: skip
+# ... and with ``of="tool_calls"``: ``server`` is the MCP server (missing for harnessnb's
+# own tools and ``@hn.tool`` ones), ``kind`` how a call failed (``_TOOL_KIND``).
+TOOL_FAILURE_GROUPS: Final = ("run_id", "step", "tool", "server", "effect", "sandbox", "kind")
 
 # A group's spend: the priced attempts' dollars, what one answer cost on average (the
 # group's spend over its attempts that succeeded), and how many attempts used tokens at
@@ -37,18 +50,86 @@ _STATS: Final = (
     "max(retry_after_s) AS retry_after_s_max"
 )
 
+# A tool call's failure kind: the MCP kind where there is one (``error_kind``), else
+# the status of a call that failed (``error``, ``refused``); NULL for one that worked.
+_TOOL_KIND: Final = "coalesce(error_kind, CASE WHEN status IN ('error', 'refused') THEN status END)"
 
-def failure_groups(by: tuple[str, ...] | str, path: str) -> tuple[str, ...]:
-    """``by`` as a tuple of distinct ``FAILURE_GROUPS`` names.
+
+@dataclass(frozen=True)
+class _Subject:
+    """What ``failure_rates(of=...)`` counts: the rows (``select`` from ``table``,
+    ``kept`` ones, with a ``kind`` column that is NULL on success), the name of a
+    group's count (``total``), the time column ``every=`` buckets, and the extra
+    aggregates over a group's rows (``totals``) and over its failures (``stats``),
+    each as SQL and as the names of its columns."""
+
+    table: str
+    select: str
+    kept: str
+    total: str
+    time: str
+    groups: tuple[str, ...]
+    totals: str = ""
+    total_names: tuple[str, ...] = ()
+    stats: str = ""
+    stat_names: tuple[str, ...] = ()
+
+
+FAILURE_SUBJECTS: Final[dict[str, _Subject]] = {
+    # An attempt a cancel cut off is no provider's success nor failure: left out.
+    "attempts": _Subject(
+        table="attempts",
+        select="*",
+        kept="cancelled IS NOT TRUE",
+        total="attempts",
+        time="started_at",
+        groups=FAILURE_GROUPS,
+        totals=_COST,
+        total_names=("cost_usd", "cost_per_success_usd", "unpriced_attempts"),
+        stats=_STATS,
+        stat_names=("retry_after_s_mean", "retry_after_s_p50", "retry_after_s_max"),
+    ),
+    # A call still ``intent`` (running, or cut off by a crash) or ``needs_reconciliation``
+    # (nobody knows whether it ran) has no outcome yet: left out.
+    "tool_calls": _Subject(
+        table="tool_calls",
+        select=f"* EXCLUDE (output), {_TOOL_KIND} AS kind",
+        kept="(status IN ('ok', 'error', 'refused') OR error_kind IS NOT NULL)",
+        total="calls",
+        time='"at"',
+        groups=TOOL_FAILURE_GROUPS,
+    ),
+}
+
+
+def failure_subject(of: str) -> _Subject:
+    """What ``of`` counts.
 
     Raises:
-        StoreError: ``query`` for any other name, or a name given twice.
+        ConfigError: ``of`` is none of ``FAILURE_SUBJECTS``, naming them.
     """
+    if of not in FAILURE_SUBJECTS:
+        raise ConfigError(
+            f"failure_rates(of={of!r}): count one of {', '.join(map(repr, FAILURE_SUBJECTS))}"
+        )
+    return FAILURE_SUBJECTS[of]
+
+
+def failure_groups(by: tuple[str, ...] | str, path: str, of: str = "attempts") -> tuple[str, ...]:
+    """``by`` as a tuple of distinct names among ``of``'s groups (``FAILURE_GROUPS``
+    for attempts, ``TOOL_FAILURE_GROUPS`` for tool calls).
+
+    Raises:
+        StoreError: ``query`` for any other name, or a name given twice, naming the
+            choices.
+    """
+    allowed = failure_subject(of).groups
     groups = (by,) if isinstance(by, str) else tuple(by)
-    bad = [g for g in groups if g not in FAILURE_GROUPS]
+    bad = [g for g in groups if g not in allowed]
     if bad or len(set(groups)) != len(groups):
+        where = "" if of == "attempts" else f"of={of!r}, "
         raise StoreError(
-            f"failure_rates(by={by!r}): group by distinct names among {FAILURE_GROUPS}",
+            f"failure_rates({where}by={by!r}): group by distinct names among {allowed}",
             kind="query",
             path=path,
         )
@@ -56,36 +137,41 @@ def failure_groups(by: tuple[str, ...] | str, path: str) -> tuple[str, ...]:
 
 
 def failure_sql(
-    groups: tuple[str, ...], every_us: int | None = None, *, sweep: bool = False
+    groups: tuple[str, ...],
+    every_us: int | None = None,
+    *,
+    sweep: bool = False,
+    of: str = "attempts",
 ) -> str:
-    """The aggregation behind ``failure_rates`` (``groups`` already validated).
+    """The aggregation behind ``failure_rates`` (``groups`` already validated) of the
+    rows ``of`` names (``FAILURE_SUBJECTS``).
 
     ``every_us`` (an int from ``bucket_us``) adds a first group, ``period``: the start
-    of the time bucket of that many microseconds each attempt started in. ``sweep``
-    keeps the attempts of one sweep's runs: the query then takes the named parameter
-    ``$sweep`` (the sweep id, never spliced into the text).
+    of the time bucket of that many microseconds each row started in. ``sweep`` keeps
+    the rows of one sweep's runs: the query then takes the named parameter ``$sweep``
+    (the sweep id, never spliced into the text).
     """
-    # An attempt a cancel cut off is no provider's success nor failure: left out.
-    kept = "cancelled IS NOT TRUE"
-    source = f"(SELECT * FROM attempts WHERE {kept}) AS c"
+    subject = failure_subject(of)
+    kept = subject.kept
     if sweep:
-        source = (
-            f"(SELECT * FROM attempts WHERE {kept} AND run_id IN "
-            "(SELECT run_id FROM run_rows WHERE sweep_id = $sweep)) AS s"
-        )
+        kept += " AND run_id IN (SELECT run_id FROM run_rows WHERE sweep_id = $sweep)"
+    source = f"(SELECT {subject.select} FROM {subject.table} WHERE {kept}) AS s"
     if every_us is not None:
         source = (
             "(SELECT *, time_bucket(to_microseconds("
-            f"{int(every_us)}), started_at) AS period FROM {source}) AS a"
+            f"{int(every_us)}), {subject.time}) AS period FROM {source}) AS a"
         )
         groups = ("period", *groups)
+    total = subject.total
+    totals = f", {subject.totals}" if subject.totals else ""
+    stats = f", {subject.stats}" if subject.stats else ""
     quoted = [quote(g) for g in groups]
     if "kind" not in groups:
         cols = ", ".join(quoted)
         head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
         return (
-            f"SELECT {head}count(*) AS attempts, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate, {_STATS}, {_COST} FROM {source}{tail}"
+            f"SELECT {head}count(*) AS {total}, count(kind) AS failures, "
+            f"count(kind) / count(*) AS failure_rate{stats}{totals} FROM {source}{tail}"
         )
     # Totals per outer group, and failures per (outer group, kind) from the failed rows
     # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
@@ -96,13 +182,13 @@ def failure_sql(
     join = " AND ".join(f"t.{c} IS NOT DISTINCT FROM f.{c}" for c in outer) or "true"
     select = ", ".join("f.kind AS kind" if g == "kind" else f"t.{quote(g)}" for g in groups)
     order = ", ".join([*(f"t.{c}" for c in outer), "failures DESC", "f.kind"])
+    picked = "".join(f", f.{n}" for n in subject.stat_names)
+    picked += "".join(f", t.{n}" for n in subject.total_names)
     return (
-        f"WITH t AS (SELECT {t_select}count(*) AS attempts, {_COST} FROM {source}{t_group}), "
-        f"f AS (SELECT {t_select}kind, count(*) AS failures, {_STATS} FROM {source} "
+        f"WITH t AS (SELECT {t_select}count(*) AS {total}{totals} FROM {source}{t_group}), "
+        f"f AS (SELECT {t_select}kind, count(*) AS failures{stats} FROM {source} "
         f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
-        f"SELECT {select}, t.attempts, coalesce(f.failures, 0) AS failures, "
-        "coalesce(f.failures, 0) / t.attempts AS failure_rate, "
-        "f.retry_after_s_mean, f.retry_after_s_p50, f.retry_after_s_max, "
-        "t.cost_usd, t.cost_per_success_usd, t.unpriced_attempts "
+        f"SELECT {select}, t.{total}, coalesce(f.failures, 0) AS failures, "
+        f"coalesce(f.failures, 0) / t.{total} AS failure_rate{picked} "
         f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
     )

@@ -72,11 +72,11 @@ def _categorical(column: pd.Series, order: tuple[str, ...]) -> pd.Categorical:
     return pd.Categorical(values, categories=[*order, *extra], ordered=False)
 
 
-def with_intervals(rates: pd.DataFrame) -> pd.DataFrame:
+def with_intervals(rates: pd.DataFrame, total: str = "attempts") -> pd.DataFrame:
     """``rates`` with ``failure_rate_low``/``_high``: the 95% Wilson score interval of
-    ``failures`` out of ``attempts`` (sound at 0 and at small counts, unlike the
-    normal approximation)."""
-    n = rates["attempts"].astype("Float64")
+    ``failures`` out of the column ``total`` (``attempts``, or ``calls`` for tool
+    calls; sound at 0 and at small counts, unlike the normal approximation)."""
+    n = rates[total].astype("Float64")
     p = rates["failures"].astype("Float64") / n
     z2 = _Z95 * _Z95
     denominator = 1 + z2 / n

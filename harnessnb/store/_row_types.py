@@ -11,13 +11,14 @@ the write. Timestamps are Unix seconds; JSON columns take values.
 
 # No ``from __future__ import annotations``: the runtime needs ``Required`` evaluated
 # to know each row's required keys (``__required_keys__``, which ``row`` checks).
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Required, TypedDict
 
 __all__ = [
     "ROW_TYPES",
     "AttemptRow",
     "Finish",
+    "MCPServerRow",
     "MarkerRow",
     "RunFileRow",
     "RunRow",
@@ -106,6 +107,8 @@ class ToolCallRow(TypedDict, total=False):
     at: float | None
     output: str | None
     sandbox: str | None
+    server: str | None
+    error_kind: str | None
 
 
 class StallRow(TypedDict, total=False):
@@ -170,6 +173,24 @@ class RunFileRow(TypedDict, total=False):
     size: int | None
 
 
+class MCPServerRow(TypedDict, total=False):
+    """An ``mcp_servers`` row (``record_mcp_servers``): what one MCP server offered a
+    run. ``target`` is the command line or URL as ``MCPServer.describe()`` gives it
+    (scrubbed again by the write); ``tools`` the list of tools (``name``,
+    ``offered_as``, ``description``, ``input_schema``, ``annotations``, ``effect``),
+    stored as JSON with secrets scrubbed; ``tools_hash`` is filled in by the write (the
+    SHA-256 of the stored JSON) when not given."""
+
+    run_id: str
+    server: Required[str]
+    transport: Required[str]
+    target: str | None
+    sandbox: str | None
+    tools: Sequence[Mapping[str, Any]] | None
+    tools_hash: str | None
+    at: float | None
+
+
 class Finish(TypedDict):
     """How a run ends: what ``commit_step`` sets in the run row to end the run with its
     last step (``finish_run`` takes the same as its arguments)."""
@@ -190,4 +211,5 @@ ROW_TYPES: Final[dict[str, Any]] = {
     "scores": ScoreRow,
     "sweep_runs": SweepRunRow,
     "run_files": RunFileRow,
+    "mcp_servers": MCPServerRow,
 }

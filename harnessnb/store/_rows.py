@@ -142,13 +142,13 @@ def from_ts(value: dt.datetime | None) -> float | None:
 
 # Per-column conversion from the caller's value to the stored one.
 _JSON_COLUMNS: Final = frozenset(
-    {"args", "contract", "policy", "extras", "checkpoint", "sample", "files_cut"}
+    {"args", "contract", "policy", "extras", "checkpoint", "sample", "files_cut", "tools"}
 )
 _TS_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at", "scored_at"})
 
 
 def _convert(column: str, value: Any) -> Any:
-    if value is None:
+    if value is None or _missing(value):
         return None
     return _converter(column)(column, value)
 
@@ -203,11 +203,34 @@ def row(table: str, values: Mapping[str, Any], **fixed: Any) -> tuple[Any, ...]:
     """
     if not values.keys() <= _KNOWN[table] or not _REQUIRED[table] <= values.keys():
         _refuse(table, values, fixed)
-    out = []
+    out: list[Any] = []
     for column, convert in _CONVERTERS[table]:
         value = fixed[column] if column in fixed else values.get(column)
-        out.append(None if value is None else convert(column, value))
+        if value is None or (type(value) not in _PRESENT and _missing(value)):
+            out.append(None)
+        else:
+            out.append(convert(column, value))
     return tuple(out)
+
+
+# Types no value of which is missing (the common case, checked first).
+_PRESENT: Final = frozenset({str, int, bool, dict, list})
+# pandas' missing values by their types' names (pandas itself is not imported here).
+_MISSING_TYPES: Final = frozenset({"NAType", "NaTType"})
+
+
+def _missing(value: Any) -> bool:
+    """Whether ``value`` is a missing-value marker: a float NaN, ``pd.NA`` or ``pd.NaT``.
+
+    A row built from a DataFrame (``df.to_dict("records")``) has NaN where a value is
+    missing, whatever the column; stored as it is, a text column would hold ``'nan'``
+    (a failure kind ``nan`` in ``failure_rates``) and an integer column would refuse
+    the row. Missing is NULL in every column.
+    """
+    kind = type(value)
+    if kind is float:
+        return bool(value != value)
+    return kind.__name__ in _MISSING_TYPES
 
 
 # The columns a row of each table may name, and those it must (``fixed`` aside).
@@ -296,6 +319,7 @@ def _column(column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[st
         v is not None
         and (
             type(v) not in _PLAIN
+            or (type(v) is float and v != v)  # NaN: missing, NULL (``_missing``)
             or (type(v) is str and not v.isascii())
             or (type(v) is int and not -bound <= v < bound)
         )

@@ -51,7 +51,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 
 # Every connection harnessnb opens: no query reads a file or reaches the network
 # (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
@@ -263,10 +263,29 @@ _V11: Final = [
         size BIGINT, PRIMARY KEY (run_id, path))""",
 ]
 
+# Version 12: MCP tool servers. A tool row names the server that served its tool
+# (``server``; NULL for built-in and ``@hn.tool`` tools) and how an MCP call failed
+# (``error_kind``: an ``MCPErrorKind``; NULL otherwise). ``mcp_servers``: what each
+# server of a run offered, as a snapshot: its transport, the scrubbed command line or
+# URL (``target``), the sandbox a stdio server ran under, its tools as JSON and their
+# hash. Keyed by (run, server, tools_hash): a resume that finds the same tools writes
+# nothing new (the first snapshot, its time, stays); one that finds them changed adds
+# a snapshot beside the first, so the record shows that the tools changed mid-run and
+# when, rather than the last list overwriting what the model saw before. ``at`` is
+# naive UTC, as in every other table (the readers give it tz-aware).
+_V12: Final = [
+    "ALTER TABLE tool_calls ADD COLUMN server VARCHAR",
+    "ALTER TABLE tool_calls ADD COLUMN error_kind VARCHAR",
+    """CREATE TABLE mcp_servers (
+        run_id VARCHAR NOT NULL, server VARCHAR NOT NULL, transport VARCHAR NOT NULL,
+        target VARCHAR, sandbox VARCHAR, tools JSON, tools_hash VARCHAR NOT NULL,
+        "at" TIMESTAMP, PRIMARY KEY (run_id, server, tools_hash))""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
     1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10,
-    11: _V11,
+    11: _V11, 12: _V12,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
@@ -290,7 +309,8 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "tool_calls": (
         "run_id", "step", "seq", "tool", "effect", "args", "idempotency_key", "status",
-        "error_name", "error_code", "output_bytes", "at", "output", "sandbox",
+        "error_name", "error_code", "output_bytes", "at", "output", "sandbox", "server",
+        "error_kind",
     ),
     "stalls": ("run_id", "step", "signal", "action", "detail", "at"),
     "markers": ("run_id", "kind", "detail", "at"),
@@ -302,6 +322,9 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
         "sweep_id", "run_id", "sample_id", "provider", "repeat", "sample", "files_cut", "at",
     ),
     "run_files": ("run_id", "path", "link", "content", "size"),
+    "mcp_servers": (
+        "run_id", "server", "transport", "target", "sandbox", "tools", "tools_hash", "at",
+    ),
 }  # fmt: skip
 
 

@@ -27,7 +27,7 @@ from ..rules._errors import StoreError
 from ._batch import WriteOp
 from ._combine import merge_into, read_only_error, shard_paths, shards_as_one
 from ._conn import MEMORY, SharedDb, acquire_shared, parallel, release_shared
-from ._failures import failure_groups, failure_sql
+from ._failures import failure_groups, failure_sql, failure_subject
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
 from ._writer import StoreWriter
@@ -59,6 +59,7 @@ _ORDER: Final = {
     "stalls": 'run_id, step, "at"',
     "markers": 'run_id, "at"',
     "scores": "sweep_id, run_id, scorer",
+    "mcp_servers": 'run_id, server, "at", tools_hash',
 }
 
 
@@ -294,6 +295,24 @@ class Store:
         with self._connection() as con, parallel(con):
             return frame(con.execute(query, params))
 
+    def mcp_servers(self, run_id: str | None = None) -> pd.DataFrame:
+        """What each MCP server offered each run (``hn.run(mcp=[...])``): one row per
+        run and server (``run_id``, ``server``, ``transport``, ``target``: the
+        scrubbed command line or URL, ``sandbox``: the backend a stdio server ran
+        under, ``tools``: the list of its tools as dicts, ``tool_count``,
+        ``tools_hash``, ``at``: when the list was first seen). A resumed run whose
+        server offered a changed list has a row per list, oldest first."""
+        where = "" if run_id is None else " WHERE run_id = ?"
+        query = (
+            "SELECT run_id, server, transport, target, sandbox, tools::VARCHAR AS tools, "
+            'json_array_length(tools)::BIGINT AS tool_count, tools_hash, "at" '
+            f"FROM mcp_servers{where} ORDER BY {_ORDER['mcp_servers']}"
+        )
+        with self._connection() as con, parallel(con):
+            found = frame(con.execute(query, [] if run_id is None else [run_id]))
+        found["tools"] = [[] if pd_isna(t) else json.loads(t) for t in found["tools"]]
+        return found
+
     def sql(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Run any SQL on the store and return a DataFrame.
 
@@ -305,13 +324,17 @@ class Store:
 
     def failure_rates(
         self,
-        by: tuple[str, ...] | str = ("provider", "kind"),
+        by: tuple[str, ...] | str | None = None,
         *,
+        of: str = "attempts",
         every: Any = None,
         sweep: str | None = None,
     ) -> pd.DataFrame:
-        """How often attempts fail, per group, with a 95% interval and Retry-After
-        statistics.
+        """How often attempts (or tool calls: ``of="tool_calls"``) fail, per group,
+        with a 95% interval and Retry-After statistics.
+
+        ``by`` defaults to ``("provider", "kind")`` (with ``of="tool_calls"``,
+        ``("server", "kind")``).
 
         Without ``kind`` in ``by``: one row per group with ``attempts``, ``failures``
         (attempts with a kind), ``failure_rate`` = failures / attempts, and
@@ -343,16 +366,33 @@ class Store:
         so failures over time is one call. ``sweep`` counts only the attempts of that
         sweep's runs (``SweepResult.failure_rates``).
 
+        ``of="tool_calls"`` counts tool calls the same way: ``calls`` in place of
+        ``attempts`` (no spend or Retry-After columns), groups among
+        ``TOOL_FAILURE_GROUPS`` (``run_id``, ``step``, ``tool``, ``server``,
+        ``effect``, ``sandbox``, ``kind``). A call's ``kind`` is how it failed: the MCP
+        failure kind where there is one (``error_kind``: ``spawn``, ``exited``,
+        ``timeout``, ``protocol``, ``tool_error``, ``unknown_tool``,
+        ``connection_closed``, ``transport``), else its status for a call that failed
+        (``error``, ``refused``), missing for one that worked. ``server`` is missing
+        for harnessnb's own tools and ``@hn.tool`` ones. A call with no outcome yet
+        (``intent``, ``needs_reconciliation``) counts in no group; ``every`` buckets
+        by the call's ``at``.
+
         Raises:
-            StoreError: ``query`` when ``by`` names a column outside ``FAILURE_GROUPS``
-                or ``every`` is not a positive duration.
+            ConfigError: ``of`` is neither ``"attempts"`` nor ``"tool_calls"``.
+            StoreError: ``query`` when ``by`` names a column ``of`` cannot group on
+                (``FAILURE_GROUPS``, ``TOOL_FAILURE_GROUPS``), naming them, or
+                ``every`` is not a positive duration.
         """
-        groups = failure_groups(by, self.path)
+        subject = failure_subject(of)
+        if by is None:
+            by = ("provider", "kind") if of == "attempts" else ("server", "kind")
+        groups = failure_groups(by, self.path, of)
         every_us = None if every is None else bucket_us(every, self.path)
-        query = failure_sql(groups, every_us, sweep=sweep is not None)
+        query = failure_sql(groups, every_us, sweep=sweep is not None, of=of)
         params = {} if sweep is None else {"sweep": sweep}
         with self._connection() as con, parallel(con):
-            return with_intervals(frame(con.execute(query, params)))
+            return with_intervals(frame(con.execute(query, params)), subject.total)
 
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
@@ -415,6 +455,11 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def pd_isna(value: Any) -> bool:
+    """Whether a frame's cell is missing (``pd.NA``), without importing pandas here."""
+    return value is None or type(value).__name__ == "NAType"
+
+
 # The readers' DataFrames come from ``_frames``, which imports pandas: loaded on the
 # first read, so a run (which only writes) never pays pandas' import.
 
@@ -425,10 +470,10 @@ def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return to_frame(result)
 
 
-def with_intervals(rates: pd.DataFrame) -> pd.DataFrame:
+def with_intervals(rates: pd.DataFrame, total: str = "attempts") -> pd.DataFrame:
     from ._frames import with_intervals as add_intervals
 
-    return add_intervals(rates)
+    return add_intervals(rates, total)
 
 
 def bucket_us(every: Any, path: str) -> int:

@@ -156,6 +156,7 @@ class StoreWriter:
     bind_agent_session = _now(_writes.bind_agent_session)
     add_scores = _now(_writes.add_scores)
     add_sweep_run = _now(_writes.add_sweep_run)
+    record_mcp_servers = _now(_writes.record_mcp_servers)
 
     # ------------------------------------------------------ reads for resume
 
@@ -202,6 +203,26 @@ class StoreWriter:
         for values in rows:
             item = dict(zip(names, values, strict=True))
             item["args"] = None if item["args"] is None else json.loads(item["args"])
+            item["at"] = from_ts(item["at"])
+            out.append(item)
+        return out
+
+    def mcp_servers_of(self, run_id: str) -> list[dict[str, Any]]:
+        """What each MCP server offered run ``run_id``, for resume and replay: one dict
+        per snapshot (``server``, ``transport``, ``target``, ``sandbox``, ``tools`` as
+        a list, ``tools_hash``, ``at`` in Unix seconds), by server, oldest first (a
+        server's last is the list it offered last)."""
+        with self.store._connection() as con:
+            cur = con.execute(
+                'SELECT * FROM mcp_servers WHERE run_id = ? ORDER BY server, "at", tools_hash',
+                [run_id],
+            )
+            names = [d[0] for d in cur.description or []]
+            rows = cur.fetchall()
+        out = []
+        for values in rows:
+            item = dict(zip(names, values, strict=True))
+            item["tools"] = [] if item["tools"] is None else json.loads(item["tools"])
             item["at"] = from_ts(item["at"])
             out.append(item)
         return out
@@ -268,3 +289,4 @@ class QueuedWriter:
     bind_agent_session = _queued(_writes.bind_agent_session)
     add_scores = _queued(_writes.add_scores)
     add_sweep_run = _queued(_writes.add_sweep_run)
+    record_mcp_servers = _queued(_writes.record_mcp_servers)

@@ -13,6 +13,7 @@ Timestamps go in as Unix seconds (float); JSON-ish values are stored as JSON tex
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -25,6 +26,7 @@ from ._row_types import (
     AttemptRow,
     Finish,
     MarkerRow,
+    MCPServerRow,
     RunFileRow,
     RunRow,
     ScoreRow,
@@ -52,6 +54,7 @@ __all__ = [
     "keep_begun_step",
     "put_recording",
     "record_intent",
+    "record_mcp_servers",
     "release_lease",
     "renew_lease",
     "settle_tool_call",
@@ -486,3 +489,64 @@ def add_sweep_run(slot: SweepRunRow, files: Sequence[RunFileRow]) -> WriteOp[Non
             con.execute("INSERT INTO run_files VALUES (?, ?, ?, ?, ?)", list(values))
 
     return WriteOp("add_sweep_run", apply)
+
+
+# ----------------------------------------------------------------- MCP servers
+
+# The transports an ``mcp_servers`` row may name (``MCPServer.transport``).
+MCP_TRANSPORTS: Final = ("stdio", "http")
+
+
+def record_mcp_servers(run_id: str, rows: Sequence[MCPServerRow]) -> WriteOp[None]:
+    """Write what each MCP server offered run ``run_id`` (one row per server), in one
+    transaction. ``target`` goes through the one scrubber, ``tools`` too (as JSON:
+    descriptions and schemas are a third party's text); ``tools_hash`` defaults to the
+    SHA-256 of that JSON, ``at`` to now. A row whose (run, server, tools_hash) is there
+    already is left as it was: writing the same snapshot again (a resume that found the
+    same tools) changes nothing, and a changed list is a new snapshot beside the first.
+
+    Raises:
+        StoreError: ``query`` for a row without ``server`` or with a ``transport``
+            other than ``stdio``/``http``, or a key that is no column; nothing is written.
+    """
+    now = time.time()
+    values = [_mcp_server_row(run_id, r, now) for r in rows]
+
+    def keeping(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        marks = ", ".join("?" * len(COLUMNS["mcp_servers"]))
+        for value in values:
+            con.execute(f"INSERT OR IGNORE INTO mcp_servers VALUES ({marks})", list(value))
+
+    # Appended with other runs' writes (group commit); a snapshot already there makes
+    # the append fail, and this op alone then inserts what is new.
+    return WriteOp(
+        "record_mcp_servers",
+        lambda con, batch: batch.append("mcp_servers", values),
+        False,
+        fallback=WriteOp("record_mcp_servers", keeping),
+    )
+
+
+def _mcp_server_row(run_id: str, server: MCPServerRow, now: float) -> tuple[Any, ...]:
+    transport = server.get("transport")
+    if transport not in MCP_TRANSPORTS:
+        raise StoreError(
+            f"an mcp_servers row's transport is one of {', '.join(MCP_TRANSPORTS)}, "
+            f"not {transport!r}",
+            kind="query",
+        )
+    tools = dumps(server.get("tools") or [])  # scrubbed, token shapes included
+    target = server.get("target")
+    return row(
+        "mcp_servers",
+        server,
+        run_id=run_id,
+        target=None if target is None else scrub_text(target),
+        tools=tools,
+        tools_hash=server.get("tools_hash") or _tools_hash(tools),
+        at=server.get("at") or now,
+    )
+
+
+def _tools_hash(tools: str | None) -> str:
+    return hashlib.sha256((tools or "[]").encode("utf-8")).hexdigest()

@@ -34,7 +34,7 @@ from ..rules._events import ToolCallEvent
 from ..rules._policy import Policy
 from ..rules._secrets import scrub, scrub_values
 from ._approval import Approver
-from ._gate import EventSink, Gate, StopKind
+from ._gate import EventSink, Gate, Stop, StopKind
 from ._process import TERM_GRACE_S
 from ._protocol import (
     PREVIEW_LIMIT,
@@ -185,6 +185,9 @@ class ToolExecutor:
         ``command_timeout_s``: this call's ``run_command`` timeout (None: the executor's)."""
         limit = self.command_timeout_s if command_timeout_s is None else command_timeout_s
         result = await self._execute(call, Execution(idempotency_key, before_run, limit))
+        served = self._tools.get(call.name)
+        if served is not None and served.server is not None:
+            result = dataclasses.replace(result, server=served.server)
         await self.emit_call(call, result)
         return result
 
@@ -209,7 +212,7 @@ class ToolExecutor:
             known = ", ".join(sorted(self._tools)) or "none"
             message = f"unknown tool {call.name!r}; tools: {known}"
             return _failure(ToolError(message, code="TOOL_UNKNOWN"))
-        problems = validate_args(tool_.parameters, call.arguments)
+        problems = validate_args(tool_.argument_schema(), call.arguments)
         if problems:
             message = f"invalid arguments for {tool_.name}: " + "; ".join(problems)
             return _failure(ToolError(message, code="TOOL_ARGS"))
@@ -235,22 +238,23 @@ class ToolExecutor:
         args: dict[str, Any],
         act_target: tuple[str, str] | None,
     ) -> ToolResult | None:
-        """The gate (policy, approver) on the contained target; a result stops the call."""
-        if act_target is None:
-            return None
-        stop = await self.gate.check(
-            *act_target,
-            tool=tool_.name,
-            preview=lambda: _safe_preview(tool_, args, self.workspace),
-            args=args,
-            call_id=call.id,
-        )
-        if stop is None:
-            return None
-        if stop.kind == "deferred":
-            deferred = _failure(stop.error, status="deferred")
-            return dataclasses.replace(deferred, approval=stop.request)
-        return _failure(stop.error, status="refused")
+        """The gate (policy, approver) on the contained target, then on each pair the
+        tool also needs (``Tool.also_judged``); a result stops the call."""
+        judged = [] if act_target is None else [(act_target, tool_.read_only)]
+        judged += [(pair, False) for pair in tool_.also_judged(args)]
+        for (act, target), read_only in judged:
+            stop = await self.gate.check(
+                act,
+                target,
+                tool=tool_.name,
+                preview=lambda: _safe_preview(tool_, args, self.workspace),
+                args=args,
+                call_id=call.id,
+                read_only=read_only,
+            )
+            if stop is not None:
+                return _stopped(stop)
+        return None
 
     async def _run(
         self,
@@ -282,7 +286,11 @@ class ToolExecutor:
                 failed = _failure(err, status="refused", executions=executions)
                 return dataclasses.replace(failed, sandbox=ctx.sandbox)
             except Exception as exc:
-                if not self._out_of_time() and retry_decision(tool_.effect, executions, exc):
+                if (
+                    not self._out_of_time()
+                    and retry_decision(tool_.effect, executions, exc)
+                    and await tool_.before_retry(exc)
+                ):
                     log.debug("retrying %s after %r (execution %d)", tool_.name, exc, executions)
                     continue
                 failed = _failure(wrap_unknown(exc), executions=executions)
@@ -339,6 +347,13 @@ def _failure(err: HarnessError, *, status: str = "error", executions: int = 0) -
         status=status,
         executions=executions,
     )
+
+
+def _stopped(stop: Stop) -> ToolResult:
+    if stop.kind == "deferred":
+        deferred = _failure(stop.error, status="deferred")
+        return dataclasses.replace(deferred, approval=stop.request)
+    return _failure(stop.error, status="refused")
 
 
 def _safe_preview(tool_: Tool, args: Mapping[str, Any], workspace: Workspace) -> str:

@@ -4,6 +4,9 @@ One rule for the model's tool calls (``ToolExecutor``) and a contract's
 ``hn.Command`` verification:
 
 * the policy's verdict on ``(act, target)``: ``allow`` passes, ``deny`` refuses;
+  for a read-only act that is still judged (``read_only=True``: an MCP server's READ
+  tool) a verdict from the act's default passes, and only a matching rule asks or
+  refuses;
 * ``ask`` goes to the approver; with no approver it is refused with a hint that says
   how to allow the act (``--allow-write`` on the face it is read in, ``policy=``); the
   approver approves
@@ -116,13 +119,15 @@ class Gate:
         preview: Callable[[], str],
         args: Mapping[str, Any] | None = None,
         call_id: str | None = None,
+        read_only: bool = False,
     ) -> Stop | None:
         """``None`` when ``act`` on ``target`` may go ahead, else why not.
 
-        ``preview`` is called only when an approver is asked.
+        ``preview`` is called only when an approver is asked. ``read_only``: the act
+        changes nothing, so the act's default verdict is ``allow`` (a rule still decides).
         """
         verdict = self.policy.explain(act, target)
-        if verdict.effect == "allow":
+        if verdict.effect == "allow" or (read_only and verdict.rule is None):
             return None
         if verdict.effect == "deny":
             message = f"refused: {verdict.act} {verdict.target} is denied by {verdict.reason()}"

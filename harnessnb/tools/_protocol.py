@@ -15,6 +15,11 @@ Policy targets of user tools (``@tool``): a READ tool is not checked (like readi
 file, it changes nothing); an IDEMPOTENT or WRITE tool is checked as
 ``("exec", "tool:NAME")``, so ``Policy.default()`` asks before a side effect and
 ``allow_exec("tool:publish")`` lets one through.
+
+A tool may be judged even when READ (``Tool.read_only``: an MCP server's tool, whose
+``mcp:SERVER/TOOL`` target a deny or ask rule can name): the act's default verdict
+then allows it, a rule that matches decides. ``Tool.also_judged`` names further
+(act, target) pairs a call needs (an MCP tool that reaches the open world: ``net *``).
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ class ToolResult:
     pending request of a deferred call; ``sandbox`` is the backend a command ran in
     (``bubblewrap``, ``none``...; None for a tool that runs no command), for the tool
     row only: the model's text never names it, so a recording replays on any backend.
+    ``server`` is the MCP server that serves the tool (None for the others); a failed
+    MCP call's ``error`` carries its ``kind``.
     """
 
     ok: bool
@@ -98,6 +105,7 @@ class ToolResult:
     executions: int = 0
     approval: ApprovalRequest | None = None
     sandbox: str | None = None
+    server: str | None = None
 
     def to_message_content(self) -> str:
         """The tool message text: the output, or ``ERROR [code] message`` on failure."""
@@ -146,12 +154,17 @@ class Tool:
         description: What the tool does, for the model.
         parameters: A JSON schema of type object for the arguments.
         effect: READ, IDEMPOTENT or WRITE.
+        read_only: True when the tool is judged although it changes nothing: a
+            verdict from the act's default allows it, a matching rule decides.
+        server: The MCP server serving the tool (None: not an MCP tool).
     """
 
     name: str = ""
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
     effect: Effect = Effect.READ
+    read_only: bool = False
+    server: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """The spec handed to providers: name, description, parameters."""
@@ -168,6 +181,19 @@ class Tool:
     ) -> tuple[str, str] | None:
         """Like ``target`` with workspace paths resolved; raises ``RefusedError`` on escape."""
         return self.target(args)
+
+    def argument_schema(self) -> dict[str, Any]:
+        """The schema a call's arguments are checked against (``parameters``)."""
+        return self.parameters
+
+    def also_judged(self, args: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """More (act, target) pairs the gate judges before the call runs (none here)."""
+        return ()
+
+    async def before_retry(self, error: BaseException) -> bool:
+        """Called before the executor runs the tool again after ``error`` (a retry its
+        effect allows); False: no retry, the call fails with ``error``."""
+        return True
 
     def preview(self, args: Mapping[str, Any], workspace: Workspace) -> str:
         """What an approver is shown; the arguments unless a tool knows better."""
