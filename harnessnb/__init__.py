@@ -14,6 +14,7 @@ from .rules._errors import (
     ConfigError,
     ConflictError,
     HarnessError,
+    MCPError,
     ProviderError,
     ProviderErrorKind,
     RefusedError,
@@ -37,6 +38,7 @@ _LAZY: dict[str, str] = {
     "Anthropic": ".providers._anthropic",
     "Fallback": ".providers._fallback",
     "Store": ".store._store",
+    "MCPServer": ".mcp._server",
     "Effect": ".tools._protocol",
     "Tool": ".tools._protocol",
     "ToolResult": ".tools._protocol",
@@ -107,6 +109,7 @@ if TYPE_CHECKING:
     from .loop._events import RunEvent, unscrubbed_events
     from .loop._replay import replay, replay_sync
     from .loop._result import RunResult, StepSummary
+    from .mcp._server import MCPServer
     from .notebook._approver import WidgetApprover
     from .notebook._plots import plot_failures
     from .providers._anthropic import Anthropic
@@ -148,6 +151,8 @@ __all__ = [
     "Fallback",
     "FileContains",
     "HarnessError",
+    "MCPError",
+    "MCPServer",
     "OpenAI",
     "OpenRouter",
     "Policy",

@@ -14,6 +14,7 @@ from harnessnb.chaos import ChaosServer, Fault
 from harnessnb.providers import _http
 from harnessnb.providers._fallback import FallbackError
 from harnessnb.rules import _errors
+from harnessnb.rules._errors import MCPErrorKind
 
 KEY = "sk-SECRET-canary-12345"
 SCRIPT = "<script>alert('x')</script>"
@@ -38,6 +39,9 @@ FACTORIES: dict[type[hn.HarnessError], Callable[[str], hn.HarnessError]] = {
     hn.StoreError: lambda m: hn.StoreError(m, kind="busy", path="runs.duckdb"),
     hn.ConflictError: lambda m: hn.ConflictError(m, run_id="r1", owner="pid 1"),
     hn.ToolError: lambda m: hn.ToolError(m),
+    hn.MCPError: lambda m: hn.MCPError(
+        m, kind=MCPErrorKind.EXITED, server="git", exit_code=3, stderr="bad config"
+    ),
     FallbackError: lambda m: FallbackError(
         [
             hn.ProviderError("first", kind=hn.ProviderErrorKind.SERVER, status=503, provider="a"),

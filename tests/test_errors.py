@@ -17,6 +17,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.rules._errors import (
+    MCPErrorKind,
     StoreErrorKind,
     classify_body_error,
     classify_status,
@@ -286,6 +287,7 @@ def _sample(hint: Any, name: str) -> Any:
                 hn.ProviderError("leaf b failed", kind=K.TIMEOUT, provider="b")]  # fmt: skip
     samples: dict[Any, Any] = {str: f"{name} value", int: 7, float: 2.5, bool: True,
                                K: K.RATE_LIMITED, StoreErrorKind: StoreErrorKind.FULL,
+                               MCPErrorKind: MCPErrorKind.EXITED,
                                tuple[Any, ...]: ("an attempt record",)}  # fmt: skip
     if hint not in samples:
         raise AssertionError(f"no sample for a {hint!r} parameter ({name}): add one here")

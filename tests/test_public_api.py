@@ -26,6 +26,8 @@ INTENDED = {
     "Fallback",
     "FileContains",
     "HarnessError",
+    "MCPError",
+    "MCPServer",
     "OpenAI",
     "OpenRouter",
     "Policy",
@@ -123,7 +125,7 @@ def test_import_does_not_pull_heavy_modules() -> None:
     code = (
         "import sys, harnessnb; "
         "heavy = [m for m in ('pandas', 'duckdb', 'ipywidgets', 'httpx2', 'IPython', "
-        "'genai_prices', 'pydantic') "
+        "'genai_prices', 'pydantic', 'mcp') "
         "if m in sys.modules]; print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

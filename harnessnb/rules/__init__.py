@@ -1,8 +1,10 @@
 """The pure rules: decisions with no I/O, each tested table by table without sleeping.
 
-- ``_errors``: the ``HarnessError`` tree, ``ProviderErrorKind`` and ``StoreErrorKind``,
-  ``.retryable`` (the one spelling of "may a retry help"), the one status/body/header
-  -> kind table and the one ``Retry-After`` parser;
+- ``_classify``: ``ProviderErrorKind`` and the one status/body -> kind table;
+- ``_headers``: the one ``Retry-After`` parser, ``x-should-retry``, the request id;
+- ``_errors``: the ``HarnessError`` tree (``MCPError`` and ``MCPErrorKind`` in it),
+  ``StoreErrorKind``, ``.retryable`` (the one spelling of "may a retry help"); it
+  re-exports ``_classify``'s and ``_headers``' names;
 - ``_phrases``: failure phrases as data, (kind, pattern) rows read by one ``Phrases``;
 - ``_fields``: an error's context fields declared once (``Declared``);
 - ``_error_pickle``: an error's cause chain, and an error pickled across processes;

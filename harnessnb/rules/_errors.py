@@ -13,6 +13,8 @@ Class tree::
     ├── StoreError               the DuckDB store failed: .kind (StoreErrorKind) .path
     │                            .retryable
     ├── ConflictError            another process drives this run: .run_id .owner
+    ├── MCPError                 an MCP tool server failed: .kind (MCPErrorKind) .server
+    │                            .tool .status .exit_code .stderr .retryable
     └── ToolError                a tool failed in a way the model can act on
                                  (.retryable is False)
 
@@ -31,16 +33,31 @@ I/O, no clock except the ``now`` argument.
 
 from __future__ import annotations
 
-import email.utils
 import enum
-import math
-from collections.abc import Mapping
 from typing import Any
 
+from ._classify import (
+    BODY_TYPES,
+    PHRASES,
+    ProviderErrorKind,
+    classify_body_error,
+    classify_status,
+)
 from ._error_pickle import CAUSE_LINES, cause_chain, reduce_error
 from ._fields import Declared, context
-from ._html import Html, Tone, bullets, card, code, join, kv_table, retry_badge, text_block
-from ._phrases import PROVIDER_PHRASES, Phrases
+from ._headers import parse_retry_after, parse_should_retry, request_id_from
+from ._html import (
+    Html,
+    Tone,
+    bullets,
+    card,
+    code,
+    join,
+    kv_table,
+    preview,
+    retry_badge,
+    text_block,
+)
 from ._renamed import renamed
 from ._secrets import scrub, scrub_exception
 from ._text import clip, shorten
@@ -52,6 +69,8 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "HarnessError",
+    "MCPError",
+    "MCPErrorKind",
     "ProviderError",
     "ProviderErrorKind",
     "RefusedError",
@@ -67,40 +86,6 @@ __all__ = [
     "request_id_from",
     "wrap_unknown",
 ]
-
-
-class ProviderErrorKind(enum.Enum):
-    """What went wrong with a provider call, in the terms a retry decision needs."""
-
-    TRANSPORT = "transport"
-    TIMEOUT = "timeout"
-    RATE_LIMITED = "rate_limited"
-    SERVER = "server"
-    AUTH = "auth"
-    REQUEST = "request"
-    MALFORMED = "malformed"
-    CONTEXT_OVERFLOW = "context_overflow"
-
-    @property
-    def retryable(self) -> bool:
-        """True for the kinds a retry can cure (transport .. malformed)."""
-        return self in _RETRYABLE_KINDS
-
-    @classmethod
-    def from_status(cls, status: int) -> ProviderErrorKind:
-        """The kind an HTTP status alone implies (no body to read)."""
-        return classify_status(status)
-
-
-_RETRYABLE_KINDS = frozenset(
-    {
-        ProviderErrorKind.TRANSPORT,
-        ProviderErrorKind.TIMEOUT,
-        ProviderErrorKind.RATE_LIMITED,
-        ProviderErrorKind.SERVER,
-        ProviderErrorKind.MALFORMED,
-    }
-)
 
 
 # --------------------------------------------------------------------------- errors
@@ -207,8 +192,13 @@ class HarnessError(Exception):
             text_block(str(self)),
             kv_table(self._shown_fields().items()),
             join(["caused by:", bullets(causes)]) if causes else "",
+            self._card_extra(),
             tone=Tone.WARN if self.retryable else Tone.BAD,
         )
+
+    def _card_extra(self) -> Html:
+        """More of the card's body, after the causes (an MCP server's stderr tail)."""
+        return Html("")
 
     def _badge_html(self) -> Html:
         return Html("")
@@ -424,6 +414,106 @@ class ConflictError(Declared, HarnessError):
     code: str = context(default=None)
 
 
+class MCPErrorKind(enum.StrEnum):
+    """What went wrong with an MCP tool server; the value is the word stored."""
+
+    SPAWN = "spawn"  # the server's program is missing or cannot run
+    EXITED = "exited"  # the server process ended (exit code, stderr tail)
+    TIMEOUT = "timeout"  # start or a request took longer than allowed
+    PROTOCOL = "protocol"  # the server spoke something other than MCP
+    TOOL_ERROR = "tool_error"  # the tool itself reported an error (isError)
+    UNKNOWN_TOOL = "unknown_tool"  # the server has no such tool
+    CONNECTION_CLOSED = "connection_closed"  # the connection ended, the process alive
+    TRANSPORT = "transport"  # HTTP failed (connect, status, a dropped stream)
+
+
+_MCP_RETRYABLE = frozenset(
+    {MCPErrorKind.TIMEOUT, MCPErrorKind.CONNECTION_CLOSED, MCPErrorKind.EXITED}
+)
+
+
+class MCPError(Declared, HarnessError):
+    """An MCP tool server failed; ``kind`` (``MCPErrorKind``) says how.
+
+    Args:
+        message: What happened.
+        kind: The ``MCPErrorKind``.
+        server: The server's name.
+        tool: The tool called, when a call failed.
+        status: The HTTP status (Streamable HTTP), when a response arrived.
+        retry_after_s: Seconds the server asked to wait (Retry-After).
+        exit_code: The server process's exit code, when it ended.
+        stderr: The tail of the server's stderr, scrubbed and bounded.
+    """
+
+    CODE = "MCP"
+
+    message: str = context(kw_only=False)
+    kind: MCPErrorKind
+    server: str | None = None
+    tool: str | None = None
+    status: int | None = None
+    retry_after_s: float | None = None
+    exit_code: int | None = None
+    stderr: str | None = context(default=None, shown=False)
+    code: str = context(default=None)
+
+    def _code(self) -> str:
+        return f"MCP_{MCPErrorKind(self.kind).name}"
+
+    def _settle(self) -> None:
+        self.kind = MCPErrorKind(self.kind)
+        if self.stderr is not None:
+            self.stderr = clip(scrub(self.stderr), MAX_MESSAGE)
+
+    @property
+    def retryable(self) -> bool:
+        """Timeout, a closed connection and an exited server: yes; HTTP transport by its
+        status (none, or one a retry may cure); the rest no."""
+        if self.kind is MCPErrorKind.TRANSPORT:
+            return self.status is None or classify_status(self.status).retryable
+        return self.kind in _MCP_RETRYABLE
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "retryable": self.retryable,
+            "server": self.server,
+            "tool": self.tool,
+            "status": self.status,
+            "retry_after_s": self.retry_after_s,
+            "exit_code": self.exit_code,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The common dict plus the stderr tail (scrubbed, bounded)."""
+        return {**super().to_dict(), "stderr": self.stderr}
+
+    def _card_text(self) -> str:
+        text = super()._card_text()
+        return f"{text}\n  server stderr (tail):\n{self.stderr}" if self.stderr else text
+
+    def _card_extra(self) -> Html:
+        # The tail in a <pre>, escaped by rules._html (it is the server's own text).
+        if not self.stderr:
+            return Html("")
+        return join(["server stderr (tail):", preview(self.stderr)])
+
+    def _hint(self) -> str:
+        parts = [self.kind.value]
+        if self.server:
+            parts.append(f"server {self.server}")
+        if self.exit_code is not None:
+            parts.append(f"exit code {self.exit_code}")
+        if self.status is not None:
+            parts.append(f"HTTP {self.status}")
+        parts.append("retryable" if self.retryable else "not retryable")
+        return ", ".join(parts)
+
+    def _badge_html(self) -> Html:
+        return retry_badge(self._hint(), retryable=self.retryable)
+
+
 class ToolError(HarnessError):
     """A tool failed in a way the model can act on (missing file, bad argument...)."""
 
@@ -433,152 +523,3 @@ class ToolError(HarnessError):
     def retryable(self) -> bool:
         """False: the same call fails the same way; the model has to change it."""
         return False
-
-
-# ------------------------------------------------------------ classification table
-
-# The failure phrases (rules._phrases), keyed by kind (an unknown one fails at import). A
-# body's message is read here for an overflow only: its type, code and status decide.
-PHRASES: Phrases[ProviderErrorKind] = PROVIDER_PHRASES.map(ProviderErrorKind)
-
-
-def _overflow(message: str) -> bool:
-    return PHRASES.says(ProviderErrorKind.CONTEXT_OVERFLOW, message)
-
-
-# Provider error ``type``/``code`` strings found in bodies and stream events.
-BODY_TYPES: Mapping[str, ProviderErrorKind] = {
-    "rate_limit_error": ProviderErrorKind.RATE_LIMITED,
-    "rate_limit_exceeded": ProviderErrorKind.RATE_LIMITED,
-    "overloaded_error": ProviderErrorKind.SERVER,
-    "api_error": ProviderErrorKind.SERVER,
-    "server_error": ProviderErrorKind.SERVER,
-    "internal_error": ProviderErrorKind.SERVER,
-    "service_unavailable": ProviderErrorKind.SERVER,
-    "timeout_error": ProviderErrorKind.TIMEOUT,
-    "authentication_error": ProviderErrorKind.AUTH,
-    "permission_error": ProviderErrorKind.AUTH,
-    "billing_error": ProviderErrorKind.AUTH,
-    "insufficient_quota": ProviderErrorKind.AUTH,
-    "invalid_api_key": ProviderErrorKind.AUTH,
-    "invalid_request_error": ProviderErrorKind.REQUEST,
-    "not_found_error": ProviderErrorKind.REQUEST,
-    "request_too_large": ProviderErrorKind.REQUEST,
-    "context_length_exceeded": ProviderErrorKind.CONTEXT_OVERFLOW,
-}
-
-
-def classify_status(status: int, message: str = "") -> ProviderErrorKind:
-    """Map an HTTP status (and its error message) to a kind.
-
-    429 rate_limited; 401/402/403 auth; 408 timeout; 5xx and 529 server; 400/413
-    naming a context-length overflow context_overflow; every other status (3xx
-    included, redirects are never followed) request.
-    """
-    if status == 429:
-        return ProviderErrorKind.RATE_LIMITED
-    if status in (401, 402, 403):
-        return ProviderErrorKind.AUTH
-    if status == 408:
-        return ProviderErrorKind.TIMEOUT
-    if 500 <= status <= 599:
-        return ProviderErrorKind.SERVER
-    if status in (400, 413) and message and _overflow(message):
-        return ProviderErrorKind.CONTEXT_OVERFLOW
-    return ProviderErrorKind.REQUEST
-
-
-def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorKind:
-    """Classify an error object found in a body or stream event, by its own code/type.
-
-    Handles OpenAI ``{"message", "type", "code"}``, Anthropic ``{"type", "message"}``
-    and OpenRouter ``{"code": 429, "message"}`` shapes. ``status`` is the HTTP status
-    the response carried, used only when the object says nothing usable.
-    """
-    if not isinstance(error, Mapping):
-        return (
-            classify_status(status, str(error))
-            if status and status >= 300
-            else (ProviderErrorKind.MALFORMED)
-        )
-    message = str(error.get("message") or "")
-    code = error.get("code")
-    etype = error.get("type")
-    for word in (code, etype):
-        if isinstance(word, str) and word in BODY_TYPES:
-            kind = BODY_TYPES[word]
-            if kind is ProviderErrorKind.REQUEST and _overflow(message):
-                return ProviderErrorKind.CONTEXT_OVERFLOW
-            return kind
-    numeric = code if isinstance(code, int) and not isinstance(code, bool) else None
-    if numeric is None and isinstance(code, str) and code.isdigit():
-        numeric = int(code)
-    if numeric is not None and 100 <= numeric <= 599:
-        return classify_status(numeric, message)
-    if status is not None and status >= 300:
-        return classify_status(status, message)
-    if _overflow(message):
-        return ProviderErrorKind.CONTEXT_OVERFLOW
-    # An error object inside a 200 that names nothing we know: a server-side failure.
-    return ProviderErrorKind.SERVER
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms``, then ``retry-after`` (seconds or HTTP-date).
-
-    A past date is 0. Anything unreadable is absent (None), never an exception.
-    ``now`` is the current Unix time (needed only for HTTP-dates).
-    """
-    lower = {k.lower(): v for k, v in headers.items()}
-    ms = lower.get("retry-after-ms")
-    if ms is not None:
-        value = _finite_float(ms)
-        if value is not None and value >= 0:
-            return value / 1000.0
-    raw = lower.get("retry-after")
-    if raw is None:
-        return None
-    seconds = _finite_float(raw)
-    if seconds is not None:
-        return seconds if seconds >= 0 else None
-    try:
-        parsed = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if parsed is None:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    if now is None:
-        import time
-
-        now = time.time()
-    return max(0.0, parsed.timestamp() - now)
-
-
-def _finite_float(text: str) -> float | None:
-    try:
-        value = float(text.strip())
-    except (ValueError, AttributeError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def parse_should_retry(headers: Mapping[str, str]) -> bool | None:
-    """The server's ``x-should-retry: true|false`` answer, or None."""
-    for key, value in headers.items():
-        if key.lower() == "x-should-retry":
-            v = value.strip().lower()
-            if v == "true":
-                return True
-            if v == "false":
-                return False
-    return None
-
-
-def request_id_from(headers: Mapping[str, str]) -> str | None:
-    """The request id from ``x-request-id`` or ``request-id``."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    found = lower.get("x-request-id") or lower.get("request-id")
-    # Scrubbed: a server may echo the key in it, and it goes to rows and cards.
-    return scrub(found) if found else None

@@ -306,11 +306,15 @@ def confine(
     policy: Policy | None,
     env: Mapping[str, str] | None = None,
     backend: str | None = None,
+    net: bool | None = None,
 ) -> Confined:
     """The command ``argv`` as it will run, with a fresh private scratch folder.
 
     Blocking (it walks the workspace): call it in a thread. ``policy`` None means
-    ``Policy.default()`` (secrets masked, no network).
+    ``Policy.default()`` (secrets masked, no network). ``net=False`` blocks the network
+    whatever the policy allows (an MCP server not given ``network=True``); None (the
+    default) leaves it to the policy (``command_net_allowed``); True is the policy's
+    answer too: the network is never granted past the policy.
 
     Raises:
         FileNotFoundError, PermissionError: the program is missing or not executable
@@ -331,7 +335,7 @@ def confine(
             secret_paths(root, policy)  # their identities noted before any rename
             launch = [sys.executable, "-I", "-S", _LAUNCHER, "-", "--", *argv]
             return Confined(launch, run_env, "none", True, sandbox_label("none"), scratch)
-        net = command_net_allowed(policy)
+        net = command_net_allowed(policy) and net is not False
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
             plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"])
