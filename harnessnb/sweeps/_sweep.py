@@ -37,6 +37,7 @@ from ..loop._bridge import sync_twin
 from ..loop._contract import TaskContract
 from ..loop._driver import new_id
 from ..loop._store_wait import open_patiently
+from ..mcp._server import MCPServer, checked_servers
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
@@ -110,6 +111,7 @@ async def sweep(
     executor: Any = None,
     shards: str | os.PathLike[str] | None = None,
     scorers: Sequence[Scorer] | None = None,
+    mcp: Sequence[MCPServer] = (),
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
@@ -145,13 +147,18 @@ async def sweep(
             thread) judging each run as it ends, in its workspace copy, named by their
             ``name`` (else ``__name__``, else class) and ``version`` (else ``"1"``):
             ``SweepResult.scores`` and the store's ``scores`` (``_sweep_run``).
+        mcp: MCP tool servers (``hn.MCPServer``) for every run, as ``hn.run``'s
+            ``mcp=``: each run opens its own connections (its own server processes)
+            and closes them when it ends; the servers are values, pickled to the
+            workers of an ``executor``.
 
     Returns:
         The ``SweepResult``; a run that failed is a row with its outcome and error.
 
     Raises:
         ConfigError: Bad arguments (nothing is run: two scorers with one name, two
-            samples with one id...); with ``executor``: Dask not installed, no
+            samples with one id, an ``mcp`` entry that is no ``hn.MCPServer`` or
+            two servers with one name...); with ``executor``: Dask not installed, no
             ``shards``, a ``store``, ``on_event``, or an approver that asks a person.
     """
     plan = _plan(tasks, providers, workspace, repeats, max_cost_usd)
@@ -160,6 +167,8 @@ async def sweep(
     the_id = sweep_id or new_id("sweep")
     options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
     options |= {"prices": prices, "sweep_id": the_id}
+    if servers := checked_servers(mcp, "sweep"):
+        options["mcp"] = servers
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
         cluster = (executor, folder, concurrency, options, keep_workspaces, on_run, plan.scorers)
