@@ -435,6 +435,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     contract = _options.contract_from(args, args.task)
     policy = _options.policy_from(args, "cli")
     prices = _options.prices_from(args)
+    servers: dict[str, Any] = {"mcp": mcp} if (mcp := _options.mcp_from(args)) else {}
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
     store, progress, approver = _store(args), LineProgress(), _options.approver_from(args)
@@ -447,6 +448,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             approver=approver,
             on_event=progress,
             prices=prices,
+            **servers,
         ),
         progress,
     )
@@ -515,6 +517,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     _options.check_provider_options(args)
     prices = _options.prices_from(args)
+    servers: dict[str, Any] = {"mcp": mcp} if (mcp := _options.mcp_from(args)) else {}
     store = _store(args)
     recorded = recorded_run(store, args.run_id)
     provider, note = _options.resume_provider_from(args, recorded)
@@ -525,7 +528,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     approver = _options.approver_from(args)
     result = _drive(
         lambda: resume_sync(
-            args.run_id, provider, store=store, approver=approver, on_event=progress, prices=prices
+            args.run_id,
+            provider,
+            store=store,
+            approver=approver,
+            on_event=progress,
+            prices=prices,
+            **servers,
         ),
         progress,
     )

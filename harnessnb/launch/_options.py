@@ -20,6 +20,14 @@ after it (``harnessnb run --allow-write NOTES.md 'say hi'``).
 (``prices_from``): they add or override those models only, everything else priced as
 before (the catalogue, local servers free). Given together they merge: the variable's
 prices, then each ``--price`` on top.
+
+``--mcp SPEC`` (repeatable; both faces, on run, resume and sweep) adds an MCP tool
+server to the run's ``mcp=``: ``SPEC`` is a command line (``"python -m
+mcp_server_time"``, run in the command sandbox), ``NAME=COMMAND ARGS`` or an http(s)
+URL (``hn.MCPServer.parse``); a bad one is a usage error naming ``--mcp``. A face
+cannot say per-tool effects: ``--mcp-trust NAME`` (repeatable) believes the named
+server's tool annotations (read-only tools then run without asking), which is all
+trust a face can give; per-tool ``effects=`` need Python (``hn.MCPServer.stdio``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from ._choose import (
 if TYPE_CHECKING:
     from ..agents import AgentCLI
     from ..loop._contract import TaskContract
+    from ..mcp._server import MCPServer
     from ..providers._completion import Provider
     from ..providers._prices import Prices
     from ..rules._policy import Policy
@@ -54,6 +63,7 @@ __all__ = [
     "AGENT_NAMES",
     "APPROVAL_TIMEOUT",
     "FACE_MARK",
+    "MCP_OPTIONS",
     "OUTPUT_OPTIONS",
     "PERMISSIONS",
     "PRICE_OPTIONS",
@@ -71,6 +81,8 @@ __all__ = [
     "check_run_options",
     "contract_from",
     "listed",
+    "mcp_from",
+    "mcp_spec",
     "model_price",
     "policy_from",
     "positive_float",
@@ -168,6 +180,20 @@ def model_price(text: str) -> tuple[str, tuple[float, float]]:
     return model, (dollars[0], dollars[1])
 
 
+def mcp_spec(text: str) -> MCPServer:
+    """An argparse type: ``--mcp SPEC`` as an ``hn.MCPServer`` (``MCPServer.parse``:
+    ``COMMAND ARGS``, ``NAME=COMMAND ARGS`` or an http(s) URL)."""
+    from ..mcp._server import MCPServer
+
+    try:
+        return MCPServer.parse(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(
+            f'{err.message}; write it as "COMMAND ARGS", NAME="COMMAND ARGS" or a URL, '
+            'e.g. --mcp "python -m mcp_server_time"'
+        ) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     """One ``--flag``: its argparse keywords, help, and where it belongs.
@@ -246,6 +272,19 @@ PRICE_OPTIONS = (
            {"metavar": "VAR", "type": variable_name}, only="notebook", scope="loop"),
 )  # fmt: skip
 
+MCP_OPTIONS = (
+    Option("--mcp",
+           "an MCP tool server for the run (repeatable): a command line run in the "
+           "command sandbox (\"python -m mcp_server_time\"), NAME=\"COMMAND ARGS\" to name "
+           "it, or an http(s) URL; its tools are called mcp:NAME/TOOL by the policy",
+           {"metavar": "SPEC", "type": mcp_spec, "action": "append", "default": []},
+           scope="loop"),
+    Option("--mcp-trust",
+           "believe the tool annotations of the --mcp server NAME (repeatable): its "
+           "read-only tools run without asking; untrusted, every tool is asked",
+           {"metavar": "NAME", "action": "append", "default": []}, scope="loop"),
+)  # fmt: skip
+
 OUTPUT_OPTIONS = (
     Option("--out", "assign the result to VAR in the notebook",
            {"metavar": "VAR", "type": variable_name}, only="notebook"),
@@ -294,6 +333,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "GLOB", "type": listed(), "action": "extend", "default": []},
            scope="loop"),
     APPROVAL_TIMEOUT,
+    *MCP_OPTIONS,
     *_AGENT_OPTIONS,
     *OUTPUT_OPTIONS,
 )  # fmt: skip
@@ -304,6 +344,7 @@ RESUME_OPTIONS: tuple[Option, ...] = (
     *PRICE_OPTIONS,
     STORE,
     APPROVAL_TIMEOUT,
+    *MCP_OPTIONS,
     *OUTPUT_OPTIONS,
 )
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""
@@ -510,6 +551,32 @@ def policy_from(args: argparse.Namespace, layer: str) -> Policy:
 def _literal(text: str) -> str:
     """A glob pattern that matches ``text`` and nothing else."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def mcp_from(args: argparse.Namespace) -> tuple[MCPServer, ...]:
+    """The run's ``mcp=`` from ``--mcp`` and ``--mcp-trust`` (empty without ``--mcp``).
+
+    Raises:
+        ConfigError: ``--mcp-trust`` naming no ``--mcp`` server, or two servers with
+            one name.
+    """
+    from ..mcp._server import checked_servers
+
+    servers = list(getattr(args, "mcp", None) or [])
+    trust = list(getattr(args, "mcp_trust", None) or [])
+    names = [server.name for server in servers]
+    for name in trust:
+        if name not in names:
+            known = ", ".join(names) or "none"
+            raise ConfigError(
+                f"--mcp-trust {name!r} names no --mcp server (their names: {known}); name a "
+                'server with --mcp NAME="COMMAND ARGS"'
+            )
+    servers = [
+        dataclasses.replace(server, trusted=True) if server.name in trust else server
+        for server in servers
+    ]
+    return checked_servers(servers, "--mcp")
 
 
 def absent_store(path: str | None) -> str | None:

@@ -21,7 +21,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
@@ -44,9 +44,9 @@ from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
 if TYPE_CHECKING:
+    from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..store._store import Store
-    from ..tools._approval import Approver
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async"]
 
@@ -253,6 +253,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     if args.agent:
         return _plan_agent_run(shell, args, task)
     prices = _checked("run", lambda a: _options.prices_from(a, shell.user_ns), args)
+    servers = _checked("run", _options.mcp_from, args)
     try:
         contract = _options.contract_from(args, task)
         provider, note = _options.provider_from(args)
@@ -262,7 +263,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         raise
     policy = _options.policy_from(args, "magic")
     run_id = new_id("run")
-    options = _loop_options(args, store, prices)
+    options = _loop_options(args, store, prices, servers)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return run_loop(
@@ -301,17 +302,15 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, resumable=False)
 
 
-class _LoopOptions(TypedDict):
+def _loop_options(
+    args: argparse.Namespace, store: Store, prices: Prices | None, servers: tuple[MCPServer, ...]
+) -> dict[str, Any]:
     """What ``%harness run`` and ``%harness resume`` both hand the loop (``run``,
-    ``resume``) from the magic's line, built once by ``_loop_options``."""
-
-    store: Store
-    approver: Approver | None
-    prices: Prices | None
-
-
-def _loop_options(args: argparse.Namespace, store: Store, prices: Prices | None) -> _LoopOptions:
-    return {"store": store, "approver": _approver(args), "prices": prices}
+    ``resume``) from the magic's line: store, approver, prices and ``--mcp``'s servers."""
+    options: dict[str, Any] = {"store": store, "approver": _approver(args), "prices": prices}
+    if servers:
+        options["mcp"] = servers
+    return options
 
 
 def _approver(args: argparse.Namespace) -> Any:
@@ -345,6 +344,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
     _checked("resume", _options.check_provider_options, args)
     prices = _checked("resume", lambda a: _options.prices_from(a, shell.user_ns), args)
+    servers = _checked("resume", _options.mcp_from, args)
     try:
         store = _store(args.store)
         recorded = recorded_run(store, args.run_id)  # None: resume itself says why
@@ -353,7 +353,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         _fail(err)
         raise
 
-    options = _loop_options(args, store, prices)
+    options = _loop_options(args, store, prices, servers)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return resume(args.run_id, provider, on_event=on_event, **options)
