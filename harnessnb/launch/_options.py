@@ -20,14 +20,6 @@ after it (``harnessnb run --allow-write NOTES.md 'say hi'``).
 (``prices_from``): they add or override those models only, everything else priced as
 before (the catalogue, local servers free). Given together they merge: the variable's
 prices, then each ``--price`` on top.
-
-``--mcp SPEC`` (repeatable; both faces, on run, resume and sweep) adds an MCP tool
-server to the run's ``mcp=``: ``SPEC`` is a command line (``"python -m
-mcp_server_time"``, run in the command sandbox), ``NAME=COMMAND ARGS`` or an http(s)
-URL (``hn.MCPServer.parse``); a bad one is a usage error naming ``--mcp``. A face
-cannot say per-tool effects: ``--mcp-trust NAME`` (repeatable) believes the named
-server's tool annotations (read-only tools then run without asking), which is all
-trust a face can give; per-tool ``effects=`` need Python (``hn.MCPServer.stdio``).
 """
 
 from __future__ import annotations
@@ -49,11 +41,11 @@ from ._choose import (
     parse_verify_cmd,
     provider_for_resume,
 )
+from ._mcp_spec import mcp_spec
 
 if TYPE_CHECKING:
     from ..agents import AgentCLI
     from ..loop._contract import TaskContract
-    from ..mcp._server import MCPServer
     from ..providers._completion import Provider
     from ..providers._prices import Prices
     from ..rules._policy import Policy
@@ -81,8 +73,6 @@ __all__ = [
     "check_run_options",
     "contract_from",
     "listed",
-    "mcp_from",
-    "mcp_spec",
     "model_price",
     "policy_from",
     "positive_float",
@@ -178,20 +168,6 @@ def model_price(text: str) -> tuple[str, tuple[float, float]]:
             )
         dollars.append(value)
     return model, (dollars[0], dollars[1])
-
-
-def mcp_spec(text: str) -> MCPServer:
-    """An argparse type: ``--mcp SPEC`` as an ``hn.MCPServer`` (``MCPServer.parse``:
-    ``COMMAND ARGS``, ``NAME=COMMAND ARGS`` or an http(s) URL)."""
-    from ..mcp._server import MCPServer
-
-    try:
-        return MCPServer.parse(text)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(
-            f'{err.message}; write it as "COMMAND ARGS", NAME="COMMAND ARGS" or a URL, '
-            'e.g. --mcp "python -m mcp_server_time"'
-        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -551,32 +527,6 @@ def policy_from(args: argparse.Namespace, layer: str) -> Policy:
 def _literal(text: str) -> str:
     """A glob pattern that matches ``text`` and nothing else."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
-
-
-def mcp_from(args: argparse.Namespace) -> tuple[MCPServer, ...]:
-    """The run's ``mcp=`` from ``--mcp`` and ``--mcp-trust`` (empty without ``--mcp``).
-
-    Raises:
-        ConfigError: ``--mcp-trust`` naming no ``--mcp`` server, or two servers with
-            one name.
-    """
-    from ..mcp._server import checked_servers
-
-    servers = list(getattr(args, "mcp", None) or [])
-    trust = list(getattr(args, "mcp_trust", None) or [])
-    names = [server.name for server in servers]
-    for name in trust:
-        if name not in names:
-            known = ", ".join(names) or "none"
-            raise ConfigError(
-                f"--mcp-trust {name!r} names no --mcp server (their names: {known}); name a "
-                'server with --mcp NAME="COMMAND ARGS"'
-            )
-    servers = [
-        dataclasses.replace(server, trusted=True) if server.name in trust else server
-        for server in servers
-    ]
-    return checked_servers(servers, "--mcp")
 
 
 def absent_store(path: str | None) -> str | None:

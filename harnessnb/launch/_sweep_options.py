@@ -217,7 +217,8 @@ def sweep_kwargs(
     import os
 
     from ..loop._driver import new_id
-    from ._options import mcp_from, policy_from, prices_from
+    from ._mcp_spec import mcp_from
+    from ._options import policy_from, prices_from
 
     if not os.path.isdir(args.workspace):
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")

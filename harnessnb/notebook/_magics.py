@@ -27,6 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
 from ..launch import _options
+from ..launch._mcp_spec import mcp_from
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
@@ -253,7 +254,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     if args.agent:
         return _plan_agent_run(shell, args, task)
     prices = _checked("run", lambda a: _options.prices_from(a, shell.user_ns), args)
-    servers = _checked("run", _options.mcp_from, args)
+    servers = _checked("run", mcp_from, args)
     try:
         contract = _options.contract_from(args, task)
         provider, note = _options.provider_from(args)
@@ -344,7 +345,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
     _checked("resume", _options.check_provider_options, args)
     prices = _checked("resume", lambda a: _options.prices_from(a, shell.user_ns), args)
-    servers = _checked("resume", _options.mcp_from, args)
+    servers = _checked("resume", mcp_from, args)
     try:
         store = _store(args.store)
         recorded = recorded_run(store, args.run_id)  # None: resume itself says why

@@ -21,7 +21,7 @@ from IPython.utils.capture import capture_output
 import harnessnb as hn
 from harnessnb import cli
 from harnessnb.chaos import ChaosRequest, ChaosServer, Reply
-from harnessnb.launch._options import mcp_from
+from harnessnb.launch._mcp_spec import mcp_from
 from harnessnb.launch._sweep_options import sweep_kwargs
 from harnessnb.notebook import _args, _magics
 
