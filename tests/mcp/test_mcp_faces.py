@@ -160,3 +160,42 @@ def test_the_magic_hands_its_mcp_server_to_the_run(
         result: Any = shell.user_ns["R"]
         assert result.outcome.value == "finished"
         _the_time_was_asked(srv, _magics._store(str(path)))
+
+
+# ------------------------------------------------------------------ the approval panel
+
+KEY = "sk-proj-" + "A1b2C3d4" * 5
+
+
+def _mcp_request() -> hn.ApprovalRequest:
+    args = {"message": f"<script>alert('x')</script> key={KEY}", "<b>amend</b>": True}
+    shown = f"MCP server git, tool git_commit\narguments: {args}"
+    return hn.ApprovalRequest("exec", "mcp:git/git_commit", shown, None, None, "git_commit",
+                              args)  # fmt: skip
+
+
+def test_the_approval_panel_shows_an_mcp_calls_server_tool_and_arguments_escaped() -> None:
+    from harnessnb.notebook._approver import ApprovalPanel, ApprovalRecord
+
+    request = _mcp_request()
+    panel = ApprovalPanel(request, lambda decision: None)
+    record = ApprovalRecord(request, hn.Decision.deny("no"))
+    bundle = record._repr_mimebundle_()
+    for page in (str(panel.summary.value), bundle["text/html"]):
+        assert "call the MCP tool" in page and "of server" in page
+        assert "<code" in page and ">git_commit</code>" in page and ">git</code>" in page
+        assert "<script>" not in page and "<b>amend" not in page  # escaped, never markup
+        assert "&lt;script&gt;" in page and "&lt;b&gt;amend&lt;/b&gt;</th>" in page  # a row
+        assert KEY not in page and "[redacted]" in page
+    assert "asked to call the MCP tool git_commit of server git" in bundle["text/plain"]
+    assert KEY not in bundle["text/plain"]
+    panel.close()
+
+
+def test_another_requests_panel_is_as_before() -> None:
+    from harnessnb.notebook._approver import ApprovalPanel, mcp_call
+
+    request = hn.ApprovalRequest("exec", "mcp-tool --x", "mcp-tool --x", None, None, "run")
+    assert mcp_call(request) is None and mcp_call(_mcp_request()) == ("git", "git_commit")
+    page = str(ApprovalPanel(request, lambda decision: None).summary.value)
+    assert "approve exec" in page and "MCP tool" not in page and "<table" not in page
