@@ -199,3 +199,35 @@ def test_another_requests_panel_is_as_before() -> None:
     assert mcp_call(request) is None and mcp_call(_mcp_request()) == ("git", "git_commit")
     page = str(ApprovalPanel(request, lambda decision: None).summary.value)
     assert "approve exec" in page and "MCP tool" not in page and "<table" not in page
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        ["resume", "run_x"],
+        ["sweep", "a", "--providers", "demo", "--workspace", "."],
+    ],
+)
+@pytest.mark.parametrize(("options", "message"), BAD[:4])
+def test_resume_and_sweep_refuse_a_bad_mcp_option_too(
+    line: list[str], options: list[str], message: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "s.duckdb")
+    try:
+        code = cli.main([*line, "--store", store, *options])
+    except SystemExit as exc:  # argparse's usage error
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not Path(store).exists()
+
+
+def test_the_sweep_magic_parses_mcp_as_the_command_does(tmp_path: Path) -> None:
+    _, args = _args.parse(
+        "sweep " + shlex.join(["--providers", "demo", "--workspace", str(tmp_path),
+                               "--mcp", f"clock={TIME}", "--mcp-trust", "clock"])
+    )  # fmt: skip
+    (clock,) = sweep_kwargs(args, "notebook", {})["mcp"]
+    assert (clock.name, clock.trusted, clock.command) == ("clock", True, sys.executable)
