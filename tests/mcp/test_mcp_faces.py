@@ -123,7 +123,7 @@ def _the_time_was_asked(srv: ChaosServer, store: hn.Store) -> None:
     calls = store.tool_calls(run_id)
     assert calls["server"].tolist() == ["time"]
     assert calls["error_kind"].isna().all()
-    assert store.mcp_servers(run_id)["name"].tolist() == ["time"]
+    assert store.mcp_servers(run_id)["server"].tolist() == ["time"]
 
 
 def test_the_command_hands_its_mcp_server_to_the_run(tmp_path: Path) -> None:

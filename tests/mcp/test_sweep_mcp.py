@@ -83,7 +83,7 @@ async def test_each_run_of_a_sweep_opens_its_own_connections(tmp_path: Path) -> 
     servers = store.mcp_servers()
     run_ids = set(result.runs["run_id"])
     assert set(servers["run_id"]) == run_ids and len(servers) == 2  # one row per run
-    assert set(servers["name"]) == {"time"}
+    assert set(servers["server"]) == {"time"}
     calls = store.tool_calls()
     mine = calls[calls["run_id"].isin(run_ids)]
     assert len(mine) == 2 and set(mine["server"]) == {"time"}
