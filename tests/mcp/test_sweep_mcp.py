@@ -87,3 +87,31 @@ async def test_each_run_of_a_sweep_opens_its_own_connections(tmp_path: Path) -> 
     calls = store.tool_calls()
     mine = calls[calls["run_id"].isin(run_ids)]
     assert len(mine) == 2 and set(mine["server"]) == {"time"}
+
+
+async def test_on_a_dask_cluster_each_worker_run_opens_the_servers_it_was_sent(
+    tmp_path: Path,
+) -> None:
+    _loop_takes_mcp()
+    distributed = pytest.importorskip("distributed")
+    cloudpickle = pytest.importorskip("cloudpickle")
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the reply function
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    policy = hn.Policy.default().layer("t").allow_exec("mcp:time/*")
+    provider = hn.ScriptedProvider(_ask_the_time, name="p")
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    try:
+        result = await hn.sweep(["what time is it?", "and now?"], [provider], workspace=ws,
+                                policy=policy, mcp=[TIME], executor=client,
+                                shards=tmp_path / "shards")  # fmt: skip
+    finally:
+        client.close()
+        cluster.close()
+    assert set(result.runs["outcome"]) == {"finished"}
+    servers = result.store.mcp_servers()
+    assert len(servers) == 2 and set(servers["run_id"]) == set(result.runs["run_id"])
+    assert set(result.store.tool_calls()["server"]) == {"time"}
