@@ -270,3 +270,32 @@ async def test_failure_rates_say_which_server_fails_and_how(
     assert got[("hostile", "tool_error")] == (1, 2)
     assert got[("dying", "exited")] == (1, 1)
     assert got[("slow", "timeout")] == (1, 1)
+
+
+def test_ctrl_c_on_run_sync_waiting_on_a_hung_server_cancels_it(
+    workspace: Path, store: hn.Store
+) -> None:
+    import _thread
+    import threading
+
+    server, marker = marked("slow", timeout_s=30.0)
+    seen: list[int] = []
+    provider = script([{"tool": "slow", "args": {}}], marker, seen)
+
+    def on_event(event: events.AnyEvent) -> None:
+        if isinstance(event, events.ApprovalDecidedEvent):  # the slow call goes next
+            threading.Timer(0.5, _thread.interrupt_main).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        hn.run_sync(
+            contract(workspace),
+            provider,
+            store=store,
+            approver=hn.ApproveAll(),
+            mcp=[server],
+            on_event=on_event,
+            run_id="run_ctrl_c_mcp",
+        )
+    assert seen[0] >= 1
+    assert running(marker) == []
+    assert store.runs("run_ctrl_c_mcp").iloc[0]["outcome"] == "cancelled"
