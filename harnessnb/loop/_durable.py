@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..providers._base import BaseProvider, Call, LocalProvider, ask
 from ..providers._completion import Completion, Messages, Provider, ToolSpecs
 from ..rules._errors import (
+    ConfigError,
     HarnessError,
     ProviderError,
     ProviderErrorKind,
@@ -38,9 +39,11 @@ from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
 from ._result import RunResult, stored_steps
+from ._servers import MCPChanged, needed_servers
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
+    from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._row_types import ToolCallRow
@@ -118,6 +121,8 @@ async def resume(
     on_event: Callback | None = None,
     clock: Clock | None = None,
     prices: Prices | None = None,
+    mcp: Sequence[MCPServer] = (),
+    mcp_changed: MCPChanged = "leave_out",
 ) -> RunResult:
     """Continue ``run_id`` where its last committed step left it.
 
@@ -126,11 +131,21 @@ async def resume(
     given, and a given policy looser than the recorded one is refused: resuming
     must not silently drop a boundary.
 
+    A run that had MCP servers needs them again in ``mcp`` (by name). Each is
+    opened and its tools compared with what it offered before (``tools_hash``): a
+    changed server is logged, naming it and its changed tools, and a changed or new
+    tool that is not READ is left out of the offered tools (a ``refused`` event with
+    reason ``mcp_tools_changed``) unless ``mcp_changed="accept"``.
+
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
-            ``unreadable_checkpoint`` or ``agent_run`` (a coding-agent CLI's run).
+            ``unreadable_checkpoint``, ``agent_run`` (a coding-agent CLI's run) or
+            ``mcp_servers`` (the run's MCP servers not given again).
+        ConfigError: ``mcp_changed`` is neither ``"leave_out"`` nor ``"accept"``.
         ConflictError: another live process drives the run.
     """
+    if mcp_changed not in ("leave_out", "accept"):
+        raise ConfigError(f'mcp_changed= takes "leave_out" or "accept", not {mcp_changed!r}')
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
@@ -156,6 +171,8 @@ async def resume(
         )
         return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
+    stored = await asyncio.to_thread(store_writer(store).mcp_servers_of, run_id)
+    needed_servers(stored, mcp)
     driver = Driver(
         contract,
         provider,
@@ -167,7 +184,9 @@ async def resume(
         clock=clock,
         run_id=run_id,
         prices=prices,
+        mcp=mcp,
     )
+    driver.mcp_stored, driver.mcp_changed = stored, mcp_changed
     await driver.take_lease()
     try:
         pending = await _restore(driver, store, row)

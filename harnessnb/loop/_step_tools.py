@@ -145,7 +145,9 @@ class StepTools:
             key = idempotency_key(self.run_id, self.step, seq)
             earlier = (settled or {}).get(seq)
             if earlier is not None:
-                action = settled_call(earlier.get("status"), effect)
+                # The effect the call had when it ran: its tool may be gone now (an MCP
+                # server that no longer offers it), and a WRITE intent is never re-run.
+                action = settled_call(earlier.get("status"), str(earlier.get("effect") or effect))
                 if action == "reuse":
                     self._reuse_settled(call, earlier, tool_rows)
                     done.changed = done.changed or bool(earlier.get("changed_workspace"))
