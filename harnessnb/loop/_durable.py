@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, cast
 from ..providers._base import BaseProvider, Call, LocalProvider, ask
 from ..providers._completion import Completion, Messages, Provider, ToolSpecs
 from ..rules._errors import (
-    ConfigError,
     HarnessError,
     ProviderError,
     ProviderErrorKind,
@@ -39,7 +38,7 @@ from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
 from ._result import RunResult, stored_steps
-from ._servers import MCPChanged, needed_servers
+from ._servers import MCPChanged, resumed_servers
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
@@ -129,23 +128,17 @@ async def resume(
     A run that already ended (success, finished, a budget, stalled, terminal) is a
     no-op that reports its outcome. The recorded policy is used unless ``policy`` is
     given, and a given policy looser than the recorded one is refused: resuming
-    must not silently drop a boundary.
-
-    A run that had MCP servers needs them again in ``mcp`` (by name). Each is
-    opened and its tools compared with what it offered before (``tools_hash``): a
-    changed server is logged, naming it and its changed tools, and a changed or new
-    tool that is not READ is left out of the offered tools (a ``refused`` event with
-    reason ``mcp_tools_changed``) unless ``mcp_changed="accept"``.
+    must not silently drop a boundary. A run's MCP servers are needed again in
+    ``mcp``; a tool changed since (or new) that is not READ is left out unless
+    ``mcp_changed="accept"`` (``loop._servers``).
 
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
-            ``unreadable_checkpoint``, ``agent_run`` (a coding-agent CLI's run) or
-            ``mcp_servers`` (the run's MCP servers not given again).
-        ConfigError: ``mcp_changed`` is neither ``"leave_out"`` nor ``"accept"``.
+            ``unreadable_checkpoint``, ``agent_run`` (a coding-agent CLI's run),
+            ``mcp_servers`` (the run's MCP servers not given); ConfigError: a bad
+            ``mcp_changed``.
         ConflictError: another live process drives the run.
     """
-    if mcp_changed not in ("leave_out", "accept"):
-        raise ConfigError(f'mcp_changed= takes "leave_out" or "accept", not {mcp_changed!r}')
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
@@ -171,8 +164,7 @@ async def resume(
         )
         return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
-    stored = await asyncio.to_thread(store_writer(store).mcp_servers_of, run_id)
-    needed_servers(stored, mcp)
+    stored = await resumed_servers(store, run_id, mcp, mcp_changed)
     driver = Driver(
         contract,
         provider,

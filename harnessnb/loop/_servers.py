@@ -16,12 +16,14 @@ stored snapshot (the same names, specs and effects), with no server and no conne
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..rules import _events as ev
-from ..rules._errors import HarnessError, ResumeError, ToolError
+from ..rules._errors import ConfigError, HarnessError, ResumeError, ToolError
+from ..store._writer import store_writer
 from ..tools._protocol import Effect
 
 if TYPE_CHECKING:
@@ -32,10 +34,11 @@ if TYPE_CHECKING:
     from ..mcp._toolset import ToolServers
     from ..rules._policy import Policy
     from ..store._row_types import MCPServerRow
+    from ..store._store import Store
     from ..tools._executor import ToolExecutor
     from ._recorder import RunRecorder
 
-__all__ = ["MCPChanged", "RunServers", "needed_servers", "stand_ins"]
+__all__ = ["MCPChanged", "RunServers", "needed_servers", "resumed_servers", "stand_ins"]
 
 log = logging.getLogger("harnessnb.mcp")
 
@@ -147,6 +150,22 @@ class RunServers:
     async def aclose(self) -> None:
         """Close every server (its process gone); failures are logged."""
         await self.set.aclose()
+
+
+async def resumed_servers(
+    store: Store, run_id: str, given: Sequence[MCPServer], changed: str
+) -> list[dict[str, Any]]:
+    """The snapshots stored for ``run_id``, once a resume is seen to give its servers.
+
+    Raises:
+        ConfigError: ``changed`` is neither ``"leave_out"`` nor ``"accept"``.
+        ResumeError: ``reason="mcp_servers"`` (``needed_servers``).
+    """
+    if changed not in ("leave_out", "accept"):
+        raise ConfigError(f'mcp_changed= takes "leave_out" or "accept", not {changed!r}')
+    stored = await asyncio.to_thread(store_writer(store).mcp_servers_of, run_id)
+    needed_servers(stored, given)
+    return stored
 
 
 def needed_servers(stored: Sequence[dict[str, Any]], given: Sequence[MCPServer]) -> None:
