@@ -9,6 +9,7 @@ Real servers only (the tests' hostile server in ``tools-v1``/``tools-v2``/``ok``
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -192,3 +193,33 @@ async def test_a_write_mcp_call_cut_off_by_a_crash_needs_reconciliation(
         )
     finally:
         store.close()
+
+
+async def test_a_replay_answers_mcp_tools_from_the_rows_with_no_server(
+    workspace: Path, tmp_path: Path, store: hn.Store
+) -> None:
+    script = workspace / "server.py"  # where the server's sandbox can read it
+    shutil.copyfile(HOSTILE, script)
+    replies: list[Reply] = [
+        {"tool": "echo", "args": {"text": "recorded"}},
+        {"tool": "fail", "args": {"why": "recorded"}},
+        "done",
+    ]
+    recorded = await hn.run(
+        contract(workspace),
+        hn.Record(hn.ScriptedProvider(replies), store),
+        store=store,
+        approver=hn.ApproveAll(),
+        mcp=[hostile("ok", script=str(script))],
+    )
+    assert recorded.outcome is hn.RunOutcome.FINISHED, recorded.error
+    script.unlink()  # the server cannot run any more
+    target = hn.Store(tmp_path / "replay.duckdb")
+    replayed = await hn.replay(recorded.run_id, store, store=target)
+    assert replayed.outcome is recorded.outcome, replayed.error
+    assert replayed.text == recorded.text
+    columns = ["tool", "server", "status", "error_kind", "output"]
+    before = store.tool_calls(recorded.run_id).sort_values("step")[columns]
+    after = target.tool_calls(replayed.run_id).sort_values("step")[columns]
+    assert before["status"].tolist() == ["ok", "error"]
+    assert before.astype(str).values.tolist() == after.astype(str).values.tolist()
