@@ -299,3 +299,25 @@ def test_ctrl_c_on_run_sync_waiting_on_a_hung_server_cancels_it(
     assert seen[0] >= 1
     assert running(marker) == []
     assert store.runs("run_ctrl_c_mcp").iloc[0]["outcome"] == "cancelled"
+
+
+async def test_one_server_failing_to_start_closes_the_others_and_a_bad_setting_is_terminal(
+    workspace: Path, store: hn.Store
+) -> None:
+    good, marker = marked("ok", name="good")
+    bad, _ = marked("exit-at-start", name="bad")
+    result = await hn.run(
+        contract(workspace), hn.ScriptedProvider(["never"]), store=store, mcp=[good, bad]
+    )
+    assert result.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    assert isinstance(result.error, hn.MCPError) and result.error.server == "bad"
+    assert running(marker) == []  # the server that did start is closed too
+    misnamed = hn.MCPServer.stdio(
+        sys.executable, args=[HOSTILE, "ok"], name="hostile", effects={"nope": hn.Effect.READ}
+    )
+    result = await hn.run(
+        contract(workspace), hn.ScriptedProvider(["never"]), store=store, mcp=[misnamed]
+    )
+    assert result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
+    assert isinstance(result.error, hn.ConfigError) and "nope" in result.error.message
+    assert store.runs(result.run_id).iloc[0]["outcome"] == "escalated_terminal"
