@@ -436,7 +436,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     contract = _options.contract_from(args, args.task)
     policy = _options.policy_from(args, "cli")
     prices = _options.prices_from(args)
-    servers: dict[str, Any] = {"mcp": mcp} if (mcp := mcp_from(args)) else {}
+    servers = mcp_from(args)
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
     store, progress, approver = _store(args), LineProgress(), _options.approver_from(args)
@@ -449,7 +449,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             approver=approver,
             on_event=progress,
             prices=prices,
-            **servers,
+            mcp=servers,
         ),
         progress,
     )
@@ -518,7 +518,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     _options.check_provider_options(args)
     prices = _options.prices_from(args)
-    servers: dict[str, Any] = {"mcp": mcp} if (mcp := mcp_from(args)) else {}
+    servers = mcp_from(args)
     store = _store(args)
     recorded = recorded_run(store, args.run_id)
     provider, note = _options.resume_provider_from(args, recorded)
@@ -535,7 +535,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             approver=approver,
             on_event=progress,
             prices=prices,
-            **servers,
+            mcp=servers,
         ),
         progress,
     )

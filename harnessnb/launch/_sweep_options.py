@@ -207,7 +207,7 @@ def sweep_kwargs(
     ``namespace`` (a notebook's variables) is where ``--prices VAR`` is looked up.
     ``sweep_id`` is ``--sweep-id``, else a fresh id (known before the sweep ends: an
     interrupt names it); ``scorers`` the ``--score`` specs' scorers; ``mcp`` the
-    ``--mcp`` servers (``mcp_from``), when there are any.
+    ``--mcp`` servers (``mcp_from``).
 
     Raises:
         ConfigError: a workspace that is not a folder, a bad ``--verify`` text, a bad
@@ -222,7 +222,6 @@ def sweep_kwargs(
 
     if not os.path.isdir(args.workspace):
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
-    servers = mcp_from(args)
     return {
         "repeats": args.repeats,
         "concurrency": args.concurrency,
@@ -232,7 +231,7 @@ def sweep_kwargs(
         "prices": prices_from(args, namespace),
         "sweep_id": args.sweep_id or new_id("sweep"),
         "scorers": list(args.score) or None,
-        **({"mcp": servers} if servers else {}),
+        "mcp": mcp_from(args),
     }
 
 

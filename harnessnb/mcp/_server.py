@@ -21,7 +21,7 @@ from ..rules._errors import ConfigError
 from ..rules._secrets import register, register_header, scrub
 from ..tools._protocol import Effect
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MCPServer", "checked_servers", "mcp_keyword", "require_sdk"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MCPServer", "checked_servers", "require_sdk"]
 
 DEFAULT_TIMEOUT_S = 30.0
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -254,10 +254,3 @@ def checked_servers(servers: Sequence[MCPServer], where: str) -> tuple[MCPServer
             "(name=..., or NAME=COMMAND in the faces' --mcp)"
         )
     return given
-
-
-def mcp_keyword(servers: Sequence[MCPServer], where: str) -> dict[str, tuple[MCPServer, ...]]:
-    """``{"mcp": servers}`` checked (``checked_servers``), or ``{}`` when there are none:
-    a caller passes ``mcp=`` on only when it has servers."""
-    given = checked_servers(servers, where)
-    return {"mcp": given} if given else {}

@@ -21,7 +21,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..store._store import Store
+    from ..tools._approval import Approver
 
 __all__ = ["HarnessMagics", "await_harness_cells", "harness_async"]
 
@@ -303,15 +304,20 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
     return _RunJob(shell, start, store, run_id, out=args.out, quiet=args.quiet, resumable=False)
 
 
+class _LoopOptions(TypedDict):
+    """What ``%harness run`` and ``%harness resume`` both hand the loop (``run``,
+    ``resume``) from the magic's line, built once by ``_loop_options``."""
+
+    store: Store
+    approver: Approver | None
+    prices: Prices | None
+    mcp: tuple[MCPServer, ...]
+
+
 def _loop_options(
     args: argparse.Namespace, store: Store, prices: Prices | None, servers: tuple[MCPServer, ...]
-) -> dict[str, Any]:
-    """What ``%harness run`` and ``%harness resume`` both hand the loop (``run``,
-    ``resume``) from the magic's line: store, approver, prices and ``--mcp``'s servers."""
-    options: dict[str, Any] = {"store": store, "approver": _approver(args), "prices": prices}
-    if servers:
-        options["mcp"] = servers
-    return options
+) -> _LoopOptions:
+    return {"store": store, "approver": _approver(args), "prices": prices, "mcp": servers}
 
 
 def _approver(args: argparse.Namespace) -> Any:

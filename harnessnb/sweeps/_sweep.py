@@ -39,7 +39,7 @@ from ..loop._bridge import sync_twin
 from ..loop._contract import TaskContract
 from ..loop._driver import new_id
 from ..loop._store_wait import open_patiently
-from ..mcp._server import MCPServer, mcp_keyword
+from ..mcp._server import MCPServer, checked_servers
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
@@ -162,7 +162,7 @@ async def sweep(
     _check_concurrency(concurrency)
     the_id = sweep_id or new_id("sweep")
     options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
-    options |= {"prices": prices, "sweep_id": the_id, **mcp_keyword(mcp, "sweep")}
+    options |= {"prices": prices, "sweep_id": the_id, "mcp": checked_servers(mcp, "sweep")}
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
         cluster = (executor, folder, concurrency, options, keep_workspaces, on_run, plan.scorers)

@@ -65,9 +65,9 @@ def test_both_faces_parse_mcp_into_servers_and_trust_marks_the_named_one(
     )
     assert [s.name for s in sweep_kwargs(swept, "cli")["mcp"]] == ["time"]
     plain = cli.build_parser().parse_args(["run", "task", "--workspace", str(tmp_path)])
-    assert mcp_from(plain) == () and "mcp" not in sweep_kwargs(
-        cli.build_parser().parse_args(["sweep", "a", "--providers", "demo",
-                                       "--workspace", str(tmp_path)]), "cli")  # fmt: skip
+    bare = cli.build_parser().parse_args(["sweep", "a", "--providers", "demo",
+                                          "--workspace", str(tmp_path)])  # fmt: skip
+    assert mcp_from(plain) == () and sweep_kwargs(bare, "cli")["mcp"] == ()
 
 
 BAD = [
