@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .launch import _options
+from .launch._mcp_spec import mcp_from
 from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs, sweep_tasks
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
@@ -435,6 +436,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     contract = _options.contract_from(args, args.task)
     policy = _options.policy_from(args, "cli")
     prices = _options.prices_from(args)
+    servers = mcp_from(args)
     provider = _provider(args)
     refuse_store_inside(args.store or None, contract.workspace)  # before it is made
     store, progress, approver = _store(args), LineProgress(), _options.approver_from(args)
@@ -447,6 +449,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             approver=approver,
             on_event=progress,
             prices=prices,
+            mcp=servers,
         ),
         progress,
     )
@@ -515,6 +518,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     _options.check_provider_options(args)
     prices = _options.prices_from(args)
+    servers = mcp_from(args)
     store = _store(args)
     recorded = recorded_run(store, args.run_id)
     provider, note = _options.resume_provider_from(args, recorded)
@@ -525,7 +529,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     approver = _options.approver_from(args)
     result = _drive(
         lambda: resume_sync(
-            args.run_id, provider, store=store, approver=approver, on_event=progress, prices=prices
+            args.run_id,
+            provider,
+            store=store,
+            approver=approver,
+            on_event=progress,
+            prices=prices,
+            mcp=servers,
         ),
         progress,
     )

@@ -41,6 +41,7 @@ from ._choose import (
     parse_verify_cmd,
     provider_for_resume,
 )
+from ._mcp_spec import mcp_spec
 
 if TYPE_CHECKING:
     from ..agents import AgentCLI
@@ -54,6 +55,7 @@ __all__ = [
     "AGENT_NAMES",
     "APPROVAL_TIMEOUT",
     "FACE_MARK",
+    "MCP_OPTIONS",
     "OUTPUT_OPTIONS",
     "PERMISSIONS",
     "PRICE_OPTIONS",
@@ -246,6 +248,19 @@ PRICE_OPTIONS = (
            {"metavar": "VAR", "type": variable_name}, only="notebook", scope="loop"),
 )  # fmt: skip
 
+MCP_OPTIONS = (
+    Option("--mcp",
+           "an MCP tool server for the run (repeatable): a command line run in the "
+           "command sandbox (\"python -m mcp_server_time\"), NAME=\"COMMAND ARGS\" to name "
+           "it, or an http(s) URL; its tools are called mcp:NAME/TOOL by the policy",
+           {"metavar": "SPEC", "type": mcp_spec, "action": "append", "default": []},
+           scope="loop"),
+    Option("--mcp-trust",
+           "believe the tool annotations of the --mcp server NAME (repeatable): its "
+           "read-only tools run without asking; untrusted, every tool is asked",
+           {"metavar": "NAME", "action": "append", "default": []}, scope="loop"),
+)  # fmt: skip
+
 OUTPUT_OPTIONS = (
     Option("--out", "assign the result to VAR in the notebook",
            {"metavar": "VAR", "type": variable_name}, only="notebook"),
@@ -294,6 +309,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
            {"metavar": "GLOB", "type": listed(), "action": "extend", "default": []},
            scope="loop"),
     APPROVAL_TIMEOUT,
+    *MCP_OPTIONS,
     *_AGENT_OPTIONS,
     *OUTPUT_OPTIONS,
 )  # fmt: skip
@@ -304,6 +320,7 @@ RESUME_OPTIONS: tuple[Option, ...] = (
     *PRICE_OPTIONS,
     STORE,
     APPROVAL_TIMEOUT,
+    *MCP_OPTIONS,
     *OUTPUT_OPTIONS,
 )
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""

@@ -40,7 +40,7 @@ __all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs", "sweep_
 
 _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
              "--max-seconds", "--max-cost", "--price", "--prices", "--store",
-             "--allow-write")  # fmt: skip
+             "--allow-write", "--mcp", "--mcp-trust")  # fmt: skip
 
 
 def _sweep_id(text: str) -> str:
@@ -206,15 +206,18 @@ def sweep_kwargs(
     """The keywords of ``hn.sweep`` from the checked options (less tasks and providers);
     ``namespace`` (a notebook's variables) is where ``--prices VAR`` is looked up.
     ``sweep_id`` is ``--sweep-id``, else a fresh id (known before the sweep ends: an
-    interrupt names it); ``scorers`` the ``--score`` specs' scorers.
+    interrupt names it); ``scorers`` the ``--score`` specs' scorers; ``mcp`` the
+    ``--mcp`` servers (``mcp_from``).
 
     Raises:
         ConfigError: a workspace that is not a folder, a bad ``--verify`` text, a bad
-            ``--price``/``--prices`` (``prices_from``).
+            ``--price``/``--prices`` (``prices_from``), a ``--mcp-trust`` naming no
+            ``--mcp`` server (``mcp_from``).
     """
     import os
 
     from ..loop._driver import new_id
+    from ._mcp_spec import mcp_from
     from ._options import policy_from, prices_from
 
     if not os.path.isdir(args.workspace):
@@ -228,6 +231,7 @@ def sweep_kwargs(
         "prices": prices_from(args, namespace),
         "sweep_id": args.sweep_id or new_id("sweep"),
         "scorers": list(args.score) or None,
+        "mcp": mcp_from(args),
     }
 
 

@@ -14,14 +14,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from ..rules._errors import ConfigError
 from ..rules._secrets import register, register_header, scrub
 from ..tools._protocol import Effect
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MCPServer", "require_sdk"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MCPServer", "checked_servers", "require_sdk"]
 
 DEFAULT_TIMEOUT_S = 30.0
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -195,6 +195,28 @@ class MCPServer:
             raise ConfigError(f"MCP server {spec!r}: {exc}") from exc
         return cls.stdio(words[0], args=words[1:], name=name)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as the keywords that make it (a sweep's servers travel to Dask
+        workers): rebuilt by ``stdio``/``http``, so its env and header values are
+        registered with the receiving process's scrubber too."""
+        common = {
+            "name": self.name,
+            "trusted": self.trusted,
+            "effects": dict(self.effects),
+            "timeout_s": self.timeout_s,
+        }
+        if self.transport == "http":
+            made = {"url": self.url, "headers": dict(self.headers), **common}
+        else:
+            made = {
+                "command": self.command,
+                "args": self.args,
+                "env": dict(self.env),
+                "network": self.network,
+                **common,
+            }
+        return (_rebuilt, (self.transport, made))
+
     def describe(self) -> str:
         """What the store and cards show: the command line, or the URL without its
         userinfo and query; scrubbed. Header and environment values never appear."""
@@ -206,3 +228,29 @@ class MCPServer:
             netloc = f"{host}:{parts.port}" if parts.port else host
             return scrub(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
         return scrub(shlex.join([self.command or "", *self.args]))
+
+
+def _rebuilt(transport: str, made: dict[str, Any]) -> MCPServer:
+    """An unpickled ``MCPServer`` (``MCPServer.__reduce__``)."""
+    return MCPServer.http(**made) if transport == "http" else MCPServer.stdio(**made)
+
+
+def checked_servers(servers: Sequence[MCPServer], where: str) -> tuple[MCPServer, ...]:
+    """``mcp=`` as a tuple of ``MCPServer``, or ConfigError (said by ``where``): not a
+    sequence of servers, or two servers with one name (their tools would be confused)."""
+    if isinstance(servers, MCPServer | str) or not isinstance(servers, Sequence):
+        raise ConfigError(f"{where}: mcp must be a list of hn.MCPServer, not {servers!r}")
+    given = tuple(servers)
+    for server in given:
+        if not isinstance(server, MCPServer):
+            raise ConfigError(
+                f"{where}: mcp holds {type(server).__name__} {server!r}; expected "
+                "hn.MCPServer (MCPServer.stdio, .http or .parse)"
+            )
+    names = [s.name for s in given]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(
+            f"{where}: two MCP servers are named {twice[0]!r}; give one another name "
+            "(name=..., or NAME=COMMAND in the faces' --mcp)"
+        )
+    return given

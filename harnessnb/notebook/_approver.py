@@ -18,12 +18,18 @@ What the page keeps: the panel is shown through a display handle, and once decid
 (or timed out, or cancelled) the handle replaces it by an ``ApprovalRecord``, static
 HTML and text saying what was asked and what was decided, so a saved notebook shows the
 decision without the widget's model (which a reload no longer has).
+
+A call of an MCP server's tool (its target ``mcp:SERVER/TOOL``) is shown as such: the
+tool and its server in the headline, and each argument in a table, every value
+scrubbed and escaped (an argument is text the model wrote; a key in it is shown
+``[redacted]``), beside the tool's own preview.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import threading
 from collections.abc import Callable
@@ -32,15 +38,27 @@ from typing import Any, Literal
 
 from ..loop._bridge import blocks_main_thread
 from ..rules._errors import ConfigError
-from ..rules._html import Html, Tone, badge, bold, card, code, details, join, preview, text_block
+from ..rules._html import (
+    Html,
+    Tone,
+    badge,
+    bold,
+    card,
+    code,
+    details,
+    join,
+    kv_table,
+    preview,
+    text_block,
+)
 from ..rules._renamed import renamed
 from ..rules._retry import seconds
 from ..rules._secrets import scrub
-from ..rules._text import printable
+from ..rules._text import printable, shorten
 from ..tools._approval import PREVIEW_CHARS, ApprovalRequest, Decision, PromptApprover
 from ._env import ipython_shell, widget_frontend
 
-__all__ = ["ApprovalPanel", "ApprovalRecord", "WidgetApprover", "refusal_hint"]
+__all__ = ["ApprovalPanel", "ApprovalRecord", "WidgetApprover", "mcp_call", "refusal_hint"]
 
 Fallback = Literal["deny", "prompt"]
 
@@ -189,12 +207,10 @@ class ApprovalRecord:
             "harnessnb-approval harnessnb-approval-record",
             [
                 badge(word[self.decision.kind], tone),
-                f"asked to {request.act}",
-                code(request.target),
-                "via",
-                code(request.tool),
+                *_headline(request, "asked to"),
             ],
             text_block(join([bold(self.verdict()), self.when(), self.note], " ")),
+            _mcp_arguments(request),
             text_block(_rule_words(request), faint=True),
             details(f"what was shown ({len(request.preview)} characters)", preview(shown)),
             tone=tone,
@@ -202,12 +218,49 @@ class ApprovalRecord:
 
 
 def _asked_text(request: ApprovalRequest) -> str:
-    return scrub(
-        printable(
-            f"harnessnb asked to {request.act} {request.target} via {request.tool} "
-            f"({_rule_words(request)})"
-        )
+    called = mcp_call(request)
+    what = (
+        f"{request.act} {request.target} via {request.tool}"
+        if called is None
+        else f"call the MCP tool {called[1]} of server {called[0]}"
     )
+    return scrub(printable(f"harnessnb asked to {what} ({_rule_words(request)})"))
+
+
+def mcp_call(request: ApprovalRequest) -> tuple[str, str] | None:
+    """(server, tool) of a request to call an MCP server's tool (its target
+    ``mcp:SERVER/TOOL``), else None."""
+    if request.act != "exec" or not request.target.startswith("mcp:"):
+        return None
+    server, slash, tool = request.target.removeprefix("mcp:").partition("/")
+    return (server, tool) if slash and server and tool else None
+
+
+def _headline(request: ApprovalRequest, verb: str) -> list[object]:
+    """``approve exec TARGET via TOOL``, or for an MCP call ``approve the MCP tool TOOL
+    of server SERVER``."""
+    called = mcp_call(request)
+    if called is None:
+        return [f"{verb} {request.act}", code(request.target), "via", code(request.tool)]
+    return [f"{verb} call the MCP tool", code(called[1]), "of server", code(called[0])]
+
+
+_ARGUMENT_CHARS = 400  # one argument's value in the table; the preview holds the rest
+
+
+def _mcp_arguments(request: ApprovalRequest) -> Html:
+    """An MCP call's arguments, one row each (values as JSON, cut short; the table
+    scrubs and escapes every key and value); nothing for another request."""
+    if mcp_call(request) is None:
+        return Html("")
+    rows = [
+        (
+            shorten(str(name), 80),
+            shorten(json.dumps(value, ensure_ascii=False, default=str), _ARGUMENT_CHARS),
+        )
+        for name, value in request.args.items()
+    ]
+    return kv_table(rows) if rows else text_block("no arguments", faint=True)
 
 
 def _rule_words(request: ApprovalRequest) -> str:
@@ -227,7 +280,8 @@ def _shown_preview(request: ApprovalRequest) -> str:
 def _request_html(request: ApprovalRequest) -> Html:
     return card(
         "harnessnb-approval",
-        [f"approve {request.act}", code(request.target), "via", code(request.tool)],
+        _headline(request, "approve"),
+        _mcp_arguments(request),
         text_block(_rule_words(request), faint=True),
         preview(_shown_preview(request)),
         tone=Tone.WARN,

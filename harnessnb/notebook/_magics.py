@@ -27,6 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 
 from ..launch import _options
+from ..launch._mcp_spec import mcp_from
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
@@ -44,6 +45,7 @@ from ._tables import scrolling_frame
 from ._wait import RunInterrupted, wait_awake
 
 if TYPE_CHECKING:
+    from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..store._store import Store
     from ..tools._approval import Approver
@@ -253,6 +255,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
     if args.agent:
         return _plan_agent_run(shell, args, task)
     prices = _checked("run", lambda a: _options.prices_from(a, shell.user_ns), args)
+    servers = _checked("run", mcp_from, args)
     try:
         contract = _options.contract_from(args, task)
         provider, note = _options.provider_from(args)
@@ -262,7 +265,7 @@ def _plan_run(shell: Any, args: argparse.Namespace, cell: str | None) -> _RunJob
         raise
     policy = _options.policy_from(args, "magic")
     run_id = new_id("run")
-    options = _loop_options(args, store, prices)
+    options = _loop_options(args, store, prices, servers)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return run_loop(
@@ -308,10 +311,13 @@ class _LoopOptions(TypedDict):
     store: Store
     approver: Approver | None
     prices: Prices | None
+    mcp: tuple[MCPServer, ...]
 
 
-def _loop_options(args: argparse.Namespace, store: Store, prices: Prices | None) -> _LoopOptions:
-    return {"store": store, "approver": _approver(args), "prices": prices}
+def _loop_options(
+    args: argparse.Namespace, store: Store, prices: Prices | None, servers: tuple[MCPServer, ...]
+) -> _LoopOptions:
+    return {"store": store, "approver": _approver(args), "prices": prices, "mcp": servers}
 
 
 def _approver(args: argparse.Namespace) -> Any:
@@ -345,6 +351,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
 
     _checked("resume", _options.check_provider_options, args)
     prices = _checked("resume", lambda a: _options.prices_from(a, shell.user_ns), args)
+    servers = _checked("resume", mcp_from, args)
     try:
         store = _store(args.store)
         recorded = recorded_run(store, args.run_id)  # None: resume itself says why
@@ -353,7 +360,7 @@ def _plan_resume(shell: Any, args: argparse.Namespace, cell: str | None) -> _Run
         _fail(err)
         raise
 
-    options = _loop_options(args, store, prices)
+    options = _loop_options(args, store, prices, servers)
 
     def start(on_event: Callable[[RunEvent], None] | None) -> Coroutine[Any, Any, RunResult]:
         return resume(args.run_id, provider, on_event=on_event, **options)

@@ -7,6 +7,8 @@ ends by every scorer given (``_sweep_run``). At most ``concurrency`` runs are dr
 once (a semaphore); a run that fails is a row of the result, never the end of the
 sweep. ``max_cost_usd`` stops launching runs once the finished runs' spend reaches it
 (or cannot be priced).
+Each run opens its own connections to the sweep's MCP servers (``mcp=``: values, pickled
+to the workers of a cluster) and closes them when it ends.
 Cancelling the sweep (Ctrl-C in ``sweep_sync``) cancels the runs in flight, each
 recorded ``cancelled``, and starts no other.
 
@@ -37,6 +39,7 @@ from ..loop._bridge import sync_twin
 from ..loop._contract import TaskContract
 from ..loop._driver import new_id
 from ..loop._store_wait import open_patiently
+from ..mcp._server import MCPServer, checked_servers
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
 from ..rules._retry import SystemClock
@@ -110,6 +113,7 @@ async def sweep(
     executor: Any = None,
     shards: str | os.PathLike[str] | None = None,
     scorers: Sequence[Scorer] | None = None,
+    mcp: Sequence[MCPServer] = (),
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
@@ -122,10 +126,9 @@ async def sweep(
             provider is shared by all its runs: give a ``ScriptedProvider`` a reply
             function, not a list, which the runs would consume between them.
         workspace: The folder a task given as text runs in (a template: copied).
-        repeats: Runs of each task with each provider.
-        concurrency: Runs driven at once.
-        store, policy, approver, tools, on_event, prices: As for ``hn.run``, for
-            every run (events carry their run's ``run_id``).
+        repeats, concurrency: Runs of each task with each provider; runs driven at once.
+        store, policy, approver, tools, on_event, prices, mcp: As for ``hn.run``, for
+            every run (events carry their run's ``run_id``; each opens its own MCP servers).
         keep_workspaces: Keep each run's copy of its workspace (its path is the run's
             ``workspace`` in the store); by default each is removed after its run.
         max_cost_usd: Start no run once the finished runs' spend reaches this, or
@@ -151,7 +154,7 @@ async def sweep(
 
     Raises:
         ConfigError: Bad arguments (nothing is run: two scorers with one name, two
-            samples with one id...); with ``executor``: Dask not installed, no
+            samples with one id, a bad ``mcp``...); with ``executor``: Dask not installed, no
             ``shards``, a ``store``, ``on_event``, or an approver that asks a person.
     """
     plan = _plan(tasks, providers, workspace, repeats, max_cost_usd)
@@ -159,7 +162,7 @@ async def sweep(
     _check_concurrency(concurrency)
     the_id = sweep_id or new_id("sweep")
     options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
-    options |= {"prices": prices, "sweep_id": the_id}
+    options |= {"prices": prices, "sweep_id": the_id, "mcp": checked_servers(mcp, "sweep")}
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
         cluster = (executor, folder, concurrency, options, keep_workspaces, on_run, plan.scorers)
