@@ -28,7 +28,7 @@ from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._recorder import RunRecorder
 from ._result import RunResult, StepSummary
-from ._servers import MCPChanged, RunServers
+from ._servers import MCPChanged, RunServers, given_servers
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
@@ -504,6 +504,7 @@ async def run(
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
     policy = policy if policy is not None else Policy.default()
+    mcp = given_servers(mcp, "run")
 
     def build(opened: Store) -> Driver:
         return Driver(

@@ -38,7 +38,14 @@ if TYPE_CHECKING:
     from ..tools._executor import ToolExecutor
     from ._recorder import RunRecorder
 
-__all__ = ["MCPChanged", "RunServers", "needed_servers", "resumed_servers", "stand_ins"]
+__all__ = [
+    "MCPChanged",
+    "RunServers",
+    "given_servers",
+    "needed_servers",
+    "resumed_servers",
+    "stand_ins",
+]
 
 log = logging.getLogger("harnessnb.mcp")
 
@@ -163,9 +170,22 @@ async def resumed_servers(
     """
     if changed not in ("leave_out", "accept"):
         raise ConfigError(f'mcp_changed= takes "leave_out" or "accept", not {changed!r}')
+    given = given_servers(given, "resume")
     stored = await asyncio.to_thread(store_writer(store).mcp_servers_of, run_id)
     needed_servers(stored, given)
     return stored
+
+
+def given_servers(servers: Sequence[MCPServer], where: str) -> tuple[MCPServer, ...]:
+    """``mcp=`` checked before anything starts: a list of ``MCPServer`` with distinct
+    names, and the SDK installed when there is one (``ConfigError`` naming the extra),
+    so a bad ``mcp=`` is the caller's error, not a recorded run's."""
+    from ..mcp._server import checked_servers, require_sdk
+
+    checked = checked_servers(servers, where)
+    if checked:
+        require_sdk()
+    return checked
 
 
 def needed_servers(stored: Sequence[dict[str, Any]], given: Sequence[MCPServer]) -> None:

@@ -321,3 +321,14 @@ async def test_one_server_failing_to_start_closes_the_others_and_a_bad_setting_i
     assert result.outcome is hn.RunOutcome.ESCALATED_TERMINAL
     assert isinstance(result.error, hn.ConfigError) and "nope" in result.error.message
     assert store.runs(result.run_id).iloc[0]["outcome"] == "escalated_terminal"
+
+
+async def test_a_bad_mcp_keyword_is_the_callers_error_before_any_run_is_recorded(
+    workspace: Path, store: hn.Store
+) -> None:
+    server, _ = marked("ok")
+    provider = hn.ScriptedProvider(["never asked"])
+    for bad in (server, [server, server], ["python -m mcp_server_time"]):
+        with pytest.raises(hn.ConfigError, match="mcp"):
+            await hn.run(contract(workspace), provider, store=store, mcp=bad)  # type: ignore[arg-type]
+    assert store.runs().empty and provider.calls == []
