@@ -34,8 +34,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..rules import _errors
-from ..rules._errors import HarnessError, ToolError
+from ..rules._errors import HarnessError, MCPError, MCPErrorKind
 from ..tools._protocol import PREVIEW_LIMIT, Effect, Tool, ToolContext, ToolOutput, bound_output
 
 __all__ = [
@@ -53,6 +52,7 @@ log = logging.getLogger("harnessnb.mcp")
 
 # The kinds of MCPError that say the server is gone: a restart may cure them.
 DEAD_SERVER = frozenset({"exited", "connection_closed"})
+STDERR_IN_ROW = 2_000  # characters of a server's stderr kept in a failed call's message
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
@@ -182,7 +182,10 @@ class MCPTool(Tool):
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolOutput:
         ctx.sandbox = self.source.sandbox
-        answer = await self.source.call(self.tool, dict(args), timeout_s=None)
+        try:
+            answer = await self.source.call(self.tool, dict(args), timeout_s=None)
+        except MCPError as err:
+            raise with_stderr(err) from err
         if answer.is_error:
             raise tool_error(
                 answer.text or "(the tool gave no reason)", self.server_name, self.tool
@@ -203,13 +206,27 @@ class MCPTool(Tool):
 
 
 def tool_error(message: str, server: str, tool: str) -> HarnessError:
-    """The error of a tool that answered ``isError``: ``MCPError(kind=tool_error)``
-    (a ``ToolError`` coded ``MCP_TOOL_ERROR`` where ``rules`` has no ``MCPError``)."""
-    mcp_error = getattr(_errors, "MCPError", None)
-    if mcp_error is None:
-        return ToolError(f"{server}/{tool}: {message}", code="MCP_TOOL_ERROR")
-    error: HarnessError = mcp_error(message, kind="tool_error", server=server, tool=tool)
-    return error
+    """The error of a tool that answered ``isError``: ``MCPError(kind=tool_error)``."""
+    return MCPError(message, kind=MCPErrorKind.TOOL_ERROR, server=server, tool=tool)
+
+
+def with_stderr(err: MCPError) -> MCPError:
+    """``err`` with the tail of its server's stderr in its message, for the tool call's
+    row and the model (a run's error card shows ``stderr`` on its own instead): the
+    reason a server died is often only there. Scrubbed and bounded by ``MCPError``."""
+    if not err.stderr:
+        return err
+    tail = err.stderr[-STDERR_IN_ROW:]
+    return MCPError(
+        f"{err.message}; its stderr ends:\n{tail}",
+        kind=err.kind,
+        server=err.server,
+        tool=err.tool,
+        status=err.status,
+        retry_after_s=err.retry_after_s,
+        exit_code=err.exit_code,
+        stderr=err.stderr,
+    )
 
 
 def _hint(value: object) -> bool | None:

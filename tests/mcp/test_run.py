@@ -260,6 +260,8 @@ async def test_failure_rates_say_which_server_fails_and_how(
         "exited",
         "timeout",
     )
+    died = rows[rows["tool"] == "die"].iloc[0]
+    assert "exit code 9" in died["output"] and "hostile: dying now" in died["output"]
     rates = store.failure_rates(of="tool_calls", by=("server", "kind"))
     rates = rates[rates["server"].notna()]
     got = {
