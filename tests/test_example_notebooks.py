@@ -151,6 +151,8 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
     text = outputs(nb)
     assert "Traceback" not in text
     assert "/tmp/" not in text  # the build's temporary folders are shown as <work>
+    # ... in the saved widget state too (06's approval panel shows the call's arguments)
+    assert "/tmp/" not in json.dumps(nb.metadata.get("widgets", {})), path.name
     if path.stem.startswith("01"):
         # a live retry, an error card and the approval (its record) are in the saved page
         assert "rate_limited" in text and re.search(r"retries [1-9]", text)
