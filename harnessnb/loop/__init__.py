@@ -13,6 +13,9 @@
   attempt rows, counted into the run's state (attempts, retries, fallbacks, spend);
 - ``_step_tools``: a step's tool calls: write-ahead intents, settling, finishing a
   step a previous process began;
+- ``_servers``: ``RunServers``, a run's MCP servers opened once it is recorded, their
+  tools offered, a resumed run's changed tools checked, all closed when it ends; the
+  stand-in tools of a replay;
 - ``_step_check``: stall detection and verification after the tools, and the step's
   decision;
 - ``_conversation``: the messages the harness writes, shrinking to fit the context
@@ -24,5 +27,5 @@
 - ``_events``: delivering the events a run emits (scrubbed; their classes are
   ``rules._events``); ``_bridge``: the loop thread for sync calls;
 
-May import: ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
+May import: ``mcp``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
 """

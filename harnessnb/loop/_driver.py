@@ -28,6 +28,7 @@ from ._model_call import AttemptRows, Failure, ModelCalls, provider_url
 from ._outcome import egress_refusal, out_of_time
 from ._recorder import RunRecorder
 from ._result import RunResult, StepSummary
+from ._servers import MCPChanged, RunServers
 from ._start import awake_on_main_thread, begin_run, uncut
 from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
@@ -35,6 +36,7 @@ from ._step_tools import PendingStep, StepTools
 from ._store_wait import close_opened
 
 if TYPE_CHECKING:
+    from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._row_types import RunRow, StepRow, ToolCallRow
@@ -79,9 +81,11 @@ class Driver:
         run_id: str,
         prices: Prices | None = None,
         sweep_id: str | None = None,
+        mcp: Sequence[MCPServer] = (),
     ) -> None:
         """``approver`` None means the notebook's widget when a frontend registered one;
-        ``prices`` None the default prices (the catalogue, local servers free)."""
+        ``prices`` None the default prices (the catalogue, local servers free); ``mcp``
+        the run's MCP servers (opened by ``drive``, closed when it ends)."""
         from ..providers._prices import default_prices
         from ..tools._builtin import builtin_tools
         from ..tools._executor import ToolExecutor
@@ -131,6 +135,15 @@ class Driver:
         self.base_policy = policy  # what the caller gave, stored with the run for resume
         self.asking = Asking()  # an approval asked and not yet answered
         self.sweep_id = sweep_id  # the sweep the run belongs to (``hn.sweep``)
+        self.servers = (
+            RunServers(
+                mcp, workspace=self.workspace.root, policy=self.policy, remaining=self.remaining
+            )
+            if mcp
+            else None
+        )
+        self.mcp_stored: list[dict[str, Any]] = []  # a resumed run's snapshots
+        self.mcp_changed: MCPChanged = "leave_out"
 
     @property
     def attempt_rows(self) -> AttemptRows:
@@ -402,6 +415,8 @@ class Driver:
         try:
             ended = await self.start() if fresh or self.recorder.lease is None else None
             renewer = asyncio.create_task(self.recorder.keep_leases())
+            if ended is None and self.servers is not None:
+                ended = await self._open_servers(self.servers)
             if ended is None and pending is not None:
                 ended = (await self.take_step(self.state, pending)).ended
             while ended is None:
@@ -420,8 +435,27 @@ class Driver:
         finally:
             if renewer is not None:
                 renewer.cancel()
+            if self.servers is not None:
+                await self.servers.aclose()  # no server outlives its run, whatever its end
             if awake is not None:
                 awake()
+
+    async def _open_servers(self, servers: RunServers) -> RunResult | None:
+        """Open the run's MCP servers; a server that cannot start ends the run with
+        its ``MCPError`` (``escalated_retryable`` when a retry may help)."""
+        error = await servers.open(
+            self.executor,
+            self.recorder,
+            self.emit,
+            stored=self.mcp_stored,
+            changed=self.mcp_changed,
+        )
+        if error is None:
+            return None
+        outcome = (
+            RunOutcome.ESCALATED_RETRYABLE if error.retryable else RunOutcome.ESCALATED_TERMINAL
+        )
+        return await self.finish(outcome, error)
 
 
 async def run(
@@ -437,6 +471,7 @@ async def run(
     run_id: str | None = None,
     prices: Prices | None = None,
     sweep_id: str | None = None,
+    mcp: Sequence[MCPServer] = (),
 ) -> RunResult:
     """Run an agent on ``contract`` with ``provider`` until an outcome is reached.
 
@@ -456,6 +491,9 @@ async def run(
         prices: How attempts are priced into ``cost_usd`` (``hn.Prices``); None means
             genai-prices' catalogue with local servers free.
         sweep_id: Tag the run as one of this sweep's (``hn.sweep`` passes it).
+        mcp: MCP tool servers (``hn.MCPServer``) whose tools the model may call too:
+            opened once the run is recorded, closed when it ends; one that cannot
+            start ends the run with its ``MCPError``.
 
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
@@ -480,6 +518,7 @@ async def run(
             run_id=run_id,
             prices=prices,
             sweep_id=sweep_id,
+            mcp=mcp,
         )
 
     driver = await uncut(begin_run(store, contract, run_id, clock, build), store)

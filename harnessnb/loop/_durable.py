@@ -38,9 +38,11 @@ from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
 from ._result import RunResult, stored_steps
+from ._servers import MCPChanged, resumed_servers
 from ._step_tools import PendingStep
 
 if TYPE_CHECKING:
+    from ..mcp._server import MCPServer
     from ..providers._prices import Prices
     from ..rules._policy import Policy
     from ..store._row_types import ToolCallRow
@@ -118,17 +120,23 @@ async def resume(
     on_event: Callback | None = None,
     clock: Clock | None = None,
     prices: Prices | None = None,
+    mcp: Sequence[MCPServer] = (),
+    mcp_changed: MCPChanged = "leave_out",
 ) -> RunResult:
     """Continue ``run_id`` where its last committed step left it.
 
     A run that already ended (success, finished, a budget, stalled, terminal) is a
     no-op that reports its outcome. The recorded policy is used unless ``policy`` is
     given, and a given policy looser than the recorded one is refused: resuming
-    must not silently drop a boundary.
+    must not silently drop a boundary. A run's MCP servers are needed again in
+    ``mcp``; a tool changed since (or new) that is not READ is left out unless
+    ``mcp_changed="accept"`` (``loop._servers``).
 
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
-            ``unreadable_checkpoint`` or ``agent_run`` (a coding-agent CLI's run).
+            ``unreadable_checkpoint``, ``agent_run`` (a coding-agent CLI's run),
+            ``mcp_servers`` (the run's MCP servers not given); ConfigError: a bad
+            ``mcp_changed``.
         ConflictError: another live process drives the run.
     """
     store = _open(store)
@@ -156,6 +164,7 @@ async def resume(
         )
         return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
 
+    stored = await resumed_servers(store, run_id, mcp, mcp_changed)
     driver = Driver(
         contract,
         provider,
@@ -167,7 +176,9 @@ async def resume(
         clock=clock,
         run_id=run_id,
         prices=prices,
+        mcp=mcp,
     )
+    driver.mcp_stored, driver.mcp_changed = stored, mcp_changed
     await driver.take_lease()
     try:
         pending = await _restore(driver, store, row)

@@ -32,6 +32,7 @@ from ._driver import Driver
 from ._durable import Replay, get_run, open_source
 from ._events import Callback
 from ._result import RunResult
+from ._servers import stand_ins
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -77,7 +78,9 @@ async def replay(
             a verification command): say ``hn.ApproveAll()``.
         on_event: Sync or async callback receiving ``RunEvent``s.
         tools: The extra tools the run was recorded with (their specs are part of
-            what the recordings are matched on; their bodies never run).
+            what the recordings are matched on; their bodies never run). A run's MCP
+            tools need no server: they are offered as its stored snapshot says
+            (``Store.mcp_servers``) and answered from its rows.
     """
     from ..rules._policy import Policy as PolicyClass
     from ..store._store import Store as StoreClass
@@ -94,6 +97,9 @@ async def replay(
         raise ConfigError(f"replay: the workspace {folder!r} is not a folder that exists")
     contract = dataclasses.replace(contract, workspace=folder)
     recorded = await asyncio.to_thread(_recorded_tool_rows, src, run_id, row)
+    # A run's MCP tools as it offered them (its stored snapshot): no server runs.
+    served = await asyncio.to_thread(store_writer(src).mcp_servers_of, run_id)
+    tools = [*tools, *stand_ins(served)]
     target = StoreClass(":memory:") if store is None else open_source(store)
     new_id = run_id
     n = 1
@@ -206,6 +212,8 @@ def _answer(row: dict[str, Any]) -> ToolResult:
     error = {"name": row.get("error_name"), "message": text}
     if code:
         error["code"] = code
+    if row.get("error_kind"):  # an MCP tool's failure: how it failed
+        error["kind"] = row["error_kind"]
     return ToolResult(ok=False, output=text, error=error, status=status)
 
 

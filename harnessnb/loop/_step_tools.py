@@ -51,6 +51,8 @@ _TOOL_ROW_KEYS = (
     "error_code",
     "output_bytes",
     "sandbox",
+    "server",
+    "error_kind",
 )
 
 
@@ -143,7 +145,9 @@ class StepTools:
             key = idempotency_key(self.run_id, self.step, seq)
             earlier = (settled or {}).get(seq)
             if earlier is not None:
-                action = settled_call(earlier.get("status"), effect)
+                # The effect the call had when it ran: its tool may be gone now (an MCP
+                # server that no longer offers it), and a WRITE intent is never re-run.
+                action = settled_call(earlier.get("status"), str(earlier.get("effect") or effect))
                 if action == "reuse":
                     self._reuse_settled(call, earlier, tool_rows)
                     done.changed = done.changed or bool(earlier.get("changed_workspace"))
@@ -190,7 +194,10 @@ class StepTools:
         record_intent: Callable[[ToolCallRow], Awaitable[None]],
         done: ToolsDone,
     ) -> ToolCallRow:
-        """Run one call through the executor; its tool row, settled."""
+        """Run one call through the executor; its tool row, settled (an MCP tool's with
+        its ``server`` and, failed, its error's ``kind`` as ``error_kind``)."""
+        served = self.executor.get(call.name)
+        server = None if served is None else served.server
         row: ToolCallRow = {
             "step": self.step,
             "seq": seq,
@@ -203,6 +210,8 @@ class StepTools:
             "error_code": None,
             "output_bytes": None,
             "sandbox": None,
+            "server": server,
+            "error_kind": None,
             "at": self.clock.time(),
         }
 
@@ -230,6 +239,7 @@ class StepTools:
                 "output_bytes": len(result.output.encode("utf-8", "replace")),
                 "output": content,
                 "sandbox": result.sandbox,
+                "error_kind": error.get("kind") if result.server is not None else None,
                 "at": self.clock.time(),
             }
         )

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules._errors import MCPError
 from ..rules._policy import Policy
+from ..rules._secrets import scrub_loggers
 from ..tools._protocol import OUTPUT_LIMIT, bound_output
 from ..tools._sandbox import Confined, confine
 from ._failures import Context, classify, tool_error
@@ -253,6 +254,7 @@ class Connection:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
+        scrub_loggers("mcp")  # the SDK logs what a server sent (a bad line, an error)
         server = self.server
         common: dict[str, Any] = {
             "list_roots_callback": self._roots,
@@ -268,6 +270,7 @@ class Connection:
             policy=self._policy,
             env=dict(server.env),
             net=net,
+            argv_paths=True,
         )
         self._confined, self._sandbox = confined, confined.label
         assert self._pipe is not None  # made by ``start`` for a stdio server
@@ -281,6 +284,7 @@ class Connection:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
+        scrub_loggers("mcp")  # its loggers made by the imports just above too
         http = create_mcp_http_client(headers=dict(self.server.headers))
 
         async def seen(response: Any) -> None:  # the status the SDK turns into -32603

@@ -11,7 +11,8 @@ Modules, each importing only those listed before it (no cycle):
   validation;
 - ``_workspace``: the workspace folder and its containment rule;
 - ``_landlock_exec``: Landlock's kernel interface and the sandbox launcher;
-- ``_landlock``: the Landlock rules, pure; ``_sandbox``: commands in an OS sandbox;
+- ``_landlock``: the Landlock rules, pure; ``_host_paths``: the host folders under /tmp a
+  sandboxed command needs bound back; ``_sandbox``: commands in an OS sandbox;
 - ``_process``: the one subprocess runner (process group, bounded capture, deadline,
   SIGTERM then SIGKILL), behind ``run_command``, ``hn.Command`` and the agent CLIs;
 - ``_protocol``: the tool protocol (``Effect``, ``Tool``, ``@tool``, ``ToolContext``,

@@ -166,6 +166,23 @@ class ToolExecutor:
             check_schema(t.parameters, f"tool {t.name!r}")
             self._tools[t.name] = t
 
+    def add(self, tools: Sequence[Tool]) -> None:
+        """Offer ``tools`` too (a run's MCP tools, once their servers are open).
+
+        Raises:
+            ConfigError: A tool's name is taken; none of ``tools`` is added then.
+        """
+        names = [t.name for t in tools]
+        taken = sorted(n for n in set(names) if n in self._tools or names.count(n) > 1)
+        if taken:
+            raise ConfigError(f"two tools are named {taken[0]!r}")
+        for t in tools:
+            self._tools[t.name] = t
+
+    def names(self) -> set[str]:
+        """The names of the tools offered."""
+        return set(self._tools)
+
     def specs(self) -> list[dict[str, Any]]:
         """The specs of every tool, for the provider request."""
         return [t.spec() for t in self._tools.values()]

@@ -66,6 +66,7 @@ from typing import Any
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
 from . import _landlock, _landlock_exec
+from ._host_paths import argv_folders, programs_under_tmp
 from ._workspace import note_secret
 
 __all__ = [
@@ -307,6 +308,7 @@ def confine(
     env: Mapping[str, str] | None = None,
     backend: str | None = None,
     net: bool | None = None,
+    argv_paths: bool = False,
 ) -> Confined:
     """The command ``argv`` as it will run, with a fresh private scratch folder.
 
@@ -314,7 +316,10 @@ def confine(
     ``Policy.default()`` (secrets masked, no network). ``net=False`` blocks the network
     whatever the policy allows (an MCP server not given ``network=True``); None (the
     default) leaves it to the policy (``command_net_allowed``); True is the policy's
-    answer too: the network is never granted past the policy.
+    answer too: the network is never granted past the policy. ``argv_paths=True``
+    (an MCP server's command line): the folders under the host's /tmp that ``argv`` names
+    (a script's folder, a repository) are bound back read-only, as the programs on PATH
+    are (``_host_paths.argv_folders``); a command the model wrote never gets that.
 
     Raises:
         FileNotFoundError, PermissionError: the program is missing or not executable
@@ -336,16 +341,17 @@ def confine(
             launch = [sys.executable, "-I", "-S", _LAUNCHER, "-", "--", *argv]
             return Confined(launch, run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy) and net is not False
+        named = argv_folders(argv, root) if argv_paths else []
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
-            plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"])
+            plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"], named)
             (scratch / "landlock.plan").write_bytes(plan.encode())
             launch = [sys.executable, "-I", "-S", _LAUNCHER, str(scratch / "landlock.plan")]
             label = _landlock.label(plan.abi, net=net, no_ip=plan.no_ip)
             net = net or not (plan.net or plan.no_ip)  # nothing blocks the network
             return Confined([*launch, "--", *argv], run_env, backend, net, label, scratch)
         run_env = command_env(env, home="/tmp/home", tmp="/tmp")
-        prefix = _bwrap_argv(root, tmp, policy, net, run_env.get("PATH", ""))
+        prefix = _bwrap_argv(root, tmp, policy, net, run_env.get("PATH", ""), named)
         label = sandbox_label(backend, net=net)
         return Confined([*prefix, "--", *argv], run_env, backend, net, label, scratch)
     except BaseException:
@@ -367,14 +373,16 @@ def _check_program(program: str, root: Path, env: Mapping[str, str] | None) -> N
         raise FileNotFoundError(program)
 
 
-def _bwrap_argv(root: Path, tmp: Path, policy: Policy, net: bool, path_env: str) -> list[str]:
+def _bwrap_argv(
+    root: Path, tmp: Path, policy: Policy, net: bool, path_env: str, named: Sequence[str] = ()
+) -> list[str]:
     bwrap = shutil.which("bwrap") or "bwrap"
     flags = _bwrap_flags(bwrap) or _BWRAP_BASE
     empty = tmp.parent / "empty"  # what a masked file reads as: an empty regular file
     empty.touch(0o444)
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_BWRAP_PROC]
     argv += ["--bind", str(tmp), "/tmp"]
-    for folder in _programs_under_tmp(path_env):
+    for folder in sorted({*programs_under_tmp(path_env), *named}):
         argv += ["--ro-bind", folder, folder]
     argv += _masks([*_home_credentials(root), *_host_sockets()], empty)
     argv += ["--bind", str(root), str(root)]
@@ -399,7 +407,7 @@ def _ancestors(root: Path, paths: Sequence[Path]) -> list[Path]:
 
 
 def _landlock_plan(
-    root: Path, tmp: Path, policy: Policy, net: bool, path_env: str
+    root: Path, tmp: Path, policy: Policy, net: bool, path_env: str, named: Sequence[str] = ()
 ) -> _landlock.Ruleset:
     secrets = [str(p) for p in secret_paths(root, policy)]
     denied = set()
@@ -418,25 +426,11 @@ def _landlock_plan(
         secrets=secrets,
         hidden=[p for p in hidden if os.path.lexists(p)],
         host_tmp=os.path.realpath("/tmp"),
-        readable=_programs_under_tmp(path_env),
+        readable=sorted({*programs_under_tmp(path_env), *named}),
         net=net,
         ip_filter=_landlock_exec.ip_filter_supported(),
         denied=denied,
     )
-
-
-def _programs_under_tmp(path_env: str) -> list[str]:
-    """Folders under the host's /tmp that the command needs to find its programs: the
-    Python environment harnessnb runs in and every PATH entry (a virtual environment made
-    with ``mktemp``, as CI makes one). The private /tmp would hide them; they are bound
-    back read-only. /tmp itself never is."""
-    candidates = [sys.prefix, sys.exec_prefix, sys.base_prefix, *path_env.split(os.pathsep)]
-    found: set[str] = set()
-    for entry in filter(None, candidates):
-        for path in (os.path.abspath(entry), os.path.realpath(entry)):
-            if path.startswith("/tmp/") and os.path.isdir(path):
-                found.add(path)
-    return sorted(found)
 
 
 def _masks(paths: Sequence[Path], empty: Path) -> list[str]:

@@ -579,3 +579,49 @@ def _runnable_by(as_user: list[str], env: dict[str, str]) -> str:
         if seen.stdout.strip() == "True":
             return python
     pytest.skip(f"no {version} here that nobody can run (a pyenv build under /root is not)")
+
+
+async def test_a_server_script_in_a_temporary_folder_starts_in_the_sandbox(
+    connect: Connect, tmp_path: Path
+) -> None:
+    # pytest's tmp_path lies under the host's /tmp, which the sandbox replaces with a
+    # private one: the script's folder (outside the workspace) is bound back read-only,
+    # as a CI clone or a notebook's temporary folder needs. Without it the server's
+    # interpreter could not open the script and exited 2 at start.
+    kept = tmp_path / "servers"
+    kept.mkdir()
+    script = kept / "server.py"
+    shutil.copy(Path(__file__).with_name("hostile_server.py"), script)
+    conn = connect(hn.MCPServer.stdio(sys.executable, args=[str(script), "ok"], name="kept"))
+    assert await conn.call("echo", {"text": "hi"}) == hn_called("hi", False)
+    assert conn.sandbox is not None
+
+
+def test_only_folders_outside_the_workspace_under_tmp_are_named(tmp_path: Path) -> None:
+    from harnessnb.tools._host_paths import argv_folders
+
+    ws, kept = tmp_path / "ws", tmp_path / "kept"
+    ws.mkdir()
+    kept.mkdir()
+    (kept / "s.py").write_text("")
+    (ws / "in.py").write_text("")
+    argv = ["python", str(kept / "s.py"), str(ws / "in.py"), "/tmp", "/usr/bin", "rel/x"]
+    assert argv_folders(argv, ws.resolve()) == [str(kept.resolve())]
+
+
+async def test_the_sdks_loggers_are_scrubbed_once_a_server_is_used(
+    connect: Connect, hostile: Hostile, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from harnessnb.rules._secrets import register
+
+    canary = "sk-mcplogQZWX7f3c9d1e5b7a2c4e6f8"
+    register(canary)
+    await connect(hostile("ok")).call("echo", {"text": "hi"})
+    names = [n for n in logging.Logger.manager.loggerDict if n == "mcp" or n.startswith("mcp.")]
+    assert "mcp.client.stdio" in names
+    with caplog.at_level(logging.WARNING):
+        for name in names:
+            logging.getLogger(name).warning("server said %s", canary)
+    assert caplog.records and canary not in caplog.text
