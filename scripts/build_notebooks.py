@@ -9,7 +9,8 @@ stays there), in a kernel on this interpreter, with no API key and proxies that 
 nowhere (only loopback works), as on Binder. Any error output stops the build and
 nothing is written. Widget state is saved with the notebook, so a saved run's widgets
 render in nbviewer and after a reload. Paths of the temporary folder are shown as
-``<work>`` and timing metadata is dropped, so a rebuild changes only what changed.
+``<work>`` (in outputs and in the saved widget state: an approval panel's preview) and
+timing metadata is dropped, so a rebuild changes only what changed.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def tidy(nb: nbformat.NotebookNode, tmp: Path) -> nbformat.NotebookNode:
         cell.get("metadata", {}).pop("execution", None)
         if cell.cell_type == "code":
             cell["outputs"] = [nbformat.from_dict(clean(out)) for out in cell.outputs]
+    if "widgets" in nb.metadata:  # saved widget state: an approval panel shows paths
+        nb.metadata["widgets"] = nbformat.from_dict(clean(nb.metadata["widgets"]))
     nb.metadata.get("kernelspec", {}).update(
         {"name": "python3", "display_name": "Python 3 (ipykernel)"}
     )

@@ -41,3 +41,23 @@ def test_the_floor_commits_one_row_per_table_a_step_writes(tmp_path: Path) -> No
     con.close()
     with duckdb.connect(str(path), read_only=True) as check:
         assert check.execute("SELECT max(step) FROM steps").fetchone() == (3,)
+
+
+def test_the_mcp_bench_runs_in_its_quick_mode() -> None:
+    """bench/mcp.py --quick: both sides call the real time server, the harnessnb one in
+    the sandbox; run as a script, its own name does not shadow the SDK."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mcp.client", reason="the mcp extra is not installed")
+    pytest.importorskip("mcp_server_time", reason="mcp-server-time is not installed")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "mcp.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "harnessnb: sandboxed (sandbox:" in done.stdout
+    assert "4 calls each side" in done.stdout
+    assert "per call (calls only): harnessnb median" in done.stdout

@@ -72,11 +72,34 @@ def outputs(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-def test_there_are_six_notebooks() -> None:
+def test_there_are_seven_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01-quickstart.ipynb", "02-failure-analysis.ipynb", "03-durable-runs.ipynb",
-        "04-replay.ipynb", "05-sweep.ipynb", "07-compare.ipynb",
+        "04-replay.ipynb", "05-sweep.ipynb", "06-mcp.ipynb", "07-compare.ipynb",
     ]
+
+
+# Where 06 looks for the npm "everything" server (as tests/mcp does).
+NPM_BINS = Path(os.environ.get("HARNESSNB_MCP_SERVERS", "/opt/harnessnb-mcp/node_modules/.bin"))
+
+
+def check_mcp(text: str, *, everything: bool) -> None:
+    """06-mcp's outputs: a read allowed, a destructive call asked and denied with a note,
+    the everything server (or the sentence saying it is skipped), a dead server's card
+    with its stderr, a call on a server that died mid-call typed, the failure table,
+    and a replay that answered every tool call from the store with the servers gone."""
+    assert "Repository status:" in text and "Commit history:" in text  # git_status, git_log
+    assert "mcp:git/git_reset" in text and "nobody answered within" in text
+    assert "refused" in text and "M  hello.txt" in text  # denied: still staged
+    if everything:
+        assert "Echo: hello from harnessnb" in text and "The sum of 2 and 3 is 5." in text
+    else:
+        assert "its part below is skipped" in text
+    assert "MCP_EXITED" in text and "harnessnb-error" in text
+    assert "app.db is missing" in text  # the dead server's stderr, on its card
+    assert "exited" in text and "failure_rate_low" in text
+    assert "the repository exists: False" in text
+    assert "same tool calls and answers: True" in text
 
 
 def check_table(nb: nbformat.NotebookNode) -> str:
@@ -151,6 +174,8 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
     text = outputs(nb)
     assert "Traceback" not in text
     assert "/tmp/" not in text  # the build's temporary folders are shown as <work>
+    # ... in the saved widget state too (06's approval panel shows the call's arguments)
+    assert "/tmp/" not in json.dumps(nb.metadata.get("widgets", {})), path.name
     if path.stem.startswith("01"):
         # a live retry, an error card and the approval (its record) are in the saved page
         assert "rate_limited" in text and re.search(r"retries [1-9]", text)
@@ -173,6 +198,9 @@ def test_notebooks_are_stored_with_the_outputs_of_a_clean_run(path: Path) -> Non
         assert "2 shard files, one per worker process" in text
         assert "200 runs merged into cluster-runs.duckdb" in text
         assert text.count("200/200 runs") >= 2
+    if path.stem.startswith("06"):
+        check_mcp(text, everything="Echo: hello from harnessnb" in text)
+        assert "harnessnb-approval" in text  # the approval panel's record, saved
     if path.stem.startswith("07"):
         # 30 samples from the CSV x 3 providers x 3 repeats, three scorers; every configured
         # accuracy inside its interval, the 429s unscored, every pair compared (Holm)
@@ -211,6 +239,8 @@ def test_notebook_runs_headless_without_a_key(path: Path, tmp_path: Path, kernel
     assert made == (["runs.duckdb"] if path.stem.startswith("01") else [])
     if path.stem.startswith("05"):
         assert sweep_counts(text) == [(200, 200), (10, 10)]  # every planned run ran
+    if path.stem.startswith("06"):
+        check_mcp(text, everything=(NPM_BINS / "mcp-server-everything").exists())
     if path.stem.startswith("07"):
         assert sweep_counts(text) == [(270, 270)]
         assert "False" not in check_table(nb)  # every configured accuracy inside
