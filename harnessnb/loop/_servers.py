@@ -248,7 +248,7 @@ class _NoServer:
     ) -> Answer:
         raise ToolError(f"replay: MCP server {self.server!r} does not run", code="TOOL_REPLAY")
 
-    async def restart(self) -> bool:
+    async def restart(self, error: BaseException | None = None) -> bool:
         return False
 
     @property

@@ -89,8 +89,9 @@ class ToolSource(Protocol):
         self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Answer: ...
 
-    async def restart(self) -> bool:
-        """Start the server again after it died; False when it may not (once per run)."""
+    async def restart(self, error: BaseException | None = None) -> bool:
+        """Start the server again after it died (``error``: what the failed call
+        raised); False when it may not (once per run)."""
         ...
 
     @property
@@ -196,7 +197,7 @@ class MCPTool(Tool):
         if str(getattr(error, "kind", "")) not in DEAD_SERVER:
             return True
         try:
-            return await self.source.restart()
+            return await self.source.restart(error)
         except Exception as err:  # the call fails with its own error
             log.warning("MCP server %s could not be restarted: %s", self.server, err)
             return False

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import hashlib
 import importlib
 import json
@@ -93,9 +92,8 @@ class Connecting(Protocol):
 Connect = Callable[..., Connecting]
 
 
-# The connection the current task's last call went to: a call that failed on a
-# connection another call's restart has already replaced retries on the new one.
-_USED: contextvars.ContextVar[object] = contextvars.ContextVar("harnessnb_mcp_used")
+# How many failed calls a server remembers the connection of (``_Live.failed_on``).
+_FAILURES_KEPT = 64
 
 
 class _Live:
@@ -108,18 +106,34 @@ class _Live:
         self.restarted = False
         self.offered: list[Offered] = []
         self._lock = asyncio.Lock()
+        # Each failed call's error with the connection it failed on: a call that failed
+        # on a connection another call's restart has already replaced retries on the
+        # new one. Kept by identity (errors are not weakly referable), the last few.
+        self._failed: list[tuple[BaseException, Connecting]] = []
 
     async def call(
         self, tool: str, args: dict[str, Any], *, timeout_s: float | None = None
     ) -> Answer:
         connection = self.connection
-        _USED.set(connection)
-        return await connection.call(tool, args, timeout_s=timeout_s)
+        try:
+            return await connection.call(tool, args, timeout_s=timeout_s)
+        except Exception as err:
+            self._failed = [*self._failed[-_FAILURES_KEPT + 1 :], (err, connection)]
+            raise
 
-    async def restart(self) -> bool:
+    def failed_on(self, error: BaseException | None) -> Connecting | None:
+        """The connection the call that raised ``error`` (or the error it was raised
+        from) went to, if this server saw it fail."""
+        for seen in (error, getattr(error, "__cause__", None)):
+            for failed, connection in self._failed:
+                if seen is not None and failed is seen:
+                    return connection
+        return None
+
+    async def restart(self, error: BaseException | None = None) -> bool:
         """Replace a dead connection, once; True when the failed call may be retried
         (also when another call's restart already replaced the one it failed on)."""
-        failed_on = _USED.get(None)
+        failed_on = self.failed_on(error)
         async with self._lock:
             if failed_on is not None and failed_on is not self.connection:
                 return True

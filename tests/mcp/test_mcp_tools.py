@@ -267,7 +267,7 @@ class _Nowhere:
     ) -> Called:
         raise AssertionError("not called")
 
-    async def restart(self) -> bool:
+    async def restart(self, error: BaseException | None = None) -> bool:
         return False
 
 
@@ -539,7 +539,7 @@ class _Listing:
     ) -> Called:
         return Called(f"{tool} ran", False)
 
-    async def restart(self) -> bool:
+    async def restart(self, error: BaseException | None = None) -> bool:
         return False
 
     async def aclose(self) -> None:
