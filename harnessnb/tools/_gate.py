@@ -224,8 +224,11 @@ def _no_approver_message(verdict: Verdict) -> str:
     """The refusal with its hint: the face's flag where it has one (only writes do)."""
     method = _ALLOW_METHOD[verdict.act]
     flag = f"`--allow-write GLOB` to {_FACE[0]}, or " if verdict.act == "write" else ""
+    glob = "GLOB"
+    if verdict.act == "exec" and verdict.target.startswith("mcp:"):
+        glob = verdict.target  # an MCP tool's own name: mcp:SERVER/TOOL
     return (
         f"refused: {verdict.act} {verdict.target} needs approval ({verdict.reason()}) "
         f"and no approver is set. To allow it, pass {flag}"
-        f'policy=hn.Policy.default().layer("app").{method}("GLOB") to hn.run.'
+        f'policy=hn.Policy.default().layer("app").{method}("{glob}") to hn.run.'
     )

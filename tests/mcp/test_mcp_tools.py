@@ -734,3 +734,13 @@ async def test_mcp_server_git_killed_write_not_retried_read_restarted_once(
         assert len(made) == 2
     finally:
         await toolset.aclose()
+
+
+async def test_a_refusal_with_no_approver_names_the_mcp_tool_to_allow(
+    tmp_path: Path, fixture_servers: Any
+) -> None:
+    servers, server, _ = fixture_servers
+    ex = await executor_for(tmp_path, servers(Settings("fx")), approver=None)
+    refused = await call(ex, "look", path="p")
+    assert refused.status == "refused" and server.calls == {}
+    assert 'allow_exec("mcp:fx/look")' in refused.output
