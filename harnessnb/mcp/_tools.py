@@ -35,10 +35,13 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..rules._errors import HarnessError, MCPError, MCPErrorKind
+from ..rules._text import clip
 from ..tools._protocol import PREVIEW_LIMIT, Effect, Tool, ToolContext, ToolOutput, bound_output
 
 __all__ = [
     "DEAD_SERVER",
+    "DESCRIPTION_LIMIT",
+    "STDERR_IN_ROW",
     "Answer",
     "MCPTool",
     "Offered",
@@ -46,12 +49,16 @@ __all__ = [
     "effect_of",
     "tool_error",
     "unpatterned",
+    "with_stderr",
 ]
 
 log = logging.getLogger("harnessnb.mcp")
 
 # The kinds of MCPError that say the server is gone: a restart may cure them.
 DEAD_SERVER = frozenset({"exited", "connection_closed"})
+# A server's description of a tool goes to the model with every request, so it is cut
+# (head and tail kept) to this many characters: a server cannot make each call cost more.
+DESCRIPTION_LIMIT = 4_000
 STDERR_IN_ROW = 2_000  # characters of a server's stderr kept in a failed call's message
 HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
@@ -138,7 +145,8 @@ class MCPTool(Tool):
         self.tool = offered.name
         self.name = name or offered.name
         self.server = self.server_name = server
-        self.description = offered.description or f"{offered.name} (MCP server {server})"
+        described = clip(offered.description or "", DESCRIPTION_LIMIT)
+        self.description = described or f"{offered.name} (MCP server {server})"
         self.parameters = offered.input_schema
         self.annotations: dict[str, bool | None] = {
             hint: _hint(offered.annotations.get(hint)) for hint in HINTS

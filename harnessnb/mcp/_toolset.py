@@ -39,9 +39,10 @@ from typing import Any, Protocol
 
 from ..rules._errors import ConfigError, HarnessError
 from ..rules._policy import Policy
+from ..rules._text import clip
 from ..tools._protocol import Effect, Tool
 from ..tools._schema import check_schema
-from ._tools import HINTS, Answer, MCPTool, Offered
+from ._tools import DESCRIPTION_LIMIT, HINTS, Answer, MCPTool, Offered
 
 __all__ = ["MAX_SCHEMA_CHARS", "Connecting", "ServerSettings", "ToolServers", "tools_hash"]
 
@@ -52,6 +53,9 @@ log = logging.getLogger("harnessnb.mcp")
 MAX_SCHEMA_CHARS = 64_000
 # What the providers accept as a tool's name (OpenAI's and Anthropic's rule).
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# The tools offered from one server at most (the rest skipped, said in ``skipped``):
+# every tool's spec goes to the model with every request.
+MAX_TOOLS_PER_SERVER = 128
 
 
 class ServerSettings(Protocol):
@@ -226,8 +230,10 @@ class ToolServers:
     def _build(self, reserved: set[str]) -> list[MCPTool]:
         usable: list[tuple[_Live, Offered]] = []
         for live in self._live:
-            for offered in live.offered:
+            for i, offered in enumerate(live.offered):
                 reason = _unusable(offered)
+                if reason is None and i >= MAX_TOOLS_PER_SERVER:
+                    reason = f"the server offers more than {MAX_TOOLS_PER_SERVER} tools"
                 if reason is None:
                     usable.append((live, offered))
                 else:
@@ -266,7 +272,7 @@ class ToolServers:
                 tools.append({
                     "name": offered.name,
                     "offered_as": None if tool is None else tool.name,
-                    "description": offered.description,
+                    "description": clip(offered.description or "", DESCRIPTION_LIMIT),
                     "input_schema": _shown_schema(offered.input_schema),
                     "annotations": {hint: offered.annotations.get(hint) for hint in HINTS},
                     "effect": None if tool is None else tool.effect.value,

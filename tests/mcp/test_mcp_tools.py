@@ -744,3 +744,25 @@ async def test_a_refusal_with_no_approver_names_the_mcp_tool_to_allow(
     refused = await call(ex, "look", path="p")
     assert refused.status == "refused" and server.calls == {}
     assert 'allow_exec("mcp:fx/look")' in refused.output
+
+
+async def test_a_server_cannot_make_every_request_dearer(tmp_path: Path) -> None:
+    from harnessnb.mcp._tools import DESCRIPTION_LIMIT
+    from harnessnb.mcp._toolset import MAX_TOOLS_PER_SERVER
+
+    ok = {"type": "object", "properties": {}}
+    wordy = Offered("wordy", "x" * 1_000_000, ok, {})
+    many = [Offered(f"t{i}", "", ok, {}) for i in range(MAX_TOOLS_PER_SERVER + 20)]
+    toolset = ToolServers(
+        [Settings("h")],
+        workspace=tmp_path,
+        policy=Policy(),
+        connect=lambda *_, **__: _Listing([wordy, *many]),
+    )
+    tools = await toolset.open(set())
+    assert len(tools) == MAX_TOOLS_PER_SERVER
+    spec = next(t for t in tools if t.name == "wordy").spec()
+    assert len(spec["description"]) <= DESCRIPTION_LIMIT + 100  # the cut's marker
+    assert len([why for _, _, why in toolset.skipped if "more than" in why]) == 21
+    stored = toolset.snapshot()[0]["tools"]
+    assert max(len(t["description"]) for t in stored) <= DESCRIPTION_LIMIT + 100
