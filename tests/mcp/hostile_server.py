@@ -12,6 +12,7 @@ that reports an error).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -72,7 +73,10 @@ if MODE == "slow":
 
     @server.tool()
     def slow() -> str:
-        """Sleep far past any test's timeout."""
+        """Sleep far past any test's timeout (``slow.started`` in the working folder says
+        the call is under way, where the folder may be written)."""
+        with contextlib.suppress(OSError):
+            open("slow.started", "w").close()
         time.sleep(60)
         return "late"
 
