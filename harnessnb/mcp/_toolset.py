@@ -147,8 +147,11 @@ class _Live:
             log.info("restarting MCP server %s", self.server.name)
             with contextlib.suppress(HarnessError):
                 await self.connection.aclose()
-            self.connection = self._make()
-            await self.connection.start()
+            fresh = self._make()
+            await fresh.start()
+            # Only a started connection takes calls: one made while this started would
+            # have gone to a connection not yet open, and failed on it.
+            self.connection = fresh
             return True
 
     @property
@@ -320,9 +323,13 @@ def tools_hash(offered: Sequence[Offered]) -> str:
 
 
 def _shown_schema(schema: Any) -> Any:
-    """The schema as stored and hashed; one too deep to encode as JSON is a marker."""
-    if _encoded(schema) is None:
+    """The schema as stored and hashed; one too deep to encode as JSON, or too large to
+    offer (``MAX_SCHEMA_CHARS``), is a marker: a skipped tool's schema is not kept."""
+    encoded = _encoded(schema)
+    if encoded is None:
         return {"x-harnessnb": "nested too deeply to store"}
+    if len(encoded) > MAX_SCHEMA_CHARS:
+        return {"x-harnessnb": f"{len(encoded)} characters of JSON: too large to store"}
     return schema
 
 

@@ -578,14 +578,16 @@ async def test_hostile_schemas_are_skipped_or_defused(tmp_path: Path) -> None:
     assert sorted(t.name for t in tools) == ["fine", "redos"]
     skipped = {name: why for _, name, why in toolset.skipped}
     assert sorted(skipped) == ["bad.name", "deep", "huge", "later", "remote"]
-    assert "nested too deeply" in skipped["deep"]
+    # Python 3.11's JSON encoder refuses 2,000 levels; 3.13's encodes them, too large.
+    assert "nested too deeply" in skipped["deep"] or "characters of JSON" in skipped["deep"]
     assert "characters of JSON" in skipped["huge"]
     assert "another document" in skipped["remote"]
     # The snapshot holds every offered tool, the skipped ones too (offered_as None).
     (snap,) = toolset.snapshot()
     rows = {row["name"]: row for row in snap["tools"]}
     assert rows["deep"]["offered_as"] is None
-    assert rows["deep"]["input_schema"] == {"x-harnessnb": "nested too deeply to store"}
+    assert set(rows["deep"]["input_schema"]) == {"x-harnessnb"}  # no schema kept
+    assert "too large to store" in rows["huge"]["input_schema"]["x-harnessnb"]
     assert rows["redos"]["effect"] == "read" and len(snap["tools_hash"]) == 64
     ex = ToolExecutor(Workspace(tmp_path), policy=Policy(), approver=None, tools=tools)
     # The backtracking pattern is not run here: the server checks its own patterns.
