@@ -89,7 +89,7 @@ def check_mcp(text: str, *, everything: bool) -> None:
     with its stderr, a call on a server that died mid-call typed, the failure table,
     and a replay that answered every tool call from the store with the servers gone."""
     assert "Repository status:" in text and "Commit history:" in text  # git_status, git_log
-    assert "mcp:git/git_reset" in text and "nobody answered within" in text
+    assert "the MCP tool git_reset of server git" in text and "nobody answered within" in text
     assert "refused" in text and "M  hello.txt" in text  # denied: still staged
     if everything:
         assert "Echo: hello from harnessnb" in text and "The sum of 2 and 3 is 5." in text
