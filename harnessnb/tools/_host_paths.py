@@ -3,18 +3,18 @@
 Both sandboxes give a command a private /tmp, which would hide what lives under the
 host's: the Python environment harnessnb runs in and the PATH entries
 (``programs_under_tmp``: a virtual environment made with ``mktemp``, as CI makes one),
-and, for an MCP server's own command line, the script or repository it names
-(``argv_folders``). /tmp itself is never bound.
+and, for an MCP server's own command line and ``env=``, the script, repository or
+``PYTHONPATH`` folder they name (``named_paths``, ``argv_folders``). /tmp itself is never bound.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["argv_folders", "programs_under_tmp"]
+__all__ = ["argv_folders", "named_paths", "programs_under_tmp"]
 
 
 def argv_folders(argv: Sequence[str], root: Path) -> list[str]:
@@ -33,6 +33,16 @@ def argv_folders(argv: Sequence[str], root: Path) -> list[str]:
         if folder.startswith("/tmp/") and os.path.exists(path) and not inside:
             found.add(folder)
     return sorted(found)
+
+
+def named_paths(argv: Sequence[str], env: Mapping[str, str] | None) -> list[str]:
+    """The words of an MCP server's own configuration that may name a path: its command
+    line, and each entry of its ``env=`` values (``PYTHONPATH=/tmp/x/site-packages``,
+    split at ``os.pathsep``), for ``argv_folders``."""
+    words = list(argv)
+    for value in (env or {}).values():
+        words += value.split(os.pathsep)
+    return words
 
 
 def programs_under_tmp(path_env: str) -> list[str]:

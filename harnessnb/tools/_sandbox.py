@@ -66,7 +66,7 @@ from typing import Any
 from ..rules._errors import ConfigError, SandboxError
 from ..rules._policy import Policy
 from . import _landlock, _landlock_exec
-from ._host_paths import argv_folders, programs_under_tmp
+from ._host_paths import argv_folders, named_paths, programs_under_tmp
 from ._workspace import note_secret
 
 __all__ = [
@@ -317,8 +317,9 @@ def confine(
     whatever the policy allows (an MCP server not given ``network=True``); None (the
     default) leaves it to the policy (``command_net_allowed``); True is the policy's
     answer too: the network is never granted past the policy. ``argv_paths=True``
-    (an MCP server's command line): the folders under the host's /tmp that ``argv`` names
-    (a script's folder, a repository) are bound back read-only, as the programs on PATH
+    (an MCP server's command line): the folders under the host's /tmp that ``argv`` and
+    ``env``'s values name (a script's folder, a repository, a ``PYTHONPATH`` entry) are
+    bound back read-only, as the programs on PATH
     are (``_host_paths.argv_folders``); a command the model wrote never gets that.
 
     Raises:
@@ -341,7 +342,7 @@ def confine(
             launch = [sys.executable, "-I", "-S", _LAUNCHER, "-", "--", *argv]
             return Confined(launch, run_env, "none", True, sandbox_label("none"), scratch)
         net = command_net_allowed(policy) and net is not False
-        named = argv_folders(argv, root) if argv_paths else []
+        named = argv_folders(named_paths(argv, env), root) if argv_paths else []
         if backend == "landlock":
             run_env = command_env(env, home=str(tmp / "home"), tmp=str(tmp))
             plan = _landlock_plan(root, tmp, policy, net, run_env["PATH"], named)

@@ -625,3 +625,19 @@ async def test_the_sdks_loggers_are_scrubbed_once_a_server_is_used(
         for name in names:
             logging.getLogger(name).warning("server said %s", canary)
     assert caplog.records and canary not in caplog.text
+
+
+async def test_a_server_found_through_its_env_pythonpath_under_tmp_starts(
+    connect: Connect, tmp_path: Path
+) -> None:
+    # The server's own env= names a folder under the host's /tmp (a CI virtual
+    # environment's site-packages, a notebook's temporary folder): it is bound back
+    # read-only as its command line's paths are. Without it, `python -m` found no module.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    shutil.copy(Path(__file__).with_name("hostile_server.py"), lib / "hostile_mod.py")
+    server = hn.MCPServer.stdio(
+        sys.executable, args=["-m", "hostile_mod", "ok"], env={"PYTHONPATH": str(lib)}, name="m"
+    )
+    conn = connect(server)
+    assert await conn.call("echo", {"text": "hi"}) == hn_called("hi", False)
