@@ -326,6 +326,7 @@ class Attempt:
             request_id=request_id,
             ttft_ms=self.ttft_ms,
             latency_ms=latency,
+            reasoning=parsed.reasoning,
         )
         record = AttemptRecord.succeeded(
             completion,

@@ -5,6 +5,7 @@ converts to its own wire format::
 
     {"role": "system" | "user", "content": str}
     {"role": "assistant", "content": str, "tool_calls": [{"id", "name", "arguments": dict}]}
+        (and "reasoning": [item, ...], the Responses API's reasoning items, when it sent any)
     {"role": "tool", "tool_call_id": str, "name": str, "content": str}
 
 Tool specs handed to ``complete(tools=...)`` are dicts
@@ -108,6 +109,9 @@ class Completion:
     request_id: str | None = None
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    reasoning: tuple[dict[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
+    """The Responses API's reasoning items, as the server sent them: the assistant message
+    (``to_message``) carries them so the next turn hands them back."""
     attempts: tuple[AttemptRecord, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def after(self, earlier: Sequence[AttemptRecord]) -> Completion:
@@ -133,6 +137,7 @@ class Completion:
             "request_id": self.request_id,
             "ttft_ms": self.ttft_ms,
             "latency_ms": self.latency_ms,
+            **({"reasoning": [dict(i) for i in self.reasoning]} if self.reasoning else {}),
         }
 
     @classmethod
@@ -152,6 +157,7 @@ class Completion:
             request_id=data.get("request_id"),
             ttft_ms=data.get("ttft_ms"),
             latency_ms=data.get("latency_ms"),
+            reasoning=tuple(dict(i) for i in data.get("reasoning") or ()),
         )
 
     def to_message(self) -> dict[str, Any]:
@@ -161,6 +167,8 @@ class Completion:
             msg["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
             ]
+        if self.reasoning:  # handed back by the Responses API's next request
+            msg["reasoning"] = [dict(i) for i in self.reasoning]
         return msg
 
 

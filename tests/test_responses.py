@@ -1,0 +1,365 @@
+"""``hn.OpenAI(model, api="responses")`` over real loopback HTTP against the chaos server's
+Responses dialect: every classification row the other providers run (test_providers.ROWS)
+and the Responses-only failures (a 200 whose response failed, a stream's ``response.failed``
+and ``error`` events), streamed and not; answers, tool calls, reasoning items handed back
+between turns, usage; configuration."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import harnessnb as hn
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.providers import _http
+from tests.test_providers import CONVERSATION, HI, KEY, ROWS, TOOLS, Row
+
+NAME = "openai-responses"
+
+
+@pytest.fixture(autouse=True)
+async def srv(module_srv: ChaosServer) -> AsyncIterator[ChaosServer]:
+    module_srv.reset()  # one server for the module, as new for each test
+    yield module_srv
+    await _http.aclose_client()
+
+
+def make(srv: ChaosServer, **kw: Any) -> hn.OpenAI:
+    kw.setdefault("api_key", KEY)
+    return hn.OpenAI("gpt-test", base_url=srv.openai_url, api="responses", **kw)
+
+
+async def fail(provider: Any, stream: bool) -> tuple[hn.ProviderError, list[hn.AttemptRecord]]:
+    with pytest.raises(hn.ProviderError) as info:
+        await provider.complete(HI, stream=stream)
+    return info.value, list(info.value.attempts)
+
+
+# ----------------------------------------------------------------- the table
+
+FAILED = {"code": "server_error", "message": "The model failed to generate a response."}
+
+RESPONSES_ROWS = [
+    # A 200 whose response failed: the body (or the stream's response.failed) says why.
+    Row("response-failed", Fault.error_in_200(FAILED), "server", 200),
+    Row(
+        "response-failed-rate-limit",
+        Fault.error_in_200({"code": "rate_limit_exceeded", "message": "Slow down."}),
+        "rate_limited",
+        200,
+    ),
+    Row(
+        "response-failed-context",
+        Fault.error_in_200({"code": "context_length_exceeded", "message": "Too long."}),
+        "context_overflow",
+        200,
+    ),
+    Row(
+        "response-failed-invalid-prompt",
+        Fault.error_in_200({"code": "invalid_request_error", "message": "Invalid prompt."}),
+        "request",
+        200,
+    ),
+    # The stream's error event, after some text or before any.
+    Row("error-event", Fault.stream_error(FAILED, after_events=4), "server", 200, modes=(True,)),
+    Row(
+        "error-event-first",
+        Fault.stream_error({"code": "rate_limit_exceeded", "message": "Slow."}, after_events=0),
+        "rate_limited",
+        200,
+        modes=(True,),
+    ),
+    Row("stream-drop-early", Fault.drop_mid_stream(after_events=1), "transport", 200),
+]
+
+CASES = [
+    pytest.param(row, stream, id=f"{'stream' if stream else 'json'}-{row.id}")
+    for row in (*ROWS, *RESPONSES_ROWS)
+    for stream in row.modes
+]
+
+
+@pytest.mark.parametrize(("row", "stream"), CASES)
+async def test_classification_row(row: Row, stream: bool, srv: ChaosServer) -> None:
+    srv.push(row.fault() if callable(row.fault) else row.fault)
+    provider = make(srv, **dict(row.provider_kw))
+    err, attempts = await fail(provider, stream)
+
+    assert err.kind.value == row.kind, err.message
+    assert err.status == row.status
+    if row.retry_after is not None and row.id == "429-http-date":
+        assert err.retry_after_s is not None and abs(err.retry_after_s - 120.0) < 5
+    else:
+        assert err.retry_after_s == row.retry_after
+    expected_retryable = row.retryable if row.retryable is not None else err.kind.retryable
+    assert err.retryable is expected_retryable
+    assert err.provider == NAME and err.model == provider.model
+    (request,) = srv.requests
+    assert request.protocol == "responses" and request.path == "/v1/responses"
+    assert err.request_id == (request.request_id if row.answered else None)
+    assert request.stream is stream
+    (attempt,) = attempts
+    assert (attempt.provider, attempt.kind, attempt.status) == (NAME, row.kind, row.status)
+    assert attempt.retry_after_s == err.retry_after_s
+    assert attempt.request_id == err.request_id
+    assert attempt.error == err.message
+    assert KEY not in repr(attempt) and KEY not in str(err)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_names_its_error(stream: bool, srv: ChaosServer) -> None:
+    srv.push(Fault.error_in_200(FAILED))
+    err, _ = await fail(make(srv), stream)
+    assert "server_error" in err.message and "failed to generate" in err.message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_connection_refused_is_transport(stream: bool) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    err, attempts = await fail(hn.OpenAI("m", api_key=KEY, base_url=url, api="responses"), stream)
+    assert err.kind is hn.ProviderErrorKind.TRANSPORT and err.retryable
+    assert attempts[0].kind == "transport"
+
+
+async def test_idle_timeout_says_idle_and_deadline_says_deadline(srv: ChaosServer) -> None:
+    srv.push(Fault.stall_stream(after_events=3, seconds=3.0))
+    idle, _ = await fail(make(srv, timeout_s=5.0, idle_timeout_s=0.2), True)
+    assert idle.kind is hn.ProviderErrorKind.TIMEOUT and "idle" in idle.message
+    srv.push(Fault.stall_stream(after_events=3, seconds=3.0))
+    deadline, _ = await fail(make(srv, timeout_s=0.3, idle_timeout_s=2.0), True)
+    assert deadline.kind is hn.ProviderErrorKind.TIMEOUT and "deadline" in deadline.message
+
+
+async def test_server_silent_after_response_completed_does_not_spoil_the_answer(
+    srv: ChaosServer,
+) -> None:
+    # Every event is sent, then the server holds the stream open: response.completed ends it.
+    srv.push(Fault.stall_stream(after_events=100, seconds=3.0))
+    started = time.perf_counter()
+    done = await make(srv, idle_timeout_s=0.2).complete(HI, stream=True)
+    assert done.text == "hi"
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_sequential_calls_reuse_one_connection(stream: bool, srv: ChaosServer) -> None:
+    provider = make(srv)
+    for _ in range(3):
+        await provider.complete(HI, stream=stream)
+    assert len({r.connection for r in srv.requests}) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_tool_arguments_that_are_not_json_are_malformed(
+    stream: bool, srv: ChaosServer
+) -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "grep", "arguments": '{"pat'}
+    srv.push(Fault.status(200, body={"id": "r", "status": "completed", "output": [call]}))
+    err, _ = await fail(make(srv), stream)
+    assert err.kind is hn.ProviderErrorKind.MALFORMED and "grep" in err.message
+
+
+# ------------------------------------------------------------- healthy answers
+
+
+def tool_responder(request: ChaosRequest) -> Reply:
+    if any(m.get("role") == "tool" for m in request.messages):
+        return Reply(text="Both read.", input_tokens=400, output_tokens=5)
+    return Reply(
+        text="Reading it.",
+        tool_calls=[
+            {"name": "read_file", "arguments": {"path": "src/a b.py", "lines": [1, 20]}},
+            {"name": "grep", "arguments": {"pattern": "def \\w+\\(", "path": "."}},
+        ],
+        input_tokens=321,
+        output_tokens=45,
+    )
+
+
+@pytest.fixture
+def tool_srv() -> Iterator[ChaosServer]:
+    with ChaosServer(seed=1, responder=tool_responder) as server:
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_text_answer_has_usage_finish_reason_and_request_id(
+    stream: bool, srv: ChaosServer
+) -> None:
+    pieces: list[str] = []
+
+    async def on_text(piece: str, first: bool) -> None:
+        pieces.append(piece)
+
+    c = await make(srv).complete(
+        [{"role": "user", "content": "say something long enough to split"}],
+        stream=stream,
+        on_text=on_text,
+    )
+    assert c.text == "say something long enough to split"
+    assert (c.tool_calls, c.finish_reason, c.provider) == ((), "stop", NAME)
+    assert c.usage.input_tokens > 0 and c.usage.output_tokens > 0 and not c.usage.estimated
+    (attempt,) = c.attempts
+    assert attempt.kind is None and attempt.status == 200
+    assert attempt.request_id == c.request_id == srv.requests[-1].request_id
+    assert (attempt.input_tokens, attempt.output_tokens) == (
+        c.usage.input_tokens,
+        c.usage.output_tokens,
+    )
+    assert (c.ttft_ms is not None) is stream
+    if stream:  # the text came as it streamed, in pieces
+        assert len(pieces) >= 3 and "".join(pieces) == c.text
+
+
+async def test_tool_calls_and_reasoning_read_the_same_streamed_or_not(
+    tool_srv: ChaosServer,
+) -> None:
+    seen = []
+    for stream in (False, True):
+        c = await make(tool_srv).complete(HI, tools=TOOLS, stream=stream)
+        rid = tool_srv.requests[-1].request_id
+        # The call_id (not the output item's id) names each call.
+        assert [t.id for t in c.tool_calls] == [f"call_{rid}_0", f"call_{rid}_1"]
+        (item,) = c.reasoning
+        assert item == {"id": f"rs_{rid}", "type": "reasoning", "summary": [],
+                        "encrypted_content": f"enc_{rid}"}  # fmt: skip
+        calls = [(t.name, t.arguments) for t in c.tool_calls]
+        seen.append((c.text, calls, c.usage, c.finish_reason))
+    assert seen[0] == seen[1]
+    text, calls, usage, finish = seen[0]
+    assert text == "Reading it." and finish == "tool_calls"
+    assert calls == [
+        ("read_file", {"path": "src/a b.py", "lines": [1, 20]}),
+        ("grep", {"pattern": "def \\w+\\(", "path": "."}),
+    ]
+    assert usage == hn.Usage(321, 45)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_reasoning_items_are_handed_back_before_their_calls(
+    stream: bool, tool_srv: ChaosServer
+) -> None:
+    provider = make(tool_srv)
+    first = await provider.complete(HI, tools=TOOLS, stream=stream)
+    conversation = [
+        *HI,
+        first.to_message(),
+        *[
+            {"role": "tool", "tool_call_id": c.id, "name": c.name, "content": f"out {c.name}"}
+            for c in first.tool_calls
+        ],
+    ]
+    second = await provider.complete(conversation, tools=TOOLS, stream=stream)
+    assert second.text == "Both read."
+    sent = tool_srv.requests[-1].json["input"]
+    kinds = [item.get("type") or item["role"] for item in sent]
+    assert kinds == [
+        "user",
+        "reasoning",
+        "assistant",
+        "function_call",
+        "function_call",
+        "function_call_output",
+        "function_call_output",
+    ]
+    assert sent[1] == dict(first.reasoning[0])  # as the server sent it
+    calls = [i for i in sent if i.get("type") == "function_call"]
+    outputs = [i for i in sent if i.get("type") == "function_call_output"]
+    assert [c["call_id"] for c in calls] == [c.id for c in first.tool_calls]
+    assert [o["call_id"] for o in outputs] == [c.id for c in first.tool_calls]
+    assert outputs[0]["output"] == "out read_file"
+
+
+async def test_reasoning_survives_a_checkpoint_round_trip(tool_srv: ChaosServer) -> None:
+    c = await make(tool_srv).complete(HI, tools=TOOLS)
+    again = hn.Completion.from_dict(c.to_dict())
+    assert again.reasoning == c.reasoning and again.to_message() == c.to_message()
+    assert "reasoning" not in hn.Completion("plain").to_message()
+
+
+async def test_wire_has_input_items_function_tools_and_max_output_tokens(
+    srv: ChaosServer,
+) -> None:
+    await make(srv).complete(CONVERSATION, tools=TOOLS, max_tokens=77)
+    body = srv.requests[-1].json
+    assert "messages" not in body and body["max_output_tokens"] == 77
+    assert body["input"][0] == {"role": "system", "content": "You are terse."}
+    assert body["input"][2] == {
+        "type": "function_call",
+        "call_id": "t1",
+        "name": "read_file",
+        "arguments": '{"path": "a"}',
+    }
+    assert body["input"][4] == {"type": "function_call_output", "call_id": "t1", "output": "A"}
+    assert body["input"][-1] == {"role": "user", "content": "Now summarise."}
+    tool = body["tools"][0]
+    assert (tool["type"], tool["name"], tool["strict"]) == ("function", "read_file", False)
+    assert tool["parameters"] == TOOLS[0]["parameters"]
+
+
+def _response(**fields: Any) -> dict[str, Any]:
+    message = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "partial"}],
+    }
+    return {"id": "r", "object": "response", "status": "completed", "output": [message], **fields}
+
+
+async def test_an_incomplete_response_at_the_token_cap_is_finish_length(srv: ChaosServer) -> None:
+    srv.push(
+        Fault.status(
+            200,
+            body=_response(
+                status="incomplete", incomplete_details={"reason": "max_output_tokens"}
+            ),
+        )
+    )
+    c = await make(srv).complete(HI, stream=False)
+    assert (c.text, c.finish_reason) == ("partial", "length")
+
+
+async def test_cached_input_tokens_are_read(srv: ChaosServer) -> None:
+    usage = {"input_tokens": 100, "output_tokens": 7, "input_tokens_details": {"cached_tokens": 60}}
+    srv.push(Fault.status(200, body=_response(usage=usage)))
+    c = await make(srv).complete(HI, stream=False)
+    assert c.usage == hn.Usage(100, 7, cached_input_tokens=60)
+
+
+async def test_a_refusal_is_read_as_its_text(srv: ChaosServer) -> None:
+    refusal = {"type": "message", "role": "assistant", "content": [
+        {"type": "refusal", "refusal": "I can't help with that."}]}  # fmt: skip
+    srv.push(Fault.status(200, body=_response(output=[refusal])))
+    c = await make(srv).complete(HI, stream=False)
+    assert c.text == "I can't help with that."
+
+
+# ------------------------------------------------------------- configuration
+
+
+def test_chat_stays_the_default_and_responses_is_named_apart(srv: ChaosServer) -> None:
+    chat = hn.OpenAI("m", api_key=KEY, base_url=srv.openai_url)
+    responses = make(srv)
+    assert (chat.api, chat.name) == ("chat", "openai")
+    assert (responses.api, responses.name) == ("responses", NAME)
+    assert make(srv, name="mine").name == "mine"
+
+
+def test_an_unknown_api_is_a_config_error() -> None:
+    with pytest.raises(hn.ConfigError, match="api must be"):
+        hn.OpenAI("m", api_key=KEY, api="completions")  # type: ignore[arg-type]
+
+
+async def test_the_demo_model_answers_over_responses() -> None:
+    from harnessnb.demo._model import demo_provider
+
+    provider = demo_provider(protocol="responses")
+    c = await provider.complete([{"role": "user", "content": "What is 2 + 3?"}])
+    assert c.text and c.provider == "demo"
