@@ -317,9 +317,7 @@ async def test_an_incomplete_response_at_the_token_cap_is_finish_length(srv: Cha
     srv.push(
         Fault.status(
             200,
-            body=_response(
-                status="incomplete", incomplete_details={"reason": "max_output_tokens"}
-            ),
+            body=_response(status="incomplete", incomplete_details={"reason": "max_output_tokens"}),
         )
     )
     c = await make(srv).complete(HI, stream=False)
