@@ -9,12 +9,14 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.demo import demo_server, make_demo_workspace, provider_for
 from harnessnb.providers import _http
 from tests.test_providers import CONVERSATION, HI, KEY, ROWS, TOOLS, Row
 
@@ -355,9 +357,17 @@ def test_an_unknown_api_is_a_config_error() -> None:
         hn.OpenAI("m", api_key=KEY, api="completions")  # type: ignore[arg-type]
 
 
-async def test_the_demo_model_answers_over_responses() -> None:
-    from harnessnb.demo._model import demo_provider
-
-    provider = demo_provider(protocol="responses")
-    c = await provider.complete([{"role": "user", "content": "What is 2 + 3?"}])
-    assert c.text and c.provider == "demo"
+async def test_a_run_hands_every_answer_s_reasoning_back_on_later_turns(tmp_path: Path) -> None:
+    # The whole loop: each answer's reasoning item rides on its assistant message in the
+    # run's conversation, so every later request hands back all earlier ones, in order.
+    ws = make_demo_workspace(tmp_path / "project")
+    policy = hn.Policy.default().layer("demo").allow_write("NOTES.md")
+    contract = hn.TaskContract("summarise README.md into NOTES.md", ws)
+    with demo_server() as demo:
+        provider = provider_for(demo, protocol="responses")
+        result = await hn.run(contract, provider, store=hn.Store(":memory:"), policy=policy)
+        requests = demo.requests
+    assert result.outcome is hn.RunOutcome.FINISHED and len(requests) >= 3
+    for i, request in enumerate(requests):
+        sent = [item["id"] for item in request.json["input"] if item.get("type") == "reasoning"]
+        assert sent == [f"rs_{earlier.request_id}" for earlier in requests[:i]]
