@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 import harnessnb as hn
+from harnessnb import cli
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.demo import demo_server, make_demo_workspace, provider_for
+from harnessnb.launch._choose import choose_provider
 from harnessnb.providers import _http
 from tests.test_providers import CONVERSATION, HI, KEY, ROWS, TOOLS, Row
 
@@ -371,3 +373,66 @@ async def test_a_run_hands_every_answer_s_reasoning_back_on_later_turns(tmp_path
     for i, request in enumerate(requests):
         sent = [item["id"] for item in request.json["input"] if item.get("type") == "reasoning"]
         assert sent == [f"rs_{earlier.request_id}" for earlier in requests[:i]]
+
+
+# ------------------------------------------------------------- the faces
+
+ENV = {"OPENAI_API_KEY": KEY}
+
+
+def test_the_faces_name_the_responses_api_two_ways(srv: ChaosServer) -> None:
+    named, _ = choose_provider("openai-responses", env=ENV)
+    flagged, _ = choose_provider("openai", api="responses", env=ENV)
+    for provider in (named, flagged):
+        assert isinstance(provider, hn.OpenAI)
+        assert (provider.api, provider.name) == ("responses", NAME)
+    chat, _ = choose_provider("openai", env=ENV)
+    assert isinstance(chat, hn.OpenAI) and (chat.api, chat.name) == ("chat", "openai")
+    local, _ = choose_provider("local", base_url=srv.openai_url, api="responses", env={})
+    assert isinstance(local, hn.OpenAI) and (local.api, local.name) == ("responses", "local")
+
+
+async def test_the_demo_model_answers_over_responses_when_asked(srv: ChaosServer) -> None:
+    demo, _ = choose_provider("demo", api="responses", env={})
+    await demo.complete([{"role": "user", "content": "hi"}])
+    assert isinstance(demo, hn.OpenAI) and demo.api == "responses"
+
+
+@pytest.mark.parametrize(
+    ("name", "api", "says"),
+    [
+        ("anthropic", "responses", "does not speak it"),
+        ("openrouter", "responses", "does not speak it"),
+        ("openai-responses", "chat", "speaks the Responses API"),
+        ("openai", "completions", "unknown API"),
+    ],
+)
+def test_an_api_a_provider_does_not_speak_is_a_config_error(name: str, api: str, says: str) -> None:
+    env = {**ENV, "ANTHROPIC_API_KEY": KEY, "OPENROUTER_API_KEY": KEY}
+    with pytest.raises(hn.ConfigError, match=says):
+        choose_provider(name, api=api, env=env)
+
+
+def test_the_command_runs_over_the_responses_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, ws = str(tmp_path / "s.duckdb"), make_demo_workspace(tmp_path / "ws")
+    with ChaosServer() as server:
+        code = cli.main(["run", "say hi", "--provider", "local", "--base-url",
+                         server.openai_url, "--api", "responses", "--workspace", str(ws),
+                         "--store", path])  # fmt: skip
+        protocols = {r.protocol for r in server.requests}
+    assert code == 0, capsys.readouterr().out
+    assert protocols == {"responses"}
+    with hn.Store(path) as store:
+        assert set(store.attempts(None)["provider"]) == {"local"}
+
+
+def test_the_command_refuses_responses_for_anthropic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(tmp_path / "s.duckdb")
+    code = cli.main(["run", "say hi", "--provider", "anthropic", "--api", "responses",
+                     "--workspace", str(tmp_path), "--store", store])  # fmt: skip
+    out = capsys.readouterr()
+    assert code != 0 and "does not speak it" in out.out + out.err
