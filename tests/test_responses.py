@@ -436,3 +436,12 @@ def test_the_command_refuses_responses_for_anthropic(
                      "--workspace", str(tmp_path), "--store", store])  # fmt: skip
     out = capsys.readouterr()
     assert code != 0 and "does not speak it" in out.out + out.err
+
+
+def test_an_answer_from_openai_s_responses_api_is_priced_as_openai_s() -> None:
+    # The attempts are named openai-responses; the catalogue still finds OpenAI's price.
+    official = hn.OpenAI("gpt-4o-mini", api_key=KEY, api="responses")
+    prices = hn.Prices()
+    cost = prices.cost(official.name, official.model, 10**6, 10**6, official.base_url)
+    assert cost is not None and cost > 0
+    assert cost == prices.cost("openai", "gpt-4o-mini", 10**6, 10**6, official.base_url)
