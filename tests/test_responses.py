@@ -6,6 +6,7 @@ between turns, usage; configuration."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -445,3 +446,88 @@ def test_an_answer_from_openai_s_responses_api_is_priced_as_openai_s() -> None:
     cost = prices.cost(official.name, official.model, 10**6, 10**6, official.base_url)
     assert cost is not None and cost > 0
     assert cost == prices.cost("openai", "gpt-4o-mini", 10**6, 10**6, official.base_url)
+
+
+# ------------------------------------------------------------- raw streams
+
+TEXT_ITEM = {"type": "message", "id": "m1", "role": "assistant", "content": []}
+CALL_ITEM = {"type": "function_call", "id": "fc1", "call_id": "call_1", "name": "grep",
+             "arguments": ""}  # fmt: skip
+
+
+def _event(etype: str, **fields: Any) -> bytes:
+    import json
+
+    return f"event: {etype}\ndata: {json.dumps({'type': etype, **fields})}\n\n".encode()
+
+
+async def _serve_stream(events: list[bytes]) -> tuple[asyncio.Server, str]:
+    """A raw loopback server answering every request with ``events`` as an SSE body,
+    then closing the connection cleanly."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            + b"".join(events)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+async def _streamed(events: list[bytes]) -> hn.Completion:
+    server, url = await _serve_stream(events)
+    async with server:
+        provider = hn.OpenAI("gpt-test", api_key=KEY, base_url=url, api="responses")
+        return await provider.complete(HI, tools=TOOLS, stream=True)
+
+
+async def test_a_final_event_without_its_output_keeps_what_the_deltas_brought() -> None:
+    usage = {"input_tokens": 5, "output_tokens": 3}
+    c = await _streamed([
+        _event("response.output_item.added", output_index=0, item=TEXT_ITEM),
+        _event("response.output_text.delta", output_index=0, item_id="m1", delta="Hel"),
+        _event("response.output_text.delta", output_index=0, item_id="m1", delta="lo"),
+        _event("response.output_item.added", output_index=1, item=CALL_ITEM),
+        _event("response.function_call_arguments.delta", output_index=1, delta='{"pat'),
+        _event("response.function_call_arguments.delta", output_index=1, delta='tern": "x"}'),
+        _event("response.completed", response={"status": "completed", "usage": usage}),
+    ])  # fmt: skip
+    assert c.text == "Hello"
+    assert [(t.id, t.name, t.arguments) for t in c.tool_calls] == [
+        ("call_1", "grep", {"pattern": "x"})
+    ]
+    assert c.usage == hn.Usage(5, 3) and c.finish_reason == "tool_calls"
+
+
+async def test_a_stream_stopped_at_the_token_cap_is_finish_length() -> None:
+    incomplete = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+                  "usage": {"input_tokens": 5, "output_tokens": 9}}  # fmt: skip
+    c = await _streamed([
+        _event("response.output_item.added", output_index=0, item=TEXT_ITEM),
+        _event("response.output_text.delta", output_index=0, item_id="m1", delta="cut sh"),
+        _event("response.incomplete", response=incomplete),
+    ])  # fmt: skip
+    assert (c.text, c.finish_reason, c.usage) == ("cut sh", "length", hn.Usage(5, 9))
+
+
+async def test_a_stream_closed_before_response_completed_is_malformed() -> None:
+    with pytest.raises(hn.ProviderError) as info:
+        await _streamed([
+            _event("response.output_item.added", output_index=0, item=TEXT_ITEM),
+            _event("response.output_text.delta", output_index=0, item_id="m1", delta="Hi"),
+        ])  # fmt: skip
+    assert info.value.kind is hn.ProviderErrorKind.MALFORMED
+    assert "response.completed" in info.value.message
+    (attempt,) = info.value.attempts
+    assert attempt.input_tokens is not None  # an answer arrived: billed, by estimate
