@@ -232,9 +232,15 @@ async def test_tool_calls_and_reasoning_read_the_same_streamed_or_not(
         rid = tool_srv.requests[-1].request_id
         # The call_id (not the output item's id) names each call.
         assert [t.id for t in c.tool_calls] == [f"call_{rid}_0", f"call_{rid}_1"]
-        (item,) = c.reasoning
-        assert item == {"id": f"rs_{rid}", "type": "reasoning", "summary": [],
-                        "encrypted_content": f"enc_{rid}"}  # fmt: skip
+        # An answer that reasoned keeps its output items whole, in order, ids and all.
+        assert [(i["type"], i["id"]) for i in c.output_items] == [
+            ("reasoning", f"rs_{rid}"),
+            ("message", f"msg_{rid}"),
+            ("function_call", f"fc_{rid}_0"),
+            ("function_call", f"fc_{rid}_1"),
+        ]
+        assert c.output_items[0] == {"id": f"rs_{rid}", "type": "reasoning", "summary": [],
+                                     "encrypted_content": f"enc_{rid}"}  # fmt: skip
         calls = [(t.name, t.arguments) for t in c.tool_calls]
         seen.append((c.text, calls, c.usage, c.finish_reason))
     assert seen[0] == seen[1]
@@ -248,7 +254,7 @@ async def test_tool_calls_and_reasoning_read_the_same_streamed_or_not(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_reasoning_items_are_handed_back_before_their_calls(
+async def test_an_answer_that_reasoned_is_handed_back_as_its_items(
     stream: bool, tool_srv: ChaosServer
 ) -> None:
     provider = make(tool_srv)
@@ -268,13 +274,14 @@ async def test_reasoning_items_are_handed_back_before_their_calls(
     assert kinds == [
         "user",
         "reasoning",
-        "assistant",
+        "message",
         "function_call",
         "function_call",
         "function_call_output",
         "function_call_output",
     ]
-    assert sent[1] == dict(first.reasoning[0])  # as the server sent it
+    # As the server sent them: the API pairs each reasoning item with the next by id.
+    assert sent[1:5] == [dict(item) for item in first.output_items]
     calls = [i for i in sent if i.get("type") == "function_call"]
     outputs = [i for i in sent if i.get("type") == "function_call_output"]
     assert [c["call_id"] for c in calls] == [c.id for c in first.tool_calls]
@@ -285,8 +292,20 @@ async def test_reasoning_items_are_handed_back_before_their_calls(
 async def test_reasoning_survives_a_checkpoint_round_trip(tool_srv: ChaosServer) -> None:
     c = await make(tool_srv).complete(HI, tools=TOOLS)
     again = hn.Completion.from_dict(c.to_dict())
-    assert again.reasoning == c.reasoning and again.to_message() == c.to_message()
-    assert "reasoning" not in hn.Completion("plain").to_message()
+    assert again.output_items == c.output_items and again.to_message() == c.to_message()
+    assert "output_items" not in hn.Completion("plain").to_message()
+
+
+async def test_an_answer_that_did_not_reason_is_handed_back_from_the_message(
+    srv: ChaosServer,
+) -> None:
+    # No reasoning item (another server, a model that does not reason): nothing to pair,
+    # so the answer is not kept twice; its text and calls make the input as ever.
+    srv.push(Fault.status(200, body=_response()))
+    c = await make(srv).complete(HI, stream=False)
+    assert c.text == "partial" and c.output_items == ()
+    await make(srv).complete([*HI, c.to_message(), *HI])
+    assert srv.requests[-1].json["input"][1] == {"role": "assistant", "content": "partial"}
 
 
 async def test_wire_has_input_items_function_tools_and_max_output_tokens(

@@ -73,7 +73,7 @@ async def test_sdk_and_harnessnb_read_the_same_answer(oai: openai.OpenAI, srv: C
         c = await ours(srv).complete(MSG, stream=stream)
         assert c.text == r.output_text
         assert (c.usage.input_tokens, c.usage.output_tokens) == (11, 9)
-        assert c.reasoning[0]["type"] == "reasoning"
+        assert [item["type"] for item in c.output_items] == ["reasoning", "message"]
 
 
 async def test_sdk_stream_events_assemble_to_what_harnessnb_reads(
@@ -132,14 +132,11 @@ async def test_the_sdk_sends_back_what_harnessnb_sends_back(
     # The documented turn: the last response's output items, then each call's output.
     first = oai.responses.create(model="gpt-test", input=MSG, tools=SDK_TOOLS)
     (call,) = [item for item in first.output if item.type == "function_call"]
-    reasoning = first.output[0].model_dump(exclude_none=True)
     sdk_input = [
         *MSG,
-        reasoning,
-        {"type": "function_call", "call_id": call.call_id, "name": call.name,
-         "arguments": call.arguments},
+        *[item.model_dump(exclude_none=True) for item in first.output],
         {"type": "function_call_output", "call_id": call.call_id, "output": "done"},
-    ]  # fmt: skip
+    ]
     oai.responses.create(model="gpt-test", input=sdk_input)
     sdk_sent = srv.requests[-1].json["input"]
 

@@ -5,7 +5,7 @@ converts to its own wire format::
 
     {"role": "system" | "user", "content": str}
     {"role": "assistant", "content": str, "tool_calls": [{"id", "name", "arguments": dict}]}
-        (and "reasoning": [item, ...], the Responses API's reasoning items, when it sent any)
+        (and "output_items": [item, ...], the Responses API's items of an answer that reasoned)
     {"role": "tool", "tool_call_id": str, "name": str, "content": str}
 
 Tool specs handed to ``complete(tools=...)`` are dicts
@@ -109,9 +109,13 @@ class Completion:
     request_id: str | None = None
     ttft_ms: float | None = None
     latency_ms: float | None = None
-    reasoning: tuple[dict[str, Any], ...] = dataclasses.field(default=(), compare=False, repr=False)
-    """The Responses API's reasoning items, as the server sent them: the assistant message
-    (``to_message``) carries them so the next turn hands them back."""
+    output_items: tuple[dict[str, Any], ...] = dataclasses.field(
+        default=(), compare=False, repr=False
+    )
+    """The Responses API's output items (reasoning, message, function calls, in order) as
+    the server sent them, when they hold a reasoning item (else empty): the assistant
+    message (``to_message``) carries them so the next turn hands them back whole, as the
+    API wants each reasoning item followed by the item it preceded, ids and all."""
     attempts: tuple[AttemptRecord, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def after(self, earlier: Sequence[AttemptRecord]) -> Completion:
@@ -137,7 +141,7 @@ class Completion:
             "request_id": self.request_id,
             "ttft_ms": self.ttft_ms,
             "latency_ms": self.latency_ms,
-            **({"reasoning": [dict(i) for i in self.reasoning]} if self.reasoning else {}),
+            **({"output_items": [dict(i) for i in self.output_items]} if self.output_items else {}),
         }
 
     @classmethod
@@ -157,7 +161,7 @@ class Completion:
             request_id=data.get("request_id"),
             ttft_ms=data.get("ttft_ms"),
             latency_ms=data.get("latency_ms"),
-            reasoning=tuple(dict(i) for i in data.get("reasoning") or ()),
+            output_items=tuple(dict(i) for i in data.get("output_items") or ()),
         )
 
     def to_message(self) -> dict[str, Any]:
@@ -167,8 +171,8 @@ class Completion:
             msg["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
             ]
-        if self.reasoning:  # handed back by the Responses API's next request
-            msg["reasoning"] = [dict(i) for i in self.reasoning]
+        if self.output_items:  # handed back by the Responses API's next request
+            msg["output_items"] = [dict(i) for i in self.output_items]
         return msg
 
 

@@ -38,8 +38,8 @@ class OpenAI(HTTPProvider):
     the official host's. Every attempt row also keeps its ``base_url``.
 
     ``api="responses"`` speaks OpenAI's Responses API (``POST {base_url}/responses``:
-    ``providers/_responses.py``), the recommended choice for OpenAI itself (its reasoning
-    items are handed back between turns); chat completions (``api="chat"``) stay the
+    ``providers/_responses.py``), the recommended choice for OpenAI itself (an answer's
+    reasoning items are handed back between turns); chat completions (``api="chat"``) stay the
     default, the API every OpenAI-compatible server speaks. A Responses provider is
     named ``openai-responses`` unless ``name=`` says otherwise, so its failures count
     apart from chat's.

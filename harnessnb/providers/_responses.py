@@ -2,17 +2,20 @@
 
 ``POST {base_url}/responses``. Normalised messages become ``input`` items: system and
 user text as role messages, an assistant's tool calls as ``function_call`` items, tool
-results as ``function_call_output`` items, and the reasoning items an answer carried
-(``Completion.reasoning``, on its assistant message) handed back before that answer's
-text and calls, as the API asks. Function tools are sent with ``strict: false`` (the
-API's default is strict, which refuses most hand-written schemas).
+results as ``function_call_output`` items. An answer that reasoned is handed back as
+the output items it came as (``Completion.output_items``, on its assistant message):
+the API pairs each reasoning item with the item that followed it, by id, and refuses a
+reasoning item without it (or a message or call without its reasoning). Function tools
+are sent with ``strict: false`` (the API's default is strict, which refuses most
+hand-written schemas).
 
 The answer's ``output`` items are read back: ``message`` text (a ``refusal`` read as
 its text, like chat), ``function_call`` items as tool calls keyed by their
-``call_id``, ``reasoning`` items kept as sent. A response whose ``status`` is
-``failed`` (a 200 body, or a stream's ``response.failed``) and a stream's ``error``
-event are classified by their error object like any other body error; ``incomplete``
-for the token cap is finish reason ``length``. Finish reasons are the chat vocabulary.
+``call_id``, and every item kept as sent when one is a ``reasoning`` item. A response
+whose ``status`` is ``failed`` (a 200 body, or a stream's ``response.failed``) and a
+stream's ``error`` event are classified by their error object like any other body
+error; ``incomplete`` for the token cap is finish reason ``length``. Finish reasons are
+the chat vocabulary.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ def input_items(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(
                 {"type": "function_call_output", "call_id": m["tool_call_id"], "output": content}
             )
+        elif role == "assistant" and m.get("output_items"):
+            out += [_kept(item) for item in m["output_items"]]
         elif role == "assistant":
-            out += [_kept(item) for item in m.get("reasoning") or ()]
             if content:
                 out.append({"role": "assistant", "content": content})
             out += [
@@ -81,7 +85,7 @@ def input_items(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _kept(item: Any) -> dict[str, Any]:
-    """A reasoning item as handed back: as received, less its null fields."""
+    """An output item as handed back: as received, less its null fields."""
     return {k: v for k, v in dict(item).items() if v is not None}
 
 
@@ -108,7 +112,7 @@ def _raise_if_failed(response: Mapping[str, Any], usage: Usage | None) -> None:
 def _read_output(output: list[Any], usage: Usage | None, response: Mapping[str, Any]) -> Parsed:
     text: list[str] = []
     calls: list[ToolCall] = []
-    reasoning: list[dict[str, Any]] = []
+    reasoned = False
     for i, item in enumerate(output):
         if not isinstance(item, Mapping):
             raise WireError.malformed("an output item is not an object", usage)
@@ -124,13 +128,14 @@ def _read_output(output: list[Any], usage: Usage | None, response: Mapping[str, 
             call_id = str(item.get("call_id") or item.get("id") or f"call_{i}")
             calls.append(ToolCall(call_id, name, tool_arguments(item.get("arguments"), name)))
         elif itype == "reasoning":
-            reasoning.append(dict(item))
+            reasoned = True
     finish = "tool_calls" if calls else "stop"
     if response.get("status") == "incomplete":
         details = response.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, Mapping) else None
         finish = _INCOMPLETE.get(str(reason), str(reason or "incomplete"))
-    return Parsed("".join(text), tuple(calls), usage, finish, tuple(reasoning))
+    kept = tuple(dict(item) for item in output) if reasoned else ()
+    return Parsed("".join(text), tuple(calls), usage, finish, kept)
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -209,6 +214,9 @@ class ResponsesStream(StreamAccumulator):
     @staticmethod
     def _whole(item: dict[str, Any]) -> dict[str, Any]:
         """An item assembled from deltas, in the shape a response's output has."""
-        if item.get("type") == "message" and "text" in item and not item.get("content"):
-            return {**item, "content": [{"type": "output_text", "text": item["text"]}]}
+        if item.get("type") == "message" and "text" in item:
+            whole = {k: v for k, v in item.items() if k != "text"}
+            if not whole.get("content"):
+                whole["content"] = [{"type": "output_text", "text": item["text"]}]
+            return whole
         return item
