@@ -289,6 +289,29 @@ async def test_an_answer_that_reasoned_is_handed_back_as_its_items(
     assert outputs[0]["output"] == "out read_file"
 
 
+@pytest.mark.parametrize(
+    ("handed_back", "says"),
+    [
+        # The reasoning item alone before a rebuilt message: its following item is gone.
+        (lambda items: [items[0], {"role": "assistant", "content": "Reading it."}],
+         "of type 'reasoning' was provided without its required following item"),
+        # The calls with their ids, their reasoning item left out.
+        (lambda items: items[2:], "of type 'function_call' was provided without its "
+         "required 'reasoning' item"),
+    ],
+)  # fmt: skip
+async def test_the_chaos_server_refuses_a_reasoning_item_torn_from_its_pair(
+    handed_back: Any, says: str, tool_srv: ChaosServer
+) -> None:
+    # As OpenAI does: so a client that breaks the pairing fails here, not in production.
+    first = await make(tool_srv).complete(HI, tools=TOOLS, stream=False)
+    broken = {**first.to_message(), "output_items": handed_back(list(first.output_items))}
+    with pytest.raises(hn.ProviderError) as info:
+        await make(tool_srv).complete([*HI, broken], tools=TOOLS, stream=False)
+    assert (info.value.kind, info.value.status) == (hn.ProviderErrorKind.REQUEST, 400)
+    assert says in info.value.message
+
+
 async def test_reasoning_survives_a_checkpoint_round_trip(tool_srv: ChaosServer) -> None:
     c = await make(tool_srv).complete(HI, tools=TOOLS)
     again = hn.Completion.from_dict(c.to_dict())

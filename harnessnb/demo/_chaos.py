@@ -617,6 +617,9 @@ class _Exchange:
                 await _send(self.writer, 400, _error_body(self.req.protocol, 400, text), self.ids)
                 return True
             kind = "healthy"
+        if self.req.protocol == "responses" and (wrong := responses.input_error(self.req.json)):
+            await _send(self.writer, 400, _error_body("openai", 400, wrong), self.ids)
+            return True
         if f is not None and kind == "hang":
             await asyncio.sleep(f.seconds)
             return False

@@ -20,7 +20,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Answer", "chat_messages", "error_event", "failed_events", "failed_response"]
+__all__ = [
+    "Answer",
+    "chat_messages",
+    "error_event",
+    "failed_events",
+    "failed_response",
+    "input_error",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +184,49 @@ def error_event(error: Any, sequence_number: int) -> bytes:
     code = fields.get("code") or fields.get("type")
     payload = {"code": code, "message": fields.get("message"), "param": fields.get("param")}
     return _sse("error", {"type": "error", **payload, "sequence_number": sequence_number})
+
+
+def input_error(payload: Any) -> str | None:
+    """What OpenAI answers 400 about in a request's items handed back, or None.
+
+    Its pairing rule, as the API words it: a reasoning item must be followed at once by
+    an item of the same answer (here, an id naming the same request: ``rs_X`` by
+    ``msg_X`` or ``fc_X_i``), and an answer's message or call handed back with its id
+    needs that answer's reasoning item before it.
+    """
+    items = payload.get("input") if isinstance(payload, Mapping) else None
+    if not isinstance(items, list):
+        return None
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            continue
+        item_id, itype = str(item.get("id") or ""), item.get("type")
+        answer = _answer_of(item_id)
+        if itype == "reasoning":
+            nxt = items[i + 1] if i + 1 < len(items) else None
+            following = str(nxt.get("id") or "") if isinstance(nxt, Mapping) else ""
+            if _answer_of(following) != answer or following.startswith("rs_"):
+                return (
+                    f"Item '{item_id}' of type 'reasoning' was provided without its "
+                    "required following item."
+                )
+            seen.add(answer)
+        elif answer and itype in ("message", "function_call") and answer not in seen:
+            return (
+                f"Item '{item_id}' of type '{itype}' was provided without its required "
+                f"'reasoning' item: 'rs_{answer}'."
+            )
+    return None
+
+
+def _answer_of(item_id: str) -> str:
+    """The request an item id of this server names (``rs_``/``msg_``/``fc_`` ids), or ""."""
+    for prefix in ("rs_", "msg_", "fc_"):
+        if item_id.startswith(prefix):
+            rest = item_id[len(prefix) :]
+            return rest.rsplit("_", 1)[0] if prefix == "fc_" else rest
+    return ""
 
 
 def chat_messages(payload: Any) -> list[dict[str, Any]]:
