@@ -46,8 +46,7 @@ KEY_ORDER = (
 
 _SET_ONE_OF = (
     "set HARNESSNB_PROVIDER (openai, openai-responses, openrouter, anthropic, local, demo) "
-    "or one of "
-    "OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
+    "or one of OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
 )
 
 
