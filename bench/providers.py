@@ -6,7 +6,11 @@ compare whole answers (``stream=False``, as the raw POST and the SDK ask); the
 ``harnessnb stream`` row is the default, streamed ``complete()``, and its ratio to
 ``harnessnb`` is what streaming costs per call.
 
-Run: ``python bench/providers.py [--sequential 300] [--concurrent 1000] [--rounds 3]``
+``--api responses`` measures OpenAI's Responses API the same way (``OpenAI(api="responses")``,
+a raw POST to ``/responses``, the SDK's ``responses.create``).
+
+Run: ``python bench/providers.py [--api chat|responses] [--sequential 300] [--concurrent 1000]
+[--rounds 3]``
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-async def clients(url: str) -> dict[str, Call]:
+async def clients(url: str, api: str = "chat") -> dict[str, Call]:
+    if api == "responses":
+        return await responses_clients(url)
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base)
     # The baseline gets harnessnb's own client configuration, so the ratio is the
@@ -85,6 +91,44 @@ async def clients(url: str) -> dict[str, Call]:
     }
 
 
+async def responses_clients(url: str) -> dict[str, Call]:
+    """The same four clients, speaking OpenAI's Responses API."""
+    base = url + "/v1"
+    provider = hn.OpenAI("bench-model", base_url=base, api="responses")
+    raw = _http.new_client()
+    sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
+    body = {"model": "bench-model", "input": MESSAGES}
+
+    async def harness() -> str:
+        return (await provider.complete(MESSAGES, stream=False)).text
+
+    async def streamed() -> str:
+        return (await provider.complete(MESSAGES)).text
+
+    async def raw_post() -> str:
+        r = await raw.post(base + "/responses", json=body)
+        r.raise_for_status()
+        items = r.json()["output"]
+        return "".join(
+            part["text"]
+            for item in items
+            if item["type"] == "message"
+            for part in item["content"]
+            if part["type"] == "output_text"
+        )
+
+    async def official() -> str:
+        r = await sdk.responses.create(model="bench-model", input=MESSAGES)  # type: ignore[arg-type]
+        return r.output_text
+
+    return {
+        "harnessnb": harness,
+        "raw httpx2": raw_post,
+        "openai SDK": official,
+        "harnessnb stream": streamed,
+    }
+
+
 async def sequential(call: Call, n: int) -> tuple[float, float]:
     """Wall and CPU seconds of ``n`` calls one after another (CPU time is the client's
     own: the server is another process, and a busy machine inflates it far less)."""
@@ -106,10 +150,11 @@ async def concurrent(call: Call, n: int, width: int = 100) -> float:
     return time.perf_counter() - started
 
 
-async def main(seq_n: int, conc_n: int, rounds: int) -> None:
+async def main(seq_n: int, conc_n: int, rounds: int, api: str = "chat") -> None:
     proc, url = start_server()
     try:
-        calls = await clients(url)
+        calls = await clients(url, api)
+        print(f"API: {api}")
         for call in calls.values():  # warm up pools, imports and the server
             assert (await call()).startswith("Say hello")
             await concurrent(call, 200)
@@ -175,5 +220,6 @@ if __name__ == "__main__":
     parser.add_argument("--sequential", type=int, default=300)
     parser.add_argument("--concurrent", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--api", choices=("chat", "responses"), default="chat")
     a = parser.parse_args()
-    asyncio.run(main(a.sequential, a.concurrent, a.rounds))
+    asyncio.run(main(a.sequential, a.concurrent, a.rounds, a.api))

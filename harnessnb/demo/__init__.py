@@ -3,6 +3,7 @@
 - ``_chaos``: the chaos server, real HTTP on 127.0.0.1 speaking the OpenAI and Anthropic
   protocols with failures injected on demand or at seeded rates (public path:
   ``harnessnb.chaos``);
+- ``_chaos_responses``: the chaos server's OpenAI Responses API dialect;
 - ``_model``: the rule-based demo model the chaos server answers with, the demo provider
   and the demo workspace;
 - ``_conversation``: what the demo model reads of a request, in either wire form;

@@ -11,7 +11,8 @@ It is the test bed for providers, the run loop and the demo model::
         srv.requests[0].fault        # what the first request got
 
 Paths: ``/v1/chat/completions`` (any path ending in ``/chat/completions``) is the
-OpenAI protocol, ``/v1/messages`` the Anthropic one, streaming (SSE) or not. The
+OpenAI protocol, ``/v1/responses`` OpenAI's Responses API (``demo/_chaos_responses.py``),
+``/v1/messages`` the Anthropic one, streaming (SSE) or not. The
 server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
@@ -37,6 +38,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from . import _chaos_responses as responses
 
 __all__ = ["ChaosRequest", "ChaosServer", "Fault", "Reply", "echo_responder"]
 
@@ -177,7 +180,7 @@ class Reply:
 class ChaosRequest:
     """One request the server received, with the fault it got (None: healthy)."""
 
-    protocol: str  # "openai" | "anthropic"
+    protocol: str  # "openai" | "responses" | "anthropic"
     path: str
     json: Any
     headers: dict[str, str]  # lower-case names; secrets replaced by "REDACTED"
@@ -195,6 +198,9 @@ class ChaosRequest:
 
     @property
     def messages(self) -> list[Any]:
+        """The conversation, as chat messages (a Responses request's input items read so)."""
+        if self.protocol == "responses":
+            return responses.chat_messages(self.json)
         value = self._get("messages")
         return list(value) if isinstance(value, list) else []
 
@@ -477,6 +483,8 @@ class ChaosServer:
         path = target.split("?", 1)[0]
         if path.endswith("/chat/completions"):
             protocol = "openai"
+        elif path.endswith("/responses"):
+            protocol = "responses"
         elif path.endswith("/messages"):
             protocol = "anthropic"
         else:
@@ -501,7 +509,7 @@ class ChaosServer:
         with self._lock:
             request.fault = self._next_fault()
             self._requests.append(request)
-        id_header = {"x-request-id" if protocol == "openai" else "request-id": rid}
+        id_header = {"request-id" if protocol == "anthropic" else "x-request-id": rid}
         return await _Exchange(request, self._responder, writer, id_header).run()
 
 
@@ -609,6 +617,9 @@ class _Exchange:
                 await _send(self.writer, 400, _error_body(self.req.protocol, 400, text), self.ids)
                 return True
             kind = "healthy"
+        if self.req.protocol == "responses" and (wrong := responses.input_error(self.req.json)):
+            await _send(self.writer, 400, _error_body("openai", 400, wrong), self.ids)
+            return True
         if f is not None and kind == "hang":
             await asyncio.sleep(f.seconds)
             return False
@@ -654,8 +665,14 @@ class _Exchange:
 
     async def _error_in_200(self) -> None:
         error = json.loads(self.fault.body or "null") if self.fault else None
-        if self.req.protocol == "anthropic":
-            payload: dict[str, Any] = {"type": "error", "error": error}
+        if self.req.protocol == "responses":  # a response that failed, streamed or not
+            answer = self._answer(Reply(), empty=True)
+            if self.req.stream:
+                await self._stream(responses.failed_events(answer, error))
+                return
+            payload: dict[str, Any] = responses.failed_response(answer, error)
+        elif self.req.protocol == "anthropic":
+            payload = {"type": "error", "error": error}
         else:
             payload = {"error": error}
         await _send(self.writer, 200, json.dumps(payload).encode(), self.ids)
@@ -668,7 +685,9 @@ class _Exchange:
         return self.responder(self.req)
 
     async def _whole(self, kind: str, reply: Reply) -> bool:
-        if self.req.protocol == "anthropic":
+        if self.req.protocol == "responses":
+            body = self._answer(reply, kind == "empty").response()
+        elif self.req.protocol == "anthropic":
             body = _anthropic_message(self.req, reply, kind == "empty")
         else:
             body = _openai_completion(self.req, reply, kind == "empty")
@@ -690,7 +709,18 @@ class _Exchange:
         await _send(w, 200, data, self.ids)
         return True
 
+    def _answer(self, reply: Reply, empty: bool) -> responses.Answer:
+        inp, out = _usage(self.req, reply, empty)
+        calls = [
+            (cid, str(c["name"]), c.get("arguments") or {})
+            for cid, c in zip(_call_ids(self.req, reply, "call_"), reply.tool_calls, strict=True)
+        ]
+        rid, model = self.req.request_id, self.req.model
+        return responses.Answer(rid, model, reply.text, calls, inp, out, reply.usage, empty)
+
     def _events(self, kind: str, reply: Reply) -> list[bytes]:
+        if self.req.protocol == "responses":
+            return self._answer(reply, kind == "empty").events()
         if self.req.protocol == "anthropic":
             return _anthropic_events(self.req, reply, kind == "empty")
         return _openai_events(self.req, reply, kind == "empty")
@@ -713,7 +743,9 @@ class _Exchange:
             events = [events[0], b'data: {"choices": [{"delta": {"content": "He\n\n', *events[1:]]
         if kind == "stream_error" and f is not None:
             error = json.loads(f.body or "null")
-            if self.req.protocol == "anthropic":
+            if self.req.protocol == "responses":
+                bad = responses.error_event(error, cut)
+            elif self.req.protocol == "anthropic":
                 bad = _sse({"type": "error", "error": error}, "error")
             else:
                 bad = _sse({"error": error})

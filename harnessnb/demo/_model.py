@@ -355,7 +355,7 @@ def demo_provider(
     seed: int = 0,
     rates: Rates | None = None,
     stall: bool = False,
-    protocol: Literal["openai", "anthropic"] = "openai",
+    protocol: Literal["openai", "responses", "anthropic"] = "openai",
     timeout_s: float = DEMO_TIMEOUT_S,
     wrong_rate: float = 0.0,
 ) -> Provider:
@@ -369,7 +369,8 @@ def demo_provider(
         seed: Seeds the failure draw.
         rates: Failure rates by kind (see ``demo_server``).
         stall: Make the model loop on one read.
-        protocol: ``"openai"`` (chat completions) or ``"anthropic"`` (messages).
+        protocol: ``"openai"`` (chat completions), ``"responses"`` (OpenAI's Responses
+            API) or ``"anthropic"`` (messages).
         timeout_s: Request deadline in seconds (``DEMO_TIMEOUT_S``).
         wrong_rate: The chance that a run's arithmetic question is answered wrongly.
 
@@ -384,7 +385,7 @@ def demo_provider(
 def provider_for(
     server: ChaosServer,
     *,
-    protocol: Literal["openai", "anthropic"] = "openai",
+    protocol: Literal["openai", "responses", "anthropic"] = "openai",
     timeout_s: float = DEMO_TIMEOUT_S,
     name: str = "demo",
 ) -> Provider:
@@ -398,11 +399,14 @@ def provider_for(
             DEMO_MODEL, base_url=server.anthropic_url, timeout_s=timeout_s, name=name
         )
         return provider
-    if protocol != "openai":
-        raise ValueError(f"protocol must be 'openai' or 'anthropic', not {protocol!r}")
+    if protocol not in ("openai", "responses"):
+        raise ValueError(f"protocol must be 'openai', 'responses' or 'anthropic', not {protocol!r}")
     # A subclass only to carry its own NAME: attempts are recorded under the leaf's NAME.
     openai_cls = type("DemoOpenAI", (OpenAI,), {"NAME": name})
-    provider = openai_cls(DEMO_MODEL, base_url=server.openai_url, timeout_s=timeout_s, name=name)
+    api = "responses" if protocol == "responses" else "chat"
+    provider = openai_cls(
+        DEMO_MODEL, base_url=server.openai_url, timeout_s=timeout_s, name=name, api=api
+    )
     return provider
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..providers._completion import Provider
 
 __all__ = [
+    "APIS",
     "KEY_ORDER",
     "PROVIDER_NAMES",
     "ProviderWords",
@@ -30,7 +31,11 @@ __all__ = [
     "recorded_run",
 ]
 
-PROVIDER_NAMES = ("openai", "openrouter", "anthropic", "local", "demo")
+PROVIDER_NAMES = ("openai", "openai-responses", "openrouter", "anthropic", "local", "demo")
+
+APIS = ("chat", "responses")
+"""What ``--api`` takes: the OpenAI API a provider speaks (``openai``, ``local`` and
+``demo`` speak either; ``openai-responses`` is ``openai`` speaking ``responses``)."""
 
 # When no provider is named: the first key found wins, in this order.
 KEY_ORDER = (
@@ -40,8 +45,8 @@ KEY_ORDER = (
 )
 
 _SET_ONE_OF = (
-    "set HARNESSNB_PROVIDER (openai, openrouter, anthropic, local, demo) or one of "
-    "OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
+    "set HARNESSNB_PROVIDER (openai, openai-responses, openrouter, anthropic, local, demo) "
+    "or one of OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
 )
 
 
@@ -52,6 +57,7 @@ def choose_provider(
     base_url: str | None = None,
     fallbacks: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    api: str | None = None,
 ) -> tuple[Provider, str]:
     """The provider a user asked for, and a note saying why it was chosen.
 
@@ -61,20 +67,24 @@ def choose_provider(
     an LLM) with a note that no key was found. The note is "" for a named provider.
 
     Args:
-        name: ``openai``, ``openrouter``, ``anthropic``, ``local`` or ``demo``.
+        name: ``openai``, ``openai-responses``, ``openrouter``, ``anthropic``, ``local``
+            or ``demo``.
         model: The model (default: the provider's ``*_MODEL`` variable, else its default).
         base_url: Another server speaking the provider's protocol; ``local`` needs one.
         fallbacks: Provider names tried in order after the first (``hn.Fallback``).
         env: The environment to read (default ``os.environ``; tests pass a dict).
+        api: ``chat`` or ``responses``: the OpenAI API the first provider speaks
+            (``--api``; None: the provider's own).
 
     Raises:
-        ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
+        ConfigError: an unknown name, a missing key, ``local`` without a base URL, or
+            ``api="responses"`` for a provider that is not OpenAI's.
     """
     env = os.environ if env is None else env
     note = ""
     if name is None:
         name, note = _name_from_env(env, base_url)
-    primary = build_provider(name, model=model, base_url=base_url, env=env)
+    primary = build_provider(name, model=model, base_url=base_url, env=env, api=api)
     if not fallbacks:
         return primary, note
     from ..providers._fallback import Fallback
@@ -90,6 +100,7 @@ class ProviderWords(TypedDict, total=False):
     base_url: str | None
     fallbacks: Sequence[str]
     env: Mapping[str, str] | None
+    api: str | None
 
 
 def recorded_run(store: Any, run_id: str) -> dict[str, Any] | None:
@@ -117,7 +128,9 @@ def provider_for_resume(
     if name is None and not words.get("base_url") and recorded in PROVIDER_NAMES:
         model = words.get("model") or (run or {}).get("model")
         url = (run or {}).get("base_url") if recorded != "demo" else None
-        chosen = build_provider(recorded, model=model, base_url=url or None, env=words.get("env"))
+        chosen = build_provider(
+            recorded, model=model, base_url=url or None, env=words.get("env"), api=words.get("api")
+        )
         return chosen, f"resuming with the provider the run was recorded with: {recorded}"
     if (name or "").strip().lower() == "local" and not words.get("base_url"):
         words["base_url"] = (run or {}).get("base_url")  # the server the run used
@@ -144,22 +157,29 @@ def build_provider(
     model: str | None = None,
     base_url: str | None = None,
     env: Mapping[str, str] | None = None,
+    api: str | None = None,
 ) -> Provider:
     """One provider by name; ``base_url`` points it at another server (a provider's
-    official URL needs its key as ever; another one may do without).
+    official URL needs its key as ever; another one may do without). ``api`` is the
+    OpenAI API it speaks (``--api``): ``responses`` for ``openai``, ``local`` or ``demo``
+    (``openai-responses`` is ``openai`` with it), ``chat`` or None their default.
 
     Raises:
-        ConfigError: an unknown name, a missing key, or ``local`` without a base URL.
+        ConfigError: an unknown name or API, a missing key, ``local`` without a base
+            URL, or ``api="responses"`` for a provider that is not OpenAI's.
     """
     from ..providers._anthropic import Anthropic
     from ..providers._openai import OpenAI, OpenRouter
 
     env = os.environ if env is None else env
     name = name.strip().lower()
+    api = _api(name, api)
+    if name == "openai-responses":
+        name = "openai"
     if name == "demo":
         from ..demo._model import demo_provider
 
-        return demo_provider()
+        return demo_provider(protocol="responses" if api == "responses" else "openai")
     if name == "local":
         if not base_url:
             raise ConfigError(
@@ -168,7 +188,12 @@ def build_provider(
                 code="CONFIG_BASE_URL",
             )
         # Named ``local`` in every row, so its failures never merge with OpenAI's.
-        return OpenAI(model or env.get("OPENAI_MODEL") or "local", base_url=base_url, name="local")
+        return OpenAI(
+            model or env.get("OPENAI_MODEL") or "local",
+            base_url=base_url,
+            name="local",
+            api="responses" if api == "responses" else "chat",
+        )
     classes: dict[str, type[OpenAI] | type[Anthropic]] = {
         "openai": OpenAI,
         "openrouter": OpenRouter,
@@ -191,7 +216,35 @@ def build_provider(
             f"{name}: environment variable {cls.KEY_ENV} is not set",
             code="CONFIG_MISSING_KEY",
         )
-    return cls(model or env.get(cls.MODEL_ENV) or cls.DEFAULT_MODEL, api_key=key, base_url=url)
+    model = model or env.get(cls.MODEL_ENV) or cls.DEFAULT_MODEL
+    if api == "responses":
+        return OpenAI(model, api_key=key, base_url=url, api="responses")
+    return cls(model, api_key=key, base_url=url)
+
+
+def _api(name: str, api: str | None) -> str | None:
+    """``api`` checked against the provider ``name``: ``responses`` for the one spelled
+    ``openai-responses``; a ConfigError for an unknown API or Responses elsewhere."""
+    api = (api or "").strip().lower() or None
+    if api is not None and api not in APIS:
+        raise ConfigError(
+            f"unknown API {api!r}; choose one of {', '.join(APIS)}", code="CONFIG_PROVIDER"
+        )
+    if name == "openai-responses":
+        if api == "chat":
+            raise ConfigError(
+                "provider 'openai-responses' speaks the Responses API; --api chat is "
+                "provider 'openai'",
+                code="CONFIG_PROVIDER",
+            )
+        return "responses"
+    if api == "responses" and name not in ("openai", "local", "demo"):
+        raise ConfigError(
+            f"--api responses is OpenAI's API: provider {name!r} does not speak it "
+            "(use openai, local or demo)",
+            code="CONFIG_PROVIDER",
+        )
+    return api
 
 
 _VERIFY = re.compile(r"^\s*(?P<path>\S+)\s+contains\s+(?P<needle>.+?)\s*$", re.DOTALL)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._errors import ConfigError
 from ._choose import (
+    APIS,
     PROVIDER_NAMES,
     ProviderWords,
     choose_provider,
@@ -211,13 +212,18 @@ STORE = Option(
 
 PROVIDER_OPTIONS = (
     Option("--provider",
-           "openai, openrouter, anthropic, local (needs --base-url) or demo; default: "
+           "openai, openai-responses, openrouter, anthropic, local (needs --base-url) or "
+           "demo; default: "
            "$HARNESSNB_PROVIDER, else the first API key found (OPENROUTER_API_KEY, "
            "ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model",
            {"metavar": "NAME", "choices": PROVIDER_NAMES}, scope="loop"),
     Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
     Option("--base-url", "another server speaking the provider's protocol",
            {"metavar": "URL"}, scope="loop"),
+    Option("--api",
+           "the OpenAI API the provider speaks: chat (chat completions, the default) or "
+           "responses (the Responses API; openai, local or demo)",
+           {"metavar": "API", "choices": APIS}, scope="loop"),
     Option("--fallback",
            "providers to fall back to, in order, after a retryable failure (repeat the "
            "flag, or separate names with commas)",
@@ -404,7 +410,12 @@ def resume_provider_from(
 
 
 def _provider_words(args: argparse.Namespace) -> ProviderWords:
-    return {"model": args.model, "base_url": args.base_url, "fallbacks": args.fallback}
+    return {
+        "model": args.model,
+        "base_url": args.base_url,
+        "fallbacks": args.fallback,
+        "api": args.api,
+    }
 
 
 def check_run_options(args: argparse.Namespace) -> None:

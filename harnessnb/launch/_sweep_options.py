@@ -176,7 +176,9 @@ def _named_provider(
                 "openai/gpt-4o (the demo has one model)",
                 code="CONFIG_PROVIDER",
             )
-        built = build_provider(base, model=model or args.model, base_url=args.base_url)
+        # --api applies to the providers that speak OpenAI's APIs; the others keep theirs.
+        api = getattr(args, "api", None) if base.lower() in ("openai", "local", "demo") else None
+        built = build_provider(base, model=model or args.model, base_url=args.base_url, api=api)
         return {f"{base.lower()}/{model}" if slash else base.lower(): built}
     value = namespace[name]
     if isinstance(value, dict) and value and all(map(_is_provider, value.values())):

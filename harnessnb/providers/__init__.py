@@ -10,6 +10,7 @@
   ``Provider`` protocol;
 - ``_base``: ``BaseProvider``, the one ``complete`` every provider shares, and ``ask``;
 - ``_openai`` (OpenAI, OpenRouter, any OpenAI-compatible server), ``_anthropic``;
+- ``_responses``: OpenAI's Responses API wire format (``OpenAI(api="responses")``);
 - ``_fallback`` (``Fallback``), ``_scripted`` (``ScriptedProvider``, no network).
 
 May import: ``rules``. Knows nothing of tools, the store, the run loop or the faces.

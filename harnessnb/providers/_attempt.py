@@ -326,6 +326,7 @@ class Attempt:
             request_id=request_id,
             ttft_ms=self.ttft_ms,
             latency_ms=latency,
+            output_items=parsed.output_items,
         )
         record = AttemptRecord.succeeded(
             completion,

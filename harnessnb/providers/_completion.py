@@ -5,6 +5,7 @@ converts to its own wire format::
 
     {"role": "system" | "user", "content": str}
     {"role": "assistant", "content": str, "tool_calls": [{"id", "name", "arguments": dict}]}
+        (and "output_items": [item, ...], the Responses API's items of an answer that reasoned)
     {"role": "tool", "tool_call_id": str, "name": str, "content": str}
 
 Tool specs handed to ``complete(tools=...)`` are dicts
@@ -108,6 +109,13 @@ class Completion:
     request_id: str | None = None
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    output_items: tuple[dict[str, Any], ...] = dataclasses.field(
+        default=(), compare=False, repr=False
+    )
+    """The Responses API's output items (reasoning, message, function calls, in order) as
+    the server sent them, when they hold a reasoning item (else empty): the assistant
+    message (``to_message``) carries them so the next turn hands them back whole, as the
+    API wants each reasoning item followed by the item it preceded, ids and all."""
     attempts: tuple[AttemptRecord, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def after(self, earlier: Sequence[AttemptRecord]) -> Completion:
@@ -133,6 +141,7 @@ class Completion:
             "request_id": self.request_id,
             "ttft_ms": self.ttft_ms,
             "latency_ms": self.latency_ms,
+            **({"output_items": [dict(i) for i in self.output_items]} if self.output_items else {}),
         }
 
     @classmethod
@@ -152,6 +161,7 @@ class Completion:
             request_id=data.get("request_id"),
             ttft_ms=data.get("ttft_ms"),
             latency_ms=data.get("latency_ms"),
+            output_items=tuple(dict(i) for i in data.get("output_items") or ()),
         )
 
     def to_message(self) -> dict[str, Any]:
@@ -161,6 +171,8 @@ class Completion:
             msg["tool_calls"] = [
                 {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
             ]
+        if self.output_items:  # handed back by the Responses API's next request
+            msg["output_items"] = [dict(i) for i in self.output_items]
         return msg
 
 

@@ -191,7 +191,7 @@ class HTTPProvider(BaseProvider):
         self._stream_refused = False  # the server rejected a streamed request once
         try:
             # Parsed once: httpx2 would otherwise re-parse the URL string on every call.
-            self._url = httpx2.URL(self._base_url + self.PATH)
+            self._url = httpx2.URL(self._base_url + self._path())
         except httpx2.InvalidURL as exc:
             raise ConfigError(f"{self.NAME}: invalid base_url {self._base_url!r}: {exc}") from exc
         self._headers = {**self._auth_headers(self._api_key), **(headers or {})}
@@ -333,6 +333,11 @@ class HTTPProvider(BaseProvider):
         return completion.after(first)
 
     # -- what a protocol supplies
+
+    def _path(self) -> str:
+        """The path appended to the base URL (``PATH``, unless the API is chosen per
+        instance: ``OpenAI(api="responses")``)."""
+        return self.PATH
 
     @abc.abstractmethod
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:

@@ -9,16 +9,22 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
+from ..rules._errors import ConfigError
 from ..rules._renamed import renamed
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import _TIMEOUT_RENAMES, REQUEST_TIMEOUT_S, HTTPOptions, HTTPProvider
+from ._responses import ResponsesStream, parse_response, request_body
 from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
-__all__ = ["OpenAI", "OpenRouter"]
+__all__ = ["API", "OpenAI", "OpenRouter"]
+
+API = Literal["chat", "responses"]
+"""Which OpenAI API a provider speaks: chat completions or the Responses API."""
 
 
+@renamed(**_TIMEOUT_RENAMES)
 class OpenAI(HTTPProvider):
     """OpenAI chat completions, or any OpenAI-compatible server via ``base_url``.
 
@@ -30,10 +36,43 @@ class OpenAI(HTTPProvider):
     attempt rows, runs and failure tables call it: name your own server
     (``name="local"``, as ``--provider local`` does) so its failures stay apart from
     the official host's. Every attempt row also keeps its ``base_url``.
+
+    ``api="responses"`` speaks OpenAI's Responses API (``POST {base_url}/responses``:
+    ``providers/_responses.py``), the recommended choice for OpenAI itself (an answer's
+    reasoning items are handed back between turns); chat completions (``api="chat"``) stay the
+    default, the API every OpenAI-compatible server speaks. A Responses provider is
+    named ``openai-responses`` unless ``name=`` says otherwise, so its failures count
+    apart from chat's.
     """
 
     NAME, PATH, ENV = "openai", "/chat/completions", "OPENAI"
     DEFAULT_BASE_URL, DEFAULT_MODEL = "https://api.openai.com/v1", "gpt-4o-mini"
+    RESPONSES_PATH, RESPONSES_NAME = "/responses", "openai-responses"
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
+        *,
+        api: API = "chat",
+        **options: Unpack[HTTPOptions],
+    ) -> None:
+        if api not in ("chat", "responses"):
+            raise ConfigError(f"{self.NAME}: api must be 'chat' or 'responses', not {api!r}")
+        self._api: API = api
+        if api == "responses" and not options.get("name"):
+            options["name"] = self.RESPONSES_NAME
+        super().__init__(model, api_key, base_url, timeout_s, **options)
+
+    @property
+    def api(self) -> API:
+        """The API this provider speaks: ``chat`` or ``responses``."""
+        return self._api
+
+    def _path(self) -> str:
+        return self.RESPONSES_PATH if self._api == "responses" else self.PATH
 
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -46,6 +85,8 @@ class OpenAI(HTTPProvider):
     def _request_body(
         self, messages: Messages, tools: ToolSpecs, max_tokens: int | None, stream: bool
     ) -> dict[str, Any]:
+        if self._api == "responses":
+            return request_body(self._model, messages, tools, max_tokens, stream)
         body: dict[str, Any] = {"model": self._model, "messages": _wire_messages(messages)}
         if tools:
             body["tools"] = [
@@ -67,6 +108,8 @@ class OpenAI(HTTPProvider):
         return body
 
     def _parse_body(self, body: Any) -> Parsed:
+        if self._api == "responses":
+            return parse_response(body)
         choices = body.get("choices")
         usage = _usage(body.get("usage"))
         if not choices:
@@ -85,7 +128,7 @@ class OpenAI(HTTPProvider):
         return Parsed(str(text), calls, usage, choice.get("finish_reason"))
 
     def _stream_accumulator(self) -> StreamAccumulator:
-        return _ChatStream()
+        return ResponsesStream() if self._api == "responses" else _ChatStream()
 
 
 @renamed(**_TIMEOUT_RENAMES)

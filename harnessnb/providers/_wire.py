@@ -57,12 +57,14 @@ class WireError(Exception):
 
 class Parsed(NamedTuple):
     """A parsed answer, before the provider adds timing and identity (``usage`` None:
-    the answer reported none)."""
+    the answer reported none; ``output_items``: the Responses API's output items of an
+    answer that reasoned, kept as sent to be handed back on the next turn)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
     usage: Usage | None
     finish_reason: str | None
+    output_items: tuple[dict[str, Any], ...] = ()
 
 
 class StreamAccumulator(abc.ABC):
