@@ -1,8 +1,10 @@
 """The stand-ins that let everything run with no key and no network.
 
-- ``_chaos``: the chaos server, real HTTP on 127.0.0.1 speaking the OpenAI and Anthropic
-  protocols with failures injected on demand or at seeded rates (public path:
+- ``_chaos``: the chaos server, real HTTP on 127.0.0.1 speaking the OpenAI, Anthropic and
+  Gemini protocols with failures injected on demand or at seeded rates (public path:
   ``harnessnb.chaos``);
+- ``_chaos_gemini``: the chaos server's Gemini dialect (requests read, answers and
+  Google's error bodies written);
 - ``_model``: the rule-based demo model the chaos server answers with, the demo provider
   and the demo workspace;
 - ``_conversation``: what the demo model reads of a request, in either wire form;

@@ -1,4 +1,5 @@
-"""A chaos server: real HTTP on loopback that speaks OpenAI and Anthropic, and fails on demand.
+"""A chaos server: real HTTP on loopback that speaks OpenAI, Anthropic and Gemini, and
+fails on demand.
 
 It is the test bed for providers, the run loop and the demo model::
 
@@ -11,7 +12,8 @@ It is the test bed for providers, the run loop and the demo model::
         srv.requests[0].fault        # what the first request got
 
 Paths: ``/v1/chat/completions`` (any path ending in ``/chat/completions``) is the
-OpenAI protocol, ``/v1/messages`` the Anthropic one, streaming (SSE) or not. The
+OpenAI protocol, ``/v1/messages`` the Anthropic one, ``/v1beta/models/{model}:generateContent``
+and ``:streamGenerateContent`` Gemini's (``_chaos_gemini``), streaming (SSE) or not. The
 server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
@@ -38,9 +40,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import _chaos_gemini as gemini
+
 __all__ = ["ChaosRequest", "ChaosServer", "Fault", "Reply", "echo_responder"]
 
-_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "api-key"})
+_SECRET_HEADERS = frozenset(
+    {"authorization", "x-api-key", "proxy-authorization", "api-key", "x-goog-api-key"}
+)
 _ANTHROPIC_CONTEXT = "prompt is too long: 210000 tokens > 200000 maximum"
 
 
@@ -155,6 +161,18 @@ class Fault:
         does not stream gets a healthy answer (a server that cannot stream)."""
         return cls("rejects_streaming", http_status=400)
 
+    @classmethod
+    def blocked(cls, reason: str = "SAFETY") -> Fault:
+        """Gemini: a 200 with no candidate, the prompt blocked (``promptFeedback``).
+        Other protocols: as ``empty``."""
+        return cls("blocked", body=reason)
+
+    @classmethod
+    def finish_empty(cls, reason: str = "SAFETY") -> Fault:
+        """Gemini: a candidate that ended ``reason`` (``SAFETY``, ``RECITATION``,
+        ``MAX_TOKENS``) with no content. Other protocols: as ``empty``."""
+        return cls("finish_empty", body=reason)
+
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
@@ -177,7 +195,7 @@ class Reply:
 class ChaosRequest:
     """One request the server received, with the fault it got (None: healthy)."""
 
-    protocol: str  # "openai" | "anthropic"
+    protocol: str  # "openai" | "anthropic" | "gemini"
     path: str
     json: Any
     headers: dict[str, str]  # lower-case names; secrets replaced by "REDACTED"
@@ -187,20 +205,29 @@ class ChaosRequest:
 
     @property
     def model(self) -> str:
+        if self.protocol == "gemini":  # named by the path
+            return (gemini.gemini_route(self.path) or ("", False))[0]
         return str(self._get("model") or "")
 
     @property
     def stream(self) -> bool:
+        if self.protocol == "gemini":
+            return (gemini.gemini_route(self.path) or ("", False))[1]
         return bool(self._get("stream"))
 
     @property
     def messages(self) -> list[Any]:
+        """The conversation (Gemini's ``contents`` read as OpenAI-shaped messages)."""
+        if self.protocol == "gemini":
+            return gemini.gemini_messages(self.json)
         value = self._get("messages")
         return list(value) if isinstance(value, list) else []
 
     @property
     def tools(self) -> list[str]:
         """The names of the tools offered, in order."""
+        if self.protocol == "gemini":
+            return gemini.gemini_tools(self.json)
         names: list[str] = []
         for tool in self._get("tools") or ():
             if isinstance(tool, Mapping):
@@ -382,6 +409,11 @@ class ChaosServer:
         """``base_url`` for ``hn.Anthropic`` and the ``anthropic`` SDK."""
         return self.url
 
+    @property
+    def gemini_url(self) -> str:
+        """``base_url`` for ``hn.Gemini`` and the ``google-genai`` SDK."""
+        return self.url
+
     # -- faults
 
     def push(self, *faults: Fault) -> None:
@@ -479,6 +511,8 @@ class ChaosServer:
             protocol = "openai"
         elif path.endswith("/messages"):
             protocol = "anthropic"
+        elif gemini.gemini_route(path) is not None:
+            protocol = "gemini"
         else:
             await _send(writer, 404, _error_body("openai", 404, f"no route {path}"), {})
             return True
@@ -570,6 +604,8 @@ _ERROR_TYPES = {
 def _error_body(protocol: str, status: int, message: str | None = None) -> bytes:
     etype, default = _ERROR_TYPES.get(status, ("api_error", "Internal server error."))
     msg = message or default
+    if protocol == "gemini":
+        return gemini.error_body(status, message)
     if protocol == "anthropic":
         return json.dumps({"type": "error", "error": {"type": etype, "message": msg}}).encode()
     return json.dumps(
@@ -663,12 +699,14 @@ class _Exchange:
     # -- healthy (or empty / truncated) answers
 
     def _reply(self, kind: str) -> Reply:
-        if kind == "empty":
+        if kind in ("empty", "blocked", "finish_empty"):
             return Reply(text="", output_tokens=0)
         return self.responder(self.req)
 
     async def _whole(self, kind: str, reply: Reply) -> bool:
-        if self.req.protocol == "anthropic":
+        if self.req.protocol == "gemini":
+            body = _gemini_body(self.req, reply, kind, self.fault)
+        elif self.req.protocol == "anthropic":
             body = _anthropic_message(self.req, reply, kind == "empty")
         else:
             body = _openai_completion(self.req, reply, kind == "empty")
@@ -691,6 +729,8 @@ class _Exchange:
         return True
 
     def _events(self, kind: str, reply: Reply) -> list[bytes]:
+        if self.req.protocol == "gemini":
+            return _gemini_events(self.req, reply, kind, self.fault)
         if self.req.protocol == "anthropic":
             return _anthropic_events(self.req, reply, kind == "empty")
         return _openai_events(self.req, reply, kind == "empty")
@@ -905,6 +945,30 @@ def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[byte
     )
     events.append(_sse({"type": "message_stop"}, "message_stop"))
     return events
+
+
+def _gemini_body(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> Any:
+    empty = kind in ("empty", "blocked", "finish_empty")
+    tokens = _usage(req, reply, empty)
+    if kind == "blocked":
+        return gemini.blocked_prompt((fault.body if fault else None) or "SAFETY", tokens)
+    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    return gemini.gemini_response(
+        req.model, req.request_id, reply.text, reply.tool_calls, tokens,
+        usage=reply.usage, finish=finish, empty=empty,
+    )  # fmt: skip
+
+
+def _gemini_events(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> list[bytes]:
+    if kind == "blocked":
+        return [_sse(_gemini_body(req, reply, kind, fault))]
+    empty = kind in ("empty", "finish_empty")
+    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    chunks = gemini.gemini_chunks(
+        req.model, req.request_id, _split(reply.text), reply.tool_calls,
+        _usage(req, reply, empty), usage=reply.usage, finish=finish, empty=empty,
+    )  # fmt: skip
+    return [_sse(chunk) for chunk in chunks]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
