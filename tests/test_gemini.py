@@ -178,7 +178,7 @@ async def test_the_key_goes_in_the_header_never_the_url(stream: bool, srv: Chaos
     assert request.headers["x-goog-api-key"] == "REDACTED"
     assert "authorization" not in request.headers
     method = "streamGenerateContent" if stream else "generateContent"
-    assert request.path == f"/v1beta/models/gemini-test:{method}"
+    assert request.path == f"/v1/models/gemini-test:{method}"
     assert KEY not in request.path
 
 
@@ -364,11 +364,13 @@ def test_the_key_comes_from_gemini_then_google(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_model_named_with_its_models_prefix_is_the_same_model() -> None:
-    provider = hn.Gemini("models/gemini-2.5-pro", api_key=KEY)
+    provider = hn.Gemini("models/gemini-2.5-pro", api_key=KEY, api_version="v1beta")
     assert str(provider._url_for(True)) == (
         "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro"
         ":streamGenerateContent?alt=sse"
     )
+    with pytest.raises(hn.ConfigError, match="api_version"):
+        hn.Gemini("m", api_key=KEY, api_version="../v1")
 
 
 # ----------------------------------------------------------- the rule, as a table

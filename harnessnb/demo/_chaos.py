@@ -12,9 +12,9 @@ It is the test bed for providers, the run loop and the demo model::
         srv.requests[0].fault        # what the first request got
 
 Paths: ``/v1/chat/completions`` (any path ending in ``/chat/completions``) is the
-OpenAI protocol, ``/v1/messages`` the Anthropic one, ``/v1beta/models/{model}:generateContent``
-and ``:streamGenerateContent`` Gemini's (``_chaos_gemini``), streaming (SSE) or not. The
-server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
+OpenAI protocol, ``/v1/messages`` the Anthropic one, ``/v1/models/{model}:generateContent``
+and ``:streamGenerateContent`` (any version) Gemini's (``_chaos_gemini``), streaming
+(SSE) or not. The server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
 Run ``python -m harnessnb.chaos --port 8000`` to serve one from a shell.

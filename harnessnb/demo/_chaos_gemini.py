@@ -1,7 +1,7 @@
 """The chaos server's Gemini dialect: Google's ``generateContent`` and
 ``streamGenerateContent?alt=sse`` bodies, read and written.
 
-``demo/_chaos.py`` routes ``/v1beta/models/{model}:generateContent`` (and
+``demo/_chaos.py`` routes ``/{version}/models/{model}:generateContent`` (and
 ``:streamGenerateContent``) here: a request's ``contents`` are read as OpenAI-shaped
 messages (so the echo responder and the demo model read every protocol alike), and
 answers, usage and errors are written as Gemini writes them. Plain data in and out:

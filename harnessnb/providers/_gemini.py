@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self, Unpack
 from urllib.parse import quote
@@ -33,6 +34,7 @@ from urllib.parse import quote
 import httpx2
 
 from ..rules._classify import ErrorReading, ProviderErrorKind, read_google_error
+from ..rules._errors import ConfigError
 from ..rules._renamed import renamed
 from ._completion import Messages, ToolCall, ToolSpecs, Usage
 from ._http import (
@@ -46,7 +48,8 @@ from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_coun
 
 __all__ = ["Gemini"]
 
-API_VERSION = "v1beta"
+API_VERSION = "v1"
+"""The API version asked by default: the stable one, as the ``google-genai`` SDK asks."""
 KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 """Where the key is read from when none is passed, in this order."""
 
@@ -63,6 +66,7 @@ _BLOCKED = frozenset(
     }
 )
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **{r: "content_filter" for r in _BLOCKED}}
+_VERSION = re.compile(r"v\d+(?:alpha|beta)?\d*")
 _CALL_PREFIX = "gemini_call_"  # an id harnessnb made up: Gemini sent none
 
 
@@ -73,15 +77,16 @@ def _env(var: str) -> str | None:
 
 @renamed(**_TIMEOUT_RENAMES)
 class Gemini(HTTPProvider):
-    """Google Gemini's API (``{base_url}/v1beta/models/{model}:generateContent``).
+    """Google Gemini's API (``{base_url}/v1/models/{model}:generateContent``).
 
     With no ``base_url`` the key defaults to ``$GEMINI_API_KEY``, else
     ``$GOOGLE_API_KEY``; it is sent in the ``x-goog-api-key`` header, never the URL.
-    ``base_url`` is the server root, as the ``google-genai`` SDK's ``base_url`` is.
-    Every other argument is ``HTTPProvider``'s.
+    ``base_url`` is the server root, as the ``google-genai`` SDK's ``base_url`` is;
+    ``api_version`` (``v1``, or ``v1beta`` for early features) as the SDK's
+    ``http_options``. Every other argument is ``HTTPProvider``'s.
     """
 
-    NAME, PATH, ENV = "gemini", f"/{API_VERSION}/models", "GEMINI"
+    NAME, PATH, ENV = "gemini", "", "GEMINI"
     DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
     DEFAULT_MODEL = "gemini-2.5-flash"
 
@@ -91,14 +96,20 @@ class Gemini(HTTPProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         timeout_s: float | datetime.timedelta = REQUEST_TIMEOUT_S,
+        *,
+        api_version: str = API_VERSION,
         **options: Unpack[HTTPOptions],
     ) -> None:
         if not api_key and base_url is None:
             api_key = next((k for k in map(_env, KEY_ENVS) if k), None)
         super().__init__(model, api_key, base_url, timeout_s, **options)
+        if not _VERSION.fullmatch(api_version):
+            raise ConfigError(
+                f"gemini: api_version must look like v1 or v1beta, not {api_version!r}"
+            )
         # "models/gemini-2.5-flash" (as the API lists them) names the same model.
         name = quote(self._model.removeprefix("models/"), safe="-._~")
-        root = f"{self._url}/{name}"
+        root = f"{self._url}/{api_version}/models/{name}"
         self._urls = (
             httpx2.URL(f"{root}:generateContent"),
             httpx2.URL(f"{root}:streamGenerateContent?alt=sse"),
