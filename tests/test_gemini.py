@@ -10,13 +10,17 @@ import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import harnessnb as hn
+from harnessnb import cli
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.demo import DemoModel, make_demo_workspace
 from harnessnb.demo._chaos_gemini import google_error
+from harnessnb.launch._choose import choose_provider
 from harnessnb.providers import _http
 from harnessnb.rules._classify import read_google_error
 from harnessnb.rules._retry import retry_decision
@@ -417,3 +421,41 @@ def test_google_error_table(reading: Reading) -> None:
         reading.retry_after_s,
         reading.should_retry,
     )
+
+
+# ------------------------------------------------------------------ both faces
+
+
+def test_the_faces_name_gemini_by_word_or_by_its_key() -> None:
+    provider, note = choose_provider("gemini", env={"GOOGLE_API_KEY": KEY})
+    assert isinstance(provider, hn.Gemini) and provider.model == hn.Gemini.DEFAULT_MODEL
+    assert provider._headers["x-goog-api-key"] == KEY and note == ""
+    env = {"GEMINI_API_KEY": KEY, "GEMINI_MODEL": "gemini-2.5-pro"}
+    provider, note = choose_provider(env=env)
+    assert provider.name == "gemini" and provider.model == "gemini-2.5-pro"
+    assert note == "provider gemini: GEMINI_API_KEY is set"
+    # Every other key wins over Gemini's, as before it came.
+    assert choose_provider(env={**env, "OPENAI_API_KEY": "k"})[0].name == "openai"
+    with pytest.raises(hn.ConfigError, match="GEMINI_API_KEY or GOOGLE_API_KEY is not set"):
+        choose_provider("gemini", env={})
+
+
+def test_a_run_with_provider_gemini_on_the_chaos_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The demo model behind the Gemini dialect: it reads the functionCall/functionResponse
+    # turns as it reads the other protocols' and finishes the quickstart's task.
+    ws = make_demo_workspace(tmp_path / "ws")
+    store = str(tmp_path / "s.duckdb")
+    with ChaosServer(responder=DemoModel()) as server:
+        code = cli.main(["run", "Summarise README.md into NOTES.md", "--provider",
+                         "gemini", "--base-url", server.gemini_url, "--workspace", str(ws),
+                         "--store", store, "--allow-write", "NOTES.md",
+                         "--verify", "NOTES.md contains #"])  # fmt: skip
+        paths = {r.path for r in server.requests}
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert paths == {"/v1/models/gemini-2.5-flash:streamGenerateContent"}
+    with hn.Store(store) as s:
+        runs = s.runs()
+    assert list(runs["provider"]) == ["gemini"] and list(runs["outcome"]) == ["success"]
