@@ -459,3 +459,11 @@ def test_a_run_with_provider_gemini_on_the_chaos_server(
     with hn.Store(store) as s:
         runs = s.runs()
     assert list(runs["provider"]) == ["gemini"] and list(runs["outcome"]) == ["success"]
+
+
+def test_a_gemini_answer_is_priced_by_the_catalogue() -> None:
+    # Priced as Google's model (genai-prices), not left unknown: cost is part of the row.
+    cost = hn.Prices().cost(
+        "gemini", "gemini-2.5-flash", 1_000_000, 1_000_000, hn.Gemini.DEFAULT_BASE_URL
+    )
+    assert cost is not None and cost > 0

@@ -7,11 +7,11 @@
   Google's error bodies written);
 - ``_model``: the rule-based demo model the chaos server answers with, the demo provider
   and the demo workspace;
-- ``_conversation``: what the demo model reads of a request, in either wire form;
+- ``_conversation``: what the demo model reads of a request, in any wire form;
 - ``_arithmetic``: its questions with a right answer, answered wrongly at a seeded rate
   (a simulated provider of known quality).
 
-May import: ``providers`` (the demo provider is an ``OpenAI``/``Anthropic`` pointed at
+May import: ``providers`` (the demo provider is an ``OpenAI``/``Anthropic``/``Gemini`` pointed at
 loopback) and ``rules``. Nothing of ``loop``, ``tools``, ``store`` or the faces.
 """
 
