@@ -19,9 +19,10 @@ import harnessnb as hn
 from harnessnb import cli
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
 from harnessnb.demo import DemoModel, make_demo_workspace
-from harnessnb.demo._chaos_gemini import google_error
+from harnessnb.demo._chaos_gemini import google_error, thought_signature
 from harnessnb.launch._choose import choose_provider
 from harnessnb.providers import _http
+from harnessnb.providers._gemini import SIGNATURE_STAND_IN
 from harnessnb.rules._classify import read_google_error
 from harnessnb.rules._retry import retry_decision
 from tests.test_providers import CONVERSATION, HI, ROWS, TOOLS, Row, tool_responder
@@ -239,7 +240,12 @@ async def test_the_wire_has_contents_system_instruction_and_function_parts(
     assert body["systemInstruction"] == {"parts": [{"text": "You are terse."}]}
     assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
     calls = body["contents"][1]["parts"]
-    assert calls[0] == {"functionCall": {"id": "t1", "name": "read_file", "args": {"path": "a"}}}
+    # Calls this provider never saw answered: the stand-in signature on the turn's first.
+    assert calls[0] == {
+        "functionCall": {"id": "t1", "name": "read_file", "args": {"path": "a"}},
+        "thoughtSignature": SIGNATURE_STAND_IN,
+    }
+    assert calls[1] == {"functionCall": {"id": "t2", "name": "read_file", "args": {"path": "b"}}}
     answers = body["contents"][2]["parts"]
     assert answers[1] == {
         "functionResponse": {"id": "t2", "name": "read_file", "response": {"result": "B"}}
@@ -288,6 +294,39 @@ async def test_calls_without_ids_are_answered_by_name_in_order() -> None:
     tool_messages = [m for m in sent.messages if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == ["r0", "r1"]
     assert len({m["tool_call_id"] for m in tool_messages}) == 2
+
+
+def _history(first: hn.Completion) -> list[dict[str, Any]]:
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in first.tool_calls]
+    return [
+        *HI,
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        *({"role": "tool", "tool_call_id": c["id"], "content": "r"} for c in calls),
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_calls_thought_signature_goes_back_verbatim(stream: bool) -> None:
+    # Gemini 3 refuses a turn whose function calls lost their signatures (HTTP 400).
+    with ChaosServer(responder=_calls_twice) as srv:
+        provider = make(srv)
+        first = await provider.complete(HI, tools=TOOLS, stream=stream)
+        signed = thought_signature(srv.requests[-1].request_id)
+        await provider.with_timeout(30).complete(_history(first), tools=TOOLS, stream=stream)
+        parts = srv.requests[-1].json["contents"][1]["parts"]
+        # Another object (a resumed run in a new process) never saw it: the stand-in.
+        await make(srv).complete(_history(first), tools=TOOLS, stream=stream)
+        fresh = srv.requests[-1].json["contents"][1]["parts"]
+        # The Gemini 2 models need none: nothing is made up for them.
+        await make(srv, name="g2").complete(_history(first), tools=TOOLS, stream=stream)
+        await hn.Gemini(
+            "gemini-2.5-flash", api_key=KEY, base_url=srv.gemini_url
+        ).complete(_history(first), tools=TOOLS, stream=stream)
+        old = srv.requests[-1].json["contents"][1]["parts"]
+        await _http.aclose_client()
+    assert [p.get("thoughtSignature") for p in parts] == [signed, None]
+    assert [p.get("thoughtSignature") for p in fresh] == [SIGNATURE_STAND_IN, None]
+    assert [p.get("thoughtSignature") for p in old] == [None, None]
 
 
 async def test_thoughts_are_not_the_answer_but_are_billed(srv: ChaosServer) -> None:

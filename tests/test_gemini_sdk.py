@@ -4,6 +4,7 @@ say (the text, the calls, the usage, the status word, the wait, the block reason
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from google.genai import errors, types
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
-from harnessnb.demo._chaos_gemini import google_error
+from harnessnb.demo._chaos_gemini import google_error, thought_signature
 from harnessnb.providers import _http
 
 KEY = "AIzaSyD-sdk-parity-0123456789abcdefghij"
@@ -109,15 +110,25 @@ async def test_both_read_the_same_text_usage_and_finish(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_both_read_the_same_function_call(
-    sdk: genai.Client, ours: hn.Gemini, stream: bool
+    sdk: genai.Client, ours: hn.Gemini, srv: ChaosServer, stream: bool
 ) -> None:
     chunks = sdk_call(sdk, stream, tools=True)
+    sdk_request = srv.requests[-1].request_id
     calls = [c for chunk in chunks for c in chunk.function_calls or ()]
     mine = await ours.complete(HI, tools=OUR_TOOLS, stream=stream)
     assert [(c.name, c.args) for c in calls] == [
         (t.name, t.arguments) for t in mine.tool_calls
     ] == [("read_file", TOOL_ARGS)]
     assert mine.finish_reason == "tool_calls"
+    # The signature the SDK reads (bytes) is what harnessnb keeps (text) to send back.
+    parts = [p for c in chunks for p in c.candidates[0].content.parts if p.function_call]
+    signature = parts[0].thought_signature
+    assert signature is not None
+    assert base64.b64encode(signature).decode() == thought_signature(sdk_request)
+    ours_request = srv.requests[-1].request_id
+    assert list(ours._signatures.items()) == [
+        (mine.tool_calls[0].id, thought_signature(ours_request))
+    ]
 
 
 STATUS_CASES = [

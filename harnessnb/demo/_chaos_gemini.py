@@ -16,6 +16,7 @@ no content) are rendered here.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ __all__ = [
     "gemini_route",
     "gemini_tools",
     "google_error",
+    "thought_signature",
 ]
 
 _ROUTE = re.compile(
@@ -209,9 +211,13 @@ def gemini_response(
     """A whole ``GenerateContentResponse``: one candidate (no content when ``empty``)."""
     parts: list[dict[str, Any]] = [] if empty or not text else [{"text": text}]
     if not empty:
+        # Signed as Gemini 3 signs them: the first call of the answer carries one.
         parts += [
-            {"functionCall": {"name": c["name"], "args": dict(c.get("arguments") or {})}}
-            for c in tool_calls
+            {
+                "functionCall": {"name": c["name"], "args": dict(c.get("arguments") or {})},
+                **({"thoughtSignature": thought_signature(response_id)} if n == 0 else {}),
+            }
+            for n, c in enumerate(tool_calls)
         ]
     candidate: dict[str, Any] = {"finishReason": finish or "STOP", "index": 0}
     if parts:
@@ -249,6 +255,11 @@ def gemini_chunks(
     )
     chunks.append(last)
     return chunks
+
+
+def thought_signature(response_id: str) -> str:
+    """The signature the chaos server puts on an answer's first call (base64, as Google's)."""
+    return base64.b64encode(f"chaos thought of {response_id}".encode()).decode()
 
 
 def blocked_prompt(reason: str, tokens: tuple[int, int]) -> dict[str, Any]:

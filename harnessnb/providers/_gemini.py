@@ -18,6 +18,13 @@ Error statuses are read with ``rules._classify.read_google_error``: the body's s
 word decides the kind, ``RetryInfo.retryDelay`` is the wait when no header says one,
 and a ``QuotaFailure`` naming a per-day or per-month limit is not retryable.
 
+Thought signatures: a function call's ``thoughtSignature`` (Gemini 3 sends one and
+refuses a next turn without it, HTTP 400) is kept by the provider object, by call id,
+and sent back verbatim with that call. A call whose signature this object never saw (a
+resumed run in a new process, a turn another provider made under ``hn.Fallback``) is
+sent with Google's documented stand-in, ``skip_thought_signature_validator``, on the
+first call of its turn, except to the Gemini 1 and 2 models, which need none.
+
 Finish reasons are mapped onto the OpenAI vocabulary (``stop``, ``tool_calls``,
 ``length``, ``content_filter``) like the other providers'.
 """
@@ -68,6 +75,10 @@ _BLOCKED = frozenset(
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **{r: "content_filter" for r in _BLOCKED}}
 _VERSION = re.compile(r"v\d+(?:alpha|beta)?\d*")
 _CALL_PREFIX = "gemini_call_"  # an id harnessnb made up: Gemini sent none
+SIGNATURE_STAND_IN = "skip_thought_signature_validator"
+"""Sent for a call whose signature is unknown (Google's documented dummy value)."""
+_KEPT_SIGNATURES = 1024  # per provider object; the oldest go first
+_UNSIGNED_MODELS = re.compile(r"(models/)?gemini-[12](\.|-)")  # no signature needed
 
 
 def _env(var: str) -> str | None:
@@ -110,6 +121,7 @@ class Gemini(HTTPProvider):
         # "models/gemini-2.5-flash" (as the API lists them) names the same model.
         name = quote(self._model.removeprefix("models/"), safe="-._~")
         root = f"{self._url}/{api_version}/models/{name}"
+        self._signatures: dict[str, str] = {}  # tool call id -> its thoughtSignature
         self._urls = (
             httpx2.URL(f"{root}:generateContent"),
             httpx2.URL(f"{root}:streamGenerateContent?alt=sse"),
@@ -152,7 +164,8 @@ class Gemini(HTTPProvider):
     def _request_body(
         self, messages: Messages, tools: ToolSpecs, max_tokens: int | None, stream: bool
     ) -> dict[str, Any]:
-        system, contents = _wire_contents(messages)
+        stand_in = None if _UNSIGNED_MODELS.match(self._model) else SIGNATURE_STAND_IN
+        system, contents = _wire_contents(messages, self._signatures, stand_in)
         body: dict[str, Any] = {"contents": contents}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
@@ -175,15 +188,17 @@ class Gemini(HTTPProvider):
         return body
 
     def _parse_body(self, body: Any) -> Parsed:
-        acc = _ContentStream()
+        acc = _ContentStream(self._signatures)
         acc.take(body)
         return acc.answer()
 
     def _stream_accumulator(self) -> StreamAccumulator:
-        return _ContentStream()
+        return _ContentStream(self._signatures)
 
 
-def _wire_contents(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def _wire_contents(
+    messages: Sequence[dict[str, Any]], signatures: Mapping[str, str], stand_in: str | None
+) -> tuple[str, list[dict[str, Any]]]:
     system: list[str] = []
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id -> its function's name
@@ -203,12 +218,16 @@ def _wire_contents(messages: Sequence[dict[str, Any]]) -> tuple[str, list[dict[s
             system.append(content)
         elif role == "assistant":
             parts: list[dict[str, Any]] = [{"text": content}] if content else []
-            for c in m.get("tool_calls") or ():
+            for n, c in enumerate(m.get("tool_calls") or ()):
                 names[c["id"]] = c["name"]
                 call: dict[str, Any] = {"name": c["name"], "args": c.get("arguments") or {}}
                 if not str(c["id"]).startswith(_CALL_PREFIX):
                     call["id"] = c["id"]
-                parts.append({"functionCall": call})
+                part: dict[str, Any] = {"functionCall": call}
+                signature = signatures.get(c["id"]) or (stand_in if n == 0 else None)
+                if signature:
+                    part["thoughtSignature"] = signature
+                parts.append(part)
             add("model", parts)
         elif role == "tool":
             cid = str(m.get("tool_call_id") or "")
@@ -237,7 +256,8 @@ class _ContentStream(StreamAccumulator):
     """``GenerateContentResponse`` chunks: text parts are pieces, function calls whole,
     usage and the finish reason on the last chunk. A whole answer is one chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, signatures: dict[str, str]) -> None:
+        self.signatures = signatures  # the provider's, filled with the calls' signatures
         self.text: list[str] = []
         self.calls: list[ToolCall] = []
         self.usage: Usage | None = None
@@ -276,14 +296,14 @@ class _ContentStream(StreamAccumulator):
                     carried = True
                 call = part.get("functionCall")
                 if call is not None:
-                    self.calls.append(self._call(call))
+                    self.calls.append(self._call(call, part.get("thoughtSignature")))
                     carried = True
             if candidate.get("finishReason"):
                 self.finish = str(candidate["finishReason"])
                 self.done = True
         return carried
 
-    def _call(self, call: Mapping[str, Any]) -> ToolCall:
+    def _call(self, call: Mapping[str, Any], signature: Any) -> ToolCall:
         name = str(call.get("name") or "")
         args = call.get("args")
         if args is None:
@@ -293,7 +313,12 @@ class _ContentStream(StreamAccumulator):
         given = call.get("id")
         n = len(self.calls)
         made = f"{_CALL_PREFIX}{self.response_id}_{n}" if self.response_id else f"{_CALL_PREFIX}{n}"
-        return ToolCall(id=str(given) if given else made, name=name, arguments=args)
+        cid = str(given) if given else made
+        if isinstance(signature, str) and signature:
+            self.signatures[cid] = signature
+            while len(self.signatures) > _KEPT_SIGNATURES:
+                self.signatures.pop(next(iter(self.signatures)))
+        return ToolCall(id=cid, name=name, arguments=args)
 
     def answer(self) -> Parsed:
         """The answer so far, or the failure an answer with nothing usable is."""
