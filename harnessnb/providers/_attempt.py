@@ -157,7 +157,9 @@ class Attempt:
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
             scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message, exc.usage) from exc.__cause__
+            raise self._fail(
+                exc.kind, exc.message, exc.usage, reading=exc.reading
+            ) from exc.__cause__
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
@@ -242,7 +244,7 @@ class Attempt:
             raise WireError.malformed(f"200 body is not JSON ({len(content)} bytes)") from exc
         error = self.p.error_object(body)
         if error is not None:
-            raise WireError.from_error_object(error, "error in a 200 body")
+            raise WireError.from_error_object(error, "error in a 200 body", self.p.read_error)
         try:
             return self.p.parse_body(body)
         except WireError:

@@ -271,7 +271,9 @@ class _ContentStream(StreamAccumulator):
     def take(self, chunk: Mapping[str, Any]) -> bool:
         """Take one response object; True when it carried model output."""
         if chunk.get("error") is not None:
-            raise WireError.from_error_object(chunk["error"], "error event in the stream")
+            raise WireError.from_error_object(
+                chunk["error"], "error event in the stream", read_google_error
+            )
         if chunk.get("usageMetadata") is not None:
             self.usage = _usage(chunk["usageMetadata"])
         self.response_id = str(chunk.get("responseId") or self.response_id)
