@@ -530,3 +530,44 @@ def test_a_gemini_answer_is_priced_by_the_catalogue() -> None:
         "gemini", "gemini-2.5-flash", 1_000_000, 1_000_000, hn.Gemini.DEFAULT_BASE_URL
     )
     assert cost is not None and cost > 0
+
+
+async def test_a_server_that_cannot_stream_is_asked_at_the_whole_answer_route(
+    srv: ChaosServer,
+) -> None:
+    # Gemini's streamed and whole answers have different URLs: the retry without
+    # streaming must go to generateContent, and the object must not stream again.
+    srv.push(Fault.rejects_streaming())
+    provider = make(srv)
+    done = await provider.complete(HI)
+    assert done.text == "hi" and len(done.attempts) == 2
+    assert [r.path.rsplit(":", 1)[1] for r in srv.requests] == [
+        "streamGenerateContent", "generateContent",
+    ]  # fmt: skip
+    assert not provider.stream
+
+
+def test_a_gemini_run_resumes_with_gemini_at_its_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, ws = str(tmp_path / "s.duckdb"), make_demo_workspace(tmp_path / "ws")
+    with hn.set_testing(True), ChaosServer(responder=DemoModel()) as server:
+        server.set_default(_status(503))
+        code = cli.main(["run", "Summarise README.md into NOTES.md", "--provider", "gemini",
+                         "--base-url", server.gemini_url, "--workspace", str(ws),
+                         "--store", path, "--allow-write", "NOTES.md"])  # fmt: skip
+        assert code == 3  # escalated_retryable: resumable
+        out = capsys.readouterr().out
+        run_id = out.split("started ", 1)[1].split()[0]
+        server.set_default(None)
+        asked = len(server.requests)
+        assert cli.main(["resume", run_id, "--store", path]) == 0  # no --provider, no key
+        out = capsys.readouterr().out
+        assert len(server.requests) > asked
+        assert {r.protocol for r in server.requests} == {"gemini"}
+    assert "recorded with: gemini" in out
+    with hn.Store(path) as store:
+        attempts = store.attempts(run_id)
+    assert set(attempts["provider"]) == {"gemini"}
+    assert set(attempts["base_url"]) == {server.gemini_url}
+    assert set(attempts["kind"].dropna()) == {"server"}  # 503 UNAVAILABLE, then answers
