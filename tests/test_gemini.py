@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,41 @@ async def _ends_before_its_finish_reason(
     writer.close()
 
 
+def _stream_of(*chunks: dict[str, Any]) -> Any:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        events = b"".join(f"data: {json.dumps(c)}\r\n\r\n".encode() for c in chunks)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(events), events)
+        )
+        await writer.drain()
+        writer.close()
+
+    return serve
+
+
+async def test_usage_sent_after_the_finish_reason_is_billed() -> None:
+    # The finish reason and the usage need not share a chunk: the usage after it counts.
+    text = {"content": {"role": "model", "parts": [{"text": "fine"}]}, "index": 0}
+    server = await asyncio.start_server(
+        _stream_of(
+            {"candidates": [text]},
+            {"candidates": [{"finishReason": "STOP", "index": 0}]},
+            {"usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 3}},
+        ),
+        "127.0.0.1",
+        0,
+    )
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        provider = hn.Gemini("m", api_key=KEY, base_url=f"http://127.0.0.1:{port}")
+        done = await provider.complete(HI, stream=True)
+        await _http.aclose_client()
+    assert (done.text, done.finish_reason) == ("fine", "stop")
+    assert done.usage == hn.Usage(7, 3)
+
+
 async def test_a_stream_closed_before_its_finish_reason_is_not_an_answer() -> None:
     # Gemini's stream has no end marker: a clean close before a finishReason is a cut,
     # not a short answer.
@@ -571,3 +607,15 @@ def test_a_gemini_run_resumes_with_gemini_at_its_server(
     assert set(attempts["provider"]) == {"gemini"}
     assert set(attempts["base_url"]) == {server.gemini_url}
     assert set(attempts["kind"].dropna()) == {"server"}  # 503 UNAVAILABLE, then answers
+
+
+async def test_a_server_silent_after_its_last_chunk_does_not_spoil_the_answer(
+    srv: ChaosServer,
+) -> None:
+    # Every chunk sent, then the stream held open: the last chunk (finish reason and
+    # output tokens) completes the answer; the attempt does not wait for the close.
+    srv.push(Fault.stall_stream(after_events=100, seconds=3.0))
+    started = time.perf_counter()
+    done = await make(srv, idle_timeout_s=0.5).complete(HI, stream=True)
+    assert done.text == "hi" and not done.usage.estimated
+    assert time.perf_counter() - started < 1.0

@@ -254,7 +254,10 @@ def _usage(raw: Any) -> Usage | None:
 
 class _ContentStream(StreamAccumulator):
     """``GenerateContentResponse`` chunks: text parts are pieces, function calls whole,
-    usage and the finish reason on the last chunk. A whole answer is one chunk."""
+    usage and the finish reason on the last chunk. A whole answer is one chunk.
+
+    ``done`` (the attempt stops reading) once the finish reason and the output token
+    count are in; a stream that ends after a finish reason is whole either way."""
 
     def __init__(self, signatures: dict[str, str]) -> None:
         self.signatures = signatures  # the provider's, filled with the calls' signatures
@@ -302,7 +305,12 @@ class _ContentStream(StreamAccumulator):
                     carried = True
             if candidate.get("finishReason"):
                 self.finish = str(candidate["finishReason"])
-                self.done = True
+        # The stream has no end marker: it is complete once the finish reason and the
+        # answer's token count are in (they share the last chunk); a finish without
+        # that count reads on to the stream's end, so a usage chunk after it is billed.
+        usage = chunk.get("usageMetadata")
+        if self.finish is not None and isinstance(usage, Mapping):
+            self.done = "candidatesTokenCount" in usage or "thoughtsTokenCount" in usage
         return carried
 
     def _call(self, call: Mapping[str, Any], signature: Any) -> ToolCall:
@@ -344,6 +352,6 @@ class _ContentStream(StreamAccumulator):
         return Parsed("".join(self.text), tuple(self.calls), self.usage, reason)
 
     def result(self) -> Parsed:
-        if not self.done:
+        if self.finish is None:
             raise WireError.malformed("stream ended before a finishReason", self.usage)
         return self.answer()
