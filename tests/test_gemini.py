@@ -18,9 +18,9 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import cli
-from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply, google_error
 from harnessnb.demo import DemoModel, make_demo_workspace
-from harnessnb.demo._chaos_gemini import google_error, thought_signature
+from harnessnb.demo._chaos_gemini import thought_signature
 from harnessnb.launch._choose import choose_provider
 from harnessnb.providers import _http
 from harnessnb.providers._gemini import SIGNATURE_STAND_IN

@@ -13,8 +13,8 @@ from google import genai
 from google.genai import errors, types
 
 import harnessnb as hn
-from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply
-from harnessnb.demo._chaos_gemini import google_error, thought_signature
+from harnessnb.chaos import ChaosRequest, ChaosServer, Fault, Reply, google_error
+from harnessnb.demo._chaos_gemini import thought_signature
 from harnessnb.providers import _http
 
 KEY = "AIzaSyD-sdk-parity-0123456789abcdefghij"
