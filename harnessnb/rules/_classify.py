@@ -14,6 +14,7 @@ from ._phrases import PROVIDER_PHRASES, Phrases
 
 __all__ = [
     "BODY_TYPES",
+    "GOOGLE_STATUSES",
     "PHRASES",
     "ErrorReading",
     "ProviderErrorKind",
@@ -87,9 +88,13 @@ BODY_TYPES: Mapping[str, ProviderErrorKind] = {
     "not_found_error": ProviderErrorKind.REQUEST,
     "request_too_large": ProviderErrorKind.REQUEST,
     "context_length_exceeded": ProviderErrorKind.CONTEXT_OVERFLOW,
-    # Google's canonical codes (an error object's ``status``: google.rpc.Status) and the
-    # ErrorInfo ``reason`` Google answers a bad key with (HTTP 400 INVALID_ARGUMENT). A
-    # reason is read before the status, so API_KEY_INVALID wins over INVALID_ARGUMENT.
+}
+
+# Google's canonical codes (an error object's ``status``: google.rpc.Status) and the
+# ErrorInfo ``reason`` Google answers a bad key with (HTTP 400 INVALID_ARGUMENT), read
+# from those fields only. A reason is read before the status, so API_KEY_INVALID wins
+# over INVALID_ARGUMENT.
+GOOGLE_STATUSES: Mapping[str, ProviderErrorKind] = {
     "API_KEY_INVALID": ProviderErrorKind.AUTH,
     "INVALID_ARGUMENT": ProviderErrorKind.REQUEST,
     "FAILED_PRECONDITION": ProviderErrorKind.REQUEST,
@@ -142,9 +147,11 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
     message = str(error.get("message") or "")
     code = error.get("code")
     etype = error.get("type")
-    for word in (*_details(error, "reason"), code, etype, error.get("status")):
-        if isinstance(word, str) and word in BODY_TYPES:
-            kind = BODY_TYPES[word]
+    words = [(w, BODY_TYPES) for w in (code, etype)]
+    words += [(w, GOOGLE_STATUSES) for w in (*_details(error, "reason"), error.get("status"))]
+    for word, table in words:
+        if isinstance(word, str) and word in table:
+            kind = table[word]
             if kind is ProviderErrorKind.REQUEST and _overflow(message):
                 return ProviderErrorKind.CONTEXT_OVERFLOW
             return kind
