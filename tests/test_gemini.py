@@ -619,3 +619,18 @@ async def test_a_server_silent_after_its_last_chunk_does_not_spoil_the_answer(
     done = await make(srv, idle_timeout_s=0.5).complete(HI, stream=True)
     assert done.text == "hi" and not done.usage.estimated
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fault", [Fault.blocked(), Fault.finish_empty("RECITATION")])
+async def test_gemini_only_faults_are_empty_answers_in_the_other_protocols(
+    fault: Fault, stream: bool, srv: ChaosServer
+) -> None:
+    for provider in (
+        hn.OpenAI("m", api_key=KEY, base_url=srv.openai_url),
+        hn.Anthropic("m", api_key=KEY, base_url=srv.anthropic_url),
+    ):
+        srv.push(Fault.empty(), fault)
+        empty, err = await fail(provider, stream), await fail(provider, stream)
+        assert (err.kind, err.message) == (empty.kind, empty.message)
+        assert err.kind is K.MALFORMED

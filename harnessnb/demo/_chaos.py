@@ -48,6 +48,8 @@ _SECRET_HEADERS = frozenset(
     {"authorization", "x-api-key", "proxy-authorization", "api-key", "x-goog-api-key"}
 )
 _ANTHROPIC_CONTEXT = "prompt is too long: 210000 tokens > 200000 maximum"
+# Faults answered with no content (Gemini's own two are "empty" in the other protocols).
+_EMPTY = frozenset({"empty", "blocked", "finish_empty"})
 
 
 # --------------------------------------------------------------------- public data
@@ -699,7 +701,7 @@ class _Exchange:
     # -- healthy (or empty / truncated) answers
 
     def _reply(self, kind: str) -> Reply:
-        if kind in ("empty", "blocked", "finish_empty"):
+        if kind in _EMPTY:
             return Reply(text="", output_tokens=0)
         return self.responder(self.req)
 
@@ -707,9 +709,9 @@ class _Exchange:
         if self.req.protocol == "gemini":
             body = _gemini_body(self.req, reply, kind, self.fault)
         elif self.req.protocol == "anthropic":
-            body = _anthropic_message(self.req, reply, kind == "empty")
+            body = _anthropic_message(self.req, reply, kind in _EMPTY)
         else:
-            body = _openai_completion(self.req, reply, kind == "empty")
+            body = _openai_completion(self.req, reply, kind in _EMPTY)
         data = json.dumps(body).encode()
         w = self.writer
         if kind in ("drop_mid_body", "drop_mid_stream"):
@@ -732,8 +734,8 @@ class _Exchange:
         if self.req.protocol == "gemini":
             return _gemini_events(self.req, reply, kind, self.fault)
         if self.req.protocol == "anthropic":
-            return _anthropic_events(self.req, reply, kind == "empty")
-        return _openai_events(self.req, reply, kind == "empty")
+            return _anthropic_events(self.req, reply, kind in _EMPTY)
+        return _openai_events(self.req, reply, kind in _EMPTY)
 
     async def _stream(self, events: list[bytes]) -> bool:
         f = self.fault
@@ -948,7 +950,7 @@ def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[byte
 
 
 def _gemini_body(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> Any:
-    empty = kind in ("empty", "blocked", "finish_empty")
+    empty = kind in _EMPTY
     tokens = _usage(req, reply, empty)
     if kind == "blocked":
         return gemini.blocked_prompt((fault.body if fault else None) or "SAFETY", tokens)
