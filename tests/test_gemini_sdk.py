@@ -8,6 +8,7 @@ import base64
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2
 import pytest
 from google import genai
 from google.genai import errors, types
@@ -99,10 +100,14 @@ async def test_both_read_the_same_text_usage_and_finish(
     assert mine.text == sdk_text == TEXT
     if stream:
         assert sum(1 for c in chunks if c.text) >= 3
-    assert (mine.usage.input_tokens, mine.usage.output_tokens) == (
-        usage.prompt_token_count,
-        usage.candidates_token_count,
-    ) == (11, 9)
+    assert (
+        (mine.usage.input_tokens, mine.usage.output_tokens)
+        == (
+            usage.prompt_token_count,
+            usage.candidates_token_count,
+        )
+        == (11, 9)
+    )
     assert last.candidates[0].finish_reason == types.FinishReason.STOP
     assert mine.finish_reason == "stop"
     assert srv.requests[-1].path == srv.requests[0].path  # the same route, the same version
@@ -116,9 +121,11 @@ async def test_both_read_the_same_function_call(
     sdk_request = srv.requests[-1].request_id
     calls = [c for chunk in chunks for c in chunk.function_calls or ()]
     mine = await ours.complete(HI, tools=OUR_TOOLS, stream=stream)
-    assert [(c.name, c.args) for c in calls] == [
-        (t.name, t.arguments) for t in mine.tool_calls
-    ] == [("read_file", TOOL_ARGS)]
+    assert (
+        [(c.name, c.args) for c in calls]
+        == [(t.name, t.arguments) for t in mine.tool_calls]
+        == [("read_file", TOOL_ARGS)]
+    )
     assert mine.finish_reason == "tool_calls"
     # The signature the SDK reads (bytes) is what harnessnb keeps (text) to send back.
     parts = [p for c in chunks for p in c.candidates[0].content.parts if p.function_call]
@@ -232,3 +239,55 @@ async def test_an_error_in_a_200_the_sdk_reads_as_no_answer(
     srv.push(Fault.error_in_200(google_error(429)["error"]))
     err = await ours_fail(ours, False)
     assert err.kind is K.RATE_LIMITED and err.status == 200
+
+
+BROKEN = [
+    # (fault, what the SDK raises, our kind)
+    (Fault.malformed(), (ValueError, errors.UnknownApiResponseError), K.MALFORMED),
+    (Fault.drop_mid_body(), (httpx2.RemoteProtocolError,), K.TRANSPORT),
+    (Fault.drop_mid_stream(after_events=1), (httpx2.RemoteProtocolError,), K.TRANSPORT),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", BROKEN, ids=lambda c: c[0].kind)
+async def test_a_broken_answer_fails_both(
+    sdk: genai.Client, ours: hn.Gemini, srv: ChaosServer, case: tuple[Any, ...], stream: bool
+) -> None:
+    fault, raised, kind = case
+    srv.push(fault)
+    with pytest.raises(raised):
+        sdk_call(sdk, stream)
+    srv.push(fault)
+    err = await ours_fail(ours, stream)
+    assert err.kind is kind and err.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_answer_the_sdk_hands_back_is_our_malformed(
+    sdk: genai.Client, ours: hn.Gemini, srv: ChaosServer, stream: bool
+) -> None:
+    srv.push(Fault.empty())
+    chunks = sdk_call(sdk, stream)
+    assert not "".join(c.text or "" for c in chunks)
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+    srv.push(Fault.empty())
+    err = await ours_fail(ours, stream)
+    assert err.kind is K.MALFORMED and "neither text nor a tool call" in err.message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_server_that_hangs_times_both_out(srv: ChaosServer, stream: bool) -> None:
+    options = types.HttpOptions(
+        base_url=srv.gemini_url, retry_options=types.HttpRetryOptions(attempts=1), timeout=300
+    )
+    srv.push(Fault.hang(3.0))
+    with (
+        genai.Client(api_key=KEY, http_options=options) as quick,
+        pytest.raises(httpx2.TimeoutException),
+    ):
+        sdk_call(quick, stream)
+    srv.push(Fault.hang(3.0))
+    ours = hn.Gemini("gemini-test", api_key=KEY, base_url=srv.gemini_url, timeout_s=0.3)
+    err = await ours_fail(ours, stream)
+    assert err.kind is K.TIMEOUT and err.retryable
