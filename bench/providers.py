@@ -1,7 +1,9 @@
 """Client overhead: harnessnb ``complete()`` vs a raw httpx2 POST vs the official openai SDK.
 
-All call the same healthy chaos server, which runs in its own process so that its CPU
-time does not share the client's GIL: the numbers measure the clients. The ratios
+Gemini's wire format too: ``hn.Gemini`` vs a raw POST of the same body to the chaos
+server's ``generateContent``. All call the same healthy chaos server, which runs in its
+own process so that its CPU time does not share the client's GIL: the numbers measure
+the clients. The ratios
 compare whole answers (``stream=False``, as the raw POST and the SDK ask); the
 ``harnessnb stream`` row is the default, streamed ``complete()``, and its ratio to
 ``harnessnb`` is what streaming costs per call.
@@ -83,11 +85,29 @@ async def clients(url: str, api: str = "chat") -> dict[str, Call]:
         r = await sdk.chat.completions.create(model="bench-model", messages=MESSAGES)  # type: ignore[arg-type]
         return str(r.choices[0].message.content)
 
+    gemini = hn.Gemini("bench-model", api_key="unused", base_url=url)
+    gemini_url = url + "/v1/models/bench-model:generateContent"
+    gemini_body = {
+        "contents": [{"role": "user", "parts": [{"text": MESSAGES[1]["content"]}]}],
+        "systemInstruction": {"parts": [{"text": MESSAGES[0]["content"]}]},
+    }
+    key = {"x-goog-api-key": "unused"}
+
+    async def gemini_harness() -> str:
+        return (await gemini.complete(MESSAGES, stream=False)).text
+
+    async def gemini_raw() -> str:
+        r = await raw.post(gemini_url, json=gemini_body, headers=key)
+        r.raise_for_status()
+        return str(r.json()["candidates"][0]["content"]["parts"][0]["text"])
+
     return {
         "harnessnb": harness,
         "raw httpx2": raw_post,
         "openai SDK": official,
         "harnessnb stream": streamed,
+        "gemini": gemini_harness,
+        "gemini raw": gemini_raw,
     }
 
 
@@ -206,6 +226,11 @@ def report(
     print(
         f"openai SDK / harnessnb : seq {sdk['seq'] / hnb['seq']:.2f}x, "
         f"conc {sdk['conc'] / hnb['conc']:.2f}x   (target >= 1.5x)"
+    )
+    gem, gem_raw = med["gemini"], med["gemini raw"]
+    print(
+        f"hn.Gemini / raw httpx2 : seq {gem['seq'] / gem_raw['seq']:.2f}x, "
+        f"conc {gem['conc'] / gem_raw['conc']:.2f}x   (target: as harnessnb / raw httpx2)"
     )
     st = med["harnessnb stream"]
     print(

@@ -36,6 +36,7 @@ _LAZY: dict[str, str] = {
     "OpenAI": ".providers._openai",
     "OpenRouter": ".providers._openai",
     "Anthropic": ".providers._anthropic",
+    "Gemini": ".providers._gemini",
     "Fallback": ".providers._fallback",
     "Store": ".store._store",
     "MCPServer": ".mcp._server",
@@ -115,6 +116,7 @@ if TYPE_CHECKING:
     from .providers._anthropic import Anthropic
     from .providers._completion import AttemptRecord, Completion, ToolCall, Usage
     from .providers._fallback import Fallback
+    from .providers._gemini import Gemini
     from .providers._http import REQUEST_TIMEOUT_S
     from .providers._openai import OpenAI, OpenRouter
     from .providers._prices import Price, Prices
@@ -150,6 +152,7 @@ __all__ = [
     "FakeClock",
     "Fallback",
     "FileContains",
+    "Gemini",
     "HarnessError",
     "MCPError",
     "MCPServer",

@@ -1,4 +1,5 @@
-"""The chaos server's public home: ``from harnessnb.chaos import ChaosServer, Fault, Reply``.
+"""The chaos server's public home: ``from harnessnb.chaos import ChaosServer, Fault, Reply``
+(and ``google_error``, a Gemini error body for ``Fault.status``).
 
 The server itself lives in ``harnessnb.demo`` beside the demo model it serves; this
 module keeps the documented import path and ``python -m harnessnb.chaos``.
@@ -15,8 +16,17 @@ from .demo._chaos import (
     echo_responder,
     main,
 )
+from .demo._chaos_gemini import google_error
 
-__all__ = ["RATE_FAULTS", "ChaosRequest", "ChaosServer", "Fault", "Reply", "echo_responder"]
+__all__ = [
+    "RATE_FAULTS",
+    "ChaosRequest",
+    "ChaosServer",
+    "Fault",
+    "Reply",
+    "echo_responder",
+    "google_error",
+]
 
 if __name__ == "__main__":
     main()

@@ -30,7 +30,7 @@ Every command takes ``--store PATH`` (default ``$HARNESSNB_STORE``, else
 ``runs`` and ``failures`` only read it: on a store that is not there they say so and
 create nothing (no store file, no lock file).
 With no ``--provider``: ``$HARNESSNB_PROVIDER``, else the first API key found
-(OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model
+(OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY), else the demo model
 (rule-based, not an LLM), with a note saying so.
 
 Exit codes (the run's outcome decides for demo, run and resume)::

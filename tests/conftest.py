@@ -109,7 +109,9 @@ def module_srv() -> Iterator[ChaosServer]:
 # Every variable by which a face picks a provider or a store: cleared for a notebook test.
 FACE_ENV_KEYS = (
     "HARNESSNB_PROVIDER", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
-    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "HARNESSNB_STORE",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY",
+    "OPENROUTER_BASE_URL", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GEMINI_BASE_URL",
+    "HARNESSNB_STORE",
     "HARNESSNB_NO_WIDGETS",
 )  # fmt: skip
 

@@ -59,7 +59,7 @@ def tools_used(store: hn.Store, run_id: str) -> list[str]:
     return list(store.tool_calls(run_id).sort_values(["step", "seq"])["tool"])
 
 
-@pytest.mark.parametrize("protocol", ["openai", "responses", "anthropic"])
+@pytest.mark.parametrize("protocol", ["openai", "responses", "anthropic", "gemini"])
 async def test_summarises_the_readme_into_notes_over_every_protocol(
     ws: Path, store: hn.Store, protocol: Any
 ) -> None:

@@ -25,6 +25,7 @@ INTENDED = {
     "FakeClock",
     "Fallback",
     "FileContains",
+    "Gemini",
     "HarnessError",
     "MCPError",
     "MCPServer",

@@ -38,6 +38,7 @@ async def typed_usage(store: hn.Store) -> None:
     provider = hn.Fallback(
         hn.OpenAI("gpt-4o-mini", api_key="k"),
         hn.Anthropic("claude", api_key="k", idle_timeout_s=20.0, stream=False).with_timeout(30.0),
+        hn.Gemini("gemini-2.5-flash", api_key="k", api_version="v1beta", idle_timeout_s=20.0),
     )
     streams: bool = hn.OpenAI("m", base_url="http://127.0.0.1:1/v1", stream=False).stream
     policy = hn.Policy.default().layer("app").allow_write("NOTES.md")

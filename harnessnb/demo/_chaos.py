@@ -1,4 +1,5 @@
-"""A chaos server: real HTTP on loopback that speaks OpenAI and Anthropic, and fails on demand.
+"""A chaos server: real HTTP on loopback that speaks OpenAI, Anthropic and Gemini, and
+fails on demand.
 
 It is the test bed for providers, the run loop and the demo model::
 
@@ -11,9 +12,10 @@ It is the test bed for providers, the run loop and the demo model::
         srv.requests[0].fault        # what the first request got
 
 Paths: ``/v1/chat/completions`` (any path ending in ``/chat/completions``) is the
-OpenAI protocol, ``/v1/responses`` OpenAI's Responses API (``demo/_chaos_responses.py``),
-``/v1/messages`` the Anthropic one, streaming (SSE) or not. The
-server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
+OpenAI protocol, ``/v1/responses`` OpenAI's Responses API (``_chaos_responses``),
+``/v1/messages`` the Anthropic one, ``/v1/models/{model}:generateContent``
+and ``:streamGenerateContent`` (any version) Gemini's (``_chaos_gemini``), streaming
+(SSE) or not. The server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
 Run ``python -m harnessnb.chaos --port 8000`` to serve one from a shell.
@@ -39,12 +41,17 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import _chaos_gemini as gemini
 from . import _chaos_responses as responses
 
 __all__ = ["ChaosRequest", "ChaosServer", "Fault", "Reply", "echo_responder"]
 
-_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "proxy-authorization", "api-key"})
+_SECRET_HEADERS = frozenset(
+    {"authorization", "x-api-key", "proxy-authorization", "api-key", "x-goog-api-key"}
+)
 _ANTHROPIC_CONTEXT = "prompt is too long: 210000 tokens > 200000 maximum"
+# Faults answered with no content (Gemini's own two are "empty" in the other protocols).
+_EMPTY = frozenset({"empty", "blocked", "finish_empty"})
 
 
 # --------------------------------------------------------------------- public data
@@ -158,6 +165,18 @@ class Fault:
         does not stream gets a healthy answer (a server that cannot stream)."""
         return cls("rejects_streaming", http_status=400)
 
+    @classmethod
+    def blocked(cls, reason: str = "SAFETY") -> Fault:
+        """Gemini: a 200 with no candidate, the prompt blocked (``promptFeedback``).
+        Other protocols: as ``empty``."""
+        return cls("blocked", body=reason)
+
+    @classmethod
+    def finish_empty(cls, reason: str = "SAFETY") -> Fault:
+        """Gemini: a candidate that ended ``reason`` (``SAFETY``, ``RECITATION``,
+        ``MAX_TOKENS``) with no content. Other protocols: as ``empty``."""
+        return cls("finish_empty", body=reason)
+
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
@@ -180,7 +199,7 @@ class Reply:
 class ChaosRequest:
     """One request the server received, with the fault it got (None: healthy)."""
 
-    protocol: str  # "openai" | "responses" | "anthropic"
+    protocol: str  # "openai" | "responses" | "anthropic" | "gemini"
     path: str
     json: Any
     headers: dict[str, str]  # lower-case names; secrets replaced by "REDACTED"
@@ -190,23 +209,32 @@ class ChaosRequest:
 
     @property
     def model(self) -> str:
+        if self.protocol == "gemini":  # named by the path
+            return (gemini.gemini_route(self.path) or ("", False))[0]
         return str(self._get("model") or "")
 
     @property
     def stream(self) -> bool:
+        if self.protocol == "gemini":
+            return (gemini.gemini_route(self.path) or ("", False))[1]
         return bool(self._get("stream"))
 
     @property
     def messages(self) -> list[Any]:
-        """The conversation, as chat messages (a Responses request's input items read so)."""
+        """The conversation, as chat messages (a Responses request's input items and
+        Gemini's ``contents`` read as OpenAI-shaped messages)."""
         if self.protocol == "responses":
             return responses.chat_messages(self.json)
+        if self.protocol == "gemini":
+            return gemini.gemini_messages(self.json)
         value = self._get("messages")
         return list(value) if isinstance(value, list) else []
 
     @property
     def tools(self) -> list[str]:
         """The names of the tools offered, in order."""
+        if self.protocol == "gemini":
+            return gemini.gemini_tools(self.json)
         names: list[str] = []
         for tool in self._get("tools") or ():
             if isinstance(tool, Mapping):
@@ -388,6 +416,11 @@ class ChaosServer:
         """``base_url`` for ``hn.Anthropic`` and the ``anthropic`` SDK."""
         return self.url
 
+    @property
+    def gemini_url(self) -> str:
+        """``base_url`` for ``hn.Gemini`` and the ``google-genai`` SDK."""
+        return self.url
+
     # -- faults
 
     def push(self, *faults: Fault) -> None:
@@ -487,6 +520,8 @@ class ChaosServer:
             protocol = "responses"
         elif path.endswith("/messages"):
             protocol = "anthropic"
+        elif gemini.gemini_route(path) is not None:
+            protocol = "gemini"
         else:
             await _send(writer, 404, _error_body("openai", 404, f"no route {path}"), {})
             return True
@@ -578,6 +613,8 @@ _ERROR_TYPES = {
 def _error_body(protocol: str, status: int, message: str | None = None) -> bytes:
     etype, default = _ERROR_TYPES.get(status, ("api_error", "Internal server error."))
     msg = message or default
+    if protocol == "gemini":
+        return gemini.error_body(status, message)
     if protocol == "anthropic":
         return json.dumps({"type": "error", "error": {"type": etype, "message": msg}}).encode()
     return json.dumps(
@@ -680,17 +717,19 @@ class _Exchange:
     # -- healthy (or empty / truncated) answers
 
     def _reply(self, kind: str) -> Reply:
-        if kind == "empty":
+        if kind in _EMPTY:
             return Reply(text="", output_tokens=0)
         return self.responder(self.req)
 
     async def _whole(self, kind: str, reply: Reply) -> bool:
         if self.req.protocol == "responses":
-            body = self._answer(reply, kind == "empty").response()
+            body = self._answer(reply, kind in _EMPTY).response()
+        elif self.req.protocol == "gemini":
+            body = _gemini_body(self.req, reply, kind, self.fault)
         elif self.req.protocol == "anthropic":
-            body = _anthropic_message(self.req, reply, kind == "empty")
+            body = _anthropic_message(self.req, reply, kind in _EMPTY)
         else:
-            body = _openai_completion(self.req, reply, kind == "empty")
+            body = _openai_completion(self.req, reply, kind in _EMPTY)
         data = json.dumps(body).encode()
         w = self.writer
         if kind in ("drop_mid_body", "drop_mid_stream"):
@@ -720,10 +759,12 @@ class _Exchange:
 
     def _events(self, kind: str, reply: Reply) -> list[bytes]:
         if self.req.protocol == "responses":
-            return self._answer(reply, kind == "empty").events()
+            return self._answer(reply, kind in _EMPTY).events()
+        if self.req.protocol == "gemini":
+            return _gemini_events(self.req, reply, kind, self.fault)
         if self.req.protocol == "anthropic":
-            return _anthropic_events(self.req, reply, kind == "empty")
-        return _openai_events(self.req, reply, kind == "empty")
+            return _anthropic_events(self.req, reply, kind in _EMPTY)
+        return _openai_events(self.req, reply, kind in _EMPTY)
 
     async def _stream(self, events: list[bytes]) -> bool:
         f = self.fault
@@ -937,6 +978,30 @@ def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[byte
     )
     events.append(_sse({"type": "message_stop"}, "message_stop"))
     return events
+
+
+def _gemini_body(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> Any:
+    empty = kind in _EMPTY
+    tokens = _usage(req, reply, empty)
+    if kind == "blocked":
+        return gemini.blocked_prompt((fault.body if fault else None) or "SAFETY", tokens)
+    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    return gemini.gemini_response(
+        req.model, req.request_id, reply.text, reply.tool_calls, tokens,
+        usage=reply.usage, finish=finish, empty=empty,
+    )  # fmt: skip
+
+
+def _gemini_events(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> list[bytes]:
+    if kind == "blocked":
+        return [_sse(_gemini_body(req, reply, kind, fault))]
+    empty = kind in ("empty", "finish_empty")
+    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    chunks = gemini.gemini_chunks(
+        req.model, req.request_id, _split(reply.text), reply.tool_calls,
+        _usage(req, reply, empty), usage=reply.usage, finish=finish, empty=empty,
+    )  # fmt: skip
+    return [_sse(chunk) for chunk in chunks]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

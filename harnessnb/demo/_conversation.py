@@ -1,5 +1,6 @@
 """What the demo model reads of a request: the task, the tool calls made earlier with
-their results, the tools offered, whatever the wire form (OpenAI or Anthropic)."""
+their results, the tools offered, whatever the wire form (OpenAI or Anthropic; Gemini's
+reaches it as OpenAI-shaped messages: ``ChaosRequest.messages``)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ work on a machine with no API key::
     hn.run_sync(contract, demo_provider(), policy=policy)
 
 How it works: ``DemoModel`` is the chaos server's responder. From the conversation it
-receives (OpenAI or Anthropic wire form) it lists the workspace, reads the files the
+receives (OpenAI, Anthropic or Gemini wire form) it lists the workspace, reads the files the
 task names, writes the file the task asks for (for "summarise X into Y": "# Notes"
 and a bullet list of X's headings), then stops with a one-line summary. It also answers
 arithmetic questions ("What is 17 + 25?": "The answer is 42."; asked to write the answer
@@ -355,7 +355,7 @@ def demo_provider(
     seed: int = 0,
     rates: Rates | None = None,
     stall: bool = False,
-    protocol: Literal["openai", "responses", "anthropic"] = "openai",
+    protocol: Literal["openai", "responses", "anthropic", "gemini"] = "openai",
     timeout_s: float = DEMO_TIMEOUT_S,
     wrong_rate: float = 0.0,
 ) -> Provider:
@@ -370,12 +370,13 @@ def demo_provider(
         rates: Failure rates by kind (see ``demo_server``).
         stall: Make the model loop on one read.
         protocol: ``"openai"`` (chat completions), ``"responses"`` (OpenAI's Responses
-            API) or ``"anthropic"`` (messages).
+            API), ``"anthropic"`` (messages) or ``"gemini"`` (generateContent).
         timeout_s: Request deadline in seconds (``DEMO_TIMEOUT_S``).
         wrong_rate: The chance that a run's arithmetic question is answered wrongly.
 
     Returns:
-        An ``hn.OpenAI`` (or ``hn.Anthropic``) subclass instance named ``demo``.
+        An ``hn.OpenAI`` (or ``hn.Anthropic``, ``hn.Gemini``) subclass instance named
+        ``demo``.
     """
     server = shared_demo_server(seed=seed, rates=rates, stall=stall, wrong_rate=wrong_rate)
     return provider_for(server, protocol=protocol, timeout_s=timeout_s)
@@ -385,14 +386,21 @@ def demo_provider(
 def provider_for(
     server: ChaosServer,
     *,
-    protocol: Literal["openai", "responses", "anthropic"] = "openai",
+    protocol: Literal["openai", "responses", "anthropic", "gemini"] = "openai",
     timeout_s: float = DEMO_TIMEOUT_S,
     name: str = "demo",
 ) -> Provider:
     """A provider named ``name`` for a running demo (or any chaos) server."""
     from ..providers._anthropic import Anthropic
+    from ..providers._gemini import Gemini
     from ..providers._openai import OpenAI
 
+    if protocol == "gemini":
+        gemini_cls = type("DemoGemini", (Gemini,), {"NAME": name})
+        gemini: Provider = gemini_cls(
+            DEMO_MODEL, base_url=server.gemini_url, timeout_s=timeout_s, name=name
+        )
+        return gemini
     if protocol == "anthropic":
         anthropic_cls = type("DemoAnthropic", (Anthropic,), {"NAME": name})
         provider: Provider = anthropic_cls(
@@ -400,7 +408,9 @@ def provider_for(
         )
         return provider
     if protocol not in ("openai", "responses"):
-        raise ValueError(f"protocol must be 'openai', 'responses' or 'anthropic', not {protocol!r}")
+        raise ValueError(
+            f"protocol must be 'openai', 'responses', 'anthropic' or 'gemini', not {protocol!r}"
+        )
     # A subclass only to carry its own NAME: attempts are recorded under the leaf's NAME.
     openai_cls = type("DemoOpenAI", (OpenAI,), {"NAME": name})
     api = "responses" if protocol == "responses" else "chat"

@@ -31,7 +31,15 @@ __all__ = [
     "recorded_run",
 ]
 
-PROVIDER_NAMES = ("openai", "openai-responses", "openrouter", "anthropic", "local", "demo")
+PROVIDER_NAMES = (
+    "openai",
+    "openai-responses",
+    "openrouter",
+    "anthropic",
+    "gemini",
+    "local",
+    "demo",
+)
 
 APIS = ("chat", "responses")
 """What ``--api`` takes: the OpenAI API a provider speaks (``openai``, ``local`` and
@@ -42,11 +50,12 @@ KEY_ORDER = (
     ("OPENROUTER_API_KEY", "openrouter"),
     ("ANTHROPIC_API_KEY", "anthropic"),
     ("OPENAI_API_KEY", "openai"),
+    ("GEMINI_API_KEY", "gemini"),
 )
 
 _SET_ONE_OF = (
-    "set HARNESSNB_PROVIDER (openai, openai-responses, openrouter, anthropic, local, demo) "
-    "or one of OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY"
+    "set HARNESSNB_PROVIDER (openai, openai-responses, openrouter, anthropic, gemini, local, "
+    "demo) or one of OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY"
 )
 
 
@@ -62,13 +71,13 @@ def choose_provider(
     """The provider a user asked for, and a note saying why it was chosen.
 
     With ``name`` None: ``$HARNESSNB_PROVIDER``; else ``local`` when ``base_url`` is
-    given; else the first API key found (``OPENROUTER_API_KEY``,
-    ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``); else the demo model (rule-based, not
-    an LLM) with a note that no key was found. The note is "" for a named provider.
+    given; else the first API key found (``OPENROUTER_API_KEY``, ``ANTHROPIC_API_KEY``,
+    ``OPENAI_API_KEY``, ``GEMINI_API_KEY``); else the demo model (rule-based, not an
+    LLM) with a note that no key was found. The note is "" for a named provider.
 
     Args:
-        name: ``openai``, ``openai-responses``, ``openrouter``, ``anthropic``, ``local``
-            or ``demo``.
+        name: ``openai``, ``openai-responses``, ``openrouter``, ``anthropic``, ``gemini``,
+            ``local`` or ``demo``.
         model: The model (default: the provider's ``*_MODEL`` variable, else its default).
         base_url: Another server speaking the provider's protocol; ``local`` needs one.
         fallbacks: Provider names tried in order after the first (``hn.Fallback``).
@@ -169,6 +178,7 @@ def build_provider(
             URL, or ``api="responses"`` for a provider that is not OpenAI's.
     """
     from ..providers._anthropic import Anthropic
+    from ..providers._gemini import KEY_ENVS, Gemini
     from ..providers._openai import OpenAI, OpenRouter
 
     env = os.environ if env is None else env
@@ -194,10 +204,11 @@ def build_provider(
             name="local",
             api="responses" if api == "responses" else "chat",
         )
-    classes: dict[str, type[OpenAI] | type[Anthropic]] = {
+    classes: dict[str, type[OpenAI] | type[Anthropic] | type[Gemini]] = {
         "openai": OpenAI,
         "openrouter": OpenRouter,
         "anthropic": Anthropic,
+        "gemini": Gemini,
     }
     cls = classes.get(name)
     if cls is None:
@@ -210,10 +221,11 @@ def build_provider(
     url = base_url or env.get(cls.BASE_URL_ENV, "").strip() or None
     if url == cls.DEFAULT_BASE_URL:
         url = None  # the official host (say a resumed run's recorded URL): key needed
-    key = env.get(cls.KEY_ENV, "").strip() or None
+    variables = KEY_ENVS if cls is Gemini else (cls.KEY_ENV,)  # Gemini's key has two names
+    key = next((k for v in variables if (k := env.get(v, "").strip())), None)
     if key is None and url is None:
         raise ConfigError(
-            f"{name}: environment variable {cls.KEY_ENV} is not set",
+            f"{name}: environment variable {' or '.join(variables)} is not set",
             code="CONFIG_MISSING_KEY",
         )
     model = model or env.get(cls.MODEL_ENV) or cls.DEFAULT_MODEL

@@ -212,10 +212,10 @@ STORE = Option(
 
 PROVIDER_OPTIONS = (
     Option("--provider",
-           "openai, openai-responses, openrouter, anthropic, local (needs --base-url) or "
-           "demo; default: "
-           "$HARNESSNB_PROVIDER, else the first API key found (OPENROUTER_API_KEY, "
-           "ANTHROPIC_API_KEY, OPENAI_API_KEY), else the demo model",
+           "openai, openai-responses, openrouter, anthropic, gemini, local (needs --base-url) "
+           "or demo; default: $HARNESSNB_PROVIDER, else the first API key found "
+           "(OPENROUTER_API_KEY, ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY), else the "
+           "demo model",
            {"metavar": "NAME", "choices": PROVIDER_NAMES}, scope="loop"),
     Option("--model", "the model (default: the provider's)", {"metavar": "M"}),
     Option("--base-url", "another server speaking the provider's protocol",

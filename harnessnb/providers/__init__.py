@@ -9,7 +9,8 @@
 - ``_completion``: ``Completion``, ``ToolCall``, ``Usage``, ``AttemptRecord``, the
   ``Provider`` protocol;
 - ``_base``: ``BaseProvider``, the one ``complete`` every provider shares, and ``ask``;
-- ``_openai`` (OpenAI, OpenRouter, any OpenAI-compatible server), ``_anthropic``;
+- ``_openai`` (OpenAI, OpenRouter, any OpenAI-compatible server), ``_anthropic``,
+  ``_gemini`` (Google Gemini's own API);
 - ``_responses``: OpenAI's Responses API wire format (``OpenAI(api="responses")``);
 - ``_fallback`` (``Fallback``), ``_scripted`` (``ScriptedProvider``, no network).
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx2
 
+from ..rules._classify import ErrorReading
 from ..rules._errors import (
     ProviderError,
     ProviderErrorKind,
@@ -73,6 +74,9 @@ class Endpoint:
     parse_body: Callable[[Any], Parsed]
     stream_accumulator: Callable[[], StreamAccumulator]
     error_object: Callable[[Any], Any]
+    # What an error status's error object says beyond the status (Gemini: its kind, the
+    # body's retry delay, a daily quota); None: the status and message decide.
+    read_error: Callable[[Any, int], ErrorReading] | None = None
 
 
 class Attempt:
@@ -153,7 +157,9 @@ class Attempt:
         except WireError as exc:
             # Not chained to the WireError itself: its text is unscrubbed server output.
             scrub_exception(exc.__cause__)
-            raise self._fail(exc.kind, exc.message, exc.usage) from exc.__cause__
+            raise self._fail(
+                exc.kind, exc.message, exc.usage, reading=exc.reading
+            ) from exc.__cause__
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             # A stream event of an odd shape; unchained: the parser's text quotes the body.
             name = type(exc).__name__
@@ -238,7 +244,7 @@ class Attempt:
             raise WireError.malformed(f"200 body is not JSON ({len(content)} bytes)") from exc
         error = self.p.error_object(body)
         if error is not None:
-            raise WireError.from_error_object(error, "error in a 200 body")
+            raise WireError.from_error_object(error, "error in a 200 body", self.p.read_error)
         try:
             return self.p.parse_body(body)
         except WireError:
@@ -265,12 +271,22 @@ class Attempt:
             where = self.headers.get("location", "elsewhere")
             detail = f"redirect to {where} not followed ({detail})"
         kind = classify_status(status, detail)
+        reading = None
+        if error is not None and self.p.read_error is not None and status >= 400:
+            reading = self.p.read_error(error, status)
+            kind = reading.kind
+            detail = f"{detail} ({reading.note})" if reading.note else detail
         self.stream_refused = self.stream and rejects_streaming(status, detail)
         reason = httpx2.codes.get_reason_phrase(status)
-        return self._fail(kind, f"HTTP {status} {reason}: {detail}")
+        return self._fail(kind, f"HTTP {status} {reason}: {detail}", reading=reading)
 
     def _fail(
-        self, kind: ProviderErrorKind, text: str, usage: Usage | None = None
+        self,
+        kind: ProviderErrorKind,
+        text: str,
+        usage: Usage | None = None,
+        *,
+        reading: ErrorReading | None = None,
     ) -> ProviderError:
         p = self.p
         # An answer that arrived was billed, used or not; an error status was not.
@@ -279,6 +295,10 @@ class Attempt:
         headers = self.headers
         # Retry-After and x-should-retry mean something only on a response that failed.
         retry_after = parse_retry_after(headers) if headers else None
+        should_retry = parse_should_retry(headers) if headers else None
+        if reading is not None:  # the body's word where the headers said nothing
+            retry_after = reading.retry_after_s if retry_after is None else retry_after
+            should_retry = reading.should_retry if should_retry is None else should_retry
         # Scrubbed, then cut: a cut must never leave half a key behind.
         # shorten scrubs before it cuts: the key, registered when the provider was built,
         # is removed even where a server echoed it into the text.
@@ -290,7 +310,7 @@ class Attempt:
             retry_after_s=retry_after,
             provider=p.name,
             request_id=request_id_from(headers) if headers else None,
-            should_retry=parse_should_retry(headers) if headers else None,
+            should_retry=should_retry,
             model=p.model,
         )
         record = AttemptRecord.failed(err, usage=billed, **self._attempted())

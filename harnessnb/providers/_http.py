@@ -44,12 +44,13 @@ import asyncio
 import copy
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypedDict
 from urllib.parse import urlsplit
 
 import httpx2
 
+from ..rules._classify import ErrorReading
 from ..rules._errors import ConfigError, ProviderError
 from ..rules._renamed import renamed, renamed_keywords
 from ..rules._retry import timeout_seconds
@@ -282,12 +283,12 @@ class HTTPProvider(BaseProvider):
             new._first_event_timeout = timeout_seconds(first_event_timeout_s)
         return new
 
-    def _endpoint(self) -> Endpoint:
+    def _endpoint(self, stream: bool = False) -> Endpoint:
         return Endpoint(
             label=self.NAME,
             name=self._name,
             model=self._model,
-            url=self._url,
+            url=self._url_for(stream),
             base_url=self._base_url,
             headers=self._headers,
             timeout=self._timeout,
@@ -296,6 +297,7 @@ class HTTPProvider(BaseProvider):
             parse_body=self._parse_body,
             stream_accumulator=self._stream_accumulator,
             error_object=self._error_object,
+            read_error=self._read_error(),
         )
 
     def __repr__(self) -> str:
@@ -316,7 +318,7 @@ class HTTPProvider(BaseProvider):
         stream = call.stream
         streamed = (self._stream if stream is None else stream) and not self._stream_refused
         body = self._request_body(call.messages, call.tools, call.max_tokens, streamed)
-        attempt = Attempt(self._endpoint(), body, streamed, call.on_text)
+        attempt = Attempt(self._endpoint(streamed), body, streamed, call.on_text)
         try:
             return await attempt.run()
         except ProviderError as err:
@@ -326,7 +328,7 @@ class HTTPProvider(BaseProvider):
         self._stream_refused = True
         body = self._request_body(call.messages, call.tools, call.max_tokens, False)
         try:
-            completion = await Attempt(self._endpoint(), body, False, call.on_text).run()
+            completion = await Attempt(self._endpoint(False), body, False, call.on_text).run()
         except (ProviderError, asyncio.CancelledError) as exc:
             with_attempts(exc, (*first, *attempts_of(exc)))
             raise
@@ -356,6 +358,14 @@ class HTTPProvider(BaseProvider):
     @abc.abstractmethod
     def _stream_accumulator(self) -> StreamAccumulator:
         """A fresh accumulator for one streamed answer."""
+
+    def _url_for(self, stream: bool) -> httpx2.URL:
+        """The URL of one request (Gemini's names the model and whether it streams)."""
+        return self._url
+
+    def _read_error(self) -> Callable[[Any, int], ErrorReading] | None:
+        """How an error status's error object is read beyond the status (None: it is not)."""
+        return None
 
     @staticmethod
     def _error_object(body: Any) -> Any:

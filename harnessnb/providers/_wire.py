@@ -11,9 +11,10 @@ from __future__ import annotations
 import abc
 import codecs
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from ..rules._classify import ErrorReading
 from ..rules._errors import ProviderErrorKind, classify_body_error
 from ..rules._secrets import scrub
 from ._completion import ToolCall, Usage
@@ -43,16 +44,26 @@ class WireError(Exception):
         self.kind = kind
         self.message = message
         self.usage = usage  # what the unusable answer reported it cost, if it did
+        self.reading: ErrorReading | None = None  # what the error object said beyond its kind
 
     @classmethod
     def malformed(cls, message: str, usage: Usage | None = None) -> WireError:
         return cls(ProviderErrorKind.MALFORMED, message, usage)
 
     @classmethod
-    def from_error_object(cls, error: Any, where: str) -> WireError:
-        """An error object found in a 200 body or a stream event, classified by itself."""
-        kind = classify_body_error(error)
-        return cls(kind, f"{where}: {error_text(error)}")
+    def from_error_object(
+        cls, error: Any, where: str, read: Callable[[Any, int], ErrorReading] | None = None
+    ) -> WireError:
+        """An error object found in a 200 body or a stream event, classified by itself
+        (by ``read`` when the wire format reads its error objects: Gemini's wait and
+        daily quota)."""
+        if read is None:
+            return cls(classify_body_error(error), f"{where}: {error_text(error)}")
+        reading = read(error, 200)
+        note = f" ({reading.note})" if reading.note else ""
+        found = cls(reading.kind, f"{where}: {error_text(error)}{note}")
+        found.reading = reading
+        return found
 
 
 class Parsed(NamedTuple):

@@ -6,17 +6,21 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._phrases import PROVIDER_PHRASES, Phrases
 
 __all__ = [
     "BODY_TYPES",
+    "GOOGLE_STATUSES",
     "PHRASES",
+    "ErrorReading",
     "ProviderErrorKind",
     "classify_body_error",
     "classify_status",
+    "read_google_error",
 ]
 
 
@@ -86,6 +90,24 @@ BODY_TYPES: Mapping[str, ProviderErrorKind] = {
     "context_length_exceeded": ProviderErrorKind.CONTEXT_OVERFLOW,
 }
 
+# Google's canonical codes (an error object's ``status``: google.rpc.Status) and the
+# ErrorInfo ``reason`` Google answers a bad key with (HTTP 400 INVALID_ARGUMENT), read
+# from those fields only. A reason is read before the status, so API_KEY_INVALID wins
+# over INVALID_ARGUMENT.
+GOOGLE_STATUSES: Mapping[str, ProviderErrorKind] = {
+    "API_KEY_INVALID": ProviderErrorKind.AUTH,
+    "INVALID_ARGUMENT": ProviderErrorKind.REQUEST,
+    "FAILED_PRECONDITION": ProviderErrorKind.REQUEST,
+    "NOT_FOUND": ProviderErrorKind.REQUEST,
+    "OUT_OF_RANGE": ProviderErrorKind.REQUEST,
+    "PERMISSION_DENIED": ProviderErrorKind.AUTH,
+    "UNAUTHENTICATED": ProviderErrorKind.AUTH,
+    "RESOURCE_EXHAUSTED": ProviderErrorKind.RATE_LIMITED,
+    "UNAVAILABLE": ProviderErrorKind.SERVER,
+    "INTERNAL": ProviderErrorKind.SERVER,
+    "DEADLINE_EXCEEDED": ProviderErrorKind.TIMEOUT,
+}
+
 
 def classify_status(status: int, message: str = "") -> ProviderErrorKind:
     """Map an HTTP status (and its error message) to a kind.
@@ -110,9 +132,11 @@ def classify_status(status: int, message: str = "") -> ProviderErrorKind:
 def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorKind:
     """Classify an error object found in a body or stream event, by its own code/type.
 
-    Handles OpenAI ``{"message", "type", "code"}``, Anthropic ``{"type", "message"}``
-    and OpenRouter ``{"code": 429, "message"}`` shapes. ``status`` is the HTTP status
-    the response carried, used only when the object says nothing usable.
+    Handles OpenAI ``{"message", "type", "code"}``, Anthropic ``{"type", "message"}``,
+    OpenRouter ``{"code": 429, "message"}`` and Google ``{"code", "message", "status",
+    "details"}`` shapes (an ErrorInfo detail's ``reason`` first, then the code, type and
+    status words). ``status`` is the HTTP status the response carried, used only when the
+    object says nothing usable.
     """
     if not isinstance(error, Mapping):
         return (
@@ -123,9 +147,11 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
     message = str(error.get("message") or "")
     code = error.get("code")
     etype = error.get("type")
-    for word in (code, etype):
-        if isinstance(word, str) and word in BODY_TYPES:
-            kind = BODY_TYPES[word]
+    words = [(w, BODY_TYPES) for w in (code, etype)]
+    words += [(w, GOOGLE_STATUSES) for w in (*_details(error, "reason"), error.get("status"))]
+    for word, table in words:
+        if isinstance(word, str) and word in table:
+            kind = table[word]
             if kind is ProviderErrorKind.REQUEST and _overflow(message):
                 return ProviderErrorKind.CONTEXT_OVERFLOW
             return kind
@@ -140,3 +166,67 @@ def classify_body_error(error: Any, status: int | None = None) -> ProviderErrorK
         return ProviderErrorKind.CONTEXT_OVERFLOW
     # An error object inside a 200 that names nothing we know: a server-side failure.
     return ProviderErrorKind.SERVER
+
+
+# ------------------------------------------------------- Google's error details
+
+_INFO = "google.rpc.ErrorInfo"
+_RETRY = "google.rpc.RetryInfo"
+_QUOTA = "google.rpc.QuotaFailure"
+# A protobuf Duration in JSON: "30s", "1.5s", "0.250s".
+_DURATION = re.compile(r"\s*(\d{1,9}(?:\.\d{1,9})?)s\s*")
+# A quota that waiting seconds does not restore: a per-day or per-month limit.
+_LONG_QUOTA = re.compile(r"(?i)per[ _-]?(day|month)|daily|monthly")
+
+
+class ErrorReading(NamedTuple):
+    """What an error object says beyond its kind: the wait it asks for and whether
+    waiting can help (None: the kind decides), and a note for the message."""
+
+    kind: ProviderErrorKind
+    retry_after_s: float | None = None
+    should_retry: bool | None = None
+    note: str = ""
+
+
+def _details(error: Mapping[str, Any], field: str, of_type: str = _INFO) -> list[Any]:
+    """``field`` of each detail of ``of_type`` (an ``@type`` ending in it) in the object."""
+    details = error.get("details")
+    if not isinstance(details, list):
+        return []
+    return [
+        d.get(field)
+        for d in details
+        if isinstance(d, Mapping) and str(d.get("@type", "")).endswith(of_type)
+    ]
+
+
+def read_google_error(error: Any, status: int | None = None) -> ErrorReading:
+    """Classify a Google error object (``google.rpc.Status``) and read its details.
+
+    A ``RetryInfo`` detail's ``retryDelay`` is the wait; a ``QuotaFailure`` naming a
+    per-day or per-month limit makes a ``rate_limited`` answer not retryable (waiting
+    the delay does not restore a daily quota), the limit named in the note.
+    """
+    kind = classify_body_error(error, status)
+    if not isinstance(error, Mapping):
+        return ErrorReading(kind)
+    delay = None
+    for raw in _details(error, "retryDelay", _RETRY):
+        match = _DURATION.fullmatch(raw) if isinstance(raw, str) else None
+        if match:
+            delay = float(match.group(1))
+            break
+    if kind is ProviderErrorKind.RATE_LIMITED:
+        for violations in _details(error, "violations", _QUOTA):
+            for v in violations if isinstance(violations, list) else ():
+                if not isinstance(v, Mapping):
+                    continue
+                named = [str(v.get(k) or "") for k in ("quotaId", "quotaMetric", "description")]
+                if any(_LONG_QUOTA.search(n) for n in named):
+                    limit = next(n for n in named if n)[:200]
+                    value = v.get("quotaValue")
+                    shown = f"{limit} (limit {str(value)[:20]})" if value else limit
+                    note = f"quota exhausted: {shown}; waiting does not restore it"
+                    return ErrorReading(kind, delay, False, note)
+    return ErrorReading(kind, delay)

@@ -73,7 +73,7 @@ PROVIDER_PHRASES: Phrases[str] = Phrases((
     ("context_overflow",
      r"context[_ ]length|context window|maximum context|prompt is too long|"
      r"too many tokens|exceeds? (the )?context|input length .*exceed|"
-     r"context_length_exceeded|reduce the length"),
+     r"context_length_exceeded|reduce the length|input token count .*exceeds"),
     ("auth",
      r"invalid api key|invalid x-api-key|incorrect api key|authentication_error|"
      r"\bunauthori[sz]ed\b|authentication required|payment required"),

@@ -8,8 +8,8 @@ What counts as secret:
       CREDENTIAL, COOKIE or AUTH, as in ``OPENAI_API_KEY``, ``AWS_BEARER_TOKEN_BEDROCK``,
       ``NPM_CONFIG__AUTH``; ``*PASSWORD*`` anywhere), read when text is scrubbed, so a
       variable set later is covered too;
-    * with ``scrub`` (not ``scrub_values``), bearer tokens and ``sk-...`` style keys
-      found by their shape.
+    * with ``scrub`` (not ``scrub_values``), bearer tokens, ``sk-...`` style keys and
+      Google's ``AIza...`` keys found by their shape.
 
 A value is removed as given, stripped of surrounding whitespace (a key read from a
 file ends in a newline), JSON-escaped (``\\/`` for ``/`` too, as some encoders write it)
@@ -61,8 +61,10 @@ _SECRET_WORDS: Final = frozenset(
 _PLACE_WORDS: Final = frozenset({"SOCK", "SOCKET", "FILE", "PATH", "DIR", "URL"})
 _WORD: Final = re.compile(r"[A-Za-z0-9]+")
 # Credentials found by their shape; the prefix is kept so a reader sees what was there.
+# Google's API keys (Gemini's among them) are AIza and 35 more characters.
 _SHAPES: Final = re.compile(
     r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+|\b(sk-(?:ant-|or-|proj-)?)[A-Za-z0-9_-]{8,}"
+    r"|\b((?-i:AIza))[A-Za-z0-9_-]{35}"
 )
 
 _lock = threading.Lock()
@@ -147,9 +149,9 @@ def scrubber(*, shapes: bool = True) -> Callable[[str], str]:
 
 def _shapes(text: str) -> str:
     lower = text.lower()
-    if "bearer" not in lower and "sk-" not in lower:  # the common case, 20x cheaper
+    if "bearer" not in lower and "sk-" not in lower and "AIza" not in text:  # 20x cheaper
         return text
-    return _SHAPES.sub(lambda m: (m.group(1) or m.group(2)) + REDACTED, text)
+    return _SHAPES.sub(lambda m: (m.group(1) or m.group(2) or m.group(3)) + REDACTED, text)
 
 
 def scrub_exception(exc: BaseException | None) -> None:

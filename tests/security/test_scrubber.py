@@ -124,6 +124,12 @@ def test_token_shapes_go_with_scrub_but_not_with_scrub_values() -> None:
     text = "Authorization: Bearer abc.def-123 and sk-proj-abcdefgh12345"
     assert _secrets.scrub(text) == "Authorization: Bearer [redacted] and sk-proj-[redacted]"
     assert _secrets.scrub_values(text) == text
+    # A Google (Gemini) key never registered here: its shape is AIza and 35 more.
+    key = "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q"
+    assert _secrets.scrub(f"x-goog-api-key: {key}.") == "x-goog-api-key: AIza[redacted]."
+    assert _secrets.scrub("AIza is a prefix; AIzaShort is no key") == (
+        "AIza is a prefix; AIzaShort is no key"
+    )
 
 
 def test_log_records_and_their_tracebacks_are_scrubbed(
