@@ -30,6 +30,7 @@ from ._completion import (
     AttemptRecord,
     Completion,
     Messages,
+    OutputSchema,
     Provider,
     TextSink,
     ToolSpecs,
@@ -37,9 +38,9 @@ from ._completion import (
     with_attempts,
 )
 
-__all__ = ["BaseProvider", "Call", "LocalProvider", "after", "ask"]
+__all__ = ["BaseProvider", "Call", "LocalProvider", "after", "ask", "offers_native_output"]
 
-_KEYWORDS = ("max_tokens", "stream", "on_text", "run_id")
+_KEYWORDS = ("max_tokens", "stream", "on_text", "run_id", "output")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +53,21 @@ class Call:
     stream: bool | None = None
     on_text: TextSink | None = None  # takes each piece of streamed text
     run_id: str | None = None  # the run the call is made for (None: outside a run)
+    output: OutputSchema | None = None  # the answer asked for in a JSON Schema, natively
 
 
 class BaseProvider(abc.ABC):
     """A provider: ``name``, ``model``, ``hosts`` (none by default) and ``complete``,
-    which hands the call to ``_answer``."""
+    which hands the call to ``_answer``.
+
+    ``native_output``: the provider answers in a JSON Schema natively when a call
+    gives ``output=`` (False: it is never handed one; see ``offers_native_output``).
+    """
+
+    @property
+    def native_output(self) -> bool:
+        """Whether a call's ``output=`` is answered natively (False here)."""
+        return False
 
     @property
     @abc.abstractmethod
@@ -81,13 +92,17 @@ class BaseProvider(abc.ABC):
         *,
         on_text: TextSink | None = None,
         run_id: str | None = None,
+        output: OutputSchema | None = None,
     ) -> Completion:
         """One answer, its attempts on it; a ``ProviderError`` carries those it made.
 
         ``stream=None`` streams as the provider was built to; ``on_text`` takes each
-        piece of streamed text; ``run_id`` is the run the call is made for.
+        piece of streamed text; ``run_id`` is the run the call is made for; ``output``
+        asks for the answer in a JSON Schema (given only where ``native_output``).
         """
-        return await self._answer(Call(messages, tools, max_tokens, stream, on_text, run_id))
+        return await self._answer(
+            Call(messages, tools, max_tokens, stream, on_text, run_id, output)
+        )
 
     @abc.abstractmethod
     async def _answer(self, call: Call) -> Completion:
@@ -139,6 +154,12 @@ async def after(earlier: Sequence[AttemptRecord], provider: Provider, call: Call
             with_attempts(exc, (*earlier, *attempts_of(exc)))
         raise
     return completion.after(earlier)
+
+
+def offers_native_output(provider: Provider) -> bool:
+    """Whether ``provider`` answers in a JSON Schema natively: it says so
+    (``native_output``) and its ``complete`` takes ``output=``."""
+    return bool(getattr(provider, "native_output", False)) and "output" in _taken(provider)
 
 
 def _taken(provider: Provider) -> tuple[str, ...]:

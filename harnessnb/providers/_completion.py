@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import (
     Any,
     NotRequired,
@@ -41,10 +41,12 @@ from urllib.parse import urlsplit
 from ..rules._errors import ProviderError
 
 __all__ = [
+    "CAP_REASONS",
     "AttemptRecord",
     "Attempted",
     "Completion",
     "Messages",
+    "OutputSchema",
     "Provider",
     "TextSink",
     "ToolCall",
@@ -92,6 +94,22 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+CAP_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "MAX_TOKENS"})
+"""The finish reasons, as each wire spells them, of an answer stopped at its token cap
+(chat completions, Anthropic, the Responses API's incomplete reason, Gemini)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSchema:
+    """An answer asked for in a JSON Schema: the provider's native structured output
+    (``complete(output=...)``). ``name`` names the schema where the wire wants a name;
+    ``strict`` asks for constrained decoding where the wire offers it (OpenAI)."""
+
+    name: str
+    schema: Mapping[str, Any]
+    strict: bool = True
+
+
 @dataclasses.dataclass(frozen=True)
 class Completion:
     """A successful answer from a provider (the leaf that answered is ``provider``).
@@ -109,6 +127,9 @@ class Completion:
     request_id: str | None = None
     ttft_ms: float | None = None
     latency_ms: float | None = None
+    refusal: str | None = None
+    """The model's refusal, where the wire says it declined (OpenAI's ``refusal``, the
+    Responses API's refusal content, Anthropic's ``stop_reason: "refusal"``)."""
     output_items: tuple[dict[str, Any], ...] = dataclasses.field(
         default=(), compare=False, repr=False
     )
@@ -117,6 +138,11 @@ class Completion:
     message (``to_message``) carries them so the next turn hands them back whole, as the
     API wants each reasoning item followed by the item it preceded, ids and all."""
     attempts: tuple[AttemptRecord, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    @property
+    def truncated(self) -> bool:
+        """The answer stopped at its token cap (``finish_reason`` in ``CAP_REASONS``)."""
+        return self.finish_reason in CAP_REASONS
 
     def after(self, earlier: Sequence[AttemptRecord]) -> Completion:
         """This completion with ``earlier`` attempts (of the same call) before its own."""
@@ -141,6 +167,7 @@ class Completion:
             "request_id": self.request_id,
             "ttft_ms": self.ttft_ms,
             "latency_ms": self.latency_ms,
+            **({"refusal": self.refusal} if self.refusal is not None else {}),
             **({"output_items": [dict(i) for i in self.output_items]} if self.output_items else {}),
         }
 
@@ -161,6 +188,7 @@ class Completion:
             request_id=data.get("request_id"),
             ttft_ms=data.get("ttft_ms"),
             latency_ms=data.get("latency_ms"),
+            refusal=None if data.get("refusal") is None else str(data["refusal"]),
             output_items=tuple(dict(i) for i in data.get("output_items") or ()),
         )
 
@@ -315,14 +343,16 @@ class Provider(Protocol):
         *,
         on_text: TextSink | None = None,
         run_id: str | None = None,
+        output: OutputSchema | None = None,
     ) -> Completion:
         """One answer, its attempts on it (``Completion.attempts``); a failure raises
         ``ProviderError`` carrying the attempts made (``.attempts``).
 
         ``on_text`` takes each piece of streamed text; ``run_id`` is the run the call
-        is made for. A provider written before these keywords (``complete(messages,
-        tools)``) still works: callers pass only what its signature takes
-        (``providers._base.ask``).
+        is made for; ``output`` asks for the answer in a JSON Schema, natively (only a
+        provider whose ``native_output`` is True is handed it). A provider written
+        before these keywords (``complete(messages, tools)``) still works: callers pass
+        only what its signature takes (``providers._base.ask``).
         """
         ...
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..rules._errors import ProviderError
 from ..rules._renamed import renamed_keywords
-from ._base import BaseProvider, Call, after
+from ._base import BaseProvider, Call, after, offers_native_output
 from ._completion import AttemptRecord, Completion, Provider, attempts_of, with_attempts
 
 __all__ = ["Fallback", "FallbackError"]
@@ -76,6 +76,11 @@ class Fallback(BaseProvider):
     @property
     def model(self) -> str:
         return self._providers[0].model
+
+    @property
+    def native_output(self) -> bool:
+        """Every provider in the chain answers in a JSON Schema natively."""
+        return all(offers_native_output(p) for p in self._providers)
 
     def hosts(self) -> list[str]:
         seen: dict[str, None] = {}

@@ -58,7 +58,15 @@ from ..rules._secrets import register, register_header
 from ._attempt import MAX_ANSWER_BYTES, MAX_ERROR_TEXT, MAX_STREAM_BYTES, Attempt, Endpoint
 from ._base import BaseProvider, Call
 from ._client import aclose_client, new_client, shared_client
-from ._completion import Completion, Messages, ToolSpecs, attempts_of, shown_url, with_attempts
+from ._completion import (
+    Completion,
+    Messages,
+    OutputSchema,
+    ToolSpecs,
+    attempts_of,
+    shown_url,
+    with_attempts,
+)
 from ._wire import Parsed, StreamAccumulator
 
 __all__ = [
@@ -317,7 +325,7 @@ class HTTPProvider(BaseProvider):
         """
         stream = call.stream
         streamed = (self._stream if stream is None else stream) and not self._stream_refused
-        body = self._request_body(call.messages, call.tools, call.max_tokens, streamed)
+        body = self._body(call, streamed)
         attempt = Attempt(self._endpoint(streamed), body, streamed, call.on_text)
         try:
             return await attempt.run()
@@ -326,7 +334,7 @@ class HTTPProvider(BaseProvider):
                 raise
             first = attempts_of(err)
         self._stream_refused = True
-        body = self._request_body(call.messages, call.tools, call.max_tokens, False)
+        body = self._body(call, False)
         try:
             completion = await Attempt(self._endpoint(False), body, False, call.on_text).run()
         except (ProviderError, asyncio.CancelledError) as exc:
@@ -334,7 +342,16 @@ class HTTPProvider(BaseProvider):
             raise
         return completion.after(first)
 
+    def _body(self, call: Call, stream: bool) -> dict[str, Any]:
+        body = self._request_body(call.messages, call.tools, call.max_tokens, stream)
+        return body if call.output is None else self._with_output(body, call.output)
+
     # -- what a protocol supplies
+
+    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
+        """``body`` asking for the answer in ``output``'s JSON Schema, the wire's own way
+        (a wire that can overrides this and ``native_output``)."""
+        raise ConfigError(f"{type(self).__name__} has no native structured output")
 
     def _path(self) -> str:
         """The path appended to the base URL (``PATH``, unless the API is chosen per
