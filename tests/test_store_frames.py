@@ -12,10 +12,11 @@ import pytest
 
 import harnessnb as hn
 from harnessnb import Store
+from harnessnb.rules._classify import OutputFailureKind
 from harnessnb.store._writer import store_writer
 from tests.store_helpers import AT, attempt, run_row
 
-KINDS = [k.value for k in hn.ProviderErrorKind]
+KINDS = [k.value for k in hn.ProviderErrorKind] + [k.value for k in OutputFailureKind]
 
 
 @pytest.fixture

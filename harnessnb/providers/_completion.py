@@ -224,6 +224,8 @@ class AttemptRecord:
     base_url: str | None = None  # its server, no credentials (None: not over HTTP)
     cancelled: bool = False  # cut off by a cancel in flight: neither success nor failure
     usage_estimated: bool = False  # the answer reported no usage: the tokens are estimated
+    output_mode: str | None = None  # how a typed answer was asked: native, tool or prompted
+    answer: str | None = None  # an unusable answer's text (a kind of OutputFailureKind)
 
     @classmethod
     def succeeded(

@@ -17,6 +17,7 @@ __all__ = [
     "GOOGLE_STATUSES",
     "PHRASES",
     "ErrorReading",
+    "OutputFailureKind",
     "ProviderErrorKind",
     "classify_body_error",
     "classify_status",
@@ -45,6 +46,20 @@ class ProviderErrorKind(enum.Enum):
     def from_status(cls, status: int) -> ProviderErrorKind:
         """The kind an HTTP status alone implies (no body to read)."""
         return classify_status(status)
+
+
+class OutputFailureKind(enum.Enum):
+    """Why an answer that arrived cannot be used as the typed answer a run asked for
+    (``TaskContract(output=T)``): an attempt row's kind, beside the provider kinds."""
+
+    REFUSAL = "refusal"  # the model declined: not retried
+    TRUNCATED = "truncated"  # stopped at the token cap mid-answer: retried once, larger cap
+    SCHEMA_VIOLATION = "schema_violation"  # did not validate: retried with the errors
+
+    @property
+    def retryable(self) -> bool:
+        """A refusal is final; a truncated or invalid answer may be asked again."""
+        return self is not OutputFailureKind.REFUSAL
 
 
 _RETRYABLE_KINDS = frozenset(

@@ -39,6 +39,7 @@ from typing import Any
 from ._classify import (
     BODY_TYPES,
     PHRASES,
+    OutputFailureKind,
     ProviderErrorKind,
     classify_body_error,
     classify_status,
@@ -71,6 +72,7 @@ __all__ = [
     "HarnessError",
     "MCPError",
     "MCPErrorKind",
+    "OutputFailureKind",
     "ProviderError",
     "ProviderErrorKind",
     "RefusedError",

@@ -24,14 +24,17 @@ from typing import Any, Final
 import duckdb
 import pandas as pd
 
-from ..rules._errors import ProviderErrorKind, StoreError
+from ..rules._errors import OutputFailureKind, ProviderErrorKind, StoreError
 from ..rules._outcomes import RunOutcome
 
 __all__ = ["CATEGORY_ORDER", "bucket_us", "frame", "with_intervals"]
 
 # The fixed order of the categorical columns, whatever table they come from.
 CATEGORY_ORDER: Final[dict[str, tuple[str, ...]]] = {
-    "kind": tuple(k.value for k in ProviderErrorKind),
+    "kind": (
+        *(k.value for k in ProviderErrorKind),
+        *(k.value for k in OutputFailureKind),  # an answer that came but cannot be used
+    ),
     "outcome": tuple(o.value for o in RunOutcome),
 }
 _INT_TYPES: Final = frozenset(
