@@ -220,8 +220,16 @@ def _wind_down(grace_s: float = EXIT_GRACE_S) -> None:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
+        # As asyncio.run does before it closes a loop: every async generator still open
+        # on this loop (the HTTP client's closer, a stream left unread) is closed here,
+        # on its own loop, not left to the garbage collector while the interpreter tears
+        # down (where one was seen finalized mid-close: "Exception ignored in: <async
+        # generator ...> ValueError: async generator already executing" on stderr).
+        await asyncio.wait_for(loop.shutdown_asyncgens(), grace_s)
 
     with contextlib.suppress(Exception):  # the exit goes on, whatever a run did
-        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(grace_s + 1.0)
+        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(2 * grace_s + 1.0)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(grace_s)
+    if not thread.is_alive():
+        loop.close()  # nothing can be scheduled on it any more (a late finalizer's aclose)
