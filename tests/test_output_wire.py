@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
+import pydantic
 import pytest
 
 import harnessnb as hn
 from harnessnb.chaos import RATE_FAULTS, ChaosRequest, ChaosServer, Fault, Reply
+from harnessnb.demo import DemoModel
 from harnessnb.demo._chaos_output import FINAL_ANSWER, instance, violating
 from harnessnb.demo._model import provider_for
 from harnessnb.providers import _http
 from harnessnb.providers._base import offers_native_output
-from harnessnb.providers._completion import CAP_REASONS, OutputSchema
+from harnessnb.providers._completion import CAP_REASONS, OutputSchema, Provider
 from harnessnb.tools._schema import validate_args
 
 K = hn.ProviderErrorKind
@@ -338,3 +340,55 @@ def test_the_generator_makes_values_that_validate(schema: dict[str, Any]) -> Non
         value = instance(schema, number=number, text="a long answer")
         assert validate_args(schema, value) == [], value
         assert validate_args(schema, violating(schema)) != []
+
+
+class Line(pydantic.BaseModel):
+    sku: str
+    qty: int = pydantic.Field(ge=1)
+
+
+class Order(pydantic.BaseModel):
+    total: float
+    lines: list[Line]
+    note: str | None
+    status: Literal["open", "shipped"]
+    express: bool = False
+
+
+def test_a_pydantic_model_s_schema_is_answered_with_a_value_it_validates() -> None:
+    order = Order.model_validate(instance(Order.model_json_schema(), number=7))
+    assert order.total == 7.0 and order.lines[0].qty == 7 and order.status == "open"
+    with pytest.raises(pydantic.ValidationError):
+        Order.model_validate(violating(Order.model_json_schema()))
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_the_demo_model_answers_a_schema_with_the_arithmetic_answer(wire: str) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}, "working": {"type": "string"}},
+        "required": ["answer", "working"],
+        "additionalProperties": False,
+    }
+    question: Any = [{"role": "user", "content": "What is 17 + 25?"}]
+    with ChaosServer(responder=DemoModel()) as server:
+        provider: Provider = make(server, wire)
+        c = await provider.complete(question, output=OutputSchema("Sum", schema))
+        answer = json.loads(c.text)
+        assert validate_args(schema, answer) == [] and answer["answer"] == 42
+        assert "42" in answer["working"]
+        tools = [{"name": FINAL_ANSWER, "parameters": schema}]
+        (call,) = (await provider.complete(question, tools)).tool_calls
+        assert call.name == FINAL_ANSWER and call.arguments["answer"] == 42
+        plain = await provider.complete(question)  # untyped: its words, as before
+        assert plain.text.startswith("The answer is 42.")
+    await _http.aclose_client()
+
+
+async def test_the_demo_model_answers_a_task_it_cannot_solve_with_valid_json() -> None:
+    with ChaosServer(responder=DemoModel()) as server:
+        c = await make(server, "openai").complete(
+            [{"role": "user", "content": "Tell me about cats."}], output=PERSON
+        )
+    assert validate_args(SCHEMA, json.loads(c.text)) == []
+    await _http.aclose_client()
