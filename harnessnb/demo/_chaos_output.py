@@ -27,7 +27,6 @@ from typing import Any
 
 __all__ = [
     "FINAL_ANSWER",
-    "OUTPUT_FAULTS",
     "REFUSAL_TEXT",
     "answer_text",
     "instance",
@@ -43,7 +42,6 @@ __all__ = [
 
 FINAL_ANSWER = "final_answer"
 """The tool a typed run in ``tool`` mode offers for its answer (its parameters the schema)."""
-OUTPUT_FAULTS = frozenset({"refusal", "truncated", "schema_violation", "schema_rejected"})
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 """What ``Fault.refusal()`` says by default (OpenAI's usual words)."""
 
