@@ -307,6 +307,50 @@ async def test_offered_a_final_answer_tool_the_echo_responder_calls_it(
     assert cut.truncated and not cut.tool_calls and cut.text.startswith('{"name"')
 
 
+# ---------------------------------------------------------------- a schema in the prompt
+
+def instruction(schema: dict[str, Any]) -> dict[str, Any]:
+    """A typed run's prompted-mode message: the schema in the conversation."""
+    return {
+        "role": "user",
+        "content": "When you give your final answer, give only a JSON value that matches "
+        f"this JSON Schema, in a ```json block:\n{json.dumps(schema)}",
+    }
+
+
+PROMPTED: Any = [{"role": "user", "content": "Who is it?"}, instruction(SCHEMA)]
+
+
+def fenced(text: str) -> Any:
+    assert text.startswith("```json\n") and text.endswith("\n```")
+    return json.loads(text.removeprefix("```json\n").removesuffix("\n```"))
+
+
+@pytest.mark.parametrize("wire", WIRES)
+async def test_a_schema_given_in_the_prompt_is_answered_in_a_json_block(
+    srv: ChaosServer, wire: str
+) -> None:
+    provider = make(srv, wire)
+    c = await provider.complete(PROMPTED, stream=True)
+    req = srv.requests[-1]
+    assert req.output_schema is None and req.prompted_schema == SCHEMA
+    assert validate_args(SCHEMA, fenced(c.text)) == []
+    srv.push(Fault.schema_violation())
+    bad = fenced((await provider.complete(PROMPTED, stream=False)).text)
+    assert "name" not in bad and validate_args(SCHEMA, bad) != []
+
+
+def test_a_prompt_without_a_schema_asks_none(srv: ChaosServer) -> None:
+    def request(text: str) -> ChaosRequest:
+        body = {"messages": [{"role": "user", "content": text}]}
+        return ChaosRequest("openai", "/v1/chat/completions", body, {}, "req_1")
+
+    assert request("What is a JSON Schema? {not json}").prompted_schema is None
+    assert request('Write a JSON Schema for {"a": 1}').prompted_schema is None
+    assert request('JSON Schema: {"type": "integer"}').prompted_schema == {"type": "integer"}
+    assert request('{"type": "object"} with no words before').prompted_schema is None
+
+
 # ---------------------------------------------------------------- 4. answers that validate
 
 NESTED: dict[str, Any] = {
@@ -380,6 +424,8 @@ async def test_the_demo_model_answers_a_schema_with_the_arithmetic_answer(wire: 
         tools = [{"name": FINAL_ANSWER, "parameters": schema}]
         (call,) = (await provider.complete(question, tools)).tool_calls
         assert call.name == FINAL_ANSWER and call.arguments["answer"] == 42
+        prompted = await provider.complete([*question, instruction(schema)])
+        assert fenced(prompted.text)["answer"] == 42
         plain = await provider.complete(question)  # untyped: its words, as before
         assert plain.text.startswith("The answer is 42.")
     await _http.aclose_client()

@@ -19,11 +19,11 @@ and ``:streamGenerateContent`` (any version) Gemini's (``_chaos_gemini``), strea
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
 
-Typed answers (``_chaos_output``): a request asking for a JSON Schema (natively, or as a
-``final_answer`` tool) is answered by the echo responder and the demo model with JSON
-that validates (``ChaosRequest.output_schema`` is what was asked), and four faults make
-the answer unusable on every wire: ``Fault.refusal()``, ``Fault.truncated()``,
-``Fault.schema_violation()``, ``Fault.schema_rejected()``.
+Typed answers (``_chaos_output``): a request asking for a JSON Schema (natively, as a
+``final_answer`` tool, or in the conversation) is answered by the echo responder and the
+demo model with JSON that validates (``ChaosRequest.typed_as()`` says what was asked,
+and how), and four faults make the answer unusable on every wire: ``Fault.refusal()``,
+``Fault.truncated()``, ``Fault.schema_violation()``, ``Fault.schema_rejected()``.
 Run ``python -m harnessnb.chaos --port 8000`` to serve one from a shell.
 
 This module is longer than the 600 lines the others keep to, on purpose: it is one
@@ -204,7 +204,8 @@ class Fault:
     def schema_violation(cls) -> Fault:
         """Valid JSON that breaks the schema asked (a required field missing), as text
         for a native request, as ``final_answer``'s arguments when the request offers
-        that tool; ``[]`` when the request asks no schema."""
+        that tool, in a fenced ``json`` block when the conversation gives the schema;
+        ``[]`` when the request asks no schema."""
         return cls("schema_violation")
 
     @classmethod
@@ -298,6 +299,17 @@ class ChaosRequest:
         return output.tool_parameters(self.protocol, self.json)
 
     @property
+    def prompted_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema the conversation gives for the answer (a typed run's prompted
+        mode: after the words "JSON Schema" in a user or system message), if any."""
+        return output.prompted_schema(self.messages)
+
+    def typed_as(self) -> tuple[Mapping[str, Any] | None, str]:
+        """The schema the answer is asked in and how (``native``, ``tool``, ``prompted``;
+        ``(None, "")``: none)."""
+        return output.schema_of_reply(self.output_schema, self.tool_schemas, self.prompted_schema)
+
+    @property
     def max_tokens(self) -> int | None:
         """The token cap the request sets, if it sets one."""
         return output.max_tokens(self.protocol, self.json)
@@ -308,8 +320,8 @@ class ChaosRequest:
 
 def echo_responder(request: ChaosRequest) -> Reply:
     """The default responder: answer with the last user message's text; asked for a
-    JSON Schema (natively, or as a ``final_answer`` tool), with JSON that validates,
-    its strings that text."""
+    JSON Schema (natively, as a ``final_answer`` tool, or in the conversation), with
+    JSON that validates, its strings that text."""
     said = "ok"
     for message in reversed(request.messages):
         if isinstance(message, Mapping) and message.get("role") == "user":
@@ -325,18 +337,19 @@ def typed_reply(
 ) -> Reply:
     """``reply`` as the typed answer the request asks for, when it asks one and
     ``reply`` is a last answer (no tool call): its JSON as text for a native request, a
-    ``final_answer`` call for one offering that tool; else ``reply`` unchanged."""
+    ``final_answer`` call for one offering that tool, a fenced ``json`` block for a
+    conversation that gives the schema; else ``reply`` unchanged."""
     if reply.tool_calls:
         return reply
-    schema, as_tool = output.schema_of_reply(request.output_schema, request.tool_schemas)
+    schema, mode = request.typed_as()
     if schema is None:
         return reply
     value = output.instance(schema, number=number, text=text)
-    if as_tool:
+    if mode == "tool":
         return dataclasses.replace(
             reply, text="", tool_calls=[{"name": output.FINAL_ANSWER, "arguments": value}]
         )
-    return dataclasses.replace(reply, text=json.dumps(value))
+    return dataclasses.replace(reply, text=output.as_text(value, mode))
 
 
 def _text_of(content: Any) -> str:
@@ -828,12 +841,12 @@ class _Exchange:
                 headers=reply.headers,
             )
         if kind == "schema_violation":
-            schema, as_tool = output.schema_of_reply(self.req.output_schema, self.req.tool_schemas)
+            schema, mode = self.req.typed_as()
             bad = [] if schema is None else output.violating(schema)
-            if as_tool:
+            if mode == "tool":
                 call = {"name": output.FINAL_ANSWER, "arguments": bad}
                 return Reply(tool_calls=[call], headers=reply.headers)
-            return Reply(text=json.dumps(bad), headers=reply.headers)
+            return Reply(text=output.as_text(bad, mode), headers=reply.headers)
         return reply
 
     async def _whole(self, kind: str, reply: Reply) -> bool:

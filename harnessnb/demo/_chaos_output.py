@@ -1,9 +1,13 @@
-"""The chaos server's typed answers: what a request asks for (a JSON Schema, natively or
-as a ``final_answer`` tool), an answer that validates, and the four output faults.
+"""The chaos server's typed answers: what a request asks for (a JSON Schema natively, as
+a ``final_answer`` tool, or in the conversation), an answer that validates, and the four
+output faults.
 
 Reading, per wire (``output_schema``): chat's ``response_format.json_schema.schema``,
 the Responses API's ``text.format.schema``, Anthropic's ``output_config.format.schema``,
-Gemini's ``generationConfig.responseJsonSchema`` (or ``responseSchema``).
+Gemini's ``generationConfig.responseJsonSchema`` (or ``responseSchema``); else the
+``final_answer`` tool's parameters (``tool_parameters``); else a JSON Schema a user or
+system message gives after the words "JSON Schema" (``prompted_schema``: a typed run's
+prompted mode), answered as a fenced ``json`` block.
 
 Writing: ``instance`` makes a value that validates against a schema (object,
 properties, required, array, string, integer, number, boolean, enum, const, nullable,
@@ -29,10 +33,12 @@ __all__ = [
     "FINAL_ANSWER",
     "REFUSAL_TEXT",
     "answer_text",
+    "as_text",
     "instance",
     "max_tokens",
     "output_name",
     "output_schema",
+    "prompted_schema",
     "rejection",
     "schema_of_reply",
     "tool_parameters",
@@ -101,6 +107,41 @@ def tool_parameters(protocol: str, payload: Any) -> dict[str, Mapping[str, Any]]
     return out
 
 
+def prompted_schema(messages: Sequence[Any]) -> Mapping[str, Any] | None:
+    """The JSON Schema the conversation asks the answer in (prompted mode): the first
+    JSON object after the words "JSON Schema" in the last user or system message that
+    has one, when it looks like a schema (``type``, ``properties`` or ``$defs``)."""
+    decoder = json.JSONDecoder()
+    for message in reversed(messages):
+        if not isinstance(message, Mapping) or message.get("role") not in ("user", "system"):
+            continue
+        text = _said(message.get("content"))
+        at = text.lower().rfind("json schema")
+        while at >= 0:
+            at = text.find("{", at)
+            if at < 0:
+                break
+            try:
+                found, _ = decoder.raw_decode(text, at)
+            except ValueError:
+                at += 1
+                continue
+            if isinstance(found, dict) and {"type", "properties", "$defs"} & set(found):
+                return found
+            at += 1
+    return None
+
+
+def _said(content: Any) -> str:
+    """A message's text: a string, or its text blocks (Anthropic's) joined."""
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else ()
+    return "\n".join(
+        str(b.get("text") or "") for b in blocks if isinstance(b, Mapping) and "text" in b
+    )
+
+
 def max_tokens(protocol: str, payload: Any) -> int | None:
     """The token cap a request sets, if it sets one."""
     if protocol == "gemini":
@@ -136,7 +177,8 @@ class _Maker:
                 return node
             target: Any = self.root
             for key in ref[2:].split("/"):
-                target = target.get(key.replace("~1", "/").replace("~0", "~"), {})
+                key = key.replace("~1", "/").replace("~0", "~")
+                target = target.get(key, {}) if isinstance(target, Mapping) else {}
             node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
             ref = target.get("$ref") if isinstance(target, Mapping) else None
         return node
@@ -207,7 +249,7 @@ def _type_of(node: Mapping[str, Any]) -> str:
         kinds = [k for k in kind if k != "null"]
         kind = kinds[0] if kinds else "null"
     if isinstance(kind, str):
-        return kind
+        return kind.lower()  # Gemini's responseSchema spells them OBJECT, STRING...
     if "properties" in node:
         return "object"
     if "items" in node:
@@ -248,15 +290,26 @@ def violating(schema: Mapping[str, Any]) -> Any:
 
 
 def schema_of_reply(
-    schema: Mapping[str, Any] | None, tools: Mapping[str, Mapping[str, Any]]
-) -> tuple[Mapping[str, Any] | None, bool]:
-    """The schema the answer is asked in, and whether it is asked as the final-answer
-    tool (``schema`` when the request asks natively, else ``final_answer``'s)."""
+    schema: Mapping[str, Any] | None,
+    tools: Mapping[str, Mapping[str, Any]],
+    prompted: Mapping[str, Any] | None,
+) -> tuple[Mapping[str, Any] | None, str]:
+    """The schema the answer is asked in and how: ``native`` (``schema``, the request's
+    own), ``tool`` (``final_answer``'s parameters), ``prompted`` (the conversation's);
+    ``(None, "")`` when none is asked."""
     if schema is not None:
-        return schema, False
+        return schema, "native"
     if FINAL_ANSWER in tools:
-        return tools[FINAL_ANSWER], True
-    return None, False
+        return tools[FINAL_ANSWER], "tool"
+    if prompted is not None:
+        return prompted, "prompted"
+    return None, ""
+
+
+def as_text(value: Any, mode: str) -> str:
+    """A typed answer's text: its JSON, in a fenced ``json`` block when prompted."""
+    said = json.dumps(value)
+    return f"```json\n{said}\n```" if mode == "prompted" else said
 
 
 def truncate(text: str) -> str:

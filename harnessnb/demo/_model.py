@@ -23,10 +23,11 @@ simulated provider of known quality, for sweeps that score answers. With ``stall
 it reads the same file forever, so stall detection has something to catch; ``rates``
 make the server fail by kind at seeded rates (see ``harnessnb.chaos.RATE_FAULTS``).
 
-Asked for a typed answer (a JSON Schema in the request natively, or a ``final_answer``
-tool offered), its last answer is JSON that validates against the schema (as text, or
-as that tool's arguments), its integer and number fields the arithmetic answer when
-the task is a question it can solve, its strings its one-line answer.
+Asked for a typed answer (a JSON Schema in the request natively, a ``final_answer``
+tool offered, or a schema given in the conversation), its last answer is JSON that
+validates against the schema (as text, as that tool's arguments, or a fenced block),
+its integer and number fields the arithmetic answer when the task is a question it can
+solve, its strings its one-line answer.
 """
 
 from __future__ import annotations
