@@ -264,3 +264,61 @@ async def test_a_rejected_schema_is_a_400_both_read(
     with pytest.raises(genai.errors.ClientError) as g_err:
         sdk_gemini(gsdk, stream)
     assert g_err.value.code == 400 and g_err.value.status == "INVALID_ARGUMENT"
+
+
+# ---------------------------------------------------------------- Anthropic
+
+
+def sdk_anthropic(srv: ChaosServer, stream: bool, *, parse: bool = True) -> Any:
+    """The anthropic SDK's message: ``messages.parse`` (or its stream's final one), or
+    ``messages.create`` with the schema as ``output_config`` when not ``parse`` (its
+    parse reads any text as JSON, a refusal's and a cut answer's too, and raises)."""
+    anthropic = pytest.importorskip("anthropic")
+    kw: dict[str, Any] = {"model": "claude-test", "max_tokens": 300, "messages": HI}
+    if parse:
+        kw["output_format"] = Person
+    else:
+        kw["output_config"] = {"format": {"type": "json_schema", "schema": STRICT}}
+    with anthropic.Anthropic(api_key="sk-ant", base_url=srv.anthropic_url, max_retries=0) as c:
+        if stream:
+            with c.messages.stream(**kw) as events:
+                return events.get_final_message()
+        return c.messages.parse(**kw) if parse else c.messages.create(**kw)
+
+
+def claude(srv: ChaosServer) -> hn.Anthropic:
+    return hn.Anthropic("claude-test", api_key="sk-ant", base_url=srv.anthropic_url)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_parse_and_ours_ask_alike_and_read_the_same_answer(
+    srv: ChaosServer, stream: bool
+) -> None:
+    message = sdk_anthropic(srv, stream)
+    sdk_asked = last_body(srv)["output_config"]
+    theirs = OutputSchema("Person", sdk_asked["format"]["schema"])
+    c = await claude(srv).complete(HI, max_tokens=300, stream=stream, output=theirs)
+    assert last_body(srv)["output_config"] == sdk_asked
+    assert sdk_asked["format"]["type"] == "json_schema"
+    assert isinstance(message.parsed_output, Person)
+    assert c.text == message.content[0].text
+    assert Person.model_validate_json(c.text) == message.parsed_output
+    assert message.stop_reason == "end_turn" and c.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("fault", "stop"), [("refusal", "refusal"), ("truncated", "max_tokens")])
+async def test_anthropic_refusal_and_cap_read_the_same(
+    srv: ChaosServer, stream: bool, fault: str, stop: str
+) -> None:
+    made = Fault.refusal(REFUSAL) if fault == "refusal" else Fault.truncated()
+    srv.push(made)
+    message = sdk_anthropic(srv, stream, parse=False)
+    srv.push(made)
+    c = await claude(srv).complete(HI, max_tokens=300, stream=stream, output=PERSON)
+    assert message.stop_reason == stop and message.content[0].text == c.text
+    assert message.usage.output_tokens == c.usage.output_tokens
+    if fault == "refusal":
+        assert c.refusal == REFUSAL == c.text and c.finish_reason == "content_filter"
+    else:
+        assert c.truncated and c.refusal is None and c.usage.output_tokens == 300
