@@ -6,6 +6,10 @@
 - ``_chaos_responses``: the chaos server's OpenAI Responses API dialect;
 - ``_chaos_gemini``: the chaos server's Gemini dialect (requests read, answers and
   Google's error bodies written);
+- ``_chaos_output``: typed answers on the chaos server: the JSON Schema a request asks
+  in (natively, as a ``final_answer`` tool, or in the conversation), answers that
+  validate or break it, a strict mode's 400 (the ``refusal``, ``truncated``,
+  ``schema_violation`` and ``schema_rejected`` faults);
 - ``_model``: the rule-based demo model the chaos server answers with, the demo provider
   and the demo workspace;
 - ``_conversation``: what the demo model reads of a request, in any wire form;

@@ -18,6 +18,12 @@ and ``:streamGenerateContent`` (any version) Gemini's (``_chaos_gemini``), strea
 (SSE) or not. The server runs an asyncio loop in its own thread, speaks HTTP/1.1 with keep-alive
 and handles hundreds of concurrent connections. Faults come, in this order, from
 the queue (``push``), from the seeded ``rates`` draw, or from ``set_default``.
+
+Typed answers (``_chaos_output``): a request asking for a JSON Schema (natively, as a
+``final_answer`` tool, or in the conversation) is answered by the echo responder and the
+demo model with JSON that validates (``ChaosRequest.typed_as()`` says what was asked,
+and how), and four faults make the answer unusable on every wire: ``Fault.refusal()``,
+``Fault.truncated()``, ``Fault.schema_violation()``, ``Fault.schema_rejected()``.
 Run ``python -m harnessnb.chaos --port 8000`` to serve one from a shell.
 
 This module is longer than the 600 lines the others keep to, on purpose: it is one
@@ -42,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _chaos_gemini as gemini
+from . import _chaos_output as output
 from . import _chaos_responses as responses
 
 __all__ = ["ChaosRequest", "ChaosServer", "Fault", "Reply", "echo_responder"]
@@ -177,6 +184,39 @@ class Fault:
         ``MAX_TOKENS``) with no content. Other protocols: as ``empty``."""
         return cls("finish_empty", body=reason)
 
+    @classmethod
+    def refusal(cls, text: str = output.REFUSAL_TEXT) -> Fault:
+        """The model declines, in ``text``, as the wire says it: chat's
+        ``message.refusal`` (streamed: ``delta.refusal``), the Responses API's refusal
+        content (``response.refusal.delta``), Anthropic's ``stop_reason: "refusal"``.
+        Gemini has no refusal: a candidate stopped for ``SAFETY`` with no content."""
+        return cls("refusal", body=text)
+
+    @classmethod
+    def truncated(cls) -> Fault:
+        """The answer stops at the token cap halfway (mid-JSON for a typed answer; a
+        final-answer call's arguments become cut text), with the wire's cap reason:
+        ``length``, ``max_tokens``, ``incomplete`` for ``max_output_tokens``,
+        ``MAX_TOKENS``; its output tokens the request's cap when it set one."""
+        return cls("truncated")
+
+    @classmethod
+    def schema_violation(cls) -> Fault:
+        """Valid JSON that breaks the schema asked (a required field missing), as text
+        for a native request, as ``final_answer``'s arguments when the request offers
+        that tool, in a fenced ``json`` block when the conversation gives the schema;
+        ``[]`` when the request asks no schema."""
+        return cls("schema_violation")
+
+    @classmethod
+    def schema_rejected(cls, message: str | None = None) -> Fault:
+        """A request asking natively for a JSON Schema gets HTTP 400 in the wire's error
+        shape, as a strict mode refusing the schema answers (OpenAI's ``Invalid schema
+        for response_format 'NAME': ...``; Gemini's ``INVALID_ARGUMENT``); ``message``
+        the reason. A request asking none gets a healthy answer (as
+        ``rejects_streaming``)."""
+        return cls("schema_rejected", http_status=400, body=message)
+
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
@@ -185,6 +225,8 @@ class Reply:
     ``tool_calls`` items are ``{"name": str, "arguments": dict}``. Token counts
     default to an estimate from the text sizes. ``usage`` replaces the whole usage
     object as sent (an unreadable one, say); ``headers`` are added to the response.
+    ``refusal`` makes the answer a refusal in the wire's shape (``Fault.refusal``);
+    ``truncated`` ends it with the wire's token-cap reason (``Fault.truncated``).
     """
 
     text: str = ""
@@ -193,6 +235,8 @@ class Reply:
     output_tokens: int | None = None
     usage: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    refusal: str | None = None
+    truncated: bool = False
 
 
 @dataclasses.dataclass
@@ -242,18 +286,70 @@ class ChaosRequest:
                 names.append(str(fn.get("name") if isinstance(fn, Mapping) else tool.get("name")))
         return names
 
+    @property
+    def output_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema the request asks its answer in natively (None: it asks none):
+        chat's ``response_format``, the Responses API's ``text.format``, Anthropic's
+        ``output_config.format``, Gemini's ``responseJsonSchema``."""
+        return output.output_schema(self.protocol, self.json)
+
+    @property
+    def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The parameters schema of each tool offered, by name."""
+        return output.tool_parameters(self.protocol, self.json)
+
+    @property
+    def prompted_schema(self) -> Mapping[str, Any] | None:
+        """The JSON Schema the conversation gives for the answer (a typed run's prompted
+        mode: after the words "JSON Schema" in a user or system message), if any."""
+        return output.prompted_schema(self.messages)
+
+    def typed_as(self) -> tuple[Mapping[str, Any] | None, str]:
+        """The schema the answer is asked in and how (``native``, ``tool``, ``prompted``;
+        ``(None, "")``: none)."""
+        return output.schema_of_reply(self.output_schema, self.tool_schemas, self.prompted_schema)
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The token cap the request sets, if it sets one."""
+        return output.max_tokens(self.protocol, self.json)
+
     def _get(self, key: str) -> Any:
         return self.json.get(key) if isinstance(self.json, Mapping) else None
 
 
 def echo_responder(request: ChaosRequest) -> Reply:
-    """The default responder: answer with the last user message's text."""
+    """The default responder: answer with the last user message's text; asked for a
+    JSON Schema (natively, as a ``final_answer`` tool, or in the conversation), with
+    JSON that validates, its strings that text."""
+    said = "ok"
     for message in reversed(request.messages):
         if isinstance(message, Mapping) and message.get("role") == "user":
             text = _text_of(message.get("content"))
             if text:
-                return Reply(text=text)
-    return Reply(text="ok")
+                said = text
+                break
+    return typed_reply(request, Reply(text=said), text=said)
+
+
+def typed_reply(
+    request: ChaosRequest, reply: Reply, *, number: int | None = None, text: str = ""
+) -> Reply:
+    """``reply`` as the typed answer the request asks for, when it asks one and
+    ``reply`` is a last answer (no tool call): its JSON as text for a native request, a
+    ``final_answer`` call for one offering that tool, a fenced ``json`` block for a
+    conversation that gives the schema; else ``reply`` unchanged."""
+    if reply.tool_calls:
+        return reply
+    schema, mode = request.typed_as()
+    if schema is None:
+        return reply
+    value = output.instance(schema, number=number, text=text)
+    if mode == "tool":
+        return dataclasses.replace(
+            reply, text="", tool_calls=[{"name": output.FINAL_ANSWER, "arguments": value}]
+        )
+    return dataclasses.replace(reply, text=output.as_text(value, mode))
 
 
 def _text_of(content: Any) -> str:
@@ -286,6 +382,11 @@ RATE_FAULTS: dict[str, Fault] = {
     "stream_error": Fault.stream_error({"type": "overloaded_error", "message": "Overloaded"}),
     # One chunk, then silence: the provider's idle timeout cuts it as a timeout.
     "stalled_stream": Fault.stall_stream(after_events=1, seconds=30.0),
+    # Answers that came but cannot be the typed answer asked for (OutputFailureKind).
+    "refusal": Fault.refusal(),
+    "truncated": Fault.truncated(),
+    "schema_violation": Fault.schema_violation(),
+    "schema_rejected": Fault.schema_rejected(),
 }
 
 
@@ -654,6 +755,14 @@ class _Exchange:
                 await _send(self.writer, 400, _error_body(self.req.protocol, 400, text), self.ids)
                 return True
             kind = "healthy"
+        if kind == "schema_rejected":
+            if self.req.output_schema is not None:
+                name = output.output_name(self.req.protocol, self.req.json)
+                said = self.fault.body if self.fault else None
+                body = output.rejection(self.req.protocol, name, said)
+                await _send(self.writer, 400, json.dumps(body).encode(), self.ids)
+                return True
+            kind = "healthy"
         if self.req.protocol == "responses" and (wrong := responses.input_error(self.req.json)):
             await _send(self.writer, 400, _error_body("openai", 400, wrong), self.ids)
             return True
@@ -719,7 +828,26 @@ class _Exchange:
     def _reply(self, kind: str) -> Reply:
         if kind in _EMPTY:
             return Reply(text="", output_tokens=0)
-        return self.responder(self.req)
+        reply = self.responder(self.req)
+        if kind == "refusal":
+            said = (self.fault.body if self.fault else None) or output.REFUSAL_TEXT
+            return Reply(refusal=said, headers=reply.headers)
+        if kind == "truncated":
+            text = output.truncate(output.answer_text(reply.text, reply.tool_calls))
+            return Reply(
+                text=text,
+                output_tokens=self.req.max_tokens,
+                truncated=True,
+                headers=reply.headers,
+            )
+        if kind == "schema_violation":
+            schema, mode = self.req.typed_as()
+            bad = [] if schema is None else output.violating(schema)
+            if mode == "tool":
+                call = {"name": output.FINAL_ANSWER, "arguments": bad}
+                return Reply(tool_calls=[call], headers=reply.headers)
+            return Reply(text=output.as_text(bad, mode), headers=reply.headers)
+        return reply
 
     async def _whole(self, kind: str, reply: Reply) -> bool:
         if self.req.protocol == "responses":
@@ -755,7 +883,10 @@ class _Exchange:
             for cid, c in zip(_call_ids(self.req, reply, "call_"), reply.tool_calls, strict=True)
         ]
         rid, model = self.req.request_id, self.req.model
-        return responses.Answer(rid, model, reply.text, calls, inp, out, reply.usage, empty)
+        return responses.Answer(
+            rid, model, reply.text, calls, inp, out, reply.usage, empty,
+            refusal=reply.refusal, truncated=reply.truncated,
+        )  # fmt: skip
 
     def _events(self, kind: str, reply: Reply) -> list[bytes]:
         if self.req.protocol == "responses":
@@ -859,7 +990,11 @@ def _openai_completion(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str
     if empty:
         envelope["choices"] = []
         return envelope
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.text or None,
+        "refusal": reply.refusal,
+    }
     if reply.tool_calls:
         message["tool_calls"] = [
             {
@@ -869,11 +1004,14 @@ def _openai_completion(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str
             }
             for cid, c in zip(_call_ids(req, reply, "call_"), reply.tool_calls, strict=True)
         ]
-    finish = "tool_calls" if reply.tool_calls else "stop"
     envelope["choices"] = [
-        {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        {"index": 0, "message": message, "finish_reason": _openai_finish(reply), "logprobs": None}
     ]
     return envelope
+
+
+def _openai_finish(reply: Reply) -> str:
+    return "length" if reply.truncated else "tool_calls" if reply.tool_calls else "stop"
 
 
 def _openai_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
@@ -891,6 +1029,7 @@ def _openai_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
 
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": piece}) for piece in _split(reply.text)]
+    events += [chunk({"refusal": piece}) for piece in _split(reply.refusal or "")]
     for i, (cid, call) in enumerate(
         zip(_call_ids(req, reply, "call_"), reply.tool_calls, strict=True)
     ):
@@ -900,7 +1039,7 @@ def _openai_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
         )
         for piece in _split(json.dumps(call.get("arguments") or {})):
             events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
-    events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+    events.append(chunk({}, _openai_finish(reply)))
     options = req.json.get("stream_options") if isinstance(req.json, dict) else None
     if isinstance(options, dict) and options.get("include_usage"):
         usage = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
@@ -910,7 +1049,8 @@ def _openai_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[bytes]:
 
 
 def _anthropic_blocks(req: ChaosRequest, reply: Reply) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    said = reply.refusal or reply.text  # a refusal's words are its text
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": said}] if said else []
     for cid, call in zip(_call_ids(req, reply, "toolu_"), reply.tool_calls, strict=True):
         blocks.append(
             {
@@ -923,6 +1063,12 @@ def _anthropic_blocks(req: ChaosRequest, reply: Reply) -> list[dict[str, Any]]:
     return blocks
 
 
+def _anthropic_stop(reply: Reply) -> str:
+    if reply.refusal is not None:
+        return "refusal"
+    return "max_tokens" if reply.truncated else "tool_use" if reply.tool_calls else "end_turn"
+
+
 def _anthropic_message(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str, Any]:
     inp, out = _usage(req, reply, empty)
     return {
@@ -931,7 +1077,7 @@ def _anthropic_message(req: ChaosRequest, reply: Reply, empty: bool) -> dict[str
         "role": "assistant",
         "model": req.model,
         "content": [] if empty else _anthropic_blocks(req, reply),
-        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_reason": _anthropic_stop(reply),
         "stop_sequence": None,
         "usage": reply.usage or {"input_tokens": inp, "output_tokens": out},
     }
@@ -965,7 +1111,7 @@ def _anthropic_events(req: ChaosRequest, reply: Reply, empty: bool) -> list[byte
             for d in deltas
         ]
         events.append(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
-    stop = "tool_use" if reply.tool_calls else "end_turn"
+    stop = _anthropic_stop(reply)
     events.append(
         _sse(
             {
@@ -985,18 +1131,29 @@ def _gemini_body(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None
     tokens = _usage(req, reply, empty)
     if kind == "blocked":
         return gemini.blocked_prompt((fault.body if fault else None) or "SAFETY", tokens)
-    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    finish = _gemini_finish(reply, kind, fault)
+    empty = empty or reply.refusal is not None
     return gemini.gemini_response(
         req.model, req.request_id, reply.text, reply.tool_calls, tokens,
         usage=reply.usage, finish=finish, empty=empty,
     )  # fmt: skip
 
 
+def _gemini_finish(reply: Reply, kind: str, fault: Fault | None) -> str | None:
+    """A candidate's finish reason: the fault's, ``SAFETY`` for a refusal (Gemini has no
+    refusal of its own), ``MAX_TOKENS`` for a truncated answer, else the default."""
+    if fault is not None and kind == "finish_empty":
+        return fault.body
+    if reply.refusal is not None:
+        return "SAFETY"
+    return "MAX_TOKENS" if reply.truncated else None
+
+
 def _gemini_events(req: ChaosRequest, reply: Reply, kind: str, fault: Fault | None) -> list[bytes]:
     if kind == "blocked":
         return [_sse(_gemini_body(req, reply, kind, fault))]
-    empty = kind in ("empty", "finish_empty")
-    finish = fault.body if fault is not None and kind == "finish_empty" else None
+    empty = kind in ("empty", "finish_empty") or reply.refusal is not None
+    finish = _gemini_finish(reply, kind, fault)
     chunks = gemini.gemini_chunks(
         req.model, req.request_id, _split(reply.text), reply.tool_calls,
         _usage(req, reply, empty), usage=reply.usage, finish=finish, empty=empty,

@@ -6,7 +6,10 @@ model read every dialect alike), and a healthy answer, an empty one, a failed on
 a stream's error event are rendered in the Responses shape: a response object with
 ``output`` items (a ``reasoning`` item first, then the ``message`` and the
 ``function_call`` items), or its SSE events (``response.created`` ...
-``response.completed``; ``response.failed``; ``error``). The faults themselves
+``response.completed``; ``response.failed``; ``error``). A refusal is a message whose
+content is a ``refusal`` part (streamed as ``response.refusal.delta``/``.done``); an
+answer cut at the token cap is ``status: incomplete`` with ``incomplete_details.reason``
+``max_output_tokens`` (streamed: ``response.incomplete``). The faults themselves
 (statuses, drops, silence) are the server's, the same for every dialect.
 
 Plain values in, bytes or objects out: this module knows nothing of the server.
@@ -42,6 +45,8 @@ class Answer:
     output_tokens: int
     usage: Mapping[str, Any] | None = None  # replaces the usage object as sent
     empty: bool = False
+    refusal: str | None = None  # the message is a refusal part saying this
+    truncated: bool = False  # stopped at max_output_tokens: status incomplete
 
     def usage_object(self) -> Mapping[str, Any]:
         if self.usage is not None:
@@ -67,14 +72,19 @@ class Answer:
                 "encrypted_content": f"enc_{rid}",
             }
         ]
+        content: list[dict[str, Any]] = []
         if self.text:
+            content.append({"type": "output_text", "text": self.text, "annotations": []})
+        if self.refusal is not None:
+            content.append({"type": "refusal", "refusal": self.refusal})
+        if content:
             items.append(
                 {
                     "id": f"msg_{rid}",
                     "type": "message",
-                    "status": "completed",
+                    "status": "incomplete" if self.truncated else "completed",
                     "role": "assistant",
-                    "content": [{"type": "output_text", "text": self.text, "annotations": []}],
+                    "content": content,
                 }
             )
         for i, (call_id, name, arguments) in enumerate(self.calls):
@@ -90,9 +100,14 @@ class Answer:
             )
         return items
 
-    def response(self, status: str = "completed", **fields: Any) -> dict[str, Any]:
-        """The response object (``status`` in_progress: no output, no usage yet)."""
+    def response(self, status: str | None = None, **fields: Any) -> dict[str, Any]:
+        """The response object (``status`` in_progress: no output, no usage yet; None:
+        ``completed``, or ``incomplete`` for a truncated answer)."""
+        if status is None:
+            status = "incomplete" if self.truncated else "completed"
         done = status != "in_progress"
+        if status == "incomplete":
+            fields = {"incomplete_details": {"reason": "max_output_tokens"}, **fields}
         return {
             "id": f"resp_{self.request_id}",
             "object": "response",
@@ -102,7 +117,7 @@ class Answer:
             "incomplete_details": None,
             "instructions": None,
             "model": self.model,
-            "output": self.items() if status == "completed" else [],
+            "output": self.items() if status in ("completed", "incomplete") else [],
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": [],
@@ -120,26 +135,12 @@ class Answer:
         for index, item in enumerate(self.items()):
             at = {"output_index": index, "item_id": item["id"]}
             if item["type"] == "message":
-                text = item["content"][0]["text"]
                 start = {**item, "status": "in_progress", "content": []}
-                part = {"type": "output_text", "text": "", "annotations": []}
                 events.append(
                     seq.event("response.output_item.added", output_index=index, item=start)
                 )
-                events.append(
-                    seq.event("response.content_part.added", **at, content_index=0, part=part)
-                )
-                events += [
-                    seq.event("response.output_text.delta", **at, content_index=0, delta=piece)
-                    for piece in _split(text)
-                ]
-                events.append(
-                    seq.event("response.output_text.done", **at, content_index=0, text=text)
-                )
-                done_part = {**part, "text": text}
-                events.append(
-                    seq.event("response.content_part.done", **at, content_index=0, part=done_part)
-                )
+                for n, whole in enumerate(item["content"]):
+                    events += _part_events(seq, at, n, whole)
             elif item["type"] == "function_call":
                 start = {**item, "status": "in_progress", "arguments": ""}
                 events.append(
@@ -159,8 +160,28 @@ class Answer:
                     seq.event("response.output_item.added", output_index=index, item=item)
                 )
             events.append(seq.event("response.output_item.done", output_index=index, item=item))
-        events.append(seq.event("response.completed", response=self.response()))
+        final = self.response()
+        events.append(seq.event(f"response.{final['status']}", response=final))
         return events
+
+
+def _part_events(
+    seq: _Sequence, at: Mapping[str, Any], n: int, whole: Mapping[str, Any]
+) -> list[bytes]:
+    """A message's content part streamed: added, its deltas, done (text or refusal)."""
+    field = "refusal" if whole["type"] == "refusal" else "text"
+    name = "refusal" if field == "refusal" else "output_text"
+    said = str(whole[field])
+    part = {**whole, field: ""}
+    return [
+        seq.event("response.content_part.added", **at, content_index=n, part=part),
+        *(
+            seq.event(f"response.{name}.delta", **at, content_index=n, delta=piece)
+            for piece in _split(said)
+        ),
+        seq.event(f"response.{name}.done", **at, content_index=n, **{field: said}),
+        seq.event("response.content_part.done", **at, content_index=n, part=dict(whole)),
+    ]
 
 
 def failed_response(answer: Answer, error: Any) -> dict[str, Any]:

@@ -22,6 +22,12 @@ into a file, it writes it there first), wrongly at a seeded rate with ``wrong_ra
 simulated provider of known quality, for sweeps that score answers. With ``stall=True``
 it reads the same file forever, so stall detection has something to catch; ``rates``
 make the server fail by kind at seeded rates (see ``harnessnb.chaos.RATE_FAULTS``).
+
+Asked for a typed answer (a JSON Schema in the request natively, a ``final_answer``
+tool offered, or a schema given in the conversation), its last answer is JSON that
+validates against the schema (as text, as that tool's arguments, or a fenced block),
+its integer and number fields the arithmetic answer when the task is a question it can
+solve, its strings its one-line answer.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules._renamed import renamed_keywords
 from ._arithmetic import AnswerDraw, solve, written_answer
-from ._chaos import ChaosRequest, ChaosServer, Reply
+from ._chaos import ChaosRequest, ChaosServer, Reply, typed_reply
 from ._conversation import Call, Conversation, read_conversation
 
 if TYPE_CHECKING:
@@ -82,6 +88,7 @@ _TARGET = re.compile(
     re.IGNORECASE,
 )
 _HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
+_ANSWER = re.compile(r"The answer is (-?\d+)\.")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
@@ -173,7 +180,8 @@ class DemoModel:
 
     def __call__(self, request: ChaosRequest) -> Reply:
         try:
-            return self.answer(read_conversation(request))
+            conv = read_conversation(request)
+            return _typed(request, conv, self.answer(conv))
         except Exception as exc:  # the demo must answer anything, never crash the server
             return Reply(text=_labelled(f"I can't handle that ({type(exc).__name__})."))
 
@@ -269,6 +277,15 @@ class DemoModel:
                 )
             )
         return Reply(text=_labelled(f"Wrote {answer} into {target}. The answer is {answer}."))
+
+
+def _typed(request: ChaosRequest, conv: Conversation, reply: Reply) -> Reply:
+    """``reply`` as the typed answer the request asks for, if it asks one: the
+    arithmetic answer in its number fields, the reply's words in its strings."""
+    said = reply.text.removesuffix(f"\n\n({DEMO_LABEL})")
+    found = _ANSWER.search(said) if solve(conv.task) is not None else None
+    number = int(found.group(1)) if found else None
+    return typed_reply(request, reply, number=number, text=said)
 
 
 def _tool(text: str, name: str, args: dict[str, Any]) -> Reply:

@@ -5,7 +5,13 @@ top-level ``system`` field, tool calls and results become ``tool_use`` and
 ``tool_result`` blocks, and consecutive user-side messages (tool results, then
 maybe text) merge into one user message, because the API wants roles to alternate.
 Stop reasons are mapped onto the OpenAI vocabulary so every provider's
-``Completion.finish_reason`` reads the same.
+``Completion.finish_reason`` reads the same (``max_tokens`` is ``length``).
+
+Typed answers: ``complete(output=OutputSchema(...))`` sends ``output_config``
+``{"format": {"type": "json_schema", "schema": ...}}`` (Anthropic's structured outputs;
+the schema's name is not sent). ``stop_reason: "refusal"`` is finish reason
+``content_filter`` and ``Completion.refusal``: the answer's text, or ``REFUSED`` when it
+said nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._completion import Messages, ToolCall, ToolSpecs, Usage
+from ._completion import Messages, OutputSchema, ToolCall, ToolSpecs, Usage
 from ._http import HTTPProvider
 from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
 
@@ -22,6 +28,9 @@ __all__ = ["Anthropic"]
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """Sent when ``complete(max_tokens=None)``: the messages API requires a value."""
+
+REFUSED = "the model refused (stop_reason: refusal)"
+"""``Completion.refusal`` of a refusal that came with no text."""
 
 _STOP_REASONS = {
     "end_turn": "stop",
@@ -40,6 +49,15 @@ class Anthropic(HTTPProvider):
 
     NAME, PATH, ENV = "anthropic", "/v1/messages", "ANTHROPIC"
     DEFAULT_BASE_URL, DEFAULT_MODEL = "https://api.anthropic.com", "claude-sonnet-4-5"
+
+    @property
+    def native_output(self) -> bool:
+        """True: the messages API answers in a JSON Schema (``output_config.format``)."""
+        return True
+
+    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
+        schema_format = {"type": "json_schema", "schema": dict(output.schema)}
+        return {**body, "output_config": {"format": schema_format}}
 
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
@@ -85,10 +103,17 @@ class Anthropic(HTTPProvider):
                         f"tool call {block.get('name')!r} input is not an object"
                     )
                 calls.append(ToolCall(id=str(block["id"]), name=block["name"], arguments=args))
-        return Parsed("".join(text), tuple(calls), _usage(body.get("usage")), _stop(body))
+        said = "".join(text)
+        refusal = _refusal(body.get("stop_reason"), said)
+        return Parsed(said, tuple(calls), _usage(body.get("usage")), _stop(body), refusal=refusal)
 
     def _stream_accumulator(self) -> StreamAccumulator:
         return _MessageStream()
+
+
+def _refusal(stop_reason: Any, text: str) -> str | None:
+    """What a ``refusal`` stop says (its text, or ``REFUSED``); None for any other stop."""
+    return (text.strip() or REFUSED) if stop_reason == "refusal" else None
 
 
 def _stop(body: Mapping[str, Any]) -> str | None:
@@ -161,6 +186,7 @@ class _MessageStream(StreamAccumulator):
         self.input_usage: Any = None
         self.output_tokens: int | None = None  # None: no event reported it
         self.stop_reason: str | None = None
+        self.refused = False
 
     def feed(self, event: str, data: str) -> bool:
         self.fresh = ""
@@ -198,6 +224,7 @@ class _MessageStream(StreamAccumulator):
             reason = (obj.get("delta") or {}).get("stop_reason")
             if reason:
                 self.stop_reason = _STOP_REASONS.get(reason, reason)
+                self.refused = reason == "refusal"
             usage = obj.get("usage")
             if isinstance(usage, Mapping) and usage.get("output_tokens") is not None:
                 self.output_tokens = token_count(usage, "output_tokens")  # cumulative
@@ -229,4 +256,6 @@ class _MessageStream(StreamAccumulator):
             if started is None and self.output_tokens is None
             else Usage(0 if started is None else started.input_tokens, self.output_tokens or 0)
         )
-        return Parsed("".join(text), tuple(calls), usage, self.stop_reason)
+        said = "".join(text)
+        refusal = _refusal("refusal" if self.refused else None, said)
+        return Parsed(said, tuple(calls), usage, self.stop_reason, refusal=refusal)

@@ -111,7 +111,8 @@ class Attempt:
             # and billed the request, so it is a row, marked cancelled, not a failure.
             with_attempts(exc, [self._cut_off()])
             raise
-        if not parsed.text and not parsed.tool_calls:
+        if not parsed.text and not parsed.tool_calls and parsed.refusal is None:
+            # A refusal with no words is still an answer: the model declined.
             usage = self._billed(parsed.usage, 0)
             said = "estimated" if usage.estimated else "reported"
             raise self._fail(
@@ -346,6 +347,7 @@ class Attempt:
             request_id=request_id,
             ttft_ms=self.ttft_ms,
             latency_ms=latency,
+            refusal=parsed.refusal,
             output_items=parsed.output_items,
         )
         record = AttemptRecord.succeeded(

@@ -26,7 +26,15 @@ sent with Google's documented stand-in, ``skip_thought_signature_validator``, on
 first call of its turn, except to the Gemini 1 and 2 models, which need none.
 
 Finish reasons are mapped onto the OpenAI vocabulary (``stop``, ``tool_calls``,
-``length``, ``content_filter``) like the other providers'.
+``length``, ``content_filter``) like the other providers'; ``MAX_TOKENS`` with content
+is ``length`` (``Completion.truncated``).
+
+Typed answers: ``complete(output=OutputSchema(...))`` sets ``generationConfig``'s
+``responseMimeType: "application/json"`` and ``responseJsonSchema`` (the JSON Schema as
+given, which is what the ``google-genai`` SDK sends for ``response_json_schema=``; its
+``response_schema=`` is Google's OpenAPI subset, ``responseSchema``, not used here).
+Gemini has no refusal of its own: a candidate stopped for ``SAFETY`` stays the
+``request`` failure above.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import httpx2
 from ..rules._classify import ErrorReading, ProviderErrorKind, read_google_error
 from ..rules._errors import ConfigError
 from ..rules._renamed import renamed
-from ._completion import Messages, ToolCall, ToolSpecs, Usage
+from ._completion import Messages, OutputSchema, ToolCall, ToolSpecs, Usage
 from ._http import (
     _TIMEOUT_RENAMES,
     DEFAULT_IDLE_TIMEOUT,
@@ -151,6 +159,19 @@ class Gemini(HTTPProvider):
         return super().from_env(
             model, timeout_s=timeout_s, idle_timeout_s=idle_timeout_s, stream=stream
         )
+
+    @property
+    def native_output(self) -> bool:
+        """True: ``generateContent`` answers in a JSON Schema (``responseJsonSchema``)."""
+        return True
+
+    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
+        config = {
+            **(body.get("generationConfig") or {}),
+            "responseMimeType": "application/json",
+            "responseJsonSchema": dict(output.schema),
+        }
+        return {**body, "generationConfig": config}
 
     def _auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}

@@ -2,6 +2,11 @@
 
 Finish reasons are kept as the protocol sends them (``stop``, ``tool_calls``,
 ``length``, ``content_filter``); the Anthropic provider maps its own onto these.
+
+Typed answers: ``complete(output=OutputSchema(...))`` sends ``response_format``
+``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`` (the Responses
+API its own ``text.format``). A refusal (``message.refusal``, streamed as
+``delta.refusal``) is ``Completion.refusal``, and stays the answer's text too, as before.
 """
 
 from __future__ import annotations
@@ -13,10 +18,18 @@ from typing import Any, Literal, Unpack
 
 from ..rules._errors import ConfigError
 from ..rules._renamed import renamed
-from ._completion import Messages, ToolCall, ToolSpecs, Usage
+from ._completion import Messages, OutputSchema, ToolCall, ToolSpecs, Usage
 from ._http import _TIMEOUT_RENAMES, REQUEST_TIMEOUT_S, HTTPOptions, HTTPProvider
-from ._responses import ResponsesStream, parse_response, request_body
-from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
+from ._responses import ResponsesStream, parse_response, request_body, text_format
+from ._wire import (
+    Parsed,
+    StreamAccumulator,
+    WireError,
+    json_object,
+    schema_name,
+    token_count,
+    tool_arguments,
+)
 
 __all__ = ["API", "OpenAI", "OpenRouter"]
 
@@ -43,6 +56,12 @@ class OpenAI(HTTPProvider):
     default, the API every OpenAI-compatible server speaks. A Responses provider is
     named ``openai-responses`` unless ``name=`` says otherwise, so its failures count
     apart from chat's.
+
+    Native typed answers (``native_output``) on both APIs: ``response_format``
+    ``json_schema`` on chat completions, ``text.format`` on the Responses API. A local
+    server is asked the same way: vLLM, llama.cpp's server and Ollama read chat's
+    ``response_format`` ``json_schema`` (a server that does not answers 400, and a typed
+    run falls back to its next mode).
     """
 
     NAME, PATH, ENV = "openai", "/chat/completions", "OPENAI"
@@ -70,6 +89,21 @@ class OpenAI(HTTPProvider):
     def api(self) -> API:
         """The API this provider speaks: ``chat`` or ``responses``."""
         return self._api
+
+    @property
+    def native_output(self) -> bool:
+        """True: both APIs answer in a JSON Schema (``response_format`` / ``text.format``)."""
+        return True
+
+    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
+        if self._api == "responses":
+            return {**body, "text": {"format": text_format(output)}}
+        json_schema = {
+            "name": schema_name(output.name),
+            "schema": dict(output.schema),
+            "strict": output.strict,
+        }
+        return {**body, "response_format": {"type": "json_schema", "json_schema": json_schema}}
 
     def _path(self) -> str:
         return self.RESPONSES_PATH if self._api == "responses" else self.PATH
@@ -116,7 +150,9 @@ class OpenAI(HTTPProvider):
             raise WireError.malformed("200 body has no choice", usage)
         choice = choices[0]
         message = choice.get("message") or {}
-        text = message.get("content") or message.get("refusal") or ""
+        refusal = message.get("refusal")
+        refusal = str(refusal) if refusal else None
+        text = message.get("content") or refusal or ""
         calls = tuple(
             ToolCall(
                 id=str(c.get("id") or f"call_{i}"),
@@ -125,7 +161,7 @@ class OpenAI(HTTPProvider):
             )
             for i, c in enumerate(message.get("tool_calls") or ())
         )
-        return Parsed(str(text), calls, usage, choice.get("finish_reason"))
+        return Parsed(str(text), calls, usage, choice.get("finish_reason"), refusal=refusal)
 
     def _stream_accumulator(self) -> StreamAccumulator:
         return ResponsesStream() if self._api == "responses" else _ChatStream()
@@ -205,6 +241,7 @@ class _ChatStream(StreamAccumulator):
 
     def __init__(self) -> None:
         self.text: list[str] = []
+        self.refusal: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -226,7 +263,10 @@ class _ChatStream(StreamAccumulator):
                 continue
             self.saw_choice = True
             delta = choice.get("delta") or {}
-            piece = delta.get("content") or delta.get("refusal")
+            refused = delta.get("refusal")
+            if refused:
+                self.refusal.append(str(refused))
+            piece = delta.get("content") or refused
             if piece:
                 self.text.append(piece)
                 self.fresh += piece
@@ -259,4 +299,5 @@ class _ChatStream(StreamAccumulator):
             )
             for i, c in sorted(self.calls.items())
         )
-        return Parsed("".join(self.text), calls, self.usage, self.finish_reason)
+        refusal = "".join(self.refusal) or None
+        return Parsed("".join(self.text), calls, self.usage, self.finish_reason, refusal=refusal)

@@ -9,13 +9,16 @@ reasoning item without it (or a message or call without its reasoning). Function
 are sent with ``strict: false`` (the API's default is strict, which refuses most
 hand-written schemas).
 
-The answer's ``output`` items are read back: ``message`` text (a ``refusal`` read as
-its text, like chat), ``function_call`` items as tool calls keyed by their
-``call_id``, and every item kept as sent when one is a ``reasoning`` item. A response
-whose ``status`` is ``failed`` (a 200 body, or a stream's ``response.failed``) and a
-stream's ``error`` event are classified by their error object like any other body
-error; ``incomplete`` for the token cap is finish reason ``length``. Finish reasons are
-the chat vocabulary.
+A typed answer (``output=``) is asked in ``text.format`` (``text_format``: ``type
+json_schema``, ``name``, ``schema``, ``strict``). The answer's ``output`` items are read
+back: ``message`` text (a ``refusal`` content part is ``Parsed.refusal``, and read as
+its text too, like chat; streamed as ``response.refusal.delta``), ``function_call``
+items as tool calls keyed by their ``call_id``, and every item kept as sent when one
+is a ``reasoning`` item. A response whose ``status`` is ``failed`` (a 200 body, or a
+stream's ``response.failed``) and a stream's ``error`` event are classified by their
+error object like any other body error; ``incomplete`` for the token cap
+(``incomplete_details.reason`` ``max_output_tokens``) is finish reason ``length``.
+Finish reasons are the chat vocabulary.
 """
 
 from __future__ import annotations
@@ -24,10 +27,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._completion import Messages, ToolCall, ToolSpecs, Usage
-from ._wire import Parsed, StreamAccumulator, WireError, json_object, token_count, tool_arguments
+from ._completion import Messages, OutputSchema, ToolCall, ToolSpecs, Usage
+from ._wire import (
+    Parsed,
+    StreamAccumulator,
+    WireError,
+    json_object,
+    schema_name,
+    token_count,
+    tool_arguments,
+)
 
-__all__ = ["ResponsesStream", "parse_response", "request_body"]
+__all__ = ["ResponsesStream", "parse_response", "request_body", "text_format"]
 
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
@@ -53,6 +64,16 @@ def request_body(
     if stream:
         body["stream"] = True
     return body
+
+
+def text_format(output: OutputSchema) -> dict[str, Any]:
+    """The ``text.format`` asking for an answer in ``output``'s JSON Schema."""
+    return {
+        "type": "json_schema",
+        "name": schema_name(output.name),
+        "schema": dict(output.schema),
+        "strict": output.strict,
+    }
 
 
 def input_items(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -111,6 +132,7 @@ def _raise_if_failed(response: Mapping[str, Any], usage: Usage | None) -> None:
 
 def _read_output(output: list[Any], usage: Usage | None, response: Mapping[str, Any]) -> Parsed:
     text: list[str] = []
+    refusal: list[str] = []
     calls: list[ToolCall] = []
     reasoned = False
     for i, item in enumerate(output):
@@ -121,6 +143,8 @@ def _read_output(output: list[Any], usage: Usage | None, response: Mapping[str, 
             for part in item.get("content") or ():
                 if isinstance(part, Mapping):
                     piece = part.get("text") if part.get("type") == "output_text" else None
+                    if part.get("type") == "refusal" and part.get("refusal"):
+                        refusal.append(str(part["refusal"]))
                     piece = piece or part.get("refusal")
                     text.append(str(piece or ""))
         elif itype == "function_call":
@@ -135,7 +159,8 @@ def _read_output(output: list[Any], usage: Usage | None, response: Mapping[str, 
         reason = details.get("reason") if isinstance(details, Mapping) else None
         finish = _INCOMPLETE.get(str(reason), str(reason or "incomplete"))
     kept = tuple(dict(item) for item in output) if reasoned else ()
-    return Parsed("".join(text), tuple(calls), usage, finish, kept)
+    said = "".join(refusal) or None
+    return Parsed("".join(text), tuple(calls), usage, finish, kept, said)
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -180,7 +205,8 @@ class ResponsesStream(StreamAccumulator):
             piece = obj.get("delta")
             item = self._item(obj, "message")
             if isinstance(piece, str) and piece:
-                item["text"] = item.get("text", "") + piece
+                field = "refusal" if etype == "response.refusal.delta" else "text"
+                item[field] = item.get(field, "") + piece
                 self.fresh = piece
                 return True
             return False
@@ -214,9 +240,12 @@ class ResponsesStream(StreamAccumulator):
     @staticmethod
     def _whole(item: dict[str, Any]) -> dict[str, Any]:
         """An item assembled from deltas, in the shape a response's output has."""
-        if item.get("type") == "message" and "text" in item:
-            whole = {k: v for k, v in item.items() if k != "text"}
+        if item.get("type") == "message" and ("text" in item or "refusal" in item):
+            whole = {k: v for k, v in item.items() if k not in ("text", "refusal")}
             if not whole.get("content"):
-                whole["content"] = [{"type": "output_text", "text": item["text"]}]
+                parts = [{"type": "output_text", "text": item["text"]}] if "text" in item else []
+                if "refusal" in item:
+                    parts.append({"type": "refusal", "refusal": item["refusal"]})
+                whole["content"] = parts
             return whole
         return item

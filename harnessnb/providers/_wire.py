@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import codecs
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -28,6 +29,7 @@ __all__ = [
     "error_text",
     "json_object",
     "rejects_streaming",
+    "schema_name",
     "token_count",
     "tool_arguments",
 ]
@@ -69,13 +71,15 @@ class WireError(Exception):
 class Parsed(NamedTuple):
     """A parsed answer, before the provider adds timing and identity (``usage`` None:
     the answer reported none; ``output_items``: the Responses API's output items of an
-    answer that reasoned, kept as sent to be handed back on the next turn)."""
+    answer that reasoned, kept as sent to be handed back on the next turn; ``refusal``:
+    the model declined, in its words, where the wire says so)."""
 
     text: str
     tool_calls: tuple[ToolCall, ...]
     usage: Usage | None
     finish_reason: str | None
     output_items: tuple[dict[str, Any], ...] = ()
+    refusal: str | None = None
 
 
 class StreamAccumulator(abc.ABC):
@@ -157,6 +161,15 @@ def json_object(text: str, subject: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise WireError.malformed(f"{subject} not an object")
     return value
+
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def schema_name(name: str) -> str:
+    """A schema's name as OpenAI accepts one (``^[a-zA-Z0-9_-]{1,64}$``): other
+    characters become ``_``, cut to 64 (``answer`` when nothing is left)."""
+    return _NAME_CHARS.sub("_", name).strip("_")[:64] or "answer"
 
 
 MAX_TOKEN_COUNT = 10**9
