@@ -235,3 +235,27 @@ async def test_hundred_concurrent_connections_each_stream_their_own_answer() -> 
         assert [r.text for r in results] == [f"answer for m{i}" for i in range(100)]
         assert len(seen) == 100
         await _http.aclose_client()
+
+
+def test_a_stream_its_client_left_is_not_written_on(caplog: pytest.LogCaptureFixture) -> None:
+    # The demo's stalled stream: the client gives up during the stall, the server then
+    # wrote every remaining event, and asyncio logged "socket.send() raised exception."
+    # for each write after the fifth (seen on the demo's stderr).
+    words = " ".join(f"w{i}" for i in range(40))
+    with ChaosServer(responder=lambda request: Reply(text=words)) as srv:
+        srv.push(Fault.stall_stream(after_events=1, seconds=0.3))
+        host, port = "127.0.0.1", int(srv.url.rsplit(":", 1)[1])
+        payload = json.dumps({**OPENAI_BODY, "stream": True}).encode()
+        with socket.create_connection((host, port)) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(payload), payload)
+            )
+            s.settimeout(2)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        with caplog.at_level("WARNING", logger="asyncio"):
+            time.sleep(0.8)  # the stall ends, the server finds the client gone
+            assert post(srv.openai_url).status_code == 200  # and lives on
+    assert "socket.send() raised exception." not in caplog.text

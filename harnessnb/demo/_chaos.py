@@ -935,11 +935,21 @@ class _Exchange:
             await asyncio.sleep(f.seconds)
             events = events[cut:]
         # One write per event, as a real server flushes each token.
-        for event in events:
-            w.write(_chunk(event))
-        w.write(b"0\r\n\r\n")
+        if not _write_each(w, [*map(_chunk, events), b"0\r\n\r\n"]):
+            return False
         await w.drain()
         return True
+
+
+def _write_each(w: asyncio.StreamWriter, chunks: Sequence[bytes]) -> bool:
+    """Write each chunk in a write of its own, stopping at a connection the client has
+    left (a stalled stream's client timed out): asyncio logs "socket.send() raised
+    exception." for every write after the loss, which the demo printed on stderr."""
+    for chunk in chunks:
+        if w.is_closing():
+            return False
+        w.write(chunk)
+    return True
 
 
 # ----------------------------------------------------------------- wire rendering
