@@ -318,8 +318,8 @@ class ModelCalls:
             RetryEvent(
                 error_kind=f"{err.kind.value}: output_mode native -> {typed.mode}",
                 status=err.status,
-                attempt=None,
-                max_attempts=None,
+                attempt=2,  # the one more try the fallback allows
+                max_attempts=2,
                 delay_s=0.0,
                 retry_after_s=None,
                 provider=err.provider,
