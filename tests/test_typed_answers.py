@@ -229,6 +229,40 @@ async def test_auto_is_native_for_a_strict_schema_and_tool_otherwise(
     assert tooled.asked == [None]
 
 
+async def test_native_asked_for_a_schema_with_no_strict_form_is_not_strict(
+    ws: Path, store: hn.Store
+) -> None:
+    class Defaulted(pydantic.BaseModel):
+        count: int = 3
+
+    native = NativeScripted(['{"count": 5}'])
+    contract = hn.TaskContract("t", ws, output=Defaulted, output_mode="native")
+    result = await hn.run(contract, native, store=store)
+    assert result.output == Defaulted(count=5) and result.output_mode == "native"
+    asked = native.asked[0]
+    assert asked is not None and asked.strict is False
+    assert asked.schema == Defaulted.model_json_schema()
+
+
+async def test_a_typed_run_resumed_answers_in_the_stored_schema_as_a_dict(
+    ws: Path, store: hn.Store
+) -> None:
+    down = hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+    first = hn.ScriptedProvider([{"tool": "list_dir", "args": {"path": "."}}, down])
+    contract = hn.TaskContract("t", ws, output=City, output_mode="auto", max_retries=0)
+    paused = await hn.run(contract, first, store=store)
+    assert paused.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    stored = store.get_run(paused.run_id)["contract"]
+    assert stored["output_mode"] == "tool"  # auto as resolved for this provider
+    assert stored["output"]["name"] == "City"
+    then = hn.ScriptedProvider(
+        [{"tool": "final_answer", "args": {"name": "Oslo", "population": 2}}]
+    )
+    result = await hn.resume(paused.run_id, then, store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert result.output == {"name": "Oslo", "population": 2} and result.output_mode == "tool"
+
+
 class NoTools:
     """A user's provider of the protocol's first form that calls no tools: its second
     parameter is not named ``tools``."""

@@ -118,7 +118,10 @@ class TypedAnswers:
     def output_schema(self) -> OutputSchema | None:
         if self.mode != "native":
             return None
-        return OutputSchema(self.spec.name, self.spec.strict or self.spec.schema)
+        strict = self.spec.strict
+        if strict is None:  # asked natively all the same (output_mode="native"): not strict
+            return OutputSchema(self.spec.name, self.spec.schema, strict=False)
+        return OutputSchema(self.spec.name, strict)
 
     def tools(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.mode != "tool":
