@@ -15,6 +15,7 @@ from .rules._errors import (
     ConflictError,
     HarnessError,
     MCPError,
+    OutputError,
     ProviderError,
     ProviderErrorKind,
     RefusedError,
@@ -51,6 +52,8 @@ _LAZY: dict[str, str] = {
     "ApproveAll": ".tools._approval",
     "Decision": ".tools._approval",
     "DenyAll": ".tools._approval",
+    "ask": ".loop._ask",
+    "ask_sync": ".loop._ask",
     "run": ".loop._driver",
     "run_sync": ".loop._driver",
     "sweep": ".sweeps._sweep",
@@ -95,6 +98,7 @@ _LAZY: dict[str, str] = {
 
 if TYPE_CHECKING:
     from . import agents, scorers
+    from .loop._ask import ask, ask_sync
     from .loop._contract import Command, FileContains, RunOutcome, TaskContract
     from .loop._driver import run, run_sync
     from .loop._durable import (
@@ -158,6 +162,7 @@ __all__ = [
     "MCPServer",
     "OpenAI",
     "OpenRouter",
+    "OutputError",
     "Policy",
     "Price",
     "Prices",
@@ -191,6 +196,8 @@ __all__ = [
     "abandon",
     "abandon_sync",
     "agents",
+    "ask",
+    "ask_sync",
     "pass_at_k",
     "pass_hat_k",
     "plot_failures",

@@ -42,6 +42,9 @@ FACTORIES: dict[type[hn.HarnessError], Callable[[str], hn.HarnessError]] = {
     hn.MCPError: lambda m: hn.MCPError(
         m, kind=MCPErrorKind.EXITED, server="git", exit_code=3, stderr="bad config"
     ),
+    hn.OutputError: lambda m: hn.OutputError(
+        m, kind="schema_violation", mode="tool", reasons=[f"answer: {m}", "population: bad"]
+    ),
     FallbackError: lambda m: FallbackError(
         [
             hn.ProviderError("first", kind=hn.ProviderErrorKind.SERVER, status=503, provider="a"),

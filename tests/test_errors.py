@@ -18,6 +18,7 @@ import pytest
 import harnessnb as hn
 from harnessnb.rules._errors import (
     MCPErrorKind,
+    OutputFailureKind,
     StoreErrorKind,
     classify_body_error,
     classify_status,
@@ -288,6 +289,8 @@ def _sample(hint: Any, name: str) -> Any:
     samples: dict[Any, Any] = {str: f"{name} value", int: 7, float: 2.5, bool: True,
                                K: K.RATE_LIMITED, StoreErrorKind: StoreErrorKind.FULL,
                                MCPErrorKind: MCPErrorKind.EXITED,
+                               OutputFailureKind: OutputFailureKind.TRUNCATED,
+                               collections.abc.Sequence[str]: ("a reason", "another"),
                                tuple[Any, ...]: ("an attempt record",)}  # fmt: skip
     if hint not in samples:
         raise AssertionError(f"no sample for a {hint!r} parameter ({name}): add one here")

@@ -101,6 +101,29 @@ async def typed_usage(store: hn.Store) -> None:
     print(hn.agents.run_sync(hn.agents.Codex(timeout_s=600.0), "x", "repo").ok)
 
 
+
+async def typed_answers(provider: hn.OpenAI, store: hn.Store) -> None:
+    """A typed answer: ``hn.ask`` returns the type asked for; a run's is on its result."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class City:
+        name: str
+        population: int
+
+    city: City = await hn.ask(provider, "Norway's largest city?", output=City, store=store)
+    print(city.population + 1)
+    blocking: City = hn.ask_sync(provider, "x", output=City, output_mode="tool")
+    loose = await hn.ask(provider, "x", output={"type": "object"}, output_retries=1)
+    print(blocking.name, loose)
+    contract = hn.TaskContract("x", "repo", output=City, output_mode="native", output_retries=3)
+    result = await hn.run(contract, provider, store=store)
+    mode: str | None = result.output_mode
+    if isinstance(result.error, hn.OutputError):
+        print(result.error.kind.value, result.error.reasons, result.error.mode)
+    print(result.output, mode)
+
+
 async def typed_store_writes(store: hn.Store) -> None:
     """Each write is declared once, its rows typed, and mypy checks its arguments wherever
     it is called: a wrong one below must stay an error (strict mode flags an unused

@@ -20,6 +20,11 @@
   decision;
 - ``_conversation``: the messages the harness writes, shrinking to fit the context
   window, the conversation's checkpoint deltas and their replay;
+- ``_output``: a typed answer asked for (``OutputSpec``: its JSON Schema, the strict
+  form, validation), pure; ``_typed``: ``TypedAnswers``, a typed run's mode, each
+  answer judged (refusal, truncated, schema violation) and asked again;
+- ``_ask``: ``hn.ask``/``ask_sync``, one typed answer as a run of one step with no
+  workspace tools;
 - ``_verify``: checking a contract's verification; ``_result``: ``RunResult``;
 - ``_durable``: resume, resolve/abandon, Record/Replay; ``_replay``: ``hn.replay``;
 - ``_start``: a run's start, which an interrupt does not cut; ``_store_wait``: a run's

@@ -13,6 +13,7 @@ from ..rules._outcomes import RunOutcome
 from ..rules._renamed import renamed, warn_renamed
 from ..rules._retry import RetryPolicy, seconds
 from ..rules._stall import StallPolicy
+from ._output import MODES, OutputMode, OutputSpec
 
 __all__ = ["Command", "FileContains", "RunOutcome", "TaskContract", "Verification"]
 
@@ -107,6 +108,17 @@ class TaskContract:
         retry: Backoff rule for those retries.
         stall: Stall detection; ``StallPolicy(window=0)`` disables it.
         system_prompt: Replaces the built-in system prompt when given.
+        output: The type of answer asked for (a pydantic model, a dataclass, a
+            TypedDict or a JSON Schema dict): the final answer is validated and
+            ``RunResult.output`` is a value of it (None: a text answer). Needs the
+            ``harnessnb[typed]`` extra (pydantic) for a Python type.
+        output_mode: How it is asked for: ``"native"`` (the provider's structured
+            output), ``"tool"`` (a ``final_answer`` tool), ``"prompted"`` (the schema in
+            the conversation, the JSON read from the text) or ``"auto"`` (native where
+            the provider offers it and the schema has a strict form, else tool, else
+            prompted).
+        output_retries: Answers that do not validate asked again, with the errors as
+            feedback (2).
     """
 
     task: str
@@ -120,6 +132,9 @@ class TaskContract:
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
     stall: StallPolicy = dataclasses.field(default_factory=StallPolicy)
     system_prompt: str | None = None
+    output: Any = None
+    output_mode: OutputMode = "auto"
+    output_retries: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str) or not self.task.strip():
@@ -139,6 +154,28 @@ class TaskContract:
             if isinstance(cost, bool) or not isinstance(cost, int | float) or not cost > 0:
                 raise ConfigError(f"TaskContract: max_cost_usd must be dollars > 0, not {cost!r}")
             object.__setattr__(self, "max_cost_usd", float(cost))
+        self._check_output()
+
+    def _check_output(self) -> None:
+        if self.output_mode not in MODES:
+            raise ConfigError(
+                f"TaskContract: output_mode must be one of {', '.join(MODES)}, "
+                f"not {self.output_mode!r}"
+            )
+        if isinstance(self.output_retries, bool) or not isinstance(self.output_retries, int):
+            raise ConfigError("TaskContract: output_retries must be a whole number")
+        if self.output_retries < 0:
+            raise ConfigError("TaskContract: output_retries must be >= 0")
+        if self.output is None:
+            if self.output_mode != "auto":
+                raise ConfigError("TaskContract: output_mode without output= (no typed answer)")
+            return
+        OutputSpec.of(self.output)  # a bad T is refused here
+
+    @property
+    def output_spec(self) -> OutputSpec | None:
+        """The typed answer asked for (None: a text answer)."""
+        return None if self.output is None else OutputSpec.of(self.output)
 
     @property
     def _budget_s(self) -> float | None:
@@ -165,6 +202,19 @@ class TaskContract:
             "retry": dataclasses.asdict(self.retry),
             "stall": dataclasses.asdict(self.stall),
             "system_prompt": self.system_prompt,
+            **self._output_dict(),
+        }
+
+    def _output_dict(self) -> dict[str, Any]:
+        spec = self.output_spec
+        if spec is None:
+            return {}
+        # A Python type cannot be stored: its schema is; a resume given no output= reads
+        # the answer back as that schema's JSON (a dict).
+        return {
+            "output": spec.to_dict(),
+            "output_mode": self.output_mode,
+            "output_retries": self.output_retries,
         }
 
     @classmethod
@@ -181,4 +231,16 @@ class TaskContract:
             retry=RetryPolicy(**_unrenamed(data.get("retry", {}), _RETRY_RENAMES)),
             stall=StallPolicy(**data.get("stall", {})),
             system_prompt=data.get("system_prompt"),
+            output=_stored_output(data.get("output")),
+            output_mode=data.get("output_mode", "auto"),
+            output_retries=data.get("output_retries", 2),
         )
+
+
+def _stored_output(stored: Any) -> Any:
+    """A stored contract's typed answer: its schema (with its name as the title)."""
+    if not isinstance(stored, dict) or not isinstance(stored.get("schema"), dict):
+        return None
+    schema = dict(stored["schema"])
+    schema.setdefault("title", stored.get("name") or "answer")
+    return schema

@@ -34,6 +34,7 @@ from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
 from ._store_wait import close_opened
+from ._typed import TypedAnswers
 
 if TYPE_CHECKING:
     from ..mcp._server import MCPServer
@@ -82,10 +83,12 @@ class Driver:
         prices: Prices | None = None,
         sweep_id: str | None = None,
         mcp: Sequence[MCPServer] = (),
+        builtins: bool = True,
     ) -> None:
         """``approver`` None means the notebook's widget when a frontend registered one;
         ``prices`` None the default prices (the catalogue, local servers free); ``mcp``
-        the run's MCP servers (opened by ``drive``, closed when it ends)."""
+        the run's MCP servers (opened by ``drive``, closed when it ends); ``builtins``
+        False offers none of the workspace tools (``hn.ask``)."""
         from ..providers._prices import default_prices
         from ..tools._builtin import builtin_tools
         from ..tools._executor import ToolExecutor
@@ -108,7 +111,7 @@ class Driver:
             self.workspace,
             policy=self.policy,
             approver=approver,
-            tools=[*builtin_tools(), *tools],
+            tools=[*(builtin_tools() if builtins else ()), *tools],
             run_id=run_id,
             on_event=self._tool_event,
             remaining=self.remaining,
@@ -190,7 +193,7 @@ class Driver:
             "model": self.provider.model,
             "extras": {"base_url": provider_url(self.provider)},  # for resume
             "started_at": self.clock.time(),
-            "contract": self.contract.to_dict(),
+            "contract": self.model_calls.contract_dict(),
             "policy": self.base_policy.to_dict(),
             "sweep_id": self.sweep_id,
         }
@@ -404,6 +407,7 @@ class Driver:
             verify_detail=state.checks.verify_detail,
             commands=containment(),
             step_summaries=tuple(state.summaries),
+            **self.model_calls.typed_result(),
         )
 
     async def drive(self, pending: PendingStep | None = None, *, fresh: bool = False) -> RunResult:
@@ -502,6 +506,7 @@ async def run(
 
     if not os.path.isdir(contract.workspace):
         raise ConfigError(f"the workspace {str(contract.workspace)!r} is not a folder that exists")
+    TypedAnswers.of(contract, provider)  # a mode the provider cannot answer in: refused now
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
     policy = policy if policy is not None else Policy.default()
     mcp = given_servers(mcp, "run")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ..providers._base import BaseProvider, Call, LocalProvider, ask
+from ..providers._base import BaseProvider, Call, LocalProvider, ask, offers_native_output
 from ..providers._completion import Completion, Messages, Provider, ToolSpecs
 from ..rules._errors import (
     HarnessError,
@@ -400,6 +400,11 @@ class Record(BaseProvider):
     def hosts(self) -> list[str]:
         return self.inner.hosts()
 
+    @property
+    def native_output(self) -> bool:
+        """As the provider it records: a typed run asks it the same way."""
+        return offers_native_output(self.inner)
+
     def __repr__(self) -> str:
         return f"Record({self.inner!r})"
 
@@ -450,6 +455,12 @@ class Replay(LocalProvider):
     @property
     def name(self) -> str:
         return "replay"
+
+    @property
+    def native_output(self) -> bool:
+        """True: a typed run's native answers are replayed as recorded (a run recorded in
+        another mode stores that mode in its contract, and is asked so)."""
+        return True
 
     @property
     def model(self) -> str:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..providers._base import Call, ask
 from ..providers._completion import AttemptRecord, Completion, Provider, attempts_of, shown_url
 from ..providers._prices import Prices, default_prices, is_local
+from ..rules._classify import OutputFailureKind
 from ..rules._errors import HarnessError, ProviderError, ProviderErrorKind, StoreError, wrap_unknown
 from ..rules._events import FellBackEvent, RetryEvent, ShrunkEvent
 from ..rules._retry import Clock, retry_decision
@@ -39,6 +40,7 @@ from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._events import AnyEvent, Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
+from ._typed import Judged, TypedAnswers
 
 if TYPE_CHECKING:
     from ..store._row_types import AttemptRow
@@ -192,11 +194,23 @@ class ModelCalls:
     rows: AttemptRows = dataclasses.field(init=False)
     prices: Prices = dataclasses.field(default_factory=default_prices)
     step_attempts: list[Mapping[str, Any]] = dataclasses.field(default_factory=list, init=False)
+    typed: TypedAnswers | None = dataclasses.field(init=False)
+    """The run's typed answer (``TaskContract(output=T)``; None: a text answer)."""
+    _judged: Judged | None = dataclasses.field(default=None, init=False)
 
     def __post_init__(self) -> None:
         run = self.run
         self.tool_specs, self.elapsed, self.remaining = run.tool_specs, run.elapsed, run.remaining
         self.emit, self.rows = run.emit, run.attempt_rows
+        self.typed = TypedAnswers.of(self.contract, self.provider)
+
+    def contract_dict(self) -> dict[str, Any]:
+        """The contract as the run row keeps it: a typed run's mode as resolved (``auto``
+        on this provider), so a resume or a replay asks the same way."""
+        stored = self.contract.to_dict()
+        if self.typed is not None:
+            stored["output_mode"] = self.typed.mode
+        return stored
 
     @property
     def counts(self) -> CallCounts:
@@ -214,6 +228,17 @@ class ModelCalls:
         messages = conversation.messages
         while True:
             result = await self._call_once(messages, step)
+            if isinstance(result, Completion) and self._judged is not None:
+                judged, self._judged = self._judged, None
+                if judged.failure is not None:
+                    asked = await self._ask_again(judged)
+                    if isinstance(asked, Failure):
+                        return asked
+                    messages = [*messages, *asked]
+                    continue
+                if judged.value is not None and self.typed is not None:
+                    self.typed.output = judged.value
+                result = judged.completion
             if isinstance(result, Completion):
                 if result.provider and result.provider not in self.counts.providers:
                     self.counts.providers.append(result.provider)
@@ -223,6 +248,8 @@ class ModelCalls:
             err = result
             if (ended := provider_failure_outcome(err, retries_exhausted=False)) is not None:
                 return Failure(ended, err)
+            if await self._fell_back(err):
+                continue
             if over_cost(self.counts.cost_usd, self.contract.max_cost_usd):
                 # Billed answers that could not be used count too: no retry past the budget.
                 return Failure(RunOutcome.COST_BUDGET, err)
@@ -244,6 +271,61 @@ class ModelCalls:
                 assert ended is not None
                 return Failure(ended, err)
             retries_done += 1
+
+    def typed_result(self) -> dict[str, Any]:
+        """A typed run's ``RunResult`` fields: ``output`` (the answer, None when none
+        was usable) and ``output_mode`` (the mode it ended in)."""
+        typed = self.typed
+        if typed is None:
+            return {}
+        return {
+            "output": None if typed.output is None else typed.output.value,
+            "output_mode": typed.mode,
+        }
+
+    async def _ask_again(self, judged: Judged) -> Failure | list[dict[str, Any]]:
+        """After an unusable typed answer: the messages to add before asking again
+        (the feedback), or the ``Failure`` that ends the run (``OutputError``,
+        ``escalated_terminal``: a provider's non-retryable failure's outcome)."""
+        typed, state = self.typed, self.run.state
+        assert typed is not None and judged.failure is not None
+        state.tokens += judged.completion.usage.total_tokens  # spent, if not used
+        if not typed.again(judged, state.tokens, self.contract.max_total_tokens):
+            return Failure(RunOutcome.ESCALATED_TERMINAL, typed.error(judged))
+        if over_cost(self.counts.cost_usd, self.contract.max_cost_usd):
+            return Failure(RunOutcome.COST_BUDGET, typed.error(judged))
+        violation = judged.failure is OutputFailureKind.SCHEMA_VIOLATION
+        self.counts.retries += 1
+        await self.emit(
+            RetryEvent(
+                error_kind=judged.failure.value,
+                status=None,
+                attempt=(typed.violations if violation else typed.truncations) + 1,
+                max_attempts=(typed.retries if violation else 1) + 1,
+                delay_s=0.0,
+                retry_after_s=None,
+                provider=judged.completion.provider or self.provider.name,
+            )
+        )
+        return [typed.feedback(judged)] if violation else []
+
+    async def _fell_back(self, err: HarnessError) -> bool:
+        """A native request the provider refused: asked again once in the next mode."""
+        typed = self.typed
+        if typed is None or not isinstance(err, ProviderError) or not typed.fall_back(err):
+            return False
+        await self.emit(
+            RetryEvent(
+                error_kind=f"{err.kind.value}: output_mode native -> {typed.mode}",
+                status=err.status,
+                attempt=2,  # the one more try the fallback allows
+                max_attempts=2,
+                delay_s=0.0,
+                retry_after_s=None,
+                provider=err.provider,
+            )
+        )
+        return True
 
     async def _retry(self, err: ProviderError, retries_done: int) -> bool:
         """Wait before the next try when the retry rule allows one; False: stop."""
@@ -281,7 +363,7 @@ class ModelCalls:
         real_start = time.time()
         result: Completion | HarnessError
         deltas = TextDeltas(self.emit)
-        call = Call(messages, self.tool_specs(), on_text=deltas, run_id=self.rows.run_id)
+        call = self._call(messages, deltas)
         records: tuple[AttemptRecord, ...] = ()
         try:
             # In this task (no wait_for task): a cut-off call's CancelledError is the one
@@ -317,6 +399,9 @@ class ModelCalls:
             await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
             records = (_synthetic_record(self.provider, result, real_start),)
+        if self.typed is not None:
+            self._judged = self.typed.judge(result) if isinstance(result, Completion) else None
+            records = self.typed.marked(records, self._judged)
         if isinstance(result, Completion):
             rows = self._attempt_rows(records, step, call_start)
             self.rows.send(rows, linger_s=ATTEMPT_LINGER_S)
@@ -334,6 +419,20 @@ class ModelCalls:
                     )
                 )
         return result
+
+    def _call(self, messages: list[dict[str, Any]], deltas: TextDeltas) -> Call:
+        """The call for ``messages``: a typed run's mode adds its part."""
+        run_id, typed = self.rows.run_id, self.typed
+        if typed is None:
+            return Call(messages, self.tool_specs(), on_text=deltas, run_id=run_id)
+        return Call(
+            typed.messages(messages),
+            typed.tools(self.tool_specs()),
+            typed.cap,
+            on_text=deltas,
+            run_id=run_id,
+            output=typed.output_schema(),
+        )
 
     def _attempt_rows(
         self, records: Sequence[AttemptRecord], step: int, call_start: float

@@ -269,6 +269,10 @@ class RunResult:
             their status, tokens, cost, what changed, failed attempts), filled by the
             loop as it commits each step: the card's step table, which reads no store.
         step_rows: Deprecated: ``step_summaries`` as mappings (``StepSummary.as_row``).
+        output: The typed answer (``TaskContract(output=T)``): a ``T``, validated; None
+            when the run asked for none or got none it could use (``error`` says why).
+        output_mode: How the typed answer was asked for in the end (``native``, ``tool``,
+            ``prompted``); None for a run without ``output=``.
     """
 
     run_id: str
@@ -290,6 +294,8 @@ class RunResult:
     cost_usd: float | None = None
     stored_error: StoredError | None = dataclasses.field(default=None, repr=False)
     step_summaries: tuple[StepSummary, ...] = dataclasses.field(default=(), repr=False)
+    output: Any = None
+    output_mode: str | None = None
 
     @classmethod
     def from_store(

@@ -15,6 +15,8 @@ Class tree::
     ├── ConflictError            another process drives this run: .run_id .owner
     ├── MCPError                 an MCP tool server failed: .kind (MCPErrorKind) .server
     │                            .tool .status .exit_code .stderr .retryable
+    ├── OutputError              no usable typed answer: .kind (OutputFailureKind)
+    │                            .mode .reasons (every attempt's)
     └── ToolError                a tool failed in a way the model can act on
                                  (.retryable is False)
 
@@ -34,6 +36,7 @@ I/O, no clock except the ``now`` argument.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 from ._classify import (
@@ -72,6 +75,7 @@ __all__ = [
     "HarnessError",
     "MCPError",
     "MCPErrorKind",
+    "OutputError",
     "OutputFailureKind",
     "ProviderError",
     "ProviderErrorKind",
@@ -514,6 +518,50 @@ class MCPError(Declared, HarnessError):
 
     def _badge_html(self) -> Html:
         return retry_badge(self._hint(), retryable=self.retryable)
+
+
+MAX_REASONS = 20  # an OutputError's reasons kept (the first ones and the last)
+
+
+class OutputError(HarnessError):
+    """A run asked for a typed answer (``TaskContract(output=T)``, ``hn.ask``) and got
+    none it could use: the model refused (``kind`` refusal, not retried), or every
+    answer allowed was cut at its token cap or did not validate.
+
+    Args:
+        message: What happened.
+        kind: The ``OutputFailureKind`` of the last answer (the word: ``"refusal"``...).
+        mode: How the answer was asked for last (``native``, ``tool``, ``prompted``).
+        reasons: Why each answer could not be used, one line per attempt, in order.
+    """
+
+    CODE = "OUTPUT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: OutputFailureKind | str,
+        mode: str | None = None,
+        reasons: Sequence[str] = (),
+        code: str | None = None,
+    ) -> None:
+        word = OutputFailureKind(kind)
+        kept = [clip(scrub(r), MAX_MESSAGE) for r in reasons]
+        if len(kept) > MAX_REASONS:
+            cut = len(kept) - MAX_REASONS
+            kept = [*kept[: MAX_REASONS // 2], f"... {cut} more ...", *kept[-MAX_REASONS // 2 :]]
+        listed = "".join(f"\n  attempt {i}: {shorten(r, 400)}" for i, r in enumerate(kept, 1))
+        super().__init__(f"{message}{listed}", code=code or f"OUTPUT_{word.name}")
+        self.kind = word
+        self.mode = mode
+        self.reasons = tuple(kept)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "mode": self.mode, "attempts": len(self.reasons)}
+
+    def _hint(self) -> str:
+        return f"{self.kind.value}, {len(self.reasons)} answer(s) not usable"
 
 
 class ToolError(HarnessError):
