@@ -5,6 +5,7 @@ output mode, against real DuckDB files."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -228,6 +229,29 @@ async def test_a_last_step_ends_a_typed_run_with_its_answer_in_one_commit(
         assert got is not None and got["steps"] == 1
         assert (got["outcome"], got["output_mode"], got["output"]) == ("finished", "native",
                                                                        {"n": 1})  # fmt: skip
+
+
+async def test_runs_ended_together_in_one_group_commit_keep_each_its_answer(
+    tmp_path: Path,
+) -> None:
+    # Ends queued together are merged into one UPDATE of many run rows.
+    with hn.Store(tmp_path / "runs.duckdb") as s:
+        queued = store_writer(s).queued
+        modes = ["native", "tool", "prompted", None]
+        leases = [await queued.start_run(run_row(f"r{i:02}", output_mode="native"), "me")
+                  for i in range(24)]  # fmt: skip
+        await asyncio.gather(*(
+            queued.finish_run(f"r{i:02}", outcome="finished", finished_at=AT + i,
+                              lease=lease, release=True, output_mode=modes[i % 4],
+                              output=None if i % 4 == 3 else json.dumps({"i": i}))
+            for i, lease in enumerate(leases)
+        ))  # fmt: skip
+        got = _plain(s.runs()[["run_id", "outcome", "output_mode", "output"]])
+    assert got == [
+        [f"r{i:02}", "finished", modes[i % 4] or "native",
+         None if i % 4 == 3 else json.dumps({"i": i})]
+        for i in range(24)
+    ]  # fmt: skip
 
 
 def test_a_stale_lease_writes_neither_the_end_nor_the_answer(tmp_path: Path) -> None:
