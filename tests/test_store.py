@@ -56,7 +56,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 12
+    assert Store.schema_version == SCHEMA_VERSION == 13
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:
@@ -383,7 +383,8 @@ def test_get_run_parses_json_and_merges_extras(store: Store) -> None:
         "model": "gpt-x", "started_at": AT, "finished_at": None, "outcome": None,
         "steps": 0, "tokens": 0, "schema_version": SCHEMA_VERSION,
         "contract": {"max_steps": 12}, "policy": {"layers": ["default"]}, "error": None,
-        "updated_at": AT, "cost_usd": 0.0, "sweep_id": None, "parent_run_id": "r1",
+        "updated_at": AT, "cost_usd": 0.0, "sweep_id": None, "output_mode": None,
+        "output": None, "parent_run_id": "r1",
     }  # fmt: skip
     assert store.get_run("nope") is None
     assert store_writer(store).last_checkpoint("nope") is None

@@ -27,8 +27,11 @@ __all__ = [
 ]
 
 # Columns ``failure_rates(by=...)`` may group on (validated: ``by`` is spliced into SQL).
+# ``output_mode`` is the mode a typed call asked in (missing for an untyped one), so
+# ``by=("provider", "output_mode", "kind")`` says who follows a schema, and how.
 FAILURE_GROUPS: Final = (
     "run_id", "step", "provider", "model", "kind", "status", "fell_back", "base_url",
+    "output_mode",
 )  # fmt: skip
 # ... and with ``of="tool_calls"``: ``server`` is the MCP server (missing for harnessnb's
 # own tools and ``@hn.tool`` ones), ``kind`` how a call failed (``_TOOL_KIND``).

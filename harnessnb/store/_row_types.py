@@ -12,7 +12,7 @@ the write. Timestamps are Unix seconds; JSON columns take values.
 # No ``from __future__ import annotations``: the runtime needs ``Required`` evaluated
 # to know each row's required keys (``__required_keys__``, which ``row`` checks).
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Required, TypedDict
+from typing import Any, Final, NotRequired, Required, TypedDict
 
 __all__ = [
     "ROW_TYPES",
@@ -32,7 +32,9 @@ __all__ = [
 
 class RunRow(TypedDict, total=False):
     """A ``run_rows`` row (``create_run``, ``start_run``; what else a run keeps goes
-    in ``extras``, merged back by ``Store.get_run``)."""
+    in ``extras``, merged back by ``Store.get_run``). ``output_mode`` is the typed
+    answer's mode chosen at the start (``finish_run`` sets the one it ended in);
+    ``output``, the validated answer as JSON text, is ``finish_run``'s to write."""
 
     run_id: Required[str]
     task: str | None
@@ -49,10 +51,16 @@ class RunRow(TypedDict, total=False):
     extras: Mapping[str, Any] | None
     updated_at: float | None
     sweep_id: str | None
+    output_mode: str | None
+    output: str | None
 
 
 class AttemptRow(TypedDict, total=False):
-    """An ``attempts`` row (``add_attempts``; a CLI run's with its step)."""
+    """An ``attempts`` row (``add_attempts``; a CLI run's with its step). A typed
+    call's rows carry its ``output_mode`` (``native``, ``tool``, ``prompted``); one
+    whose answer came but cannot be used has ``kind`` ``refusal``, ``truncated`` or
+    ``schema_violation``, its raw text as ``answer`` (scrubbed and clipped to
+    ``_rows.MAX_ANSWER_CHARS`` by the write) and the reason as ``error``."""
 
     run_id: str
     step: int | None
@@ -74,6 +82,8 @@ class AttemptRow(TypedDict, total=False):
     cost_usd: float | None
     cancelled: bool | None
     usage_estimated: bool | None
+    output_mode: str | None
+    answer: str | None
 
 
 class StepRow(TypedDict, total=False):
@@ -193,11 +203,15 @@ class MCPServerRow(TypedDict, total=False):
 
 class Finish(TypedDict):
     """How a run ends: what ``commit_step`` sets in the run row to end the run with its
-    last step (``finish_run`` takes the same as its arguments)."""
+    last step (``finish_run`` takes the same as its arguments). A typed run adds the
+    mode it ended in (``output_mode``) and its validated answer as JSON text
+    (``output``)."""
 
     outcome: str
     finished_at: float
     error: Mapping[str, Any] | None
+    output_mode: NotRequired[str | None]
+    output: NotRequired[str | None]
 
 
 # The row type of each written table.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..rules._errors import MAX_MESSAGE, StoreError
 from ..rules._secrets import scrub, scrub_values, scrubber
-from ..rules._text import clip
+from ..rules._text import clip, shorten
 from ._row_types import ROW_TYPES
 from ._schema import COLUMNS, quote
 
@@ -22,15 +22,20 @@ if TYPE_CHECKING:
     import duckdb
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_OUTPUT_BYTES",
+    "OUTPUT_CUT",
     "SECRET_KEYS",
     "dumps",
     "from_ts",
     "insert_records",
     "insert_rows",
+    "output_of",
     "row",
     "safe_value",
     "sanitize",
     "scrub_text",
+    "stored_output",
     "to_ts",
 ]
 
@@ -38,6 +43,18 @@ __all__ = [
 SECRET_KEYS: Final = frozenset(
     {"authorization", "proxy-authorization", "x-api-key", "api-key", "api_key", "apikey"}
 )
+
+# An unusable answer's raw text (``attempts.answer``) is kept to this many characters
+# (head and tail, ``clip``): enough to see why it failed, never a whole transcript.
+MAX_ANSWER_CHARS: Final = 4_000
+# A run's typed answer (``runs.output``, JSON text) is kept whole up to this many bytes
+# of UTF-8; a larger one is not stored at all (a JSON text cut short is no longer JSON,
+# and half an answer read back as the answer would be worse than none): the column is
+# NULL and an ``output_cut`` marker says how large it was. The caller's
+# ``result.output`` still has it.
+MAX_OUTPUT_BYTES: Final = 1 << 20
+# The marker kind that says so.
+OUTPUT_CUT: Final = "output_cut"
 
 # Up to this many rows a multi-row VALUES insert beats registering a DataFrame
 # (measured in bench/store.py: a DataFrame costs ~1 ms to build and scan).
@@ -147,10 +164,10 @@ _JSON_COLUMNS: Final = frozenset(
 _TS_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at", "scored_at"})
 
 
-def _convert(column: str, value: Any) -> Any:
+def _convert(table: str, column: str, value: Any) -> Any:
     if value is None or _missing(value):
         return None
-    return _converter(column)(column, value)
+    return _converter(column, table)(column, value)
 
 
 def _error(column: str, value: Any) -> Any:
@@ -172,24 +189,102 @@ def _plain(column: str, value: Any) -> Any:
     return safe_value(column, value)
 
 
+def _answer(column: str, value: Any) -> Any:
+    # An unusable answer's raw text: a model's words, scrubbed, then clipped.
+    text = value if isinstance(value, str) else str(value)
+    return safe_value(column, clip(scrub_text(text), MAX_ANSWER_CHARS))
+
+
+def _output(column: str, value: Any) -> Any:
+    return stored_output(value)[0]
+
+
+def stored_output(value: Any) -> tuple[str | None, int]:
+    """A run's typed answer as ``runs.output`` holds it, and its size in bytes.
+
+    ``value`` is JSON text (what ``finish_run(output=...)`` takes), or a value JSON
+    can encode (a dict, a list...). Its strings, keys included, go through the one
+    scrubber (token shapes too: the answer is a model's text); text nothing was
+    scrubbed from is kept exactly as given. The stored text is None when the answer is
+    larger than ``MAX_OUTPUT_BYTES`` (the size says by how much).
+
+    Raises:
+        StoreError: ``query`` when ``value`` is text that is not JSON (or nested past
+            what the parser takes), or a value JSON cannot encode; nothing is written.
+    """
+    try:
+        if isinstance(value, str):
+            text = value
+            parsed = json.loads(value)
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+            parsed = json.loads(text)
+        clean = _scrub_json(parsed, scrubber(shapes=True))
+        if clean != parsed:
+            text = json.dumps(clean, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise StoreError(
+            "a run's output is its typed answer as JSON text; this is not JSON "
+            f"({type(exc).__name__}: {shorten(str(exc), 200)}), so nothing was written",
+            kind="query",
+        ) from exc
+    text = safe_value("output", text)
+    size = len(text.encode("utf-8"))
+    return (text if size <= MAX_OUTPUT_BYTES else None), size
+
+
+def output_of(run_id: str, output: Any, at: float) -> tuple[str | None, list[tuple[Any, ...]]]:
+    """A run's typed answer as stored (``stored_output``; None stays None) and, when it
+    was too large to store, the ``markers`` row (``OUTPUT_CUT``) that says so."""
+    if output is None:
+        return None, []
+    text, size = stored_output(output)
+    if text is not None:
+        return text, []
+    detail = (
+        f"the run's typed answer was {size:,} bytes of JSON, over the {MAX_OUTPUT_BYTES:,} "
+        "the store keeps: runs.output is NULL (the run's result.output has it)"
+    )
+    return None, [row("markers", {"run_id": run_id, "kind": OUTPUT_CUT, "detail": detail,
+                                  "at": at})]  # fmt: skip
+
+
+def _scrub_json(value: Any, clean: Callable[[str], str]) -> Any:
+    """A parsed JSON value with every string (keys too) through ``clean``."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean(k): _scrub_json(v, clean) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_json(v, clean) for v in value]
+    return value
+
+
 def _task(column: str, value: Any) -> Any:
     # The task as the contract column keeps it: known secret values out, the rest verbatim.
     return safe_value(column, scrub_values(value) if isinstance(value, str) else str(value))
 
 
-def _converter(column: str) -> Callable[[str, Any], Any]:
+def _converter(column: str, table: str) -> Callable[[str, Any], Any]:
     if column in _TS_COLUMNS:
         return lambda _, value: to_ts(value)
     if column == "error":
         return _error
     if column == "task":
         return _task
+    if column == "answer":
+        return _answer
+    if column == "output" and table == "run_rows":
+        return _output  # a tool call's output is kept verbatim (the model saw it)
     return _json if column in _JSON_COLUMNS else _plain
 
 
+# Columns a large batch converts value by value (the rest are plain values, handed over).
+_CONVERTED: Final = frozenset({*_TS_COLUMNS, *_JSON_COLUMNS, "error", "answer"})
+
 # Per table: (column, its converter) in column order, chosen once.
 _CONVERTERS: Final = {
-    table: tuple((c, _converter(c)) for c in columns) for table, columns in COLUMNS.items()
+    table: tuple((c, _converter(c, table)) for c in columns) for table, columns in COLUMNS.items()
 }
 
 
@@ -295,24 +390,26 @@ def insert_records(
         if not record.keys() <= _KNOWN[table] or not _REQUIRED[table] <= record.keys():
             _refuse(table, record, fixed)
     columns = COLUMNS[table]
-    _insert_frame(con, table, columns, {c: _column(c, records, fixed) for c in columns})
+    _insert_frame(con, table, columns, {c: _column(table, c, records, fixed) for c in columns})
 
 
 _PLAIN: Final = (str, int, float, bool)
 
 
-def _column(column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[str, Any]) -> Any:
+def _column(
+    table: str, column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[str, Any]
+) -> Any:
     """One column of a large batch, converted in bulk where the values allow it."""
     if column in fixed:
-        return [_convert(column, fixed[column])] * len(records)
+        return [_convert(table, column, fixed[column])] * len(records)
     values = [r.get(column) for r in records]
     if column in _TS_COLUMNS and all(v is None or type(v) in (int, float) for v in values):
         import pandas as pd
 
         # Vectorised: ~100x faster than a datetime per value for 100k rows.
         return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s")
-    if column in _TS_COLUMNS or column in _JSON_COLUMNS or column == "error":
-        return [_convert(column, v) for v in values]
+    if column in _CONVERTED or (column == "output" and table == "run_rows"):
+        return [_convert(table, column, v) for v in values]
     # One pass decides: plain values DuckDB can hold are handed over as they are.
     bound = _INT32 if column in _INT_COLUMNS else _INT64
     if any(
@@ -325,7 +422,7 @@ def _column(column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[st
         )
         for v in values
     ):
-        return [_convert(column, v) for v in values]
+        return [_convert(table, column, v) for v in values]
     return values
 
 

@@ -51,7 +51,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 
 # Every connection harnessnb opens: no query reads a file or reaches the network
 # (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
@@ -282,10 +282,41 @@ _V12: Final = [
         "at" TIMESTAMP, PRIMARY KEY (run_id, server, tools_hash))""",
 ]
 
+# Version 13: typed answers (``TaskContract(output=T)``, ``hn.ask(output=T)``). An
+# attempt of a typed call says the mode it asked in (``output_mode``: ``native``,
+# ``tool``, ``prompted``; NULL for an untyped call and for rows from before version 13)
+# and, when its answer came but could not be used (``kind`` one of ``OutputFailureKind``),
+# that answer's raw text (``answer``: scrubbed, clipped to ``_rows.MAX_ANSWER_CHARS``).
+# A run row says the mode the run ended in (``output_mode``) and its validated answer as
+# JSON text (``output``: scrubbed; NULL when there is none, or when it was larger than
+# ``_rows.MAX_OUTPUT_BYTES``, which an ``output_cut`` marker then says). Both are passed
+# through the ``runs`` view, last.
+_V13: Final = [
+    "ALTER TABLE attempts ADD COLUMN output_mode VARCHAR",
+    "ALTER TABLE attempts ADD COLUMN answer VARCHAR",
+    "ALTER TABLE run_rows ADD COLUMN output_mode VARCHAR",
+    "ALTER TABLE run_rows ADD COLUMN output VARCHAR",
+    "DROP VIEW runs",
+    """CREATE VIEW runs AS SELECT
+        r.run_id, r.task, r.workspace, r.provider, r.model, r.started_at, r.finished_at,
+        r.outcome, coalesce(s.steps, 0)::INTEGER AS steps,
+        coalesce(s.tokens, 0)::BIGINT AS tokens, r.schema_version, r.contract, r.policy,
+        r.error, r.extras, greatest(r.updated_at, s.last_at) AS updated_at,
+        CASE WHEN a.run_id IS NULL THEN 0.0 ELSE a.cost_usd END AS cost_usd, r.sweep_id,
+        r.output_mode, r.output
+    FROM run_rows r LEFT JOIN (
+        SELECT run_id, count(*) AS steps, sum(tokens) AS tokens, max("at") AS last_at
+        FROM steps GROUP BY run_id) s ON s.run_id = r.run_id
+    LEFT JOIN (
+        SELECT run_id, CASE WHEN bool_and(cost_usd IS NOT NULL OR (input_tokens IS NULL
+            AND output_tokens IS NULL)) THEN coalesce(sum(cost_usd), 0.0) END AS cost_usd
+        FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
+]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
     1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10,
-    11: _V11, 12: _V12,
+    11: _V11, 12: _V12, 13: _V13,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the
@@ -294,14 +325,16 @@ COLUMNS: Final[dict[str, tuple[str, ...]]] = {
     "runs": (
         "run_id", "task", "workspace", "provider", "model", "started_at", "finished_at",
         "outcome", "steps", "tokens", "schema_version", "contract", "policy", "error",
-        "extras", "updated_at", "cost_usd", "sweep_id",
+        "extras", "updated_at", "cost_usd", "sweep_id", "output_mode", "output",
     ),
-    "run_rows": (*(c.strip() for c in _RUN_ROW_COLUMNS.split(",")), "sweep_id"),
+    "run_rows": (
+        *(c.strip() for c in _RUN_ROW_COLUMNS.split(",")), "sweep_id", "output_mode", "output",
+    ),
     "attempts": (
         "run_id", "step", "attempt", "provider", "model", "kind", "status",
         "retry_after_s", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",
         "request_id", "fell_back", "error", "started_at", "base_url", "cost_usd",
-        "cancelled", "usage_estimated",
+        "cancelled", "usage_estimated", "output_mode", "answer",
     ),
     "steps": (
         "run_id", "step", "decision", "tool_calls", "tokens", "changed_workspace",

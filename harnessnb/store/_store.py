@@ -223,7 +223,8 @@ class Store:
     # ------------------------------------------------------- reads for resume
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        """The runs row as a dict: JSON parsed, timestamps as Unix seconds, extras merged."""
+        """The runs row as a dict: JSON parsed (``contract``, ``policy``, ``error``, and
+        a typed run's answer, ``output``), timestamps as Unix seconds, extras merged."""
         with self._connection() as con:
             cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
             names = [d[0] for d in cur.description or []]
@@ -233,7 +234,7 @@ class Store:
         out = dict(zip(names, found, strict=True))
         for key in ("started_at", "finished_at", "updated_at"):
             out[key] = from_ts(out[key])
-        for key in ("contract", "policy", "error"):
+        for key in ("contract", "policy", "error", "output"):
             out[key] = _loads(out[key])
         extras = _loads(out.pop("extras")) or {}
         return {**extras, **out}
@@ -252,7 +253,8 @@ class Store:
 
     def runs(self, run_id: str | None = None, *, sweep: str | None = None) -> pd.DataFrame:
         """The runs table (one row per run) as a DataFrame; ``sweep`` keeps the runs of
-        that sweep (``SweepResult.sweep_id``)."""
+        that sweep (``SweepResult.sweep_id``). A typed run's ``output_mode`` (the mode
+        it ended in) and ``output`` (its answer as JSON text) are missing for others."""
         if sweep is None:
             return self._table("runs", run_id)
         where = "sweep_id = ?" + ("" if run_id is None else " AND run_id = ?")
@@ -266,7 +268,10 @@ class Store:
 
     def attempts(self, run_id: str | None = None) -> pd.DataFrame:
         """Every provider HTTP attempt, failures included (``kind`` NULL on success);
-        one a cancel cut off in flight has ``cancelled`` true and no ``kind``."""
+        one a cancel cut off in flight has ``cancelled`` true and no ``kind``. A typed
+        call's attempts have ``output_mode``; one whose answer came but could not be
+        used has ``kind`` ``refusal``, ``truncated`` or ``schema_violation``, its raw
+        text in ``answer`` (scrubbed, clipped) and the reason in ``error``."""
         return self._table("attempts", run_id)
 
     def tool_calls(self, run_id: str | None = None) -> pd.DataFrame:
@@ -278,7 +283,8 @@ class Store:
         return self._table("stalls", run_id)
 
     def markers(self, run_id: str | None = None) -> pd.DataFrame:
-        """Resume/skipped/resolved/abandoned markers."""
+        """Resume/skipped/resolved/abandoned markers, and ``output_cut`` (a typed answer
+        too large to store: ``runs.output`` is NULL)."""
         return self._table("markers", run_id)
 
     def scores(self, sweep_id: str | None = None, run_id: str | None = None) -> pd.DataFrame:
@@ -360,6 +366,11 @@ class Store:
         none was priced); ``cost_per_success_usd``, that over the attempts that
         succeeded (what one answer cost); ``unpriced_attempts``, attempts that used
         tokens at an unknown price, whose dollars ``cost_usd`` leaves out.
+
+        A typed answer that came but could not be used is a failure too: ``kind``
+        ``refusal``, ``truncated`` or ``schema_violation``. Group on ``output_mode``
+        (``native``, ``tool``, ``prompted``; missing for an untyped call) to see who
+        follows a schema in which mode: ``by=("provider", "output_mode", "kind")``.
 
         ``every`` (``"1h"``, ``"30min"``, ``"1D"``, a ``timedelta``) adds a first
         column ``period``: the UTC start of the time bucket each attempt started in,

@@ -35,7 +35,7 @@ from ._row_types import (
     SweepRunRow,
     ToolCallRow,
 )
-from ._rows import dumps, row, safe_value, scrub_text, to_ts
+from ._rows import dumps, output_of, row, safe_value, scrub_text, to_ts
 from ._schema import COLUMNS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -64,13 +64,19 @@ __all__ = [
 _EFFECT: Final = COLUMNS["tool_calls"].index("effect")
 
 
-# How a finished run changes its run row (see ``Batch.update_run``).
+# How a finished run changes its run row (see ``Batch.update_run``). A typed run's
+# mode and answer are set when given, else the row keeps what it had (the mode chosen
+# at the start; NULL for an untyped run).
 _FINISHED: Final = run_update(
-    "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3",
+    "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3, "
+    "output_mode = coalesce(v.c4, run_rows.output_mode), "
+    "output = coalesce(v.c5, run_rows.output)",
     "VARCHAR",
     "TIMESTAMP",
     "VARCHAR",
     "TIMESTAMP",
+    "VARCHAR",
+    "VARCHAR",
 )
 
 # ------------------------------------------------------------------------ runs
@@ -82,8 +88,13 @@ def create_run(run: RunRow) -> WriteOp[None]:
     Raises:
         StoreError: ``duplicate`` when the run exists.
     """
-    values = _run_row(run)
-    return WriteOp("create_run", lambda con, batch: batch.append("run_rows", [values]), False)
+    values, cut = _run_row(run)
+
+    def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
+        batch.append("run_rows", [values])
+        batch.append("markers", cut)
+
+    return WriteOp("create_run", apply, False)
 
 
 def start_run(
@@ -101,17 +112,19 @@ def start_run(
         StoreError: ``duplicate`` when the run exists.
         ConflictError: a lease on this run id is held by another live owner.
     """
-    values = _run_row(run)
+    values, cut = _run_row(run)
     run_id = str(run["run_id"])
     at = time.time() if now is None else now
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
         if batch.single:
             append_rows(con, "run_rows", [values])
+            append_rows(con, "markers", cut)
             return acquire(con, run_id, owner, ttl_s, at, owner_alive)
         # A new run has no lease row: a plain append of generation 1. A stray row
         # makes the batch fail, and this op alone then takes the path above.
         batch.append("run_rows", [values])
+        batch.append("markers", cut)
         batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
                                  to_ts(at + ttl_s), False)])  # fmt: skip
         return Lease(run_id, owner, 1, at + ttl_s)
@@ -139,8 +152,9 @@ def commit_step(
     Tool rows replace rows with the same (run_id, step, seq), such as the intent row
     of a WRITE tool. ``runs.steps`` grows by one and ``runs.tokens`` by the step's
     (the ``runs`` view counts step rows: no run row is written).
-    ``finish`` (``outcome``, ``finished_at``, ``error`` as for ``finish_run``) ends
-    the run with its last step in the same transaction and releases ``lease``.
+    ``finish`` (``outcome``, ``finished_at``, ``error``, and a typed run's
+    ``output_mode`` and ``output``, as for ``finish_run``) ends the run with its last
+    step in the same transaction and releases ``lease``.
 
     Raises:
         ConflictError: ``lease`` is no longer current (another owner took the run);
@@ -158,7 +172,8 @@ def commit_step(
     step_row = row("steps", step, run_id=run_id, checkpoint=checkpoint)
     ended = None
     if finish is not None:
-        ended = _ended(finish["outcome"], finish["finished_at"], finish["error"])
+        ended, cut = _ended(run_id, **finish)
+        rows["markers"] = cut
     generation = None if lease is None else lease.generation
     holder = "" if lease is None else lease.owner
 
@@ -198,6 +213,8 @@ def finish_run(
     stalls: Sequence[StallRow] | None = None,
     lease: Lease | None = None,
     release: bool = False,
+    output_mode: str | None = None,
+    output: str | None = None,
 ) -> WriteOp[None]:
     """Set the run's outcome, end time and error, with its last stalls.
 
@@ -206,17 +223,26 @@ def finish_run(
     With ``release`` the ``lease`` is given up in the same transaction (as
     ``release_lease`` would), so ending a run is one commit.
 
+    A typed run (``TaskContract(output=T)``) also sets the mode it ended in
+    (``output_mode``: ``native``, ``tool``, ``prompted``) and its validated answer as
+    JSON text (``output``), in the same transaction; None leaves the row's value (the
+    mode chosen at the start; NULL for an untyped run). The answer's strings are
+    scrubbed (``_rows.stored_output``); one larger than ``MAX_OUTPUT_BYTES`` is not
+    stored (``output`` NULL) and an ``output_cut`` marker row says how large it was.
+
     Raises:
         ConflictError: ``lease`` is stale; nothing is written.
-        StoreError: ``missing`` for an unknown run.
+        StoreError: ``missing`` for an unknown run; ``query`` for an ``output`` that
+            is not JSON text (raised here, before anything is written).
     """
     stall_rows = [row("stalls", s, run_id=run_id) for s in stalls or []]
-    ended = _ended(outcome, finished_at, error)
+    ended, cut = _ended(run_id, outcome, finished_at, error, output_mode, output)
     generation = None if lease is None else lease.generation
     holder = "" if lease is None else lease.owner
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
         batch.append("stalls", stall_rows)
+        batch.append("markers", cut)
         batch.update_run(con, _FINISHED, run_id, ended, generation, holder)
         if release and generation is not None:
             batch.release(run_id, generation)
@@ -413,24 +439,39 @@ def _upsert(con: duckdb.DuckDBPyConnection, table: str, values: list[Any]) -> No
     con.execute(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", values)
 
 
-def _ended(outcome: Any, finished_at: float, error: Any) -> tuple[Any, ...]:
-    """(outcome, finished_at, error, updated_at) of a run that ends."""
+def _ended(
+    run_id: str,
+    outcome: Any,
+    finished_at: float,
+    error: Any,
+    output_mode: Any = None,
+    output: Any = None,
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """(outcome, finished_at, error, updated_at, output_mode, output) of a run that
+    ends, and the marker rows that go with it (an answer too large to store)."""
+    text, cut = output_of(run_id, output, finished_at)
+    mode = safe_value("output_mode", getattr(output_mode, "value", output_mode))
     return (getattr(outcome, "value", outcome), to_ts(finished_at), dumps(error),
-            to_ts(finished_at))  # fmt: skip
+            to_ts(finished_at), mode, text), cut  # fmt: skip
 
 
-def _run_row(run: RunRow) -> tuple[Any, ...]:
-    """The ``run_rows`` row of a new run (not yet finished, at this schema version)."""
+def _run_row(run: RunRow) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The ``run_rows`` row of a new run (not yet finished, at this schema version),
+    and the marker rows that go with it (an ``output`` too large to store)."""
     extras = run.get("extras")
-    return row(
+    started = run.get("started_at") or time.time()
+    text, cut = output_of(str(run.get("run_id")), run.get("output"), started)
+    values = row(
         "run_rows",
         run,
         outcome=None,
         finished_at=None,
         schema_version=SCHEMA_VERSION,
         extras=extras or None,
-        updated_at=run.get("started_at") or time.time(),
+        updated_at=started,
+        output=text,
     )
+    return values, cut
 
 
 # ---------------------------------------------------------------------- scores
