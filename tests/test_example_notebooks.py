@@ -100,8 +100,12 @@ def check_providers(nb: nbformat.NotebookNode) -> None:
         assert re.search(rf"{wire}\s+finished\s+The answer is 42\.", plain), plain
     attempts = cell_text(nb, "attempts = store.attempts()")
     assert re.search(r"rate_limited\s+429", attempts) and re.search(r"server\s+503", attempts)
-    asked = cell_text(nb, "asked = ")
+    asked = cell_text(nb, "schema_field(server")
     assert asked.count("Answer(value=42, sentence='The answer is 42.')") == len(WIRES)
+    # each wire asked natively, in its own field
+    for field in ("response_format", "text.format", "output_config.format",
+                  "generationConfig.responseJsonSchema"):
+        assert field in asked, asked
     modes = cell_text(nb, "typed.append")
     for wire in WIRES:
         for kind, asked_in, mode in (("Answer", "auto", "native"), ("Sketch", "auto", "tool"),
