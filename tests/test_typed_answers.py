@@ -365,11 +365,57 @@ async def test_ask_in_tool_mode_on_every_wire(
     target, raw, value = TYPES[kind]
     respond, seen = script(final(raw))
     srv = server(respond)
-    got = await hn.ask(WIRES[wire](srv), "What?", output=target, store=store)
+    got = await hn.ask(WIRES[wire](srv), "What?", output=target, output_mode="tool", store=store)
     assert got == value and type(got) is type(value)
-    assert "final_answer" in seen[0].tools
+    assert "final_answer" in seen[0].tools and seen[0].output_schema is None
     (run,) = store.runs()["run_id"]
     assert [r["kind"] for r in rows(store, run)] == [None]
+
+
+def native_format(wire: str, request: ChaosRequest) -> Any:
+    """The part of ``request`` that asks natively for a JSON Schema, as the wire spells it."""
+    body = request.json
+    if wire in ("openai-chat", "local"):
+        return body["response_format"]
+    if wire == "openai-responses":
+        return body["text"]["format"]
+    if wire == "anthropic":
+        return body["output_config"]
+    config = body["generationConfig"]
+    return {k: config[k] for k in ("responseMimeType", "responseJsonSchema")}
+
+
+def expected_format(wire: str, spec: OutputSpec) -> Any:
+    """What each wire's documented native format holds for ``spec`` (its strict form)."""
+    schema = spec.strict
+    if wire in ("openai-chat", "local"):
+        inner = {"name": spec.name, "schema": schema, "strict": True}
+        return {"type": "json_schema", "json_schema": inner}
+    if wire == "openai-responses":
+        return {"type": "json_schema", "name": spec.name, "schema": schema, "strict": True}
+    if wire == "anthropic":
+        return {"format": {"type": "json_schema", "schema": schema}}
+    return {"responseMimeType": "application/json", "responseJsonSchema": schema}
+
+
+@pytest.mark.parametrize("wire", list(WIRES))
+@pytest.mark.parametrize(
+    "kind", range(len(TYPES)), ids=["pydantic", "dataclass", "typeddict", "dict"]
+)
+async def test_auto_is_native_on_every_wire(
+    wire: str, kind: int, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    target, raw, value = TYPES[kind]
+    respond, seen = script(Reply(text=json.dumps(raw)))
+    srv = server(respond)
+    contract = hn.TaskContract("What?", ws, output=target)
+    result = await hn.run(contract, WIRES[wire](srv), store=store)
+    assert result.output == value and type(result.output) is type(value)
+    assert result.output_mode == "native"
+    (request,) = seen
+    assert native_format(wire, request) == expected_format(wire, OutputSpec.of(target))
+    assert "final_answer" not in request.tools
+    assert [r["kind"] for r in rows(store, result.run_id)] == [None]
 
 
 @pytest.mark.parametrize("wire", list(WIRES))
@@ -395,7 +441,7 @@ async def test_a_violation_is_fixed_on_retry_on_every_wire(
     )
     srv = server(respond)
     events: list[hn.RunEvent] = []
-    contract = hn.TaskContract("Which city?", ws, output=City)
+    contract = hn.TaskContract("Which city?", ws, output=City, output_mode="tool")
     result = await hn.run(contract, WIRES[wire](srv), store=store, on_event=events.append)
     assert result.outcome is hn.RunOutcome.FINISHED
     assert result.output == City(name="Oslo", population=9) and result.output_mode == "tool"
@@ -408,6 +454,27 @@ async def test_a_violation_is_fixed_on_retry_on_every_wire(
     assert [e.error_kind for e in retries] == ["schema_violation"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("wire", list(WIRES))
+async def test_a_native_violation_is_fixed_on_retry_on_every_wire(
+    wire: str, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    respond, seen = script(
+        Reply(text='{"name": "Oslo", "population": "lots"}'),
+        Reply(text='{"name": "Oslo", "population": 9}'),
+    )
+    srv = server(respond)
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, WIRES[wire](srv), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert result.output == City(name="Oslo", population=9) and result.output_mode == "native"
+    got = rows(store, result.run_id)
+    assert [(r["kind"], r["status"]) for r in got] == [("schema_violation", 200), (None, 200)]
+    assert "population: Input should be a valid integer" in got[0]["error"]
+    assert "Input should be a valid integer" in json.dumps(seen[1].messages[-1])
+    spec = OutputSpec.of(City)
+    assert [native_format(wire, r) for r in seen] == [expected_format(wire, spec)] * 2
+
+
 @pytest.mark.parametrize("wire", ["openai-chat", "anthropic", "gemini"])
 def test_ask_sync_raises_output_error_listing_every_reason(
     wire: str, server: Callable[..., ChaosServer], store: hn.Store
@@ -415,25 +482,19 @@ def test_ask_sync_raises_output_error_listing_every_reason(
     respond, _ = script(*(final({"answer": -i}) for i in range(1, 3)), Reply(text="no idea"))
     srv = server(respond)
     with pytest.raises(hn.OutputError) as info:
-        hn.ask_sync(WIRES[wire](srv), "How many?", output=SCHEMA, store=store, output_retries=2)
+        hn.ask_sync(
+            WIRES[wire](srv),
+            "How many?",
+            output=SCHEMA,
+            output_mode="tool",
+            store=store,
+            output_retries=2,
+        )
     err = info.value
     assert err.kind.value == "schema_violation" and len(err.reasons) == 3
     assert "answer" in err.reasons[0] and "no final_answer call" in err.reasons[2]
     (run,) = store.runs()["run_id"]
     assert [r["kind"] for r in rows(store, run)] == ["schema_violation"] * 3
-
-
-class NativeOpenAI(hn.OpenAI):
-    """Chat completions asking natively (``response_format``), as the wire branch does:
-    here to see the loop's 400 fallback over real HTTP."""
-
-    @property
-    def native_output(self) -> bool:
-        return True
-
-    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
-        schema = {"name": output.name, "schema": dict(output.schema), "strict": output.strict}
-        return {**body, "response_format": {"type": "json_schema", "json_schema": schema}}
 
 
 @pytest.mark.parametrize("sync", [False, True])
@@ -442,8 +503,8 @@ async def test_a_native_schema_refused_with_400_falls_back_to_tool_once(
 ) -> None:
     respond, seen = script(final({"name": "Oslo", "population": 1}))
     srv = server(respond)
-    srv.push(Fault.status(400, body="Invalid schema for response_format 'City'"))
-    provider = NativeOpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=False)
+    srv.push(Fault.schema_rejected())
+    provider = hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=False)
     if sync:
         got = await asyncio.to_thread(hn.ask_sync, provider, "Which?", output=City, store=store)
     else:
@@ -465,23 +526,25 @@ async def test_a_400_in_tool_mode_is_not_a_fallback(
     srv.push(Fault.status(400))
     provider = hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url)
     with pytest.raises(hn.ProviderError):
-        await hn.ask(provider, "Which?", output=City, store=store)
+        await hn.ask(provider, "Which?", output=City, output_mode="tool", store=store)
     assert len(srv.requests) == 1
 
 
+@pytest.mark.parametrize("mode", ["tool", "native"])
 async def test_a_recorded_typed_run_replays_with_no_key(
-    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+    mode: str, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
 ) -> None:
-    respond, _ = script(final({"x": 1, "y": 2}))
+    reply = final({"x": 1, "y": 2}) if mode == "tool" else Reply(text='{"x": 1, "y": 2}')
+    respond, _ = script(reply)
     srv = server(respond)
     recorded = hn.Record(WIRES["openai-chat"](srv), store)
-    contract = hn.TaskContract("Where?", ws, output=Point)
+    contract = hn.TaskContract("Where?", ws, output=Point, output_mode=mode)  # type: ignore[arg-type]
     first = await hn.run(contract, recorded, store=store)
-    assert first.output == Point(1, 2)
+    assert first.output == Point(1, 2) and first.output_mode == mode
     srv.stop()
     again = await hn.replay(first.run_id, store, store=ws.parent / "replayed.duckdb")
     assert again.outcome is hn.RunOutcome.FINISHED
-    assert again.output == {"x": 1, "y": 2} and again.output_mode == "tool"
+    assert again.output == {"x": 1, "y": 2} and again.output_mode == mode
 
 
 # ------------------------------------------ the chat wire's cap (a raw HTTP server)
