@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pydantic
 import pytest
 from typing_extensions import TypedDict
@@ -611,3 +612,89 @@ async def test_a_truncated_chat_answer_is_asked_again_with_twice_the_cap(
     got_rows = rows(store, run)
     assert [r["kind"] for r in got_rows] == ["truncated", None]
     assert "stopped at its token cap (length)" in got_rows[0]["error"]
+
+
+# ------------------------------------------- what the store keeps (real store files)
+
+
+def cells(frame: Any, *columns: str) -> list[tuple[Any, ...]]:
+    """``frame``'s ``columns`` as tuples, missing values as None."""
+    out = frame[list(columns)].astype(object)
+    return [tuple(None if pd.isna(v) else v for v in r) for r in out.to_numpy()]
+
+
+async def test_the_store_keeps_each_attempt_s_mode_and_answer_and_the_run_s(
+    server: Callable[..., ChaosServer], ws: Path, tmp_path: Path
+) -> None:
+    respond, _ = script(
+        Reply(text='{"name": "Oslo", "population": "lots"}'),
+        Reply(text='{"name": "Oslo", "population": 9}'),
+    )
+    srv = server(respond)
+    path = tmp_path / "kept.duckdb"
+    with hn.Store(path) as store:
+        contract = hn.TaskContract("Which city?", ws, output=City)
+        result = await hn.run(contract, WIRES["anthropic"](srv), store=store)
+        untyped = await hn.run(hn.TaskContract("t", ws), hn.ScriptedProvider(["hi"]), store=store)
+    with hn.Store(path) as store:  # read back from the file
+        run = store.runs(result.run_id)
+        assert cells(run, "output_mode", "output") == [
+            ("native", '{"name": "Oslo", "population": 9}')
+        ]
+        assert cells(store.runs(untyped.run_id), "output_mode", "output") == [(None, None)]
+        attempts = store.attempts(result.run_id)
+        assert cells(attempts, "kind", "output_mode", "answer") == [
+            ("schema_violation", "native", '{"name": "Oslo", "population": "lots"}'),
+            (None, "native", None),
+        ]
+        assert "population: Input should be a valid integer" in attempts["error"].iloc[0]
+        assert cells(store.attempts(untyped.run_id), "output_mode") == [(None,)]
+
+
+async def test_a_run_that_fell_back_ends_in_tool_its_first_row_native(
+    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    respond, _ = script(final({"name": "Oslo", "population": 1}))
+    srv = server(respond)
+    srv.push(Fault.schema_rejected())
+    contract = hn.TaskContract("Which?", ws, output=City)
+    result = await hn.run(contract, WIRES["openai-responses"](srv), store=store)
+    assert result.output_mode == "tool"
+    assert cells(store.runs(result.run_id), "output_mode", "output") == [
+        ("tool", '{"name": "Oslo", "population": 1}')
+    ]
+    assert cells(store.attempts(result.run_id), "kind", "status", "output_mode") == [
+        ("request", 400, "native"),
+        (None, 200, "tool"),
+    ]
+
+
+async def test_an_unusable_end_keeps_the_mode_and_no_output(
+    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(lambda r: Reply(text="{}"))
+    srv.push(Fault.refusal())
+    contract = hn.TaskContract("Which?", ws, output=City)
+    result = await hn.run(contract, WIRES["openai-chat"](srv), store=store)
+    assert isinstance(result.error, hn.OutputError)
+    assert cells(store.runs(result.run_id), "output_mode", "output") == [("native", None)]
+
+
+async def test_failure_rates_by_provider_and_mode_say_who_follows_the_schema(
+    server: Callable[..., ChaosServer], store: hn.Store
+) -> None:
+    clean = server(hn.chaos.echo_responder)
+    sloppy = server(hn.chaos.echo_responder)
+    for _ in range(2):
+        sloppy.push(Fault.schema_violation())
+    good, bad = WIRES["openai-chat"](clean), WIRES["gemini"](sloppy)
+    for _ in range(3):
+        await hn.ask(good, "Which city?", output=City, store=store)
+    for _ in range(2):
+        await hn.ask(bad, "Which city?", output=City, store=store)
+    rates = store.failure_rates(by=("provider", "output_mode", "kind"))
+    got = cells(rates, "provider", "output_mode", "kind", "attempts", "failures")
+    assert got == [
+        ("gemini", "native", "schema_violation", 4, 2),
+        ("openai", "native", None, 3, 0),
+    ]
