@@ -264,6 +264,48 @@ async def test_a_typed_run_resumed_answers_in_the_stored_schema_as_a_dict(
     assert result.output == {"name": "Oslo", "population": 2} and result.output_mode == "tool"
 
 
+async def paused_typed_run(ws: Path, store: hn.Store) -> str:
+    """A typed run (``City``, tool mode) paused by a provider failure after one step."""
+    down = hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+    first = hn.ScriptedProvider([{"tool": "list_dir", "args": {"path": "."}}, down])
+    contract = hn.TaskContract("t", ws, output=City, output_mode="tool", max_retries=0)
+    paused = await hn.run(contract, first, store=store)
+    assert paused.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    return paused.run_id
+
+
+async def test_a_typed_run_resumed_with_its_type_answers_a_t(ws: Path, store: hn.Store) -> None:
+    run_id = await paused_typed_run(ws, store)
+    then = hn.ScriptedProvider(
+        [{"tool": "final_answer", "args": {"name": "Oslo", "population": 2}}]
+    )
+    result = await hn.resume(run_id, then, store=store, output=City)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert result.output == City(name="Oslo", population=2) and result.output_mode == "tool"
+    assert cells(store.runs(run_id), "output") == [('{"name": "Oslo", "population": 2}',)]
+
+
+async def test_a_resume_given_another_schema_is_refused_naming_the_difference(
+    ws: Path, store: hn.Store
+) -> None:
+    class City(pydantic.BaseModel):  # the same name, another field type, one more field
+        name: str
+        population: str
+        country: str
+
+    run_id = await paused_typed_run(ws, store)
+    then = hn.ScriptedProvider(["never asked"])
+    with pytest.raises(hn.ConfigError) as info:
+        await hn.resume(run_id, then, store=store, output=City)
+    said = str(info.value)
+    assert 'properties.population.type: stored "integer", given "string"' in said
+    assert "properties.country: only in the given type's" in said
+    assert then.calls == [] and store.get_run(run_id)["outcome"] == "escalated_retryable"
+    untyped = await hn.run(hn.TaskContract("t", ws), hn.ScriptedProvider(["hi"]), store=store)
+    with pytest.raises(hn.ConfigError, match="asked for no typed answer"):
+        await hn.resume(untyped.run_id, then, store=store, output=City)
+
+
 class NoTools:
     """A user's provider of the protocol's first form that calls no tools: its second
     parameter is not named ``tools``."""
