@@ -740,3 +740,130 @@ async def test_failure_rates_by_provider_and_mode_say_who_follows_the_schema(
         ("gemini", "native", "schema_violation", 4, 2),
         ("openai", "native", None, 3, 0),
     ]
+
+
+# ------------------------- every unusable answer over real HTTP, per wire, streamed or not
+
+NATIVE_WIRES = ["openai-chat", "openai-responses", "anthropic", "gemini"]
+STREAMED = [pytest.param(True, id="stream"), pytest.param(False, id="whole")]
+
+
+def wire_provider(wire: str, srv: ChaosServer, stream: bool) -> Any:
+    base = {
+        "openai-chat": hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=stream),
+        "openai-responses": hn.OpenAI(
+            "gpt-test", api_key=KEY, base_url=srv.openai_url, api="responses", stream=stream
+        ),
+        "anthropic": hn.Anthropic(
+            "claude-test", api_key=KEY, base_url=srv.anthropic_url, stream=stream
+        ),
+        "gemini": hn.Gemini("gemini-test", api_key=KEY, base_url=srv.gemini_url, stream=stream),
+    }
+    return base[wire]
+
+
+def kinds_modes(store: hn.Store, run_id: str) -> list[tuple[Any, ...]]:
+    return cells(store.attempts(run_id), "kind", "status", "output_mode")
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_refusal_over_http_ends_the_run_unretried(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.refusal("I won't name a city."))
+    contract = hn.TaskContract("Which city?", ws, output=City, max_retries=2)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.ESCALATED_TERMINAL and result.output is None
+    assert len(srv.requests) == 1  # not asked again
+    if wire == "gemini":  # no refusal on this wire: a SAFETY stop, the request failure
+        assert isinstance(result.error, hn.ProviderError)
+        assert result.error.kind is hn.ProviderErrorKind.REQUEST
+        assert "SAFETY" in str(result.error)
+        assert kinds_modes(store, result.run_id) == [("request", 200, "native")]
+        return
+    assert isinstance(result.error, hn.OutputError) and result.error.kind.value == "refusal"
+    assert "I won't name a city." in str(result.error)
+    assert kinds_modes(store, result.run_id) == [("refusal", 200, "native")]
+    (answer_,) = cells(store.attempts(result.run_id), "answer")
+    assert answer_ == ("I won't name a city.",)
+
+
+def cap_of(wire: str, request: ChaosRequest) -> Any:
+    """The token cap ``request`` sets, in its wire's own field."""
+    body = request.json
+    if wire == "openai-chat":
+        return body.get("max_completion_tokens", body.get("max_tokens"))
+    if wire == "openai-responses":
+        return body.get("max_output_tokens")
+    if wire == "anthropic":
+        return body.get("max_tokens")
+    return body.get("generationConfig", {}).get("maxOutputTokens")
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_truncated_answer_over_http_is_asked_again_with_twice_the_cap(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.truncated())
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "native"
+    first, second = srv.requests
+    used = int(store.attempts(result.run_id)["output_tokens"].iloc[0])
+    assert used > 0 and cap_of(wire, second) == 2 * used
+    if cap_of(wire, first) is not None:  # a wire that always sends one (Anthropic's)
+        assert used == cap_of(wire, first)
+    assert kinds_modes(store, result.run_id) == [
+        ("truncated", 200, "native"),
+        (None, 200, "native"),
+    ]
+    error, answer_ = cells(store.attempts(result.run_id), "error", "answer")[0]
+    assert "token cap" in error and answer_ and not answer_.endswith("}")  # cut mid-JSON
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_schema_violation_over_http_is_fixed_on_retry(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.schema_violation())  # the first required field ("name") left out
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "native"
+    assert kinds_modes(store, result.run_id) == [
+        ("schema_violation", 200, "native"),
+        (None, 200, "native"),
+    ]
+    error, answer_ = cells(store.attempts(result.run_id), "error", "answer")[0]
+    assert error == "name: Field required" and json.loads(answer_) == {"population": 0}
+    feedback = json.dumps(srv.requests[1].messages[-1])
+    assert "name: Field required" in feedback
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_schema_rejected_natively_falls_back_to_tool_once(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.schema_rejected())
+    events: list[hn.RunEvent] = []
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    provider = wire_provider(wire, srv, stream)
+    result = await hn.run(contract, provider, store=store, on_event=events.append)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "tool"
+    first, second = srv.requests
+    assert first.output_schema is not None and "final_answer" not in first.tools
+    assert second.output_schema is None and "final_answer" in second.tools
+    assert kinds_modes(store, result.run_id) == [("request", 400, "native"), (None, 200, "tool")]
+    assert cells(store.runs(result.run_id), "output_mode") == [("tool",)]
+    said = [e for e in events if e.kind == "retry"]
+    assert [e.error_kind for e in said] == ["request: output_mode native -> tool"]  # type: ignore[attr-defined]
