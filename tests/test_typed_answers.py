@@ -283,6 +283,10 @@ async def test_a_typed_run_resumed_with_its_type_answers_a_t(ws: Path, store: hn
     assert result.outcome is hn.RunOutcome.FINISHED
     assert result.output == City(name="Oslo", population=2) and result.output_mode == "tool"
     assert cells(store.runs(run_id), "output") == [('{"name": "Oslo", "population": 2}',)]
+    again = await hn.resume(run_id, then, store=store, output=City)  # ended: read back
+    assert again.output == City(name="Oslo", population=2) and again.output_mode == "tool"
+    stored = await hn.resume(run_id, then, store=store)
+    assert stored.output == {"name": "Oslo", "population": 2} and len(then.calls) == 1
 
 
 async def test_a_resume_given_another_schema_is_refused_naming_the_difference(

@@ -129,6 +129,16 @@ def _typed_again(
     return dataclasses.replace(contract, output=output)
 
 
+def _as_typed(result: RunResult, output: Any) -> RunResult:
+    """A stored result's answer (its JSON value) as ``output``'s ``T`` when given."""
+    if output is None or result.output is None:
+        return result
+    checked = OutputSpec.of(output).validate(result.output)
+    if isinstance(checked, list):  # stored valid under the same schema: not expected
+        raise ConfigError(f"resume(output=...): the stored answer is no {output!r}: {checked}")
+    return dataclasses.replace(result, output=checked.value)
+
+
 async def resume(
     run_id: str,
     provider: Provider,
@@ -190,7 +200,8 @@ async def resume(
         await store_writer(store).queued.add_marker(
             run_id, "skipped", f"already {row['outcome']}", clock.time()
         )
-        return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
+        ended = await asyncio.to_thread(RunResult.from_store, run_id, store=store)
+        return _as_typed(ended, output)
 
     stored = await resumed_servers(store, run_id, mcp, mcp_changed)
     driver = Driver(
