@@ -697,6 +697,18 @@ async def test_the_store_keeps_each_attempt_s_mode_and_answer_and_the_run_s(
         assert cells(store.attempts(untyped.run_id), "output_mode") == [(None,)]
 
 
+async def test_the_run_row_says_the_resolved_mode_from_its_start(ws: Path, store: hn.Store) -> None:
+    seen: list[Any] = []
+
+    def reply(messages: Any) -> Any:  # asked while the run is under way
+        seen.append(cells(store.runs(), "outcome", "output_mode"))
+        return {"tool": "final_answer", "args": {"name": "Oslo", "population": 1}}
+
+    contract = hn.TaskContract("t", ws, output=City)  # auto: tool on a scripted provider
+    result = await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    assert seen == [[(None, "tool")]] and result.output_mode == "tool"
+
+
 async def test_a_run_that_fell_back_ends_in_tool_its_first_row_native(
     server: Callable[..., ChaosServer], ws: Path, store: hn.Store
 ) -> None:
