@@ -112,6 +112,21 @@ def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
         ) from exc
 
 
+def _resumable(run_id: str, row: dict[str, Any], output: Any) -> tuple[TaskContract, Policy]:
+    """A run of the loop's (not an agent CLI's): its contract (answering as ``output``
+    when given) and its recorded policy."""
+    if row.get("agent"):
+        raise ResumeError(
+            f"run {run_id!r} was driven by the {row['agent']} CLI, not harnessnb's loop; "
+            "continue its conversation with hn.agents.run(..., session=NAME)",
+            reason="agent_run",
+        )
+    contract, recorded = _recorded(row)
+    if output is not None:
+        contract = _typed_again(run_id, contract, row["contract"], output)
+    return contract, recorded
+
+
 def _typed_again(
     run_id: str, contract: TaskContract, stored: dict[str, Any], output: Any
 ) -> TaskContract:
@@ -163,9 +178,8 @@ async def resume(
     ``mcp``; a tool changed since (or new) that is not READ is left out unless
     ``mcp_changed="accept"`` (``loop._servers``).
 
-    A typed run (``TaskContract(output=T)``) stores ``T``'s JSON Schema, not ``T``:
-    resumed without ``output``, its answer is that schema's JSON value (a dict); with
-    ``output=T`` again it is a ``T``. ``T``'s schema must be the stored one.
+    A typed run stores ``T``'s JSON Schema, not ``T``: its answer is that schema's JSON
+    value (a dict) unless ``output=T`` is given again (``T``'s schema the stored one).
 
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
@@ -178,15 +192,7 @@ async def resume(
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
-    if row.get("agent"):
-        raise ResumeError(
-            f"run {run_id!r} was driven by the {row['agent']} CLI, not harnessnb's loop; "
-            "continue its conversation with hn.agents.run(..., session=NAME)",
-            reason="agent_run",
-        )
-    contract, recorded = _recorded(row)
-    if output is not None:
-        contract = _typed_again(run_id, contract, row["contract"], output)
+    contract, recorded = _resumable(run_id, row, output)
     refuse_store_inside(store, contract.workspace)  # the agent must not reach its record
     if policy is None:
         policy = recorded
