@@ -42,12 +42,16 @@ class Count:
 
 
 def answers(request: ChaosRequest) -> Reply:
-    """A model that answers through final_answer when offered it, else in JSON text;
+    """A model that answers as each mode's request asks: through final_answer when
+    offered it, the bare JSON as the message's text when asked natively (what every
+    wire's structured output returns), a fenced block when the schema is in the prompt;
     a first answer with a wrong type, a right one once told so."""
     told = "does not match the schema" in str(request.messages[-1])
     args = {"city": "Oslo", "celsius": 3.5 if told else "cold"}
     if "final_answer" in request.tools:
         return Reply(tool_calls=[{"name": "final_answer", "arguments": args}])
+    if request.output_schema is not None:
+        return Reply(text=json.dumps(args))
     return Reply(text=f"```json\n{json.dumps(args)}\n```")
 
 
@@ -68,21 +72,26 @@ def kinds(store: hn.Store) -> list[Any]:
     return [None if k != k else k for k in frame["kind"].astype(object)]
 
 
+@pytest.mark.parametrize("mode", ["auto", "tool"])
 @pytest.mark.parametrize("face", ["async", "sync"])
 @pytest.mark.parametrize("name", list(PROVIDERS))
 async def test_ask_returns_the_typed_answer_after_one_fix(
-    name: str, face: str, srv: ChaosServer, store: hn.Store
+    name: str, face: str, mode: str, srv: ChaosServer, store: hn.Store
 ) -> None:
     provider = PROVIDERS[name](srv)
+    kw: dict[str, Any] = {"output": Weather, "output_mode": mode, "store": store}
     if face == "async":
-        got = await hn.ask(provider, "Weather in Oslo?", output=Weather, store=store)
+        got = await hn.ask(provider, "Weather in Oslo?", **kw)
     else:
-        got = await asyncio.to_thread(
-            hn.ask_sync, provider, "Weather in Oslo?", output=Weather, store=store
-        )
+        got = await asyncio.to_thread(hn.ask_sync, provider, "Weather in Oslo?", **kw)
     assert got == Weather(city="Oslo", celsius=3.5)
     first, second = srv.requests
-    assert first.tools == ["final_answer"]  # no workspace tools: the answer's alone
+    if mode == "tool":
+        assert first.tools == ["final_answer"]  # no workspace tools: the answer's alone
+        assert first.output_schema is None
+    else:  # auto: every wire here answers natively, and no tool is offered
+        assert first.tools == [] and second.tools == []
+        assert first.output_schema is not None and second.output_schema is not None
     assert "Weather in Oslo?" in str(first.messages)
     assert "celsius: Input should be a valid number" in str(second.messages[-1])
     assert kinds(store) == ["schema_violation", None]
@@ -118,7 +127,8 @@ def test_ask_sync_with_a_dict_schema_returns_the_json(srv: ChaosServer, store: h
     assert got == {"city": "Oslo", "celsius": 3.5}
 
 
-def test_ask_refuses_a_native_mode_the_provider_lacks(srv: ChaosServer) -> None:
+def test_ask_refuses_a_native_mode_the_provider_lacks() -> None:
+    provider = hn.ScriptedProvider(['{"n": 1}'])  # answers in no JSON Schema natively
     with pytest.raises(hn.ConfigError, match="native"):
-        hn.ask_sync(PROVIDERS["local"](srv), "x", output=Count, output_mode="native")
-    assert srv.requests == []
+        hn.ask_sync(provider, "x", output=Count, output_mode="native")
+    assert provider.calls == []

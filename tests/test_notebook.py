@@ -438,6 +438,8 @@ def test_runs_and_failures_return_frames_and_assign_out(
     assert frame is shell.user_ns["frame"]
     assert frame["outcome"].tolist() == ["finished"]
     assert "contract" not in frame.columns
+    # a typed answer's JSON is hidden like the contract; its mode is shown
+    assert "output" not in frame.columns and "output_mode" in frame.columns
     rates = shell.run_line_magic("harness", f"failures {store} --by provider,kind")
     assert rates[["provider", "kind", "failures"]].values.tolist() == [["openai", "server", 1]]
     by_provider = shell.run_line_magic("harness", f"failures {store} --by provider --out frame")

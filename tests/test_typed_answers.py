@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pydantic
 import pytest
 from typing_extensions import TypedDict
@@ -263,6 +264,52 @@ async def test_a_typed_run_resumed_answers_in_the_stored_schema_as_a_dict(
     assert result.output == {"name": "Oslo", "population": 2} and result.output_mode == "tool"
 
 
+async def paused_typed_run(ws: Path, store: hn.Store) -> str:
+    """A typed run (``City``, tool mode) paused by a provider failure after one step."""
+    down = hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+    first = hn.ScriptedProvider([{"tool": "list_dir", "args": {"path": "."}}, down])
+    contract = hn.TaskContract("t", ws, output=City, output_mode="tool", max_retries=0)
+    paused = await hn.run(contract, first, store=store)
+    assert paused.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    return paused.run_id
+
+
+async def test_a_typed_run_resumed_with_its_type_answers_a_t(ws: Path, store: hn.Store) -> None:
+    run_id = await paused_typed_run(ws, store)
+    then = hn.ScriptedProvider(
+        [{"tool": "final_answer", "args": {"name": "Oslo", "population": 2}}]
+    )
+    result = await hn.resume(run_id, then, store=store, output=City)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert result.output == City(name="Oslo", population=2) and result.output_mode == "tool"
+    assert cells(store.runs(run_id), "output") == [('{"name": "Oslo", "population": 2}',)]
+    again = await hn.resume(run_id, then, store=store, output=City)  # ended: read back
+    assert again.output == City(name="Oslo", population=2) and again.output_mode == "tool"
+    stored = await hn.resume(run_id, then, store=store)
+    assert stored.output == {"name": "Oslo", "population": 2} and len(then.calls) == 1
+
+
+async def test_a_resume_given_another_schema_is_refused_naming_the_difference(
+    ws: Path, store: hn.Store
+) -> None:
+    class City(pydantic.BaseModel):  # the same name, another field type, one more field
+        name: str
+        population: str
+        country: str
+
+    run_id = await paused_typed_run(ws, store)
+    then = hn.ScriptedProvider(["never asked"])
+    with pytest.raises(hn.ConfigError) as info:
+        await hn.resume(run_id, then, store=store, output=City)
+    said = str(info.value)
+    assert 'properties.population.type: stored "integer", given "string"' in said
+    assert "properties.country: only in the given type's" in said
+    assert then.calls == [] and store.get_run(run_id)["outcome"] == "escalated_retryable"
+    untyped = await hn.run(hn.TaskContract("t", ws), hn.ScriptedProvider(["hi"]), store=store)
+    with pytest.raises(hn.ConfigError, match="asked for no typed answer"):
+        await hn.resume(untyped.run_id, then, store=store, output=City)
+
+
 class NoTools:
     """A user's provider of the protocol's first form that calls no tools: its second
     parameter is not named ``tools``."""
@@ -365,11 +412,57 @@ async def test_ask_in_tool_mode_on_every_wire(
     target, raw, value = TYPES[kind]
     respond, seen = script(final(raw))
     srv = server(respond)
-    got = await hn.ask(WIRES[wire](srv), "What?", output=target, store=store)
+    got = await hn.ask(WIRES[wire](srv), "What?", output=target, output_mode="tool", store=store)
     assert got == value and type(got) is type(value)
-    assert "final_answer" in seen[0].tools
+    assert "final_answer" in seen[0].tools and seen[0].output_schema is None
     (run,) = store.runs()["run_id"]
     assert [r["kind"] for r in rows(store, run)] == [None]
+
+
+def native_format(wire: str, request: ChaosRequest) -> Any:
+    """The part of ``request`` that asks natively for a JSON Schema, as the wire spells it."""
+    body = request.json
+    if wire in ("openai-chat", "local"):
+        return body["response_format"]
+    if wire == "openai-responses":
+        return body["text"]["format"]
+    if wire == "anthropic":
+        return body["output_config"]
+    config = body["generationConfig"]
+    return {k: config[k] for k in ("responseMimeType", "responseJsonSchema")}
+
+
+def expected_format(wire: str, spec: OutputSpec) -> Any:
+    """What each wire's documented native format holds for ``spec`` (its strict form)."""
+    schema = spec.strict
+    if wire in ("openai-chat", "local"):
+        inner = {"name": spec.name, "schema": schema, "strict": True}
+        return {"type": "json_schema", "json_schema": inner}
+    if wire == "openai-responses":
+        return {"type": "json_schema", "name": spec.name, "schema": schema, "strict": True}
+    if wire == "anthropic":
+        return {"format": {"type": "json_schema", "schema": schema}}
+    return {"responseMimeType": "application/json", "responseJsonSchema": schema}
+
+
+@pytest.mark.parametrize("wire", list(WIRES))
+@pytest.mark.parametrize(
+    "kind", range(len(TYPES)), ids=["pydantic", "dataclass", "typeddict", "dict"]
+)
+async def test_auto_is_native_on_every_wire(
+    wire: str, kind: int, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    target, raw, value = TYPES[kind]
+    respond, seen = script(Reply(text=json.dumps(raw)))
+    srv = server(respond)
+    contract = hn.TaskContract("What?", ws, output=target)
+    result = await hn.run(contract, WIRES[wire](srv), store=store)
+    assert result.output == value and type(result.output) is type(value)
+    assert result.output_mode == "native"
+    (request,) = seen
+    assert native_format(wire, request) == expected_format(wire, OutputSpec.of(target))
+    assert "final_answer" not in request.tools
+    assert [r["kind"] for r in rows(store, result.run_id)] == [None]
 
 
 @pytest.mark.parametrize("wire", list(WIRES))
@@ -395,7 +488,7 @@ async def test_a_violation_is_fixed_on_retry_on_every_wire(
     )
     srv = server(respond)
     events: list[hn.RunEvent] = []
-    contract = hn.TaskContract("Which city?", ws, output=City)
+    contract = hn.TaskContract("Which city?", ws, output=City, output_mode="tool")
     result = await hn.run(contract, WIRES[wire](srv), store=store, on_event=events.append)
     assert result.outcome is hn.RunOutcome.FINISHED
     assert result.output == City(name="Oslo", population=9) and result.output_mode == "tool"
@@ -408,6 +501,27 @@ async def test_a_violation_is_fixed_on_retry_on_every_wire(
     assert [e.error_kind for e in retries] == ["schema_violation"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("wire", list(WIRES))
+async def test_a_native_violation_is_fixed_on_retry_on_every_wire(
+    wire: str, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    respond, seen = script(
+        Reply(text='{"name": "Oslo", "population": "lots"}'),
+        Reply(text='{"name": "Oslo", "population": 9}'),
+    )
+    srv = server(respond)
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, WIRES[wire](srv), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert result.output == City(name="Oslo", population=9) and result.output_mode == "native"
+    got = rows(store, result.run_id)
+    assert [(r["kind"], r["status"]) for r in got] == [("schema_violation", 200), (None, 200)]
+    assert "population: Input should be a valid integer" in got[0]["error"]
+    assert "Input should be a valid integer" in json.dumps(seen[1].messages[-1])
+    spec = OutputSpec.of(City)
+    assert [native_format(wire, r) for r in seen] == [expected_format(wire, spec)] * 2
+
+
 @pytest.mark.parametrize("wire", ["openai-chat", "anthropic", "gemini"])
 def test_ask_sync_raises_output_error_listing_every_reason(
     wire: str, server: Callable[..., ChaosServer], store: hn.Store
@@ -415,25 +529,19 @@ def test_ask_sync_raises_output_error_listing_every_reason(
     respond, _ = script(*(final({"answer": -i}) for i in range(1, 3)), Reply(text="no idea"))
     srv = server(respond)
     with pytest.raises(hn.OutputError) as info:
-        hn.ask_sync(WIRES[wire](srv), "How many?", output=SCHEMA, store=store, output_retries=2)
+        hn.ask_sync(
+            WIRES[wire](srv),
+            "How many?",
+            output=SCHEMA,
+            output_mode="tool",
+            store=store,
+            output_retries=2,
+        )
     err = info.value
     assert err.kind.value == "schema_violation" and len(err.reasons) == 3
     assert "answer" in err.reasons[0] and "no final_answer call" in err.reasons[2]
     (run,) = store.runs()["run_id"]
     assert [r["kind"] for r in rows(store, run)] == ["schema_violation"] * 3
-
-
-class NativeOpenAI(hn.OpenAI):
-    """Chat completions asking natively (``response_format``), as the wire branch does:
-    here to see the loop's 400 fallback over real HTTP."""
-
-    @property
-    def native_output(self) -> bool:
-        return True
-
-    def _with_output(self, body: dict[str, Any], output: OutputSchema) -> dict[str, Any]:
-        schema = {"name": output.name, "schema": dict(output.schema), "strict": output.strict}
-        return {**body, "response_format": {"type": "json_schema", "json_schema": schema}}
 
 
 @pytest.mark.parametrize("sync", [False, True])
@@ -442,8 +550,8 @@ async def test_a_native_schema_refused_with_400_falls_back_to_tool_once(
 ) -> None:
     respond, seen = script(final({"name": "Oslo", "population": 1}))
     srv = server(respond)
-    srv.push(Fault.status(400, body="Invalid schema for response_format 'City'"))
-    provider = NativeOpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=False)
+    srv.push(Fault.schema_rejected())
+    provider = hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=False)
     if sync:
         got = await asyncio.to_thread(hn.ask_sync, provider, "Which?", output=City, store=store)
     else:
@@ -465,23 +573,25 @@ async def test_a_400_in_tool_mode_is_not_a_fallback(
     srv.push(Fault.status(400))
     provider = hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url)
     with pytest.raises(hn.ProviderError):
-        await hn.ask(provider, "Which?", output=City, store=store)
+        await hn.ask(provider, "Which?", output=City, output_mode="tool", store=store)
     assert len(srv.requests) == 1
 
 
+@pytest.mark.parametrize("mode", ["tool", "native"])
 async def test_a_recorded_typed_run_replays_with_no_key(
-    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+    mode: str, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
 ) -> None:
-    respond, _ = script(final({"x": 1, "y": 2}))
+    reply = final({"x": 1, "y": 2}) if mode == "tool" else Reply(text='{"x": 1, "y": 2}')
+    respond, _ = script(reply)
     srv = server(respond)
     recorded = hn.Record(WIRES["openai-chat"](srv), store)
-    contract = hn.TaskContract("Where?", ws, output=Point)
+    contract = hn.TaskContract("Where?", ws, output=Point, output_mode=mode)  # type: ignore[arg-type]
     first = await hn.run(contract, recorded, store=store)
-    assert first.output == Point(1, 2)
+    assert first.output == Point(1, 2) and first.output_mode == mode
     srv.stop()
     again = await hn.replay(first.run_id, store, store=ws.parent / "replayed.duckdb")
     assert again.outcome is hn.RunOutcome.FINISHED
-    assert again.output == {"x": 1, "y": 2} and again.output_mode == "tool"
+    assert again.output == {"x": 1, "y": 2} and again.output_mode == mode
 
 
 # ------------------------------------------ the chat wire's cap (a raw HTTP server)
@@ -548,3 +658,228 @@ async def test_a_truncated_chat_answer_is_asked_again_with_twice_the_cap(
     got_rows = rows(store, run)
     assert [r["kind"] for r in got_rows] == ["truncated", None]
     assert "stopped at its token cap (length)" in got_rows[0]["error"]
+
+
+# ------------------------------------------- what the store keeps (real store files)
+
+
+def cells(frame: Any, *columns: str) -> list[tuple[Any, ...]]:
+    """``frame``'s ``columns`` as tuples, missing values as None."""
+    out = frame[list(columns)].astype(object)
+    return [tuple(None if pd.isna(v) else v for v in r) for r in out.to_numpy()]
+
+
+async def test_the_store_keeps_each_attempt_s_mode_and_answer_and_the_run_s(
+    server: Callable[..., ChaosServer], ws: Path, tmp_path: Path
+) -> None:
+    respond, _ = script(
+        Reply(text='{"name": "Oslo", "population": "lots"}'),
+        Reply(text='{"name": "Oslo", "population": 9}'),
+    )
+    srv = server(respond)
+    path = tmp_path / "kept.duckdb"
+    with hn.Store(path) as store:
+        contract = hn.TaskContract("Which city?", ws, output=City)
+        result = await hn.run(contract, WIRES["anthropic"](srv), store=store)
+        untyped = await hn.run(hn.TaskContract("t", ws), hn.ScriptedProvider(["hi"]), store=store)
+    with hn.Store(path) as store:  # read back from the file
+        run = store.runs(result.run_id)
+        assert cells(run, "output_mode", "output") == [
+            ("native", '{"name": "Oslo", "population": 9}')
+        ]
+        assert cells(store.runs(untyped.run_id), "output_mode", "output") == [(None, None)]
+        attempts = store.attempts(result.run_id)
+        assert cells(attempts, "kind", "output_mode", "answer") == [
+            ("schema_violation", "native", '{"name": "Oslo", "population": "lots"}'),
+            (None, "native", None),
+        ]
+        assert "population: Input should be a valid integer" in attempts["error"].iloc[0]
+        assert cells(store.attempts(untyped.run_id), "output_mode") == [(None,)]
+
+
+async def test_the_run_row_says_the_resolved_mode_from_its_start(ws: Path, store: hn.Store) -> None:
+    seen: list[Any] = []
+
+    def reply(messages: Any) -> Any:  # asked while the run is under way
+        seen.append(cells(store.runs(), "outcome", "output_mode"))
+        return {"tool": "final_answer", "args": {"name": "Oslo", "population": 1}}
+
+    contract = hn.TaskContract("t", ws, output=City)  # auto: tool on a scripted provider
+    result = await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    assert seen == [[(None, "tool")]] and result.output_mode == "tool"
+
+
+async def test_a_run_that_fell_back_ends_in_tool_its_first_row_native(
+    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    respond, _ = script(final({"name": "Oslo", "population": 1}))
+    srv = server(respond)
+    srv.push(Fault.schema_rejected())
+    contract = hn.TaskContract("Which?", ws, output=City)
+    result = await hn.run(contract, WIRES["openai-responses"](srv), store=store)
+    assert result.output_mode == "tool"
+    assert cells(store.runs(result.run_id), "output_mode", "output") == [
+        ("tool", '{"name": "Oslo", "population": 1}')
+    ]
+    assert cells(store.attempts(result.run_id), "kind", "status", "output_mode") == [
+        ("request", 400, "native"),
+        (None, 200, "tool"),
+    ]
+
+
+async def test_an_unusable_end_keeps_the_mode_and_no_output(
+    server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(lambda r: Reply(text="{}"))
+    srv.push(Fault.refusal())
+    contract = hn.TaskContract("Which?", ws, output=City)
+    result = await hn.run(contract, WIRES["openai-chat"](srv), store=store)
+    assert isinstance(result.error, hn.OutputError)
+    assert cells(store.runs(result.run_id), "output_mode", "output") == [("native", None)]
+
+
+async def test_failure_rates_by_provider_and_mode_say_who_follows_the_schema(
+    server: Callable[..., ChaosServer], store: hn.Store
+) -> None:
+    clean = server(hn.chaos.echo_responder)
+    sloppy = server(hn.chaos.echo_responder)
+    for _ in range(2):
+        sloppy.push(Fault.schema_violation())
+    good, bad = WIRES["openai-chat"](clean), WIRES["gemini"](sloppy)
+    for _ in range(3):
+        await hn.ask(good, "Which city?", output=City, store=store)
+    for _ in range(2):
+        await hn.ask(bad, "Which city?", output=City, store=store)
+    rates = store.failure_rates(by=("provider", "output_mode", "kind"))
+    got = cells(rates, "provider", "output_mode", "kind", "attempts", "failures")
+    assert got == [
+        ("gemini", "native", "schema_violation", 4, 2),
+        ("openai", "native", None, 3, 0),
+    ]
+
+
+# ------------------------- every unusable answer over real HTTP, per wire, streamed or not
+
+NATIVE_WIRES = ["openai-chat", "openai-responses", "anthropic", "gemini"]
+STREAMED = [pytest.param(True, id="stream"), pytest.param(False, id="whole")]
+
+
+def wire_provider(wire: str, srv: ChaosServer, stream: bool) -> Any:
+    base = {
+        "openai-chat": hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url, stream=stream),
+        "openai-responses": hn.OpenAI(
+            "gpt-test", api_key=KEY, base_url=srv.openai_url, api="responses", stream=stream
+        ),
+        "anthropic": hn.Anthropic(
+            "claude-test", api_key=KEY, base_url=srv.anthropic_url, stream=stream
+        ),
+        "gemini": hn.Gemini("gemini-test", api_key=KEY, base_url=srv.gemini_url, stream=stream),
+    }
+    return base[wire]
+
+
+def kinds_modes(store: hn.Store, run_id: str) -> list[tuple[Any, ...]]:
+    return cells(store.attempts(run_id), "kind", "status", "output_mode")
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_refusal_over_http_ends_the_run_unretried(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.refusal("I won't name a city."))
+    contract = hn.TaskContract("Which city?", ws, output=City, max_retries=2)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.ESCALATED_TERMINAL and result.output is None
+    assert len(srv.requests) == 1  # not asked again
+    if wire == "gemini":  # no refusal on this wire: a SAFETY stop, the request failure
+        assert isinstance(result.error, hn.ProviderError)
+        assert result.error.kind is hn.ProviderErrorKind.REQUEST
+        assert "SAFETY" in str(result.error)
+        assert kinds_modes(store, result.run_id) == [("request", 200, "native")]
+        return
+    assert isinstance(result.error, hn.OutputError) and result.error.kind.value == "refusal"
+    assert "I won't name a city." in str(result.error)
+    assert kinds_modes(store, result.run_id) == [("refusal", 200, "native")]
+    (answer_,) = cells(store.attempts(result.run_id), "answer")
+    assert answer_ == ("I won't name a city.",)
+
+
+def cap_of(wire: str, request: ChaosRequest) -> Any:
+    """The token cap ``request`` sets, in its wire's own field."""
+    body = request.json
+    if wire == "openai-chat":
+        return body.get("max_completion_tokens", body.get("max_tokens"))
+    if wire == "openai-responses":
+        return body.get("max_output_tokens")
+    if wire == "anthropic":
+        return body.get("max_tokens")
+    return body.get("generationConfig", {}).get("maxOutputTokens")
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_truncated_answer_over_http_is_asked_again_with_twice_the_cap(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.truncated())
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "native"
+    first, second = srv.requests
+    used = int(store.attempts(result.run_id)["output_tokens"].iloc[0])
+    assert used > 0 and cap_of(wire, second) == 2 * used
+    if cap_of(wire, first) is not None:  # a wire that always sends one (Anthropic's)
+        assert used == cap_of(wire, first)
+    assert kinds_modes(store, result.run_id) == [
+        ("truncated", 200, "native"),
+        (None, 200, "native"),
+    ]
+    error, answer_ = cells(store.attempts(result.run_id), "error", "answer")[0]
+    assert "token cap" in error and answer_ and not answer_.endswith("}")  # cut mid-JSON
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_schema_violation_over_http_is_fixed_on_retry(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.schema_violation())  # the first required field ("name") left out
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    result = await hn.run(contract, wire_provider(wire, srv, stream), store=store)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "native"
+    assert kinds_modes(store, result.run_id) == [
+        ("schema_violation", 200, "native"),
+        (None, 200, "native"),
+    ]
+    error, answer_ = cells(store.attempts(result.run_id), "error", "answer")[0]
+    assert error == "name: Field required" and json.loads(answer_) == {"population": 0}
+    feedback = json.dumps(srv.requests[1].messages[-1])
+    assert "name: Field required" in feedback
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("wire", NATIVE_WIRES)
+async def test_a_schema_rejected_natively_falls_back_to_tool_once(
+    wire: str, stream: bool, server: Callable[..., ChaosServer], ws: Path, store: hn.Store
+) -> None:
+    srv = server(hn.chaos.echo_responder)
+    srv.push(Fault.schema_rejected())
+    events: list[hn.RunEvent] = []
+    contract = hn.TaskContract("Which city?", ws, output=City)
+    provider = wire_provider(wire, srv, stream)
+    result = await hn.run(contract, provider, store=store, on_event=events.append)
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    assert isinstance(result.output, City) and result.output_mode == "tool"
+    first, second = srv.requests
+    assert first.output_schema is not None and "final_answer" not in first.tools
+    assert second.output_schema is None and "final_answer" in second.tools
+    assert kinds_modes(store, result.run_id) == [("request", 400, "native"), (None, 200, "tool")]
+    assert cells(store.runs(result.run_id), "output_mode") == [("tool",)]
+    said = [e for e in events if e.kind == "retry"]
+    assert [e.error_kind for e in said] == ["request: output_mode native -> tool"]  # type: ignore[attr-defined]

@@ -123,6 +123,7 @@ class Driver:
             run=self,
             prices=prices if prices is not None else default_prices(),
         )
+        self.recorder.typed_end = self.model_calls.typed_row
         self.tools = StepTools(self.executor, self.recorder, clock=clock, remaining=self.remaining)
         self.checks = StepChecks(
             contract,
@@ -197,6 +198,9 @@ class Driver:
             "policy": self.base_policy.to_dict(),
             "sweep_id": self.sweep_id,
         }
+        typed = self.model_calls.typed
+        if typed is not None:
+            row["output_mode"] = typed.mode  # as resolved; the end says the one it ended in
         await self.recorder.start(row)
 
     async def start(self) -> RunResult | None:

@@ -11,6 +11,7 @@ person says what happened (``resolve``) or gives it up (``abandon``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..providers._base import BaseProvider, Call, LocalProvider, ask, offers_native_output
 from ..providers._completion import Completion, Messages, Provider, ToolSpecs
 from ..rules._errors import (
+    ConfigError,
     HarnessError,
     ProviderError,
     ProviderErrorKind,
@@ -37,6 +39,7 @@ from ._bridge import sync_twin
 from ._contract import RunOutcome, TaskContract
 from ._driver import Driver
 from ._events import Callback
+from ._output import OutputSpec, schema_difference
 from ._result import RunResult, stored_steps
 from ._servers import MCPChanged, resumed_servers
 from ._step_tools import PendingStep
@@ -109,6 +112,48 @@ def _recorded(row: dict[str, Any]) -> tuple[TaskContract, Policy]:
         ) from exc
 
 
+def _resumable(run_id: str, row: dict[str, Any], output: Any) -> tuple[TaskContract, Policy]:
+    """A run of the loop's (not an agent CLI's): its contract (answering as ``output``
+    when given) and its recorded policy."""
+    if row.get("agent"):
+        raise ResumeError(
+            f"run {run_id!r} was driven by the {row['agent']} CLI, not harnessnb's loop; "
+            "continue its conversation with hn.agents.run(..., session=NAME)",
+            reason="agent_run",
+        )
+    contract, recorded = _recorded(row)
+    if output is not None:
+        contract = _typed_again(run_id, contract, row["contract"], output)
+    return contract, recorded
+
+
+def _typed_again(
+    run_id: str, contract: TaskContract, stored: dict[str, Any], output: Any
+) -> TaskContract:
+    """``contract`` answering as ``output`` (a ``T``): its schema must be the stored one."""
+    kept = stored.get("output")
+    if not isinstance(kept, dict) or not isinstance(kept.get("schema"), dict):
+        raise ConfigError(f"resume(output=...): run {run_id!r} asked for no typed answer")
+    given = OutputSpec.of(output).schema
+    differ = schema_difference(kept["schema"], dict(given))
+    if differ:
+        raise ConfigError(
+            f"resume(output=...): the schema of {output!r} is not the one run {run_id!r} "
+            "stored: " + "; ".join(differ)
+        )
+    return dataclasses.replace(contract, output=output)
+
+
+def _as_typed(result: RunResult, output: Any) -> RunResult:
+    """A stored result's answer (its JSON value) as ``output``'s ``T`` when given."""
+    if output is None or result.output is None:
+        return result
+    checked = OutputSpec.of(output).validate(result.output)
+    if isinstance(checked, list):  # stored valid under the same schema: not expected
+        raise ConfigError(f"resume(output=...): the stored answer is no {output!r}: {checked}")
+    return dataclasses.replace(result, output=checked.value)
+
+
 async def resume(
     run_id: str,
     provider: Provider,
@@ -122,6 +167,7 @@ async def resume(
     prices: Prices | None = None,
     mcp: Sequence[MCPServer] = (),
     mcp_changed: MCPChanged = "leave_out",
+    output: Any = None,
 ) -> RunResult:
     """Continue ``run_id`` where its last committed step left it.
 
@@ -132,23 +178,21 @@ async def resume(
     ``mcp``; a tool changed since (or new) that is not READ is left out unless
     ``mcp_changed="accept"`` (``loop._servers``).
 
+    A typed run stores ``T``'s JSON Schema, not ``T``: its answer is that schema's JSON
+    value (a dict) unless ``output=T`` is given again (``T``'s schema the stored one).
+
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
             ``unreadable_checkpoint``, ``agent_run`` (a coding-agent CLI's run),
             ``mcp_servers`` (the run's MCP servers not given); ConfigError: a bad
-            ``mcp_changed``.
+            ``mcp_changed``; an ``output`` given to a run asked no typed answer, or
+            whose schema is not the stored one (the differences named).
         ConflictError: another live process drives the run.
     """
     store = _open(store)
     clock = clock or SystemClock()
     row = await _get_run(store, run_id)
-    if row.get("agent"):
-        raise ResumeError(
-            f"run {run_id!r} was driven by the {row['agent']} CLI, not harnessnb's loop; "
-            "continue its conversation with hn.agents.run(..., session=NAME)",
-            reason="agent_run",
-        )
-    contract, recorded = _recorded(row)
+    contract, recorded = _resumable(run_id, row, output)
     refuse_store_inside(store, contract.workspace)  # the agent must not reach its record
     if policy is None:
         policy = recorded
@@ -162,7 +206,8 @@ async def resume(
         await store_writer(store).queued.add_marker(
             run_id, "skipped", f"already {row['outcome']}", clock.time()
         )
-        return await asyncio.to_thread(RunResult.from_store, run_id, store=store)
+        ended = await asyncio.to_thread(RunResult.from_store, run_id, store=store)
+        return _as_typed(ended, output)
 
     stored = await resumed_servers(store, run_id, mcp, mcp_changed)
     driver = Driver(

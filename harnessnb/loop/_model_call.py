@@ -40,6 +40,7 @@ from ._contract import RunOutcome
 from ._conversation import shrink_messages
 from ._events import AnyEvent, Emit, TextDeltas
 from ._outcome import over_cost, provider_failure_outcome
+from ._output import answer_text
 from ._typed import Judged, TypedAnswers
 
 if TYPE_CHECKING:
@@ -283,6 +284,16 @@ class ModelCalls:
             "output_mode": typed.mode,
         }
 
+    def typed_row(self) -> dict[str, str | None]:
+        """What a typed run's end adds to its run row: the mode it ended in and its
+        validated answer as JSON text (None when none was usable); empty for an
+        untyped run (``RunRecorder.finished_typed``)."""
+        typed = self.typed
+        if typed is None:
+            return {}
+        output = None if typed.output is None else answer_text(typed.output.value)
+        return {"output_mode": typed.mode, "output": output}
+
     async def _ask_again(self, judged: Judged) -> Failure | list[dict[str, Any]]:
         """After an unusable typed answer: the messages to add before asking again
         (the feedback), or the ``Failure`` that ends the run (``OutputError``,
@@ -476,6 +487,8 @@ class ModelCalls:
             "base_url": rec.base_url,
             "cancelled": rec.cancelled,
             "usage_estimated": rec.usage_estimated,
+            "output_mode": rec.output_mode,
+            "answer": rec.answer,
         }
 
     def _cost(self, rec: AttemptRecord) -> float | None:

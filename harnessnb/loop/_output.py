@@ -40,6 +40,7 @@ __all__ = [
     "OutputSpec",
     "Valid",
     "answer_text",
+    "schema_difference",
     "strict_schema",
 ]
 
@@ -196,6 +197,29 @@ def answer_text(value: Any) -> str:
     if callable(dump):
         value = dump(mode="json")
     return json.dumps(value, default=str)
+
+
+def schema_difference(stored: Any, given: Any, at: str = "", limit: int = 5) -> list[str]:
+    """Where two JSON Schemas differ: a line per differing path (at most ``limit``),
+    e.g. ``properties.population.type: stored 'integer', given 'string'``; [] when equal."""
+    if stored == given:
+        return []
+    where = at or "(the schema)"
+    if isinstance(stored, Mapping) and isinstance(given, Mapping):
+        lines: list[str] = []
+        for key in sorted(set(stored) | set(given), key=str):
+            path = f"{at}.{key}" if at else str(key)
+            if key not in given:
+                lines.append(f"{path}: only in the stored schema")
+            elif key not in stored:
+                lines.append(f"{path}: only in the given type's")
+            else:
+                lines += schema_difference(stored[key], given[key], path, limit)
+            if len(lines) >= limit:
+                break
+        return lines[:limit]
+    said = f"stored {shorten(json.dumps(stored), 80)}, given {shorten(json.dumps(given), 80)}"
+    return [f"{where}: {said}"]
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules._errors import HarnessError, StoreError
@@ -47,6 +47,10 @@ T = TypeVar("T")
 
 def _no_budget() -> float | None:
     return None
+
+
+def _untyped() -> Mapping[str, str | None]:
+    return {}
 
 
 class RunRecorder:
@@ -83,6 +87,9 @@ class RunRecorder:
         self.lease: Lease | None = None
         self.held: list[Lease] = []
         self.attempt_rows = AttemptRows(store, run_id, patient=self.patient)
+        # What a typed run's end adds to its run row (the mode it ended in, the
+        # answer's JSON text): set by the loop's driver; none for an agent CLI's run.
+        self.typed_end: Callable[[], Mapping[str, str | None]] = _untyped
 
     # ---------------------------------------------------------------- writes
 
@@ -242,6 +249,7 @@ class RunRecorder:
         that ended it), the lease released; a store busy or full leaves it to its
         lease's expiry."""
         lease, self.lease = self.lease, None
+        typed = self.typed_end()
         try:
             self.attempt_rows.settle_now()
             self.writer.finish_run(
@@ -251,6 +259,8 @@ class RunRecorder:
                 error=error,
                 lease=lease,
                 release=True,
+                output_mode=typed.get("output_mode"),
+                output=typed.get("output"),
             )
         except StoreError as exc:
             if not exc.retryable and exc.kind != "missing":
@@ -263,6 +273,7 @@ class RunRecorder:
         within ``LEASE_TTL_S`` and the caller's result alone reports it."""
         outcome = gave_out_outcome(budget_s)
         lease, self.lease = self.lease, None  # stops the renewals whatever happens
+        typed = self.typed_end()
         with contextlib.suppress(HarnessError):
             await self.writer.queued.finish_run(
                 self.run_id,
@@ -271,14 +282,21 @@ class RunRecorder:
                 error=exc.to_dict(),
                 lease=lease,
                 release=True,
+                output_mode=typed.get("output_mode"),
+                output=typed.get("output"),
             )
         return outcome
 
     def _final(
         self, outcome: RunOutcome, error: HarnessError | None, finished_at: float | None
     ) -> Finish:
-        return {
+        final: Finish = {
             "outcome": outcome.value,
             "finished_at": self.clock.time() if finished_at is None else finished_at,
             "error": None if error is None else error.to_dict(),
         }
+        typed = self.typed_end()
+        if typed:
+            final["output_mode"] = typed.get("output_mode")
+            final["output"] = typed.get("output")
+        return final

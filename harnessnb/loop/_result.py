@@ -303,7 +303,8 @@ class RunResult:
     ) -> RunResult:
         """A stored run's result, rebuilt from its rows: its outcome, steps and their
         summaries, tokens, cost, attempts and the providers that answered, the counters,
-        check and answer of its last checkpoint, its error as a ``StoredError``.
+        check and answer of its last checkpoint, its error as a ``StoredError``; a typed
+        run's ``output_mode`` and ``output`` (the stored JSON value, not a ``T``).
         ``commands`` is None (the store does not say how the commands were contained).
 
         Raises:
@@ -498,6 +499,8 @@ def _rebuilt(cls: type[RunResult], run_id: str, store: Store) -> RunResult:
         cost_usd=None if row.get("cost_usd") is None else float(row["cost_usd"]),
         stored_error=StoredError.from_dict(error) if error else None,
         step_summaries=summaries,
+        output=row.get("output"),  # a typed run's answer as its JSON value
+        output_mode=row.get("output_mode"),
     )
 
 

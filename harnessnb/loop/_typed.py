@@ -19,8 +19,9 @@ The attempt that brought an unusable answer is recorded as that attempt's row wi
 the ``OutputFailureKind`` as its kind, the reasons as its error and the raw text as
 its answer; every attempt of a typed run carries the mode (``AttemptRecord``).
 
-A native request the provider refuses (a ``request`` error: its HTTP 400 to a schema
-its strict mode will not take) is asked again once in the next mode (native -> tool
+A native request the provider refuses (a ``request`` error with HTTP status 400: a
+schema its strict mode will not take; not a 200 the wire reads as a request failure,
+such as Gemini's SAFETY stop) is asked again once in the next mode (native -> tool
 -> prompted). ``auto`` is native where the provider offers it and the schema has a
 strict form, else tool, else prompted (a provider whose ``complete`` takes no tools).
 """
@@ -248,8 +249,14 @@ class TypedAnswers:
         )
 
     def fall_back(self, err: ProviderError) -> bool:
-        """A native request refused (its schema): ask once in the next mode."""
+        """A native request refused (its schema: an HTTP 400): ask once in the next mode.
+
+        Only a 400: a ``request`` failure that came as a 200 (Gemini's SAFETY stop or
+        blocked prompt) is the model's or the filter's answer, not the schema refused,
+        and another mode would only ask the same again."""
         if self.fell_back or self.mode != "native" or err.kind is not ProviderErrorKind.REQUEST:
+            return False
+        if err.status != 400:
             return False
         following = _NEXT_MODE["native"] if self.provider_takes_tools else "prompted"
         self.fell_back = True

@@ -61,7 +61,7 @@ Starter = Callable[[Callable[[RunEvent], None] | None], Coroutine[Any, Any, Any]
 # Errors of runs driven in this kernel, for ``%harness tb`` (the store keeps no frames).
 _ERRORS: dict[str, BaseException] = {}
 _ERRORS_KEPT = 50
-_NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error")
+_NO_RESULT_COLUMNS = ("contract", "policy", "extras", "error", "output")  # long JSON
 _WIND_DOWN_S = 30.0  # at most this long for a cancelled run to record itself
 
 
