@@ -167,26 +167,47 @@ def _adapter(target: Any) -> Any:
 _FENCE: Final = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 
+_MAX_STARTS: Final = 1000  # the ``{``s tried for an object in an answer's text, at most
+
+
 def parse_json(text: str) -> Valid | list[str]:
     """The JSON value in an answer's text: a fenced ```json block, the whole text, or
-    its last JSON object; else why not."""
+    its last top-level JSON object; else why not. An answer nested deeper than the
+    parser goes is a reason, never a ``RecursionError`` out of the run."""
     candidates = [m.group(1) for m in _FENCE.finditer(text)][::-1]
     candidates.append(text)
-    for candidate in candidates:
-        try:
-            return Valid(json.loads(candidate))
-        except ValueError:
-            continue
-    decoder = json.JSONDecoder()
-    for start in reversed([i for i, ch in enumerate(text) if ch == "{"]):
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except ValueError:
-            continue
-        return Valid(value)
+    try:
+        for candidate in candidates:
+            try:
+                return Valid(json.loads(candidate))
+            except ValueError:
+                continue
+        found = _last_object(text)
+    except RecursionError:
+        return ["the answer's JSON is nested too deeply to read"]
+    if found is not None:
+        return found
     if not text.strip():
         return ["the answer is empty: no JSON in it"]
     return [f"the answer is not JSON: {shorten(text.strip(), 120)!r}"]
+
+
+def _last_object(text: str) -> Valid | None:
+    """The last top-level JSON object in ``text`` (an object inside another is part of
+    it, never the answer), read left to right; at most ``_MAX_STARTS`` places tried, so
+    a text of stray braces costs a bounded time."""
+    decoder = json.JSONDecoder()
+    found: Valid | None = None
+    start, tries = text.find("{"), 0
+    while start != -1 and tries < _MAX_STARTS:
+        tries += 1
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        found, start = Valid(value), text.find("{", end)
+    return found
 
 
 def answer_text(value: Any) -> str:
