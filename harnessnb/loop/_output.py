@@ -80,6 +80,15 @@ class OutputSpec:
         """The spec of ``target``; ``ConfigError`` when it is no type of answer."""
         if isinstance(target, OutputSpec):
             return target
+        try:
+            return cls._of(target)
+        except RecursionError:
+            raise ConfigError(
+                "TaskContract(output=...): the schema is nested too deeply to use"
+            ) from None
+
+    @classmethod
+    def _of(cls, target: Any) -> OutputSpec:
         if isinstance(target, Mapping):
             schema = dict(target)
             check_schema(schema, "TaskContract(output=...)")

@@ -377,6 +377,8 @@ def validate_args(schema: Mapping[str, Any], args: Any) -> list[str]:
         return _describe(exc)
     except (TypeError, ValueError) as exc:  # a keyword of the wrong type, unchecked
         return [f"the tool's schema cannot be applied: {exc}"]
+    except RecursionError:  # a ``$ref`` that never ends (``{"$ref": "#"}``), or too deep
+        return ["the arguments or the schema are nested too deeply to check"]
     return []
 
 
