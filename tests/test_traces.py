@@ -215,6 +215,25 @@ async def test_a_refused_tool_call_is_a_failed_execute_tool_span_with_its_times(
     store.close()
 
 
+async def test_an_approval_deferred_is_an_event_and_the_waiting_run_no_error(
+    ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    store = hn.Store(tmp_path / "runs.duckdb")
+    write = {"tool": "write_file", "args": {"path": "OUT.md", "content": "x"}}
+    result = await hn.run(contract(ws), hn.ScriptedProvider([write, "done"]), store=store,
+                          approver=lambda request: hn.Decision.defer("later"))  # fmt: skip
+    assert result.outcome is hn.RunOutcome.AWAITING_APPROVAL
+    agent, _, tools = exported(store, result.run_id, tp, exporter)
+    assert (agent.attributes or {})["harnessnb.outcome"] == "awaiting_approval"
+    assert "error.type" not in (agent.attributes or {})
+    assert agent.status.status_code is StatusCode.UNSET
+    (tool,) = tools
+    assert (tool.attributes or {})["harnessnb.tool.status"] == "deferred"
+    assert "error.type" not in (tool.attributes or {})
+    assert [e.name for e in tool.events] == ["harnessnb.approval_deferred"]
+    store.close()
+
+
 async def test_a_stall_is_an_event_of_the_run_and_its_outcome_the_error_type(
     ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
