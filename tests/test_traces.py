@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pandas as pd
 import pydantic
 import pytest
@@ -256,6 +257,27 @@ async def test_a_stall_is_an_event_of_the_run_and_its_outcome_the_error_type(
     store.close()
 
 
+async def test_an_mcp_tool_call_names_its_server_and_its_failure_kind(
+    ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    store = hn.Store(tmp_path / "runs.duckdb")
+    hostile = str(ROOT / "tests" / "mcp" / "hostile_server.py")
+    server = hn.MCPServer.stdio(sys.executable, args=[hostile, "ok"], name="hostile",
+                                timeout_s=20.0)  # fmt: skip
+    calls = [{"tool": "echo", "args": {"text": "hi"}}, {"tool": "fail", "args": {"why": "no"}}]
+    result = await hn.run(contract(ws), hn.ScriptedProvider([*calls, "done"]), store=store,
+                          approver=hn.ApproveAll(), mcp=[server])  # fmt: skip
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    _, _, tools = exported(store, result.run_id, tp, exporter)
+    echo, fail = (dict(t.attributes or {}) for t in tools)
+    assert [t.name for t in tools] == ["execute_tool echo", "execute_tool fail"]
+    assert (echo["gen_ai.tool.type"], echo["harnessnb.mcp.server"]) == ("extension", "hostile")
+    assert "error.type" not in echo and tools[0].status.status_code is StatusCode.UNSET
+    assert (fail["error.type"], fail["harnessnb.tool.status"]) == ("tool_error", "error")
+    assert tools[1].status.status_code is StatusCode.ERROR
+    store.close()
+
+
 # ------------------------------------------------------------------ cancel
 
 
@@ -485,6 +507,23 @@ def test_a_run_killed_mid_way_is_exported_later_from_its_file(
         assert chat.events == ()  # no attempt followed it
         assert agent.end_time is not None and chat.end_time is not None
         assert agent.end_time >= chat.end_time
+
+
+def test_rows_without_a_time_are_placed_at_the_runs_start_not_lost(
+    ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    path = tmp_path / "runs.duckdb"
+    with hn.Store(path) as store:
+        result = hn.run_sync(contract(ws), hn.ScriptedProvider([READ, "done"]), store=store)
+    con = duckdb.connect(str(path))  # an old or hand-made file: times missing
+    con.execute("UPDATE attempts SET started_at = NULL, latency_ms = NULL WHERE step = 1")
+    con.execute('UPDATE tool_calls SET "at" = NULL')
+    con.close()
+    with hn.Store(path) as store:
+        agent, chats, tools = exported(store, result.run_id, tp, exporter)
+    assert len(chats) == 2 and len(tools) == 1
+    assert chats[0].start_time == chats[0].end_time == agent.start_time
+    assert tools[0].start_time == tools[0].end_time == agent.start_time
 
 
 def test_import_harnessnb_loads_no_opentelemetry_and_without_it_export_says_how() -> None:

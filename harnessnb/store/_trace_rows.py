@@ -102,11 +102,18 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
             "AND checkpoint IS NOT NULL ORDER BY step",
             [run_id],
         ).fetchall()
+    row = run[0]
+    # A row written without a time (none is now; an old or hand-made file may hold one)
+    # is placed at the run's start rather than dropped.
+    base = row["started_at_ns"] or row["updated_at_ns"] or 0
+    row["started_at_ns"] = base
     for attempt in attempts:
         elapsed = attempt["latency_ms"]
-        start = attempt["started_at_ns"]
-        attempt["end_ns"] = start if elapsed is None else start + round(elapsed * 1e6)
-    row = run[0]
+        start = attempt["started_at_ns"] = attempt["started_at_ns"] or base
+        attempt["end_ns"] = start if elapsed is None else start + max(0, round(elapsed * 1e6))
+    for timed in (*tools, *stalls, *markers):
+        timed["at_ns"] = timed["at_ns"] or base
+    attempts.sort(key=lambda a: (a["started_at_ns"], a["attempt"] or 0))
     for key in ("contract", "error", "extras"):
         row[key] = _json(row[key])
     checkpoints = {int(step): json.loads(state) for step, state in states}
