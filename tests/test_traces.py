@@ -319,7 +319,12 @@ async def test_a_typed_run_names_its_mode_and_a_violation_is_a_failed_chat_span(
     c = contract(ws, output=City, output_mode="tool")
     result = await hn.run(c, hn.ScriptedProvider([bad, good]), store=store)
     assert result.output == City(name="Oslo", population=700000)
+    # Without content, no word of the model's answer: the violation's reasons quote it.
+    _, chats, _ = exported(store, result.run_id, tp, exporter)
+    assert chats[0].status.description == "schema_violation"
+    assert "many" not in repr([(dict(s.attributes or {}), s.events) for s in chats])
     agent, chats, _ = exported(store, result.run_id, tp, exporter, include_content=True)
+    assert chats[0].status.description is not None and "population" in chats[0].status.description
     attrs = dict(agent.attributes or {})
     assert attrs["harnessnb.output_mode"] == "tool" and attrs["gen_ai.output.type"] == "json"
     assert json.loads(str(attrs["gen_ai.output.messages"]))[0]["parts"][0]["content"] == (

@@ -69,13 +69,13 @@ def run_spans(rows: RunRows, *, content: bool, clean: Callable[[str], str]) -> S
     agent = str(extras.get("agent") or "harnessnb")
     span = SpanSpec(f"invoke_agent {agent}", False, run["started_at_ns"], rows.end_ns, {})
     span.attributes = _agent_attributes(run, agent)
-    span.error = _agent_error(run, span.attributes, clean)
+    span.error = _agent_error(run, span.attributes, clean, content)
     steps = conversations(rows) if content else {}
     ids = tool_call_ids(rows)
     attempts = rows.attempts
     for i, attempt in enumerate(attempts):
         following = attempts[i + 1] if i + 1 < len(attempts) else None
-        chat = _chat_span(attempt, following, clean)
+        chat = _chat_span(attempt, following, clean, content)
         if content:
             _chat_content(chat, attempt, steps, clean)
         span.children.append(chat)
@@ -86,7 +86,7 @@ def run_spans(rows: RunRows, *, content: bool, clean: Callable[[str], str]) -> S
         tool = _tool_span(call, start, ids.get((call["step"], call["seq"])), clean, content)
         span.children.append(tool)
     span.events += [_stall_event(s, clean, content) for s in rows.stalls]
-    span.events += [_marker_event(m, clean) for m in rows.markers]
+    span.events += [_marker_event(m, clean, content) for m in rows.markers]
     if content:
         _agent_content(span, run, clean)
     return span
@@ -122,14 +122,21 @@ def _agent_attributes(run: Mapping[str, Any], agent: str) -> dict[str, AttrValue
 
 
 def _agent_error(
-    run: Mapping[str, Any], attrs: dict[str, AttrValue], clean: Callable[[str], str]
+    run: Mapping[str, Any],
+    attrs: dict[str, AttrValue],
+    clean: Callable[[str], str],
+    content: bool,
 ) -> str | None:
-    """The run's failure (``error.type``: its error's kind, else the outcome), or None."""
+    """The run's failure (``error.type``: its error's kind, else the outcome), or None;
+    the error's message as the description (a typed answer's failure quotes the
+    model's answer: only with content)."""
     outcome, error = run.get("outcome"), run.get("error") or {}
     if outcome is None or outcome in _FINE_OUTCOMES:
         return None
-    kind = error.get("kind") or error.get("reason") or outcome
-    attrs["error.type"] = str(kind)
+    kind = str(error.get("kind") or error.get("reason") or outcome)
+    attrs["error.type"] = kind
+    if kind in _ANSWERED_KINDS and not content:
+        return kind
     return _description(str(error.get("message") or outcome), clean)
 
 
@@ -155,8 +162,12 @@ def _stall_event(stall: Mapping[str, Any], clean: Callable[[str], str], content:
     return EventSpec("harnessnb.stall", stall["at_ns"], attrs)
 
 
-def _marker_event(marker: Mapping[str, Any], clean: Callable[[str], str]) -> EventSpec:
-    detail = marker.get("detail")
+def _marker_event(
+    marker: Mapping[str, Any], clean: Callable[[str], str], content: bool
+) -> EventSpec:
+    """A marker (resume, skipped, resolved, abandoned, output_cut); its detail, which
+    may quote a person's reason, only with content."""
+    detail = marker.get("detail") if content else None
     attrs = _kept({"harnessnb.detail": _description(detail, clean) if detail else None})
     return EventSpec(f"harnessnb.{marker['kind']}", marker["at_ns"], attrs)
 
@@ -165,7 +176,10 @@ def _marker_event(marker: Mapping[str, Any], clean: Callable[[str], str]) -> Eve
 
 
 def _chat_span(
-    attempt: Mapping[str, Any], following: Mapping[str, Any] | None, clean: Callable[[str], str]
+    attempt: Mapping[str, Any],
+    following: Mapping[str, Any] | None,
+    clean: Callable[[str], str],
+    content: bool,
 ) -> SpanSpec:
     model = attempt.get("model")
     span = SpanSpec(f"chat {model}" if model else "chat", True, attempt["started_at_ns"],
@@ -191,8 +205,10 @@ def _chat_span(
         )
     )
     if "error.type" in span.attributes:
-        text = attempt.get("error") or str(span.attributes["error.type"])
-        span.error = _description(str(text), clean)
+        kind = str(span.attributes["error.type"])
+        # An unusable typed answer's reasons quote the model's answer: only with content.
+        quoted = kind in _ANSWERED_KINDS and not content
+        span.error = kind if quoted else _description(str(attempt.get("error") or kind), clean)
     if span.error and following is not None and following.get("step") == attempt.get("step"):
         span.events.append(_retry_event(attempt, following))
     return span
