@@ -174,7 +174,9 @@ async def test_a_fallback_is_a_chat_span_per_provider_and_a_fallback_event(
         )
         result = await hn.run(contract(ws), provider, store=store)
     assert result.outcome is hn.RunOutcome.FINISHED
-    _, chats, _ = exported(store, result.run_id, tp, exporter)
+    agent, chats, _ = exported(store, result.run_id, tp, exporter)
+    assert "gen_ai.provider.name" not in (agent.attributes or {})  # a Fallback is none
+    assert str((agent.attributes or {})["harnessnb.provider"]).startswith("fallback(")
     assert [s.name for s in chats] == ["chat bad-model", "chat good-model"]
     first, second = (dict(s.attributes or {}) for s in chats)
     assert (first["gen_ai.provider.name"], first["error.type"]) == ("openai", "server")

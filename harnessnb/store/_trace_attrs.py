@@ -102,7 +102,11 @@ def _agent_attributes(run: Mapping[str, Any], agent: str) -> dict[str, AttrValue
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": agent,
             "gen_ai.conversation.id": run["run_id"],
-            "gen_ai.provider.name": provider_name(run.get("provider")),
+            # A Fallback is no provider: its chat spans name each one it asked.
+            "gen_ai.provider.name": None
+            if str(run.get("provider")).startswith("fallback(")
+            else provider_name(run.get("provider")),
+            "harnessnb.provider": run.get("provider"),
             "gen_ai.request.model": run.get("model"),
             "harnessnb.outcome": run.get("outcome"),
             "harnessnb.sweep_id": run.get("sweep_id"),
