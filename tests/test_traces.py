@@ -477,6 +477,16 @@ def test_sweep_span_is_the_parent_given_to_export_run(
     assert agent.parent is not None and agent.parent.span_id == workflow.context.span_id
 
 
+def test_a_sweep_that_raises_ends_its_span_as_an_error_and_flushed(
+    tp: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    with pytest.raises(KeyboardInterrupt), sweep_span(tp, "broken"):
+        raise KeyboardInterrupt
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == "KeyboardInterrupt"
+
+
 # -------------------------------------------------- a killed run, no otel
 
 
