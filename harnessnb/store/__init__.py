@@ -20,7 +20,8 @@
 - ``_schema``: tables, views and ordered migrations; ``_row_types``: the typed row
   each write takes, one per table; ``_rows``: turning values into rows (an unknown or
   missing column refused, named);
-- ``_frames``: query results as DataFrames in one convention.
+- ``_frames``: query results as DataFrames in one convention;
+- ``_traces``: a stored run as OpenTelemetry spans (``export_run``), a sweep's span.
 
 May import: ``rules``. Knows nothing of providers, tools, the run loop or the faces.
 """

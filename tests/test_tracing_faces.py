@@ -1,0 +1,275 @@
+"""Tracing on every face that runs (issue #30): ``tracer_provider=`` on ``hn.run``,
+``run_sync``, ``resume``, ``replay``, ``ask``, ``sweep`` and agents' ``run``, the
+process default ``hn.set_tracer_provider`` (never OpenTelemetry's global provider), a
+run's spans exported from its stored rows when it ends (``store._traces.export_run``),
+a sweep's runs nested under its span, a failed export that never fails a run, and no
+opentelemetry imported without a provider. Spans are read with the SDK's in-memory
+exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import harnessnb as hn
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "sk-test-tracing-0123456789abcdef"
+
+
+class Traced:
+    """A real SDK provider whose finished spans are kept in memory."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def agent_spans(self) -> dict[str, ReadableSpan]:
+        """The ``invoke_agent`` span of each run, by run id."""
+        return {
+            str(s.attributes["gen_ai.conversation.id"]): s
+            for s in self.spans()
+            if s.name.startswith("invoke_agent") and s.attributes
+        }
+
+
+@pytest.fixture(autouse=True)
+def _no_process_default() -> Iterator[None]:
+    hn.set_tracer_provider(None)
+    yield
+    hn.set_tracer_provider(None)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "a.txt").write_text("alpha")
+    return folder
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[hn.Store]:
+    opened = hn.Store(tmp_path / "runs.duckdb")
+    yield opened
+    opened.close()
+
+
+def done() -> hn.ScriptedProvider:
+    return hn.ScriptedProvider(["done"])
+
+
+async def test_a_run_given_a_tracer_provider_exports_its_spans_when_it_ends(
+    ws: Path, store: hn.Store
+) -> None:
+    traced = Traced()
+    result = await hn.run(
+        hn.TaskContract("t", ws), done(), store=store, tracer_provider=traced.provider
+    )
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert list(traced.agent_spans()) == [result.run_id]
+    untraced = await hn.run(hn.TaskContract("t", ws), done(), store=store)
+    assert untraced.run_id not in traced.agent_spans()  # no provider, no spans
+
+
+def test_run_sync_takes_a_tracer_provider(ws: Path, store: hn.Store) -> None:
+    traced = Traced()
+    result = hn.run_sync(
+        hn.TaskContract("t", ws), done(), store=store, tracer_provider=traced.provider
+    )
+    assert list(traced.agent_spans()) == [result.run_id]
+
+
+def test_the_process_default_is_used_replaced_and_cleared(ws: Path, store: hn.Store) -> None:
+    first, second, own = Traced(), Traced(), Traced()
+    contract = hn.TaskContract("t", ws)
+    hn.set_tracer_provider(first.provider)
+    a = hn.run_sync(contract, done(), store=store)
+    hn.set_tracer_provider(second.provider)  # a setup cell run again: replaced, no error
+    b = hn.run_sync(contract, done(), store=store)
+    c = hn.run_sync(contract, done(), store=store, tracer_provider=own.provider)
+    hn.set_tracer_provider(None)
+    d = hn.run_sync(contract, done(), store=store)
+    assert list(first.agent_spans()) == [a.run_id]
+    assert list(second.agent_spans()) == [b.run_id]  # the run given its own went there
+    assert list(own.agent_spans()) == [c.run_id]
+    assert d.run_id not in {**first.agent_spans(), **second.agent_spans(), **own.agent_spans()}
+
+
+def test_the_global_opentelemetry_provider_is_never_set(ws: Path, store: hn.Store) -> None:
+    from opentelemetry import trace
+
+    before = trace.get_tracer_provider()
+    hn.set_tracer_provider(Traced().provider)
+    hn.run_sync(hn.TaskContract("t", ws), done(), store=store)
+    assert trace.get_tracer_provider() is before
+
+
+def test_something_not_a_tracer_provider_is_refused() -> None:
+    with pytest.raises(hn.ConfigError, match="TracerProvider"):
+        hn.set_tracer_provider("http://127.0.0.1:6006")  # type: ignore[arg-type]
+
+
+def test_a_resumed_run_is_exported_when_it_ends_again(ws: Path, store: hn.Store) -> None:
+    down = hn.ProviderError("down", kind=hn.ProviderErrorKind.SERVER, status=503)
+    contract = hn.TaskContract("t", ws, max_retries=0)
+    first = hn.run_sync(contract, hn.ScriptedProvider([down]), store=store)
+    assert first.outcome is hn.RunOutcome.ESCALATED_RETRYABLE
+    traced = Traced()
+    again = hn.resume_sync(first.run_id, done(), store=store, tracer_provider=traced.provider)
+    assert again.outcome is hn.RunOutcome.FINISHED
+    (span,) = traced.agent_spans().values()
+    assert span.attributes is not None
+    assert span.attributes["gen_ai.conversation.id"] == first.run_id
+    assert span.attributes["harnessnb.outcome"] == "finished"
+
+
+def test_a_replay_is_exported_from_the_store_it_is_recorded_in(ws: Path, store: hn.Store) -> None:
+    recorded = hn.run_sync(hn.TaskContract("t", ws), hn.Record(done(), store), store=store)
+    traced = Traced()
+    replayed = hn.replay_sync(recorded.run_id, store, tracer_provider=traced.provider)
+    assert replayed.outcome is hn.RunOutcome.FINISHED
+    assert list(traced.agent_spans()) == [replayed.run_id]
+
+
+def test_ask_takes_a_tracer_provider(store: hn.Store) -> None:
+    traced = Traced()
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    answer = hn.ask_sync(
+        hn.ScriptedProvider(['{"n": 4}']),
+        "2+2?",
+        output=schema,
+        output_mode="prompted",
+        store=store,
+        tracer_provider=traced.provider,
+    )
+    assert answer == {"n": 4}
+    (run_id,) = traced.agent_spans()
+    assert store.get_run(run_id) is not None
+
+
+def test_a_sweeps_runs_nest_under_one_sweep_span(ws: Path, store: hn.Store) -> None:
+    traced = Traced()
+    result = hn.sweep_sync(
+        ["a", "b", "c"], [done()], workspace=ws, store=store, tracer_provider=traced.provider
+    )
+    runs = traced.agent_spans()
+    assert sorted(runs) == sorted(result.runs["run_id"])
+    (sweep,) = [s for s in traced.spans() if s.parent is None]
+    assert sweep.name.startswith("invoke_workflow") and result.sweep_id in sweep.name
+    assert sweep.context is not None
+    for span in runs.values():
+        assert span.parent is not None
+        assert (span.parent.trace_id, span.parent.span_id) == (
+            sweep.context.trace_id,
+            sweep.context.span_id,
+        )
+
+
+def test_a_sweep_given_a_callable_builds_its_provider_once(ws: Path, store: hn.Store) -> None:
+    traced, built = Traced(), []
+
+    def build() -> TracerProvider:  # what a Dask worker is given
+        built.append(1)
+        return traced.provider
+
+    result = hn.sweep_sync(["a", "b"], [done()], workspace=ws, store=store, tracer_provider=build)
+    assert sorted(traced.agent_spans()) == sorted(result.runs["run_id"])
+    assert built == [1]
+
+
+def test_runs_after_a_sweep_are_not_nested_under_it(ws: Path, store: hn.Store) -> None:
+    traced = Traced()
+    hn.sweep_sync(["a"], [done()], workspace=ws, store=store, tracer_provider=traced.provider)
+    alone = hn.run_sync(
+        hn.TaskContract("t", ws), done(), store=store, tracer_provider=traced.provider
+    )
+    assert traced.agent_spans()[alone.run_id].parent is None
+
+
+async def test_a_cancelled_run_is_exported_cancelled(ws: Path, store: hn.Store) -> None:
+    traced, asked = Traced(), asyncio.Event()
+
+    class Hangs(hn.ScriptedProvider):
+        async def complete(self, *args: Any, **kwargs: Any) -> Any:
+            asked.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(
+        hn.run(hn.TaskContract("t", ws), Hangs(["x"]), store=store, tracer_provider=traced.provider)
+    )
+    await asked.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (span,) = traced.agent_spans().values()
+    assert span.attributes is not None and span.attributes["harnessnb.outcome"] == "cancelled"
+
+
+class Broken:
+    """A tracer provider whose backend fails, saying a key in its message."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked += 1
+        raise RuntimeError(f"collector refused Authorization: Bearer {KEY}")
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_failed_export_never_fails_a_run_and_is_logged_once_scrubbed(
+    ws: Path, store: hn.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    from harnessnb.rules._secrets import register
+
+    register(KEY)  # as a provider's key is
+    broken = Broken()
+    with caplog.at_level(logging.DEBUG, logger="harnessnb.tracing"):
+        one = hn.run_sync(hn.TaskContract("t", ws), done(), store=store, tracer_provider=broken)
+        two = hn.run_sync(hn.TaskContract("t", ws), done(), store=store, tracer_provider=broken)
+    assert (one.outcome, two.outcome) == (hn.RunOutcome.FINISHED, hn.RunOutcome.FINISHED)
+    assert broken.asked == 2  # both runs tried
+    lines = [r.getMessage() for r in caplog.records if r.name == "harnessnb.tracing"]
+    assert len(lines) == 1 and one.run_id in lines[0] and "RuntimeError" in lines[0]
+    assert KEY not in caplog.text
+
+
+def test_without_a_provider_no_opentelemetry_is_imported(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import harnessnb as hn
+        from harnessnb.demo._model import make_demo_workspace
+        ws = make_demo_workspace(sys.argv[1])
+        result = hn.run_sync(hn.TaskContract("say hello", ws), hn.ScriptedProvider(["done"]),
+                             store=sys.argv[2])
+        print(result.outcome.value, sorted(m for m in sys.modules if "opentelemetry" in m))
+        """
+    )
+    done_ = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "ws"), str(tmp_path / "s.duckdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done_.returncode == 0, done_.stderr
+    assert done_.stdout.split() == ["finished", "[]"]
