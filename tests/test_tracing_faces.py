@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -273,3 +274,65 @@ def test_without_a_provider_no_opentelemetry_is_imported(tmp_path: Path) -> None
     )
     assert done_.returncode == 0, done_.stderr
     assert done_.stdout.split() == ["finished", "[]"]
+
+
+SETUP_CELL = """\
+import harnessnb as hn
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+hn.set_tracer_provider(provider)
+"""
+
+
+def test_a_notebook_cell_that_sets_up_tracing_can_be_run_again(tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    run_cell = (
+        f"result = hn.run_sync(hn.TaskContract('t', {str(ws)!r}), hn.ScriptedProvider(['done']),"
+        f" store={str(tmp_path / 'runs.duckdb')!r})"
+    )
+    check = (
+        "print(len(first.get_finished_spans()), "
+        "[s.attributes['gen_ai.conversation.id'] for s in exporter.get_finished_spans()"
+        " if s.name.startswith('invoke_agent')] == [result.run_id])"
+    )
+    cells = [SETUP_CELL, "first = exporter", SETUP_CELL, run_cell, check]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = NotebookClient(nb, kernel_name="python3", timeout=60, allow_errors=True)
+    client.execute(cwd=str(tmp_path))
+    outputs = [[o for o in c.outputs] for c in nb.cells]
+    assert [o for out in outputs for o in out if o.output_type == "error"] == []
+    assert outputs[0] == [] and outputs[2] == []  # run again: no warning, no error
+    (printed,) = outputs[4]
+    assert printed.text == "0 True\n"  # the second setup's provider got the run
+
+
+def test_a_coding_agent_clis_run_is_exported_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.agents.agent_helpers import CLIs
+
+    clis = CLIs(tmp_path)  # the stand-in CLIs the agents' tests drive
+    monkeypatch.setenv("PATH", f"{clis.bin}:{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("HOME", str(clis.home))
+    clis.scenario(mode="ok", text="a.txt says hello")
+    traced = Traced()
+    try:
+        result = hn.agents.run_sync(
+            hn.agents.driver("claude"),
+            "read a.txt",
+            clis.ws,
+            store=clis.store,
+            tracer_provider=traced.provider,
+        )
+    finally:
+        clis.store.close()
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert list(traced.agent_spans()) == [result.run_id]
