@@ -336,3 +336,81 @@ def test_a_coding_agent_clis_run_is_exported_when_it_ends(
         clis.store.close()
     assert result.outcome is hn.RunOutcome.FINISHED
     assert list(traced.agent_spans()) == [result.run_id]
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on 127.0.0.1: keeps each POST body sent to /v1/traces."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        bodies: list[bytes] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                size = int(self.headers.get("Content-Length", "0"))
+                bodies.append(self.rfile.read(size))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.bodies = bodies
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def spans(self) -> list[Any]:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        found = []
+        for body in self.bodies:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            for resource in request.resource_spans:
+                for scope in resource.scope_spans:
+                    found += list(scope.spans)
+        return found
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_readmes_batch_exporter_delivers_a_run_when_it_ends_without_shutdown(
+    ws: Path, store: hn.Store
+) -> None:
+    """README "Tracing": a BatchSpanProcessor with the official OTLP/HTTP exporter, as a
+    long-lived kernel keeps it (never shut down), has sent a run's spans by the time the
+    run returns: the run's end flushes them. No key is in the bytes that arrived."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from harnessnb.chaos import ChaosServer
+
+    receiver = Receiver()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.url)))
+    try:
+        with ChaosServer() as srv:
+            hn.set_tracer_provider(provider)
+            model = hn.OpenAI("gpt-test", api_key=KEY, base_url=srv.openai_url)
+            result = hn.run_sync(hn.TaskContract("say hi", ws, max_steps=1), model, store=store)
+        ids = [
+            a.value.string_value
+            for span in receiver.spans()
+            for a in span.attributes
+            if a.key == "gen_ai.conversation.id"
+        ]
+        assert result.run_id in ids  # arrived before any shutdown or exit
+        assert all(KEY.encode() not in body for body in receiver.bodies)
+    finally:
+        provider.shutdown()
+        receiver.close()
