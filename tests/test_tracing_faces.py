@@ -414,3 +414,118 @@ def test_the_readmes_batch_exporter_delivers_a_run_when_it_ends_without_shutdown
     finally:
         provider.shutdown()
         receiver.close()
+
+
+def _received_ids(receiver: Receiver) -> list[str]:
+    return [
+        a.value.string_value
+        for span in receiver.spans()
+        for a in span.attributes
+        if a.key == "gen_ai.conversation.id"
+    ]
+
+
+def test_the_commands_otel_endpoint_sends_the_runs_spans_before_it_exits(tmp_path: Path) -> None:
+    from harnessnb.demo._model import make_demo_workspace
+
+    ws = make_demo_workspace(tmp_path / "ws")
+    receiver = Receiver()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    try:
+        done_ = subprocess.run(
+            [sys.executable, "-m", "harnessnb", "run", "say hello", "--workspace", str(ws),
+             "--provider", "demo", "--max-steps", "1", "--store", "s.duckdb",
+             "--otel-endpoint", receiver.url],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done_.returncode == 0, done_.stdout + done_.stderr
+        with hn.Store(tmp_path / "s.duckdb") as store:
+            (run_id,) = store.runs()["run_id"].tolist()
+        assert _received_ids(receiver) == [run_id]
+    finally:
+        receiver.close()
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/v1/traces", "127.0.0.1:6006", "http:///x"])
+def test_an_otel_endpoint_that_is_no_http_url_is_a_usage_error(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harnessnb import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", "x", "--workspace", ".", "--otel-endpoint", url])
+    assert info.value.code == 2
+    assert "is not an http(s) URL" in capsys.readouterr().err
+
+
+def test_a_dask_sweeps_runs_nest_under_its_span_from_the_workers(tmp_path: Path, ws: Path) -> None:
+    """On a real LocalCluster (a worker process): the worker builds its provider from
+    the pickled factory (``--otel-endpoint``'s), and its runs' spans, sent from there,
+    have the client's sweep span as their parent."""
+    import functools
+
+    distributed = pytest.importorskip("distributed")
+    from harnessnb.launch._otel import otlp_provider
+
+    receiver = Receiver()
+    cluster = distributed.LocalCluster(
+        n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    try:
+        result = hn.sweep_sync(
+            ["a", "b"],
+            [hn.ScriptedProvider(["done"])],
+            workspace=ws,
+            executor=client,
+            shards=tmp_path / "shards",
+            tracer_provider=functools.partial(otlp_provider, receiver.url),
+        )
+        spans = receiver.spans()
+    finally:
+        client.close()
+        cluster.close()
+        receiver.close()
+    (sweep,) = [s for s in spans if s.name.startswith("invoke_workflow")]
+    runs = {
+        a.value.string_value: s
+        for s in spans
+        for a in s.attributes
+        if a.key == "gen_ai.conversation.id"
+    }
+    assert sorted(runs) == sorted(result.runs["run_id"])
+    for span in runs.values():
+        assert (span.trace_id, span.parent_span_id) == (sweep.trace_id, sweep.span_id)
+
+
+def test_a_tracer_provider_object_cannot_go_to_dask_workers(ws: Path, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    client = distributed.Client(processes=False, n_workers=1, dashboard_address=None)
+    with client, pytest.raises(hn.ConfigError, match="callable that builds"):
+        hn.sweep_sync(
+            ["a"],
+            [done()],
+            workspace=ws,
+            executor=client,
+            shards=tmp_path / "shards",
+            tracer_provider=Traced().provider,
+        )
+
+
+def test_the_magics_otel_endpoint_sends_the_runs_spans(
+    shell: Any, srv: Any, ws: Path, tmp_path: Path
+) -> None:
+    """``%harness run ... --otel-endpoint URL`` in a real IPython shell (the suite's
+    ``shell`` and chaos ``srv`` fixtures): the run's span reaches the receiver."""
+    receiver = Receiver()
+    line = (
+        f"run say hi --provider openai --base-url {srv.openai_url} --workspace {ws} "
+        f"--store {tmp_path / 'runs.duckdb'} --otel-endpoint {receiver.url} --out R --quiet"
+    )
+    try:
+        shell.run_line_magic("harness", line)
+        result = shell.user_ns["R"]
+        assert result.outcome is hn.RunOutcome.FINISHED
+        assert _received_ids(receiver) == [result.run_id]
+    finally:
+        receiver.close()

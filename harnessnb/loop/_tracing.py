@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -92,14 +93,23 @@ def tracer_provider_of(given: TracerProviderLike) -> Any:
     if chosen is None or hasattr(chosen, "get_tracer"):
         return chosen
     factory: Callable[[], Any] = chosen
+    key = _factory_key(factory)
     try:
-        return _built[factory]
+        return _built[key]
     except KeyError:
         pass
     except TypeError:  # not hashable: built each time
         return factory()
-    built = _built[factory] = factory()
+    built = _built[key] = factory()
     return built
+
+
+def _factory_key(factory: Callable[[], Any]) -> Any:
+    """What identifies a factory across pickling: a function is itself again (pickled by
+    reference), a ``functools.partial`` is a new object each time: its parts."""
+    if isinstance(factory, functools.partial):
+        return (factory.func, factory.args, tuple(sorted(factory.keywords.items())))
+    return factory
 
 
 @dataclasses.dataclass(frozen=True)
