@@ -219,8 +219,9 @@ def worker_factory(given: TracerProviderLike) -> TracerProviderLike:
     _check(chosen)
     if chosen is not None and hasattr(chosen, "get_tracer"):
         raise ConfigError(
-            "sweep: with executor=, tracer_provider must be a callable that builds a "
-            "TracerProvider (pickled to each worker, called once per worker process), "
-            "not a provider: its exporter's threads and sockets do not cross processes"
+            "sweep: with executor=, tracer_provider (else hn.set_tracer_provider's "
+            "default) must be a callable that builds a TracerProvider (pickled to each "
+            "worker, called once per worker process), not a provider: its exporter's "
+            "threads and sockets do not cross processes"
         )
     return chosen
