@@ -10,8 +10,13 @@
    server in one process vs 100 concurrent raw ``provider.complete`` calls on the
    same server carrying the same request (system prompt, task, tool specs); best of
    3 alternating rounds. Target: runs reach at least 0.65x the raw throughput.
+3. With ``--otel`` (only this): a traced run against an untraced one, per step: runs
+   of 20 read steps on a file store, whole runs timed (the export at the run's end
+   included: its spans made from its rows and flushed), with an in-memory tracer
+   provider (the SDK's ``InMemorySpanExporter`` behind a ``SimpleSpanProcessor``) and
+   without, alternating over rounds. Target: at most 1.10x.
 
-Run: python bench/loop.py
+Run: python bench/loop.py [--otel]
 """
 
 from __future__ import annotations
@@ -126,7 +131,56 @@ async def throughput(
     return raw_best, runs_best
 
 
+async def run_per_step(store: hn.Store, ws: Path, steps: int, tracer_provider: Any) -> float:
+    """Seconds per step of one whole run of ``steps`` read steps (its end included)."""
+
+    def reply(messages: object) -> dict[str, object]:
+        return {"tool": "list_dir", "args": {"path": "."}}
+
+    contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
+    t0 = time.perf_counter()
+    result = await hn.run(
+        contract, hn.ScriptedProvider(reply), store=store, tracer_provider=tracer_provider
+    )
+    took = time.perf_counter() - t0
+    assert result.steps == steps, result
+    return took / steps
+
+
+async def otel(rounds: int = 15, steps: int = 20) -> None:
+    """Traced vs untraced runs, per step (``--otel``)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        (ws / "a.txt").write_text("a\n")
+        store = hn.Store(Path(tmp) / "runs.duckdb")
+        await run_per_step(store, ws, steps, provider)  # warm both paths up
+        await run_per_step(store, ws, steps, None)
+        traced: list[float] = []
+        plain: list[float] = []
+        for _ in range(rounds):  # alternating: the same load on both
+            traced.append(await run_per_step(store, ws, steps, provider))
+            plain.append(await run_per_step(store, ws, steps, None))
+        store.close()
+    spans = len(exporter.get_finished_spans())
+    with_ms, without_ms = statistics.median(traced) * 1000, statistics.median(plain) * 1000
+    ratio = with_ms / without_ms
+    print(f"per step, runs of {steps} steps, {rounds} rounds each ({spans} spans exported):")
+    print(f"  traced (in-memory provider) {with_ms:.2f} ms, untraced {without_ms:.2f} ms")
+    print(f"  ratio {ratio:.2f}x  target <= 1.10x  {'OK' if ratio <= 1.10 else 'MISS'}")
+
+
 async def main() -> None:
+    if "--otel" in sys.argv[1:]:
+        await otel()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id
+from ..loop._tracing import parent_from, run_nested
 from ..rules._errors import ConfigError, wrap_unknown
 from ._rescore import finished_slots, scorers_lacking, stored_run
 from ._sample import Sample
@@ -413,6 +414,7 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
     finally:
         os.close(fd)
     options = {**job.options, "store": store}
+    parent = parent_from(options.pop("trace_parent", {}))  # the client's sweep span
     work = one_run(
         job.contract,
         job.name,
@@ -425,7 +427,8 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
         scorers=job.scorers,
     )
     try:
-        row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
+        nested = run_nested(parent, work)
+        row = run_blocking(nested, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
     except asyncio.CancelledError:  # recorded ``cancelled`` in the shard by now
         row = SweepRun(
             job.contract.task,
