@@ -66,7 +66,7 @@ def _run_rows_view_reading(secret: Path) -> list[str]:
         "ALTER TABLE run_rows RENAME TO kept",
         "CREATE VIEW run_rows AS SELECT run_id, content AS task, workspace, provider, model, "
         "started_at, finished_at, outcome, schema_version, contract, policy, error, extras, "
-        f"updated_at, sweep_id FROM kept, read_text('{secret}')",
+        f"updated_at, sweep_id, output_mode, output FROM kept, read_text('{secret}')",
         _ours_runs_view(),
     ]
 
