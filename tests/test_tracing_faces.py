@@ -88,6 +88,49 @@ async def test_a_run_given_a_tracer_provider_exports_its_spans_when_it_ends(
     assert untraced.run_id not in traced.agent_spans()  # no provider, no spans
 
 
+def shape(spans: list[ReadableSpan]) -> list[tuple[Any, ...]]:
+    """Spans as values without their ids: name, kind, parent (by position), times,
+    attributes, events and status, in start order."""
+    ordered = sorted(spans, key=lambda s: (s.start_time or 0, s.name))
+    at = {s.context.span_id: i for i, s in enumerate(ordered)}
+    return [
+        (
+            s.name,
+            s.kind,
+            None if s.parent is None else at.get(s.parent.span_id, "outside"),
+            s.start_time,
+            s.end_time,
+            dict(s.attributes or {}),
+            [(e.name, e.timestamp, dict(e.attributes or {})) for e in s.events],
+            (s.status.status_code, s.status.description),
+        )
+        for s in ordered
+    ]
+
+
+def test_a_live_runs_spans_equal_those_exported_later_from_its_store(
+    ws: Path, store: hn.Store
+) -> None:
+    """The design's one mapping: a run traced live (a 429 retried, a tool call, content
+    on) and the same run exported later by ``store.export_traces`` give the same spans
+    but for their ids, so the live export runs after the run's end is committed."""
+    busy = hn.ProviderError("busy", kind=hn.ProviderErrorKind.RATE_LIMITED, status=429)
+    read = {"tool": "read_file", "args": {"path": "a.txt"}}
+    live, later = Traced(), Traced()
+    result = hn.run_sync(
+        hn.TaskContract("t", ws),
+        hn.ScriptedProvider([busy, read, "done"]),
+        store=store,
+        tracer_provider=live.provider,
+        include_content=True,
+    )
+    assert result.outcome is hn.RunOutcome.FINISHED
+    assert store.export_traces(later.provider, include_content=True) == 1
+    names = [s.name.split(" ")[0] for s in live.spans()]
+    assert sorted(names) == ["chat", "chat", "chat", "execute_tool", "invoke_agent"]
+    assert shape(live.spans()) == shape(later.spans())
+
+
 def test_run_sync_takes_a_tracer_provider(ws: Path, store: hn.Store) -> None:
     traced = Traced()
     result = hn.run_sync(
@@ -138,6 +181,12 @@ def test_a_resumed_run_is_exported_when_it_ends_again(ws: Path, store: hn.Store)
     assert span.attributes is not None
     assert span.attributes["gen_ai.conversation.id"] == first.run_id
     assert span.attributes["harnessnb.outcome"] == "finished"
+    # Exported again in full (README "Tracing"): the first leg's failed attempt too,
+    # and the resume as an event of the run's span.
+    chats = [s for s in traced.spans() if s.name.startswith("chat")]
+    kinds = [(s.attributes or {}).get("error.type") for s in chats]
+    assert kinds == ["server", None]
+    assert "harnessnb.resume" in [e.name for e in span.events]
 
 
 def test_a_replay_is_exported_from_the_store_it_is_recorded_in(ws: Path, store: hn.Store) -> None:
