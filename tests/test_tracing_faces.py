@@ -231,6 +231,52 @@ def test_a_sweeps_runs_nest_under_one_sweep_span(ws: Path, store: hn.Store) -> N
         )
 
 
+class Flushes(TracerProvider):
+    """A real SDK provider that notes, at each flush, whether an event loop was running
+    in the thread that flushed (DuckDB reads and a flush must not block the loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_loop: list[bool] = []
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        try:
+            asyncio.get_running_loop()
+            self.on_loop.append(True)
+        except RuntimeError:
+            self.on_loop.append(False)
+        return super().force_flush(timeout_millis)
+
+
+async def test_a_runs_and_a_sweeps_export_and_flush_run_off_the_event_loop(
+    ws: Path, store: hn.Store
+) -> None:
+    traced = Flushes()
+    await hn.run(hn.TaskContract("t", ws), done(), store=store, tracer_provider=traced)
+    await hn.sweep(["a", "b"], [done()], workspace=ws, store=store, tracer_provider=traced)
+    # One flush per run (three) and the sweep span's, at its end: none on the loop.
+    assert traced.on_loop == [False] * 4
+
+
+async def test_a_sweep_span_whose_sweep_raises_ends_an_error_flushed_off_the_loop() -> None:
+    from opentelemetry.trace import StatusCode
+
+    from harnessnb.loop._tracing import sweep_traced
+
+    traced = Flushes()
+    exporter = InMemorySpanExporter()
+    traced.add_span_processor(SimpleSpanProcessor(exporter))
+    with pytest.raises(ValueError, match="boom"):
+        async with sweep_traced(traced, "sw1") as parent:
+            assert parent is not None
+            raise ValueError("boom")
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "invoke_workflow sweep sw1"
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == "ValueError"
+    assert traced.on_loop == [False]
+
+
 def test_a_sweep_given_a_callable_builds_its_provider_once(ws: Path, store: hn.Store) -> None:
     traced, built = Traced(), []
 

@@ -23,7 +23,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..rules._errors import ConfigError
@@ -192,17 +192,25 @@ async def export_when_ended(
         await asyncio.to_thread(export_ended, store, run_id, traced)
 
 
-@contextlib.contextmanager
-def sweep_traced(provider: Any, sweep_id: str) -> Iterator[Any]:
+@contextlib.asynccontextmanager
+async def sweep_traced(provider: Any, sweep_id: str) -> AsyncIterator[Any]:
     """With a provider: the sweep's span, open while its runs go (each nested under
-    it, ``nested_under``); yields its Context (None without a provider)."""
+    it, ``nested_under``); yields its Context (None without a provider). The span is
+    ended and flushed off the event loop (a flush waits on the exporter)."""
     if provider is None:
         yield None
         return
     from ..store._traces import sweep_span
 
-    with sweep_span(provider, sweep_id) as parent, nested_under(parent):
-        yield parent
+    span = sweep_span(provider, sweep_id)
+    parent = span.__enter__()
+    try:
+        with nested_under(parent):
+            yield parent
+    except BaseException as exc:  # the span records it (ERROR) and it goes on
+        await asyncio.to_thread(span.__exit__, type(exc), exc, exc.__traceback__)
+        raise
+    await asyncio.to_thread(span.__exit__, None, None, None)
 
 
 async def run_nested(parent: Any, work: Awaitable[T]) -> T:

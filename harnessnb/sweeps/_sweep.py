@@ -201,7 +201,7 @@ async def _here(
     opened, the_id = options["store"], options["sweep_id"]
     options["tracer_provider"] = traced_by = tracer_provider_of(options["tracer_provider"])
     plan.done = await asyncio.to_thread(finished_slots, opened, the_id) if resumed else {}
-    with sweep_traced(traced_by, the_id):
+    async with sweep_traced(traced_by, the_id):
         rows = await _run_here(plan, options, concurrency, keep, on_run, plan.scorers)
     return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 
@@ -211,7 +211,7 @@ async def _on_cluster(plan: _Plan, cluster: tuple[Any, ...]) -> SweepResult:
     callable it is given, its runs nested under the sweep's span (as trace headers)."""
     options = cluster[3]
     options["tracer_provider"] = factory = worker_factory(options["tracer_provider"])
-    with sweep_traced(tracer_provider_of(factory), options["sweep_id"]) as parent:
+    async with sweep_traced(tracer_provider_of(factory), options["sweep_id"]) as parent:
         options["trace_parent"] = parent_carrier(parent) if parent is not None else {}
         rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
     the_id = options["sweep_id"]
