@@ -10,21 +10,20 @@ keeps a process default of its own, which ``None`` clears. Without a provider no
 of opentelemetry is imported. A failed export never fails a run: it is logged once
 per provider, scrubbed.
 
-The one piece of ambient state is the span a sweep's runs nest under (``nested_under``),
-kept as OpenTelemetry keeps its own current span: in a context variable, which the
-tasks a sweep starts inherit.
+A sweep's runs nest under its span: the sweep hands each run its provider and that
+span as one value (``Nested``, given as the run's ``tracer_provider``), never as ambient
+state (no context variable: a run started after the sweep, or beside it, is not nested).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..rules._errors import ConfigError
 from ..rules._secrets import scrub
@@ -33,14 +32,13 @@ if TYPE_CHECKING:
     from ..store._store import CombinedStore, Store
 
 __all__ = [
+    "Nested",
     "Tracing",
     "export_ended",
     "export_when_ended",
     "get_tracer_provider",
-    "nested_under",
     "parent_carrier",
     "parent_from",
-    "run_nested",
     "set_tracer_provider",
     "sweep_traced",
     "tracer_provider_of",
@@ -49,7 +47,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("harnessnb.tracing")
-T = TypeVar("T")
 
 # A TracerProvider, or a callable that builds one (what a Dask worker is given).
 TracerProviderLike = Any
@@ -57,9 +54,6 @@ TracerProviderLike = Any
 _default: TracerProviderLike = None
 _built: dict[Any, Any] = {}  # a factory's provider, built once per process
 _warned: set[int] = set()  # providers whose failed export was logged
-_parent: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "harnessnb_trace_parent", default=None
-)
 
 
 def set_tracer_provider(tracer_provider: TracerProviderLike) -> None:
@@ -121,22 +115,24 @@ class Tracing:
     parent: Any = None  # the OpenTelemetry Context its spans nest under (a sweep's)
 
 
+@dataclasses.dataclass(frozen=True)
+class Nested:
+    """A run's ``tracer_provider`` (a provider or a factory) with the span its spans nest
+    under: how a sweep hands its span to each of its runs, as a value."""
+
+    provider: TracerProviderLike
+    parent: Any  # an OpenTelemetry Context (None: not nested)
+
+
 def tracing(given: TracerProviderLike, include_content: bool) -> Tracing | None:
-    """The run's ``Tracing`` (None: not traced), nested under the sweep it is run in."""
+    """The run's ``Tracing`` (None: not traced); ``given`` a ``Nested``, under its span."""
+    parent = None
+    if isinstance(given, Nested):
+        given, parent = given.provider, given.parent
     provider = tracer_provider_of(given)
     if provider is None:
         return None
-    return Tracing(provider, include_content=include_content, parent=_parent.get())
-
-
-@contextlib.contextmanager
-def nested_under(parent: Any) -> Iterator[None]:
-    """Runs started in this context (and the tasks it starts) nest under ``parent``."""
-    token = _parent.set(parent)
-    try:
-        yield
-    finally:
-        _parent.reset(token)
+    return Tracing(provider, include_content=include_content, parent=parent)
 
 
 def parent_carrier(parent: Any) -> dict[str, str]:
@@ -194,8 +190,8 @@ async def export_when_ended(
 
 @contextlib.asynccontextmanager
 async def sweep_traced(provider: Any, sweep_id: str) -> AsyncIterator[Any]:
-    """With a provider: the sweep's span, open while its runs go (each nested under
-    it, ``nested_under``); yields its Context (None without a provider). The span is
+    """With a provider: the sweep's span, open while its runs go (each handed it as a
+    ``Nested``); yields its Context (None without a provider). The span is
     ended and flushed off the event loop (a flush waits on the exporter)."""
     if provider is None:
         yield None
@@ -205,19 +201,11 @@ async def sweep_traced(provider: Any, sweep_id: str) -> AsyncIterator[Any]:
     span = sweep_span(provider, sweep_id)
     parent = span.__enter__()
     try:
-        with nested_under(parent):
-            yield parent
+        yield parent
     except BaseException as exc:  # the span records it (ERROR) and it goes on
         await asyncio.to_thread(span.__exit__, type(exc), exc, exc.__traceback__)
         raise
     await asyncio.to_thread(span.__exit__, None, None, None)
-
-
-async def run_nested(parent: Any, work: Awaitable[T]) -> T:
-    """Await ``work`` with the runs it starts nested under ``parent`` (set inside the
-    task, where a Dask worker's run is driven: on harnessnb's loop thread)."""
-    with nested_under(parent):
-        return await work
 
 
 def worker_factory(given: TracerProviderLike) -> TracerProviderLike:

@@ -46,6 +46,7 @@ from ..loop._contract import TaskContract
 from ..loop._driver import new_id
 from ..loop._store_wait import open_patiently
 from ..loop._tracing import (
+    Nested,
     TracerProviderLike,
     parent_carrier,
     sweep_traced,
@@ -201,7 +202,9 @@ async def _here(
     opened, the_id = options["store"], options["sweep_id"]
     options["tracer_provider"] = traced_by = tracer_provider_of(options["tracer_provider"])
     plan.done = await asyncio.to_thread(finished_slots, opened, the_id) if resumed else {}
-    async with sweep_traced(traced_by, the_id):
+    async with sweep_traced(traced_by, the_id) as parent:
+        if parent is not None:  # each run is handed the sweep's span with its provider
+            options["tracer_provider"] = Nested(traced_by, parent)
         rows = await _run_here(plan, options, concurrency, keep, on_run, plan.scorers)
     return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id
-from ..loop._tracing import parent_from, run_nested
+from ..loop._tracing import Nested, parent_from
 from ..rules._errors import ConfigError, wrap_unknown
 from ._rescore import finished_slots, scorers_lacking, stored_run
 from ._sample import Sample
@@ -415,6 +415,8 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
         os.close(fd)
     options = {**job.options, "store": store}
     parent = parent_from(options.pop("trace_parent", {}))  # the client's sweep span
+    if parent is not None:  # handed to the run with the worker's provider (factory)
+        options["tracer_provider"] = Nested(options.get("tracer_provider"), parent)
     work = one_run(
         job.contract,
         job.name,
@@ -427,8 +429,7 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
         scorers=job.scorers,
     )
     try:
-        nested = run_nested(parent, work)
-        row = run_blocking(nested, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
+        row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
     except asyncio.CancelledError:  # recorded ``cancelled`` in the shard by now
         row = SweepRun(
             job.contract.task,
