@@ -227,11 +227,12 @@ def report(
         f"openai SDK / harnessnb : seq {sdk['seq'] / hnb['seq']:.2f}x, "
         f"conc {sdk['conc'] / hnb['conc']:.2f}x   (target >= 1.5x)"
     )
-    gem, gem_raw = med["gemini"], med["gemini raw"]
-    print(
-        f"hn.Gemini / raw httpx2 : seq {gem['seq'] / gem_raw['seq']:.2f}x, "
-        f"conc {gem['conc'] / gem_raw['conc']:.2f}x   (target: as harnessnb / raw httpx2)"
-    )
+    if "gemini" in med:  # measured beside chat completions only (not with --api responses)
+        gem, gem_raw = med["gemini"], med["gemini raw"]
+        print(
+            f"hn.Gemini / raw httpx2 : seq {gem['seq'] / gem_raw['seq']:.2f}x, "
+            f"conc {gem['conc'] / gem_raw['conc']:.2f}x   (target: as harnessnb / raw httpx2)"
+        )
     st = med["harnessnb stream"]
     print(
         f"streamed / whole answer: seq {st['seq'] / hnb['seq']:.2f}x, "
