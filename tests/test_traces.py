@@ -560,3 +560,42 @@ def test_import_harnessnb_loads_no_opentelemetry_and_without_it_export_says_how(
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "pip install 'harnessnb[otel]'" in done.stdout
+
+
+async def test_a_runs_sums_read_for_its_spans_are_the_runs_views(ws: Path, tmp_path: Path) -> None:
+    """read_run takes a run's own row and makes the ``runs`` view's sums (steps, tokens,
+    updated_at, cost_usd) from the rows it reads anyway: they equal the view's, for a run
+    with no attempt, one priced, one with an unpriced attempt that used tokens, and one
+    whose tokens were not reported (no price needed)."""
+    from harnessnb.store._trace_rows import read_run
+    from harnessnb.store._writer import store_writer
+    from harnessnb.store._writes import add_attempts
+
+    store = hn.Store(tmp_path / "runs.duckdb")
+    contract = hn.TaskContract("read a.txt", ws, max_steps=3, stall=hn.StallPolicy(window=0))
+    runs = [
+        (await hn.run(contract, hn.ScriptedProvider([READ] * 3), store=store)).run_id
+        for _ in range(4)
+    ]
+    writer = store_writer(store)
+    now = time.time()
+    priced = {"input_tokens": 10, "output_tokens": 5, "cost_usd": 0.25, "started_at": now}
+    unpriced = {"input_tokens": 10, "output_tokens": 5, "cost_usd": None, "started_at": now}
+    silent = {"input_tokens": None, "output_tokens": None, "cost_usd": None, "started_at": now}
+    writer.write(add_attempts(runs[1], [{**priced, "step": 1, "attempt": 9}]))
+    writer.write(add_attempts(runs[2], [{**priced, "step": 1, "attempt": 9}]))
+    writer.write(add_attempts(runs[2], [{**unpriced, "step": 2, "attempt": 9}]))
+    writer.write(add_attempts(runs[3], [{**silent, "step": 1, "attempt": 9}]))
+    columns = ("steps", "tokens", "updated_at", "cost_usd")
+    with store._connection() as con:
+        view = {
+            row[0]: dict(zip(columns, row[1:], strict=True))
+            for row in con.execute(f"SELECT run_id, {', '.join(columns)} FROM runs").fetchall()
+        }
+    for run_id in runs:
+        read = read_run(store, run_id).run
+        expected = view[run_id]
+        assert {c: read[c] for c in columns[:3]} == {c: expected[c] for c in columns[:3]}
+        assert read["cost_usd"] == pytest.approx(expected["cost_usd"]), run_id
+    assert view[runs[2]]["cost_usd"] is None and view[runs[1]]["cost_usd"] is not None
+    store.close()

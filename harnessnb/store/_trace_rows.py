@@ -25,6 +25,9 @@ __all__ = ["Reading", "RunRows", "conversations", "ns", "read_run", "tool_call_i
 
 _EPOCH: Final = dt.datetime(1970, 1, 1)  # naive UTC, as the store keeps times
 _TIME_COLUMNS: Final = frozenset({"at", "started_at", "finished_at", "updated_at"})
+# The columns one of stalls and markers has and the other has not (read in one statement).
+_STALL_ONLY: Final = frozenset({"step", "signal", "action"})
+_MARKER_ONLY: Final = frozenset({"kind"})
 
 _ATTEMPTS: Final = (
     "step, attempt, provider, model, kind, status, retry_after_s, latency_ms, ttft_ms, "
@@ -83,7 +86,10 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
         StoreError: ``missing`` when the store holds no such run.
     """
     with reader._connection() as con:
-        run = _rows(con, "SELECT * FROM runs WHERE run_id = ?", run_id)
+        # The run's own row, not the ``runs`` view: the view's sums over steps and
+        # attempts (``_as_the_view``) come from the rows read here anyway, at a fifth
+        # of the view's cost for one run.
+        run = _rows(con, "SELECT * FROM run_rows WHERE run_id = ?", run_id)
         if not run:
             raise StoreError(f"no run {run_id!r} in this store", kind="missing")
         attempts = _rows(
@@ -94,14 +100,22 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
         tools = _rows(
             con, f"SELECT {_TOOL_CALLS} FROM tool_calls WHERE run_id = ? ORDER BY step, seq", run_id
         )
-        stalls = _rows(con, 'SELECT * FROM stalls WHERE run_id = ? ORDER BY "at", step', run_id)
-        markers = _rows(con, 'SELECT * FROM markers WHERE run_id = ? ORDER BY "at"', run_id)
-        which = "" if content else " AND tool_calls > 0"
-        states = con.execute(
-            f"SELECT step, checkpoint FROM steps WHERE run_id = ?{which} "
-            "AND checkpoint IS NOT NULL ORDER BY step",
+        # Stalls and markers, mostly none, in one statement (each costs its round trip).
+        noted = _rows(
+            con,
+            "SELECT 'stall' AS row_of, * FROM stalls WHERE run_id = $1 UNION ALL BY NAME "
+            "SELECT 'marker' AS row_of, * FROM markers WHERE run_id = $1",
+            run_id,
+        )
+        which = "true" if content else "tool_calls > 0"
+        steps = con.execute(
+            f'SELECT step, tokens, "at", CASE WHEN {which} THEN checkpoint END '
+            "FROM steps WHERE run_id = ? ORDER BY step",
             [run_id],
         ).fetchall()
+    stalls = sorted(_only(noted, "stall", _MARKER_ONLY), key=lambda r: (_when(r), r["step"] or 0))
+    markers = sorted(_only(noted, "marker", _STALL_ONLY), key=_when)
+    _as_the_view(run[0], attempts, steps)
     row = run[0]
     # A row written without a time (none is now; an old or hand-made file may hold one)
     # is placed at the run's start rather than dropped.
@@ -116,7 +130,7 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
     attempts.sort(key=lambda a: (a["started_at_ns"], a["attempt"] or 0))
     for key in ("contract", "error", "extras"):
         row[key] = _json(row[key])
-    checkpoints = {int(step): json.loads(state) for step, state in states}
+    checkpoints = {int(step): json.loads(state) for step, _, _, state in steps if state}
     return RunRows(row, attempts, tools, stalls, markers, checkpoints)
 
 
@@ -151,6 +165,42 @@ def conversations(rows: RunRows) -> dict[int, list[dict[str, Any]]]:
             messages = messages[:start] + list(state.get("messages_delta") or [])
         out[step] = messages
     return out
+
+
+def _only(rows: list[dict[str, Any]], which: str, others: frozenset[str]) -> list[dict[str, Any]]:
+    """The rows of ``which`` table among a ``UNION ALL BY NAME``'s, without the other
+    table's columns (NULL in these rows)."""
+    kept = [r for r in rows if r.get("row_of") == which]
+    for r in kept:
+        for column in (*others, "row_of"):
+            r.pop(column, None)
+    return kept
+
+
+def _when(row: dict[str, Any]) -> tuple[bool, dt.datetime]:
+    """A row's time as SQL orders it: one without a time last."""
+    return row["at"] is None, row["at"] or _EPOCH
+
+
+def _as_the_view(
+    run: dict[str, Any], attempts: list[dict[str, Any]], steps: list[tuple[Any, ...]]
+) -> None:
+    """Give ``run`` (its ``run_rows`` row) the ``runs`` view's columns made from other
+    tables, by the view's rules (store/_schema.py; a test holds them equal): ``steps``
+    and ``tokens`` over its step rows, ``updated_at`` the later of its own and its last
+    step's, ``cost_usd`` the attempts' sum (0.0 with none; NULL when one that used
+    tokens is unpriced, so a total is never short of an unknown part)."""
+    run["steps"] = len(steps)
+    run["tokens"] = sum(tokens or 0 for _, tokens, _, _ in steps)
+    times = [t for t in (run["updated_at"], *(at for _, _, at, _ in steps)) if t is not None]
+    run["updated_at"] = max(times) if times else None
+    run["updated_at_ns"] = ns(run["updated_at"])
+    priced = all(
+        a["cost_usd"] is not None or (a["input_tokens"] is None and a["output_tokens"] is None)
+        for a in attempts
+    )
+    costs = [a["cost_usd"] for a in attempts if a["cost_usd"] is not None]
+    run["cost_usd"] = (sum(costs) if costs else 0.0) if priced else None
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> list[dict[str, Any]]:
