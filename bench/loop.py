@@ -10,8 +10,13 @@
    server in one process vs 100 concurrent raw ``provider.complete`` calls on the
    same server carrying the same request (system prompt, task, tool specs); best of
    3 alternating rounds. Target: runs reach at least 0.65x the raw throughput.
+3. With ``--otel`` (only this): a traced run against an untraced one, per step: runs
+   of 20 read steps on a file store, whole runs timed (the export at the run's end
+   included: its spans made from its rows and flushed), with an in-memory tracer
+   provider (the SDK's ``InMemorySpanExporter`` behind a ``SimpleSpanProcessor``) and
+   without, alternating over rounds. Target: at most 1.10x.
 
-Run: python bench/loop.py
+Run: python bench/loop.py [--otel]
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from typing import Any
 
 import harnessnb as hn
 from harnessnb.chaos import ChaosServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import load_line, ratio_line, ratios
 
 
 async def per_step(store: hn.Store, ws: Path, steps: int) -> list[float]:
@@ -126,7 +134,67 @@ async def throughput(
     return raw_best, runs_best
 
 
+async def run_per_step(
+    store: hn.Store, ws: Path, steps: int, tracer_provider: Any
+) -> tuple[float, float]:
+    """Wall and process-CPU seconds per step of one whole run of ``steps`` read steps
+    (its end included: with a provider, its export and flush)."""
+
+    def reply(messages: object) -> dict[str, object]:
+        return {"tool": "list_dir", "args": {"path": "."}}
+
+    contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = await hn.run(
+        contract, hn.ScriptedProvider(reply), store=store, tracer_provider=tracer_provider
+    )
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert result.steps == steps, result
+    return took / steps, cpu / steps
+
+
+async def otel(rounds: int = 21, steps: int = 20) -> None:
+    """Traced vs untraced runs, per step (``--otel``): wall and CPU, each round's
+    ratio; the target judged on the wall ratios' median."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    print(load_line())
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        (ws / "a.txt").write_text("a\n")
+        store = hn.Store(Path(tmp) / "runs.duckdb")
+        await run_per_step(store, ws, steps, provider)  # warm both paths up
+        await run_per_step(store, ws, steps, None)
+        traced: list[tuple[float, float]] = []
+        plain: list[tuple[float, float]] = []
+        for n in range(rounds):  # alternating, each side first in turn: the same load
+            pair = [provider, None] if n % 2 == 0 else [None, provider]
+            for given in pair:
+                measured = await run_per_step(store, ws, steps, given)
+                (traced if given is provider else plain).append(measured)
+            exporter.clear()
+        store.close()
+    wall = ratios([t[0] for t in traced], [p[0] for p in plain])
+    cpu = ratios([t[1] for t in traced], [p[1] for p in plain])
+    with_ms = statistics.median(t[0] for t in traced) * 1000
+    without_ms = statistics.median(p[0] for p in plain) * 1000
+    print(f"per step, runs of {steps} steps, {rounds} rounds each side:")
+    print(f"  traced (in-memory provider) {with_ms:.2f} ms, untraced {without_ms:.2f} ms (medians)")
+    print("  " + ratio_line("cpu  traced/untraced", cpu))
+    print("  " + ratio_line("wall traced/untraced", wall, 1.10))
+    print(load_line())
+
+
 async def main() -> None:
+    if "--otel" in sys.argv[1:]:
+        await otel()
+        return
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()

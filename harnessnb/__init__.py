@@ -74,6 +74,7 @@ _LAZY: dict[str, str] = {
     "StepSummary": ".loop._result",
     "RetryPolicy": ".rules._retry",
     "set_testing": ".rules._retry",
+    "set_tracer_provider": ".loop._tracing",
     "FakeClock": ".rules._retry",
     "Clock": ".rules._retry",
     "StallPolicy": ".rules._stall",
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
     from .loop._events import RunEvent, unscrubbed_events
     from .loop._replay import replay, replay_sync
     from .loop._result import RunResult, StepSummary
+    from .loop._tracing import set_tracer_provider
     from .mcp._server import MCPServer
     from .notebook._approver import WidgetApprover
     from .notebook._plots import plot_failures
@@ -215,6 +217,7 @@ __all__ = [
     "sandbox_backend",
     "scorers",
     "set_testing",
+    "set_tracer_provider",
     "sweep",
     "sweep_sync",
     "tool",

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
 import sys
 from collections.abc import Sequence
@@ -62,6 +63,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .launch import _options
 from .launch._mcp_spec import mcp_from
+from .launch._otel import tracer_provider_from
 from .launch._sweep_options import SWEEP_OPTIONS, cluster, providers_from, sweep_kwargs, sweep_tasks
 from .launch._words import event_words, streamed_words
 from .loop._contract import FileContains, TaskContract
@@ -450,6 +452,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_event=progress,
             prices=prices,
             mcp=servers,
+            tracer_provider=tracer_provider_from(args),
         ),
         progress,
     )
@@ -503,10 +506,9 @@ def _run_agent(args: argparse.Namespace) -> int:
     agent = _options.agent_from(args)
     store = _store(args)
     progress = LineProgress()
+    run = functools.partial(run_sync, agent, args.task, args.workspace, session=args.session)
     result = _drive(
-        lambda: run_sync(
-            agent, args.task, args.workspace, session=args.session, store=store, on_event=progress
-        ),
+        lambda: run(store=store, on_event=progress, tracer_provider=tracer_provider_from(args)),
         progress,
     )
     return _finish(result)
@@ -536,6 +538,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             on_event=progress,
             prices=prices,
             mcp=servers,
+            tracer_provider=tracer_provider_from(args),
         ),
         progress,
     )

@@ -10,7 +10,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-@pytest.mark.parametrize("script", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_bench_script_imports(script: Path) -> None:
     spec = importlib.util.spec_from_file_location(f"bench_{script.stem}", script)
     assert spec is not None and spec.loader is not None
@@ -61,3 +64,21 @@ def test_the_mcp_bench_runs_in_its_quick_mode() -> None:
     assert "harnessnb: sandboxed (sandbox:" in done.stdout
     assert "4 calls each side" in done.stdout
     assert "per call (calls only): harnessnb median" in done.stdout
+
+
+def test_the_report_judges_a_target_on_the_median_of_round_ratios() -> None:
+    """bench/_report.py: each round's pair is a ratio; the line gives min, median, max
+    and judges the target on the median (at least it for throughput targets)."""
+    spec = importlib.util.spec_from_file_location("bench_report", BENCH / "_report.py")
+    assert spec is not None and spec.loader is not None
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    per_round = report.ratios([3.0, 2.0, 9.0], [2.0, 2.0, 3.0])
+    assert per_round == [1.5, 1.0, 3.0]
+    line = report.ratio_line("step", per_round, 1.6)
+    assert "1.50x (min 1.00, max 3.00 over 3 rounds)" in line and line.endswith("OK")
+    assert report.ratio_line("step", per_round, 1.4).endswith("MISS")
+    assert report.ratio_line("runs", per_round, 1.6, at_least=True).endswith("MISS")
+    assert report.load_line().startswith("load average: ")
+    with pytest.raises(ValueError):
+        report.ratios([1.0], [])

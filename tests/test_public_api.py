@@ -84,6 +84,7 @@ INTENDED = {
     "sandbox_backend",
     "scorers",
     "set_testing",
+    "set_tracer_provider",
     "sweep",
     "sweep_sync",
     "tool",

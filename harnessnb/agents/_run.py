@@ -36,6 +36,7 @@ from ..loop._events import Callback, EventSink
 from ..loop._outcome import invocation_outcome
 from ..loop._recorder import RunRecorder
 from ..loop._start import uncut
+from ..loop._tracing import TracerProviderLike, export_when_ended, tracing
 from ..rules._errors import (
     ConfigError,
     ConflictError,
@@ -87,6 +88,8 @@ async def run(
     store: Store | str | os.PathLike[str] | None = None,
     on_event: Callback | None = None,
     run_id: str | None = None,
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> AgentResult:
     """Hand ``task`` to the coding-agent CLI ``agent``, working in ``workspace``.
 
@@ -100,6 +103,8 @@ async def run(
         on_event: Sync or async callback receiving ``RunEvent``s (started, step,
             tool_call, finished), as from ``hn.run``.
         run_id: Use this id instead of a fresh one.
+        tracer_provider, include_content: As for ``hn.run``: the run's spans, from its
+            rows, when it ends.
 
     Returns:
         The ``AgentResult``; a failure is in ``result.error`` (an ``hn.agents.CLIError``)
@@ -117,6 +122,7 @@ async def run(
     if session is not None and not session.strip():
         raise ConfigError("session must be a non-empty name")
     refuse_store_inside(store, root)  # the CLI's own tools must not reach its record
+    traced = tracing(tracer_provider, include_content)
     driver = _AgentRun(
         agent,
         task,
@@ -126,7 +132,10 @@ async def run(
         EventSink(on_event),
         run_id or new_id("run"),
     )
-    return await driver.drive()
+    try:
+        return await driver.drive()
+    finally:
+        await export_when_ended(driver.store, driver.run_id, traced)
 
 
 run_sync = sync_twin(

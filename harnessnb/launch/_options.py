@@ -43,6 +43,7 @@ from ._choose import (
     provider_for_resume,
 )
 from ._mcp_spec import mcp_spec
+from ._otel import otlp_url
 
 if TYPE_CHECKING:
     from ..agents import AgentCLI
@@ -57,6 +58,7 @@ __all__ = [
     "APPROVAL_TIMEOUT",
     "FACE_MARK",
     "MCP_OPTIONS",
+    "OTEL_ENDPOINT",
     "OUTPUT_OPTIONS",
     "PERMISSIONS",
     "PRICE_OPTIONS",
@@ -267,6 +269,14 @@ MCP_OPTIONS = (
            {"metavar": "NAME", "action": "append", "default": []}, scope="loop"),
 )  # fmt: skip
 
+OTEL_ENDPOINT = Option(
+    "--otel-endpoint",
+    "send the run's OpenTelemetry spans over OTLP/HTTP to URL when it ends (e.g. Phoenix's "
+    "http://127.0.0.1:6006/v1/traces; pip install 'harnessnb[otel]' "
+    "opentelemetry-exporter-otlp-proto-http)",
+    {"metavar": "URL", "type": otlp_url},
+)
+
 OUTPUT_OPTIONS = (
     Option("--out", "assign the result to VAR in the notebook",
            {"metavar": "VAR", "type": variable_name}, only="notebook"),
@@ -316,6 +326,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
            scope="loop"),
     APPROVAL_TIMEOUT,
     *MCP_OPTIONS,
+    OTEL_ENDPOINT,
     *_AGENT_OPTIONS,
     *OUTPUT_OPTIONS,
 )  # fmt: skip
@@ -327,6 +338,7 @@ RESUME_OPTIONS: tuple[Option, ...] = (
     STORE,
     APPROVAL_TIMEOUT,
     *MCP_OPTIONS,
+    OTEL_ENDPOINT,
     *OUTPUT_OPTIONS,
 )
 """The options of ``harnessnb resume`` and ``%harness resume`` (after RUN_ID)."""

@@ -40,7 +40,7 @@ __all__ = ["SWEEP_OPTIONS", "cluster", "providers_from", "sweep_kwargs", "sweep_
 
 _FROM_RUN = ("--model", "--base-url", "--workspace", "--verify", "--verify-cmd", "--max-steps",
              "--max-seconds", "--max-cost", "--price", "--prices", "--store",
-             "--allow-write", "--mcp", "--mcp-trust")  # fmt: skip
+             "--allow-write", "--mcp", "--mcp-trust", "--otel-endpoint")  # fmt: skip
 
 
 def _sweep_id(text: str) -> str:
@@ -221,6 +221,7 @@ def sweep_kwargs(
     from ..loop._driver import new_id
     from ._mcp_spec import mcp_from
     from ._options import policy_from, prices_from
+    from ._otel import tracer_provider_from
 
     if not os.path.isdir(args.workspace):
         raise ConfigError(f"--workspace {args.workspace!r} is not a folder that exists")
@@ -234,6 +235,7 @@ def sweep_kwargs(
         "sweep_id": args.sweep_id or new_id("sweep"),
         "scorers": list(args.score) or None,
         "mcp": mcp_from(args),
+        "tracer_provider": tracer_provider_from(args),
     }
 
 

@@ -31,6 +31,9 @@
   store writes tried again while the store is busy or full;
 - ``_events``: delivering the events a run emits (scrubbed; their classes are
   ``rules._events``); ``_bridge``: the loop thread for sync calls;
+- ``_tracing``: which OpenTelemetry tracer provider a run is traced to (the process
+  default ``hn.set_tracer_provider``), its spans exported from the store when it ends,
+  a sweep's span its runs nest under;
 
 May import: ``mcp``, ``tools``, ``providers``, ``store``, ``rules``. Never a face (cli, notebook).
 """

@@ -23,6 +23,7 @@ from ._driver import Driver, new_id
 from ._output import OutputMode
 from ._start import begin_run, uncut
 from ._store_wait import close_opened
+from ._tracing import TracerProviderLike, Tracing, tracing
 from ._typed import TypedAnswers
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ async def ask(
     max_time_s: float | timedelta | None = ...,
     prices: Prices | None = ...,
     on_event: Callback | None = ...,
+    tracer_provider: TracerProviderLike = ...,
+    include_content: bool = ...,
 ) -> T: ...
 
 
@@ -72,6 +75,8 @@ async def ask(
     max_time_s: float | timedelta | None = ...,
     prices: Prices | None = ...,
     on_event: Callback | None = ...,
+    tracer_provider: TracerProviderLike = ...,
+    include_content: bool = ...,
 ) -> Any: ...
 
 
@@ -89,6 +94,8 @@ async def ask(
     max_time_s: float | timedelta | None = None,
     prices: Prices | None = None,
     on_event: Callback | None = None,
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> Any:
     """One typed answer to ``prompt`` from ``provider``: a value of ``output``.
 
@@ -109,6 +116,7 @@ async def ask(
         max_time_s: The call's time budget, every retry and wait included.
         prices: How its attempts are priced (``hn.Prices``).
         on_event: Receives the run's events (retries, the answer's fallback...).
+        tracer_provider, include_content: As for ``hn.run``: its run's spans.
 
     Returns:
         The answer, validated, as ``output`` (a dict schema: the JSON value).
@@ -133,7 +141,8 @@ async def ask(
             output_retries=output_retries,
         )
         TypedAnswers.of(contract, provider)  # a mode the provider cannot answer in
-        result = await _one_step(contract, provider, store, prices, on_event)
+        traced = tracing(tracer_provider, include_content)
+        result = await _one_step(contract, provider, store, prices, on_event, traced)
     if result.error is not None:
         raise result.error
     if result.outcome is not RunOutcome.FINISHED or result.output is None:
@@ -147,13 +156,14 @@ async def _one_step(
     store: Store | str | os.PathLike[str] | None,
     prices: Prices | None,
     on_event: Callback | None,
+    traced: Tracing | None,
 ) -> RunResult:
     from ..rules._policy import Policy
 
     clock, run_id = SystemClock(), new_id("run")
 
     def build(opened: Store) -> Driver:
-        return Driver(
+        driver = Driver(
             contract,
             provider,
             store=opened,
@@ -166,6 +176,8 @@ async def _one_step(
             prices=prices,
             builtins=False,
         )
+        driver.tracing = traced
+        return driver
 
     driver = await uncut(begin_run(store, contract, run_id, clock, build), store)
     if not isinstance(driver, Driver):

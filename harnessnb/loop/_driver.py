@@ -34,6 +34,7 @@ from ._state import RunState, StepResult
 from ._step_check import StepChecked, StepChecks
 from ._step_tools import PendingStep, StepTools
 from ._store_wait import close_opened
+from ._tracing import TracerProviderLike, Tracing, export_when_ended, tracing
 from ._typed import TypedAnswers
 
 if TYPE_CHECKING:
@@ -63,10 +64,13 @@ class Driver:
     (``model_calls``), the tool calls (``tools``), the checks after them (``checks``)
     and the run's recorder (``recorder``: the store, the lease, the events).
 
-    ``run`` drives a new run with :meth:`drive`. ``resume`` takes the run's lease
+    ``run`` drives a new run with :meth:`drive`; ``tracing`` says where its spans go
+    when it ends (``_tracing``). ``resume`` takes the run's lease
     (:meth:`take_lease`), hands the stored checkpoints to :meth:`restore` and goes on
     with :meth:`resume_from`; :meth:`release` gives the lease back if that fails.
     """
+
+    tracing: Tracing | None = None
 
     def __init__(
         self,
@@ -447,6 +451,8 @@ class Driver:
                 await self.servers.aclose()  # no server outlives its run, whatever its end
             if awake is not None:
                 awake()
+            # Its end is committed (or recorded cancelled): its spans, from its rows.
+            await export_when_ended(self.store, self.run_id, self.tracing)
 
     async def _open_servers(self, servers: RunServers) -> RunResult | None:
         """Open the run's MCP servers; a server that cannot start ends the run with
@@ -480,6 +486,8 @@ async def run(
     prices: Prices | None = None,
     sweep_id: str | None = None,
     mcp: Sequence[MCPServer] = (),
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> RunResult:
     """Run an agent on ``contract`` with ``provider`` until an outcome is reached.
 
@@ -502,6 +510,9 @@ async def run(
         mcp: MCP tool servers (``hn.MCPServer``) whose tools the model may call too:
             opened once the run is recorded, closed when it ends; one that cannot
             start ends the run with its ``MCPError``.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` (or a callable building
+            one) its spans go to, from its rows, when it ends; None: the process default.
+        include_content: Put the messages and tool arguments (scrubbed) in the spans.
 
     Returns:
         The ``RunResult``; failures are in ``result.error`` and ``result.outcome``.
@@ -514,6 +525,7 @@ async def run(
     clock, run_id = clock or SystemClock(), run_id or new_id("run")
     policy = policy if policy is not None else Policy.default()
     mcp = given_servers(mcp, "run")
+    traced = tracing(tracer_provider, include_content)
 
     def build(opened: Store) -> Driver:
         return Driver(
@@ -534,6 +546,12 @@ async def run(
     driver = await uncut(begin_run(store, contract, run_id, clock, build), store)
     if isinstance(driver, RunResult):
         return driver
+    driver.tracing = traced
+    return await _driven(driver, store)
+
+
+async def _driven(driver: Driver, given: Store | str | os.PathLike[str] | None) -> RunResult:
+    """Drive a new run to its end; a bug is kept on record and raised typed."""
     try:
         return await driver.drive(fresh=True)
     except (asyncio.CancelledError, HarnessError):
@@ -545,7 +563,7 @@ async def run(
         finally:
             raise err from exc
     finally:
-        await close_opened(driver.store, store)  # opened from a path or the default: closed
+        await close_opened(driver.store, given)  # opened from a path or the default: closed
 
 
 _approver_factory: Any = None

@@ -43,6 +43,7 @@ from ._output import OutputSpec, schema_difference
 from ._result import RunResult, stored_steps
 from ._servers import MCPChanged, resumed_servers
 from ._step_tools import PendingStep
+from ._tracing import TracerProviderLike, tracing
 
 if TYPE_CHECKING:
     from ..mcp._server import MCPServer
@@ -168,6 +169,8 @@ async def resume(
     mcp: Sequence[MCPServer] = (),
     mcp_changed: MCPChanged = "leave_out",
     output: Any = None,
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> RunResult:
     """Continue ``run_id`` where its last committed step left it.
 
@@ -180,6 +183,8 @@ async def resume(
 
     A typed run stores ``T``'s JSON Schema, not ``T``: its answer is that schema's JSON
     value (a dict) unless ``output=T`` is given again (``T``'s schema the stored one).
+
+    Traced (``tracer_provider``, as for ``hn.run``), its spans are exported whole again.
 
     Raises:
         ResumeError: reason ``unknown_run``, ``newer_store``, ``weaker_policy``,
@@ -194,14 +199,7 @@ async def resume(
     row = await _get_run(store, run_id)
     contract, recorded = _resumable(run_id, row, output)
     refuse_store_inside(store, contract.workspace)  # the agent must not reach its record
-    if policy is None:
-        policy = recorded
-    elif not policy.at_least_as_strict_as(recorded):
-        raise ResumeError(
-            f"run {run_id!r} was recorded under a stricter policy than the one given; "
-            "resume without policy= to keep the recorded one",
-            reason="weaker_policy",
-        )
+    policy = _policy_for(run_id, recorded, policy)
     if row.get("outcome") and not RunOutcome(row["outcome"]).resumable:
         await store_writer(store).queued.add_marker(
             run_id, "skipped", f"already {row['outcome']}", clock.time()
@@ -224,6 +222,7 @@ async def resume(
         mcp=mcp,
     )
     driver.mcp_stored, driver.mcp_changed = stored, mcp_changed
+    driver.tracing = tracing(tracer_provider, include_content)
     await driver.take_lease()
     try:
         pending = await _restore(driver, store, row)
@@ -234,6 +233,19 @@ async def resume(
         run_id, "resume", f"at step {driver.state.step + 1}", clock.time()
     )
     return await driver.resume_from(pending)
+
+
+def _policy_for(run_id: str, recorded: Policy, given: Policy | None) -> Policy:
+    """The recorded policy, or ``given`` when at least as strict (else ResumeError)."""
+    if given is None:
+        return recorded
+    if not given.at_least_as_strict_as(recorded):
+        raise ResumeError(
+            f"run {run_id!r} was recorded under a stricter policy than the one given; "
+            "resume without policy= to keep the recorded one",
+            reason="weaker_policy",
+        )
+    return given
 
 
 async def _restore(driver: Driver, store: Store, row: dict[str, Any]) -> PendingStep | None:

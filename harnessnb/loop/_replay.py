@@ -33,6 +33,7 @@ from ._durable import Replay, get_run, open_source
 from ._events import Callback
 from ._result import RunResult
 from ._servers import stand_ins
+from ._tracing import TracerProviderLike, tracing
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -53,6 +54,8 @@ async def replay(
     approver: Approver | None = None,
     on_event: Callback | None = None,
     tools: Sequence[Tool] = (),
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> RunResult:
     """Run a recorded run again from its recordings: no network, no key, no command.
 
@@ -81,6 +84,7 @@ async def replay(
             what the recordings are matched on; their bodies never run). A run's MCP
             tools need no server: they are offered as its stored snapshot says
             (``Store.mcp_servers``) and answered from its rows.
+        tracer_provider, include_content: As for ``hn.run`` (from ``store``'s rows).
     """
     from ..rules._policy import Policy as PolicyClass
     from ..store._store import Store as StoreClass
@@ -118,6 +122,7 @@ async def replay(
         run_id=new_id,
     )
     driver.use_executor(RecordedTools(driver, recorded, tools))
+    driver.tracing = tracing(tracer_provider, include_content)
     return await driver.drive()
 
 

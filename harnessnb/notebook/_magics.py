@@ -28,6 +28,7 @@ from IPython.core.magic import Magics, magics_class
 
 from ..launch import _options
 from ..launch._mcp_spec import mcp_from
+from ..launch._otel import tracer_provider_from
 from ..loop._bridge import loop_thread, run_blocking
 from ..loop._contract import RunOutcome
 from ..loop._events import RunEvent
@@ -298,6 +299,7 @@ def _plan_agent_run(shell: Any, args: argparse.Namespace, task: str) -> _RunJob:
             session=args.session,
             store=store,
             on_event=on_event,
+            tracer_provider=tracer_provider_from(args),
             run_id=run_id,
         )
 
@@ -312,12 +314,20 @@ class _LoopOptions(TypedDict):
     approver: Approver | None
     prices: Prices | None
     mcp: tuple[MCPServer, ...]
+    tracer_provider: Any  # --otel-endpoint's factory, or None
 
 
 def _loop_options(
     args: argparse.Namespace, store: Store, prices: Prices | None, servers: tuple[MCPServer, ...]
 ) -> _LoopOptions:
-    return {"store": store, "approver": _approver(args), "prices": prices, "mcp": servers}
+    otel = tracer_provider_from(args)
+    return {
+        "store": store,
+        "approver": _approver(args),
+        "prices": prices,
+        "mcp": servers,
+        "tracer_provider": otel,
+    }
 
 
 def _approver(args: argparse.Namespace) -> Any:

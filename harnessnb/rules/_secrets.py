@@ -270,5 +270,10 @@ def scrub_loggers(*names: str) -> None:
 
 # Each logger harnessnb logs through; the HTTP module adds its client library's.
 scrub_loggers(
-    "harnessnb", "harnessnb.tools", "harnessnb.sweep", "harnessnb.prices", "harnessnb.mcp"
+    "harnessnb",
+    "harnessnb.tools",
+    "harnessnb.sweep",
+    "harnessnb.prices",
+    "harnessnb.mcp",
+    "harnessnb.tracing",
 )

@@ -20,7 +20,11 @@
 - ``_schema``: tables, views and ordered migrations; ``_row_types``: the typed row
   each write takes, one per table; ``_rows``: turning values into rows (an unknown or
   missing column refused, named);
-- ``_frames``: query results as DataFrames in one convention.
+- ``_frames``: query results as DataFrames in one convention;
+- ``_traces``: OpenTelemetry spans of a stored run (``export_run``, ``sweep_span``,
+  ``Store.export_traces``), from its rows (``_trace_rows``) and the attribute tables
+  (``_trace_attrs``); ``opentelemetry`` (the ``otel`` extra) imported on use only.
 
-May import: ``rules``. Knows nothing of providers, tools, the run loop or the faces.
+May import: ``rules``, and ``opentelemetry`` inside ``_traces``' functions. Knows
+nothing of providers, tools, the run loop or the faces.
 """

@@ -405,6 +405,34 @@ class Store:
         with self._connection() as con, parallel(con):
             return with_intervals(frame(con.execute(query, params)), subject.total)
 
+    def export_traces(
+        self,
+        tracer_provider: Any,
+        run_ids: Sequence[str] | None = None,
+        sweep: str | None = None,
+        include_content: bool = False,
+        *,
+        meter_provider: Any = None,
+    ) -> int:
+        """Emit the OpenTelemetry spans of stored runs, with their recorded times, to
+        ``tracer_provider`` (an SDK ``TracerProvider`` and its exporter: OTLP to
+        Phoenix, Jaeger, Langfuse...; harnessnb never sets the global one): the same
+        spans a run traced live emits when it ends. Every run of the store (or of
+        ``run_ids``; or ``sweep``'s, nested under one ``invoke_workflow sweep ID``
+        span), a combined store of shards too. Returns how many runs were exported.
+
+        ``include_content`` adds the messages, tool arguments and results (scrubbed);
+        ``meter_provider`` also records the GenAI client metrics of every attempt.
+
+        Raises:
+            ConfigError: OpenTelemetry is not installed (``pip install 'harnessnb[otel]'``).
+        """
+        from ._traces import export_runs
+
+        return export_runs(self, tracer_provider, run_ids=run_ids, sweep=sweep,
+                           include_content=include_content,
+                           meter_provider=meter_provider)  # fmt: skip
+
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
         # The checkpoint (all messages so far) is for resume, not for a table view.

@@ -24,6 +24,12 @@ new run of the sweep (the older run stays in the store, in no result). On a clus
 shards take no writes there, a scorer that a finished run has no stored row of is
 refused (ConfigError, before any run: resume with the sweep's own scorers, then
 ``hn.rescore`` a merged copy).
+
+Traced (``tracer_provider=``, or the process default), the sweep is one span,
+``invoke_workflow sweep <id>``, open while its runs go, each run's spans nested under
+it (``loop._tracing``). A Dask worker builds its own provider from a callable it is
+given (pickled; called once per worker process: a provider's exporter does not cross
+processes) and nests its runs under the sweep's span, sent as W3C trace-context headers.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ from ..loop._bridge import sync_twin
 from ..loop._contract import TaskContract
 from ..loop._driver import new_id
 from ..loop._store_wait import open_patiently
+from ..loop._tracing import (
+    Nested,
+    TracerProviderLike,
+    parent_carrier,
+    sweep_traced,
+    tracer_provider_of,
+    worker_factory,
+)
 from ..mcp._server import MCPServer, checked_servers
 from ..providers._completion import shown_url
 from ..rules._errors import ConfigError
@@ -114,6 +128,8 @@ async def sweep(
     shards: str | os.PathLike[str] | None = None,
     scorers: Sequence[Scorer] | None = None,
     mcp: Sequence[MCPServer] = (),
+    tracer_provider: TracerProviderLike = None,
+    include_content: bool = False,
 ) -> SweepResult:
     """Run every task with every provider ``repeats`` times; return a ``SweepResult``.
 
@@ -148,6 +164,7 @@ async def sweep(
             thread) judging each run as it ends, in its workspace copy, named by their
             ``name`` (else ``__name__``, else class) and ``version`` (else ``"1"``):
             ``SweepResult.scores`` and the store's ``scores`` (``_sweep_run``).
+        tracer_provider, include_content: As for ``hn.run``, nested (module docstring).
 
     Returns:
         The ``SweepResult``; a run that failed is a row with its outcome and error.
@@ -163,16 +180,45 @@ async def sweep(
     the_id = sweep_id or new_id("sweep")
     options: dict[str, Any] = {"policy": policy, "approver": approver, "tools": tools}
     options |= {"prices": prices, "sweep_id": the_id, "mcp": checked_servers(mcp, "sweep")}
+    options |= {"tracer_provider": tracer_provider, "include_content": include_content}
     if executor is not None or shards is not None:
         folder = check_cluster_options(executor, shards, store, approver, on_event)
         cluster = (executor, folder, concurrency, options, keep_workspaces, on_run, plan.scorers)
-        rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
-        return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases, plan.tags())
-    opened = await open_patiently(store, None, SystemClock())
-    options |= {"store": opened, "on_event": on_event}
-    plan.done = await asyncio.to_thread(finished_slots, opened, the_id) if sweep_id else {}
-    rows = await _run_here(plan, options, concurrency, keep_workspaces, on_run, plan.scorers)
+        return await _on_cluster(plan, cluster)
+    options |= {"store": await open_patiently(store, None, SystemClock()), "on_event": on_event}
+    return await _here(plan, options, concurrency, keep_workspaces, on_run, sweep_id is not None)
+
+
+async def _here(
+    plan: _Plan,
+    options: dict[str, Any],
+    concurrency: int,
+    keep: bool,
+    on_run: Callable[[SweepRun], None] | None,
+    resumed: bool,
+) -> SweepResult:
+    """The plan's runs in this process (a resumed sweep's finished slots read back),
+    each run's spans nested under the sweep's."""
+    opened, the_id = options["store"], options["sweep_id"]
+    options["tracer_provider"] = traced_by = tracer_provider_of(options["tracer_provider"])
+    plan.done = await asyncio.to_thread(finished_slots, opened, the_id) if resumed else {}
+    async with sweep_traced(traced_by, the_id) as parent:
+        if parent is not None:  # each run is handed the sweep's span with its provider
+            options["tracer_provider"] = Nested(traced_by, parent)
+        rows = await _run_here(plan, options, concurrency, keep, on_run, plan.scorers)
     return SweepResult(the_id, opened, tuple(rows), plan.stopped, plan.aliases, plan.tags())
+
+
+async def _on_cluster(plan: _Plan, cluster: tuple[Any, ...]) -> SweepResult:
+    """The plan's runs on a Dask cluster: each worker builds its tracer provider from the
+    callable it is given, its runs nested under the sweep's span (as trace headers)."""
+    options = cluster[3]
+    options["tracer_provider"] = factory = worker_factory(options["tracer_provider"])
+    async with sweep_traced(tracer_provider_of(factory), options["sweep_id"]) as parent:
+        options["trace_parent"] = parent_carrier(parent) if parent is not None else {}
+        rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
+    the_id = options["sweep_id"]
+    return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 
 
 async def _run_here(

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from ..loop._contract import RunOutcome, TaskContract
 from ..loop._driver import new_id
+from ..loop._tracing import Nested, parent_from
 from ..rules._errors import ConfigError, wrap_unknown
 from ._rescore import finished_slots, scorers_lacking, stored_run
 from ._sample import Sample
@@ -413,6 +414,9 @@ def run_on_worker(job: WorkerJob) -> SweepRun:
     finally:
         os.close(fd)
     options = {**job.options, "store": store}
+    parent = parent_from(options.pop("trace_parent", {}))  # the client's sweep span
+    if parent is not None:  # handed to the run with the worker's provider (factory)
+        options["tracer_provider"] = Nested(options.get("tracer_provider"), parent)
     work = one_run(
         job.contract,
         job.name,

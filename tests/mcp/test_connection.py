@@ -88,8 +88,10 @@ async def test_a_missing_program_is_spawn_naming_it(connect: Connect) -> None:
 async def test_exit_at_start_is_exited_with_code_and_stderr(
     connect: Connect, hostile: Hostile
 ) -> None:
+    # It exits in well under a second; the generous start limit keeps a machine stalled
+    # for seconds (a loaded CI) from turning the exit this test is about into a timeout.
     with pytest.raises(hn.MCPError) as caught:
-        await connect(hostile("exit-at-start")).start()
+        await connect(hostile("exit-at-start", timeout_s=60.0)).start()
     err = caught.value
     assert err.kind is MCPErrorKind.EXITED and err.exit_code == 3
     assert "bad config: no such table" in (err.stderr or "")
