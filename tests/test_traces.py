@@ -237,6 +237,33 @@ async def test_an_approval_deferred_is_an_event_and_the_waiting_run_no_error(
     store.close()
 
 
+async def test_an_approval_granted_or_denied_is_a_marker_and_an_event_of_the_run(
+    ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    """A granted call's row reads as one the policy allowed: the approver's answer is a
+    marker (``approval_granted``/``approval_denied``), an event on the run's span; its
+    detail (the tool, the person's reason) only with content."""
+    store = hn.Store(tmp_path / "runs.duckdb")
+    first = {"tool": "write_file", "args": {"path": "A.md", "content": "x"}}
+    second = {"tool": "write_file", "args": {"path": "B.md", "content": "y"}}
+    answers = iter([hn.Decision.approve(), hn.Decision.deny("not B")])
+    result = await hn.run(contract(ws), hn.ScriptedProvider([first, second, "done"]),
+                          store=store, approver=lambda request: next(answers))  # fmt: skip
+    assert (ws / "A.md").exists() and not (ws / "B.md").exists()
+    marks = records(store.markers(result.run_id))
+    assert [(m["kind"], m["detail"]) for m in marks] == [
+        ("approval_granted", "write_file"), ("approval_denied", "write_file: not B")]  # fmt: skip
+    agent, _, _ = exported(store, result.run_id, tp, exporter)
+    events = [(e.name, dict(e.attributes or {})) for e in agent.events]
+    assert events == [("harnessnb.approval_granted", {}), ("harnessnb.approval_denied", {})]
+    assert [e.timestamp for e in agent.events] == sorted(e.timestamp for e in agent.events)
+    exporter.clear()
+    agent, _, _ = exported(store, result.run_id, tp, exporter, include_content=True)
+    assert [dict(e.attributes or {}).get("harnessnb.detail") for e in agent.events] == [
+        "write_file", "write_file: not B"]  # fmt: skip
+    store.close()
+
+
 async def test_a_stall_is_an_event_of_the_run_and_its_outcome_the_error_type(
     ws: Path, tmp_path: Path, tp: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:

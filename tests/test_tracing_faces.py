@@ -155,6 +155,44 @@ def test_the_process_default_is_used_replaced_and_cleared(ws: Path, store: hn.St
     assert d.run_id not in {**first.agent_spans(), **second.agent_spans(), **own.agent_spans()}
 
 
+def test_a_meter_provider_given_with_the_default_records_live_runs_metrics(
+    ws: Path, store: hn.Store
+) -> None:
+    """``set_tracer_provider(tp, meter_provider=mp)``: each traced run records the GenAI
+    client metrics of its attempts when it ends (its own provider's run too); set
+    again without one, none more; something not a MeterProvider is refused."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    def durations() -> int:
+        data = reader.get_metrics_data()
+        points = [
+            p.count
+            for rm in (data.resource_metrics if data else [])
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "gen_ai.client.operation.duration"
+            for p in m.data.data_points
+        ]
+        return sum(points)
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    traced, own = Traced(), Traced()
+    contract = hn.TaskContract("t", ws)
+    hn.set_tracer_provider(traced.provider, meter_provider=meters)
+    hn.run_sync(contract, done(), store=store)
+    assert durations() == 1  # the run's one attempt
+    hn.run_sync(contract, done(), store=store, tracer_provider=own.provider)
+    assert durations() == 2 and len(own.agent_spans()) == 1
+    hn.set_tracer_provider(traced.provider)
+    hn.run_sync(contract, done(), store=store)
+    assert durations() == 2
+    with pytest.raises(hn.ConfigError, match="MeterProvider"):
+        hn.set_tracer_provider(traced.provider, meter_provider=object())
+    meters.shutdown()
+
+
 def test_the_global_opentelemetry_provider_is_never_set(ws: Path, store: hn.Store) -> None:
     from opentelemetry import trace
 

@@ -178,6 +178,9 @@ class Driver:
 
     async def _tool_event(self, event: ev.ToolEvent) -> None:
         self.asking.see(event)
+        if isinstance(event, ev.ApprovalDecidedEvent) and event.decision != "defer":
+            # A deferred call is its row's status (deferred); an answered one is a marker.
+            await self.recorder.note_approval(event.tool, event.decision == "approve", event.reason)
         await self.emit(event)
 
     async def take_lease(self) -> None:

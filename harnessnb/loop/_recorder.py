@@ -171,6 +171,16 @@ class RunRecorder:
             )
         )
 
+    async def note_approval(self, tool: str, granted: bool, reason: str | None) -> None:
+        """An approver's answer (approve or deny), as a marker of the run: a granted
+        call leaves no other trace in the store (its row reads as one the policy
+        allowed). Its detail names the tool and quotes the reason (scrubbed)."""
+        kind = "approval_granted" if granted else "approval_denied"
+        detail = tool if not reason else f"{tool}: {reason}"
+        await self.patient(
+            lambda: self.writer.queued.add_marker(self.run_id, kind, detail, self.clock.time())
+        )
+
     async def settle_tool_call(self, step: int, seq: int, **fields: Any) -> None:
         """A tool call's completion (or ``needs_reconciliation``), durable at once."""
         await self.patient(

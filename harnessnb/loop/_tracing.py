@@ -52,18 +52,28 @@ _log = logging.getLogger("harnessnb.tracing")
 TracerProviderLike = Any
 
 _default: TracerProviderLike = None
+_default_meter: Any = None  # the MeterProvider traced runs record their metrics with
 _built: dict[Any, Any] = {}  # a factory's provider, built once per process
 _warned: set[int] = set()  # providers whose failed export was logged
 
 
-def set_tracer_provider(tracer_provider: TracerProviderLike) -> None:
+def set_tracer_provider(tracer_provider: TracerProviderLike, *, meter_provider: Any = None) -> None:
     """Trace every run of this process to ``tracer_provider`` (an OpenTelemetry SDK
     ``TracerProvider``, or a callable that builds one) unless a run is given its own;
     ``None`` stops it. Setting it again replaces it: the global OpenTelemetry provider
-    is never touched, so a notebook cell that sets it can be run again."""
-    global _default
+    is never touched, so a notebook cell that sets it can be run again.
+
+    ``meter_provider`` (an SDK ``MeterProvider``): every traced run of this process,
+    with this provider or its own, also records the GenAI client metrics of its
+    attempts with it when its spans are exported; ``None`` records none."""
+    global _default, _default_meter
     _check(tracer_provider)
-    _default = tracer_provider
+    if meter_provider is not None and not hasattr(meter_provider, "get_meter"):
+        raise ConfigError(
+            f"meter_provider must be an OpenTelemetry MeterProvider, not "
+            f"{type(meter_provider).__name__}"
+        )
+    _default, _default_meter = tracer_provider, meter_provider
 
 
 def get_tracer_provider() -> TracerProviderLike:
@@ -113,6 +123,7 @@ class Tracing:
     provider: Any
     include_content: bool = False
     parent: Any = None  # the OpenTelemetry Context its spans nest under (a sweep's)
+    meter: Any = None  # the MeterProvider its attempts' metrics are recorded with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +143,7 @@ def tracing(given: TracerProviderLike, include_content: bool) -> Tracing | None:
     provider = tracer_provider_of(given)
     if provider is None:
         return None
-    return Tracing(provider, include_content=include_content, parent=parent)
+    return Tracing(provider, include_content=include_content, parent=parent, meter=_default_meter)
 
 
 def parent_carrier(parent: Any) -> dict[str, str]:
@@ -167,6 +178,7 @@ def export_ended(store: Store | CombinedStore, run_id: str, traced: Tracing | No
             traced.provider,
             parent=traced.parent,
             include_content=traced.include_content,
+            meter_provider=traced.meter,
         )
     except Exception as exc:  # a backend's trouble must not fail the run
         if id(traced.provider) not in _warned:

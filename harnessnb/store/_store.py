@@ -283,7 +283,8 @@ class Store:
         return self._table("stalls", run_id)
 
     def markers(self, run_id: str | None = None) -> pd.DataFrame:
-        """Resume/skipped/resolved/abandoned markers, and ``output_cut`` (a typed answer
+        """Resume/skipped/resolved/abandoned markers, an approver's answer (``approval_granted``,
+        ``approval_denied``), and ``output_cut`` (a typed answer
         too large to store: ``runs.output`` is NULL)."""
         return self._table("markers", run_id)
 
