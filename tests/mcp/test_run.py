@@ -104,16 +104,23 @@ async def test_a_runs_server_tools_are_called_recorded_and_the_server_closed(
 
 
 @pytest.mark.parametrize(
-    ("mode", "outcome", "kind"),
+    ("mode", "outcome", "kind", "limit_s"),
     [
-        ("exit-at-start", hn.RunOutcome.ESCALATED_RETRYABLE, MCPErrorKind.EXITED),
-        ("hang", hn.RunOutcome.ESCALATED_RETRYABLE, MCPErrorKind.TIMEOUT),
+        # A server that exits does so in well under a second: a generous start limit
+        # keeps a loaded machine from making its exit a timeout.
+        ("exit-at-start", hn.RunOutcome.ESCALATED_RETRYABLE, MCPErrorKind.EXITED, 60.0),
+        ("hang", hn.RunOutcome.ESCALATED_RETRYABLE, MCPErrorKind.TIMEOUT, 1.0),
     ],
 )
 async def test_a_server_that_cannot_start_is_a_recorded_run_with_its_typed_error(
-    workspace: Path, store: hn.Store, mode: str, outcome: hn.RunOutcome, kind: MCPErrorKind
+    workspace: Path,
+    store: hn.Store,
+    mode: str,
+    outcome: hn.RunOutcome,
+    kind: MCPErrorKind,
+    limit_s: float,
 ) -> None:
-    server, marker = marked(mode, timeout_s=1.0)
+    server, marker = marked(mode, timeout_s=limit_s)
     provider = hn.ScriptedProvider(["never asked"])
     result = await hn.run(contract(workspace), provider, store=store, mcp=[server])
     assert result.outcome is outcome
@@ -307,7 +314,7 @@ async def test_one_server_failing_to_start_closes_the_others_and_a_bad_setting_i
     workspace: Path, store: hn.Store
 ) -> None:
     good, marker = marked("ok", name="good")
-    bad, _ = marked("exit-at-start", name="bad")
+    bad, _ = marked("exit-at-start", name="bad", timeout_s=60.0)
     result = await hn.run(
         contract(workspace), hn.ScriptedProvider(["never"]), store=store, mcp=[good, bad]
     )
