@@ -122,3 +122,23 @@ def test_the_peers_bench_times_harnessnb_one_step_a_model_call() -> None:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(out) == {"step_ms", "first_fifth_ms", "last_fifth_ms", "loop_s", "peak_rss_mb"}
     assert all(value > 0 for value in out.values())
+
+
+def test_the_import_bench_times_imports_with_their_bytecode_compiled(tmp_path: Path) -> None:
+    """bench/import_time.py where no bytecode is written and none exists yet (a fresh
+    PYTHONPYCACHEPREFIX): it compiles first, so no timed child imports from source."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "import_time.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert "bytecode: compiled first" in done.stdout, done.stderr[-2000:]
+    assert "modules imported without bytecode: 0" in done.stdout
+    assert done.stdout.startswith("load average: ")
