@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _report import load_line, ratio_line, ratios  # noqa: E402
 
 from harnessnb.rules._errors import ConfigError  # noqa: E402
 from harnessnb.rules._policy import Policy  # noqa: E402
@@ -77,6 +80,10 @@ def report(title: str, times: dict[str, list[float]]) -> None:
         med = statistics.median(samples)
         p90 = sorted(samples)[int(len(samples) * 0.9) - 1]
         print(f"{name:<14}{med * 1000:>11.1f}{p90 * 1000:>9.1f}{med / base:>8.2f}x")
+    # Each run's pair (measured one after the other): its ratio, min/median/max.
+    for name, samples in times.items():
+        if name != "none":
+            print(ratio_line(f"  {name} / none, run by run", ratios(samples, times["none"])))
 
 
 def main() -> None:
@@ -84,6 +91,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--files", type=int, default=200)
     args = parser.parse_args()
+    print(load_line())
     backends = available()
     with tempfile.TemporaryDirectory() as folder:
         ws = Path(folder) / "ws"
@@ -102,6 +110,7 @@ def main() -> None:
     print(f"{args.runs} runs of `true`, workspace of {args.files} files beside a .env")
     report("run_argv(['true']) per call (confine + start + wait):", calls)
     report("the start alone (subprocess.run of the confined argv):", starts)
+    print(load_line())
 
 
 if __name__ == "__main__":
