@@ -23,14 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import load_line, ratio_line
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK in whatever imports this script (tests/test_bench_scripts.py).
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a run must not import: jsonschema (its format checkers) and the grammar

@@ -21,15 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import load_line, ratio_line, ratios
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK in whatever imports this script (tests/test_bench_scripts.py).
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
+ratios = _report["ratios"]
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("pandas", "duckdb", "ipywidgets", "httpx2", "IPython")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -24,9 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _report import load_line, ratio_line, ratios  # noqa: E402
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK in whatever imports this script (tests/test_bench_scripts.py).
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
+ratios = _report["ratios"]
 
 from harnessnb.rules._errors import ConfigError  # noqa: E402
 from harnessnb.rules._policy import Policy  # noqa: E402
