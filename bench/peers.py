@@ -30,10 +30,14 @@ durable peer kept, at least 1x), per-step CPU median and whole loop (shown).
 The peers are the ``bench`` extra (``pip install -e '.[bench]'``); a peer not
 installed is skipped with a note. They are not in the ``test`` extra: the suite never
 needs them. On the team machine they live in their own environment, ``/work/venv-peers``
-(``langsmith``, which LangGraph pulls in, registers a pytest plugin: kept out of the
-test environment)::
+(``langsmith``, which LangGraph pulls in, registers a pytest plugin, and the Agents SDK
+wants ``websockets<17``: kept out of the test environment), made with every package
+the two share at the test environment's version::
 
-    /work/venv-peers/bin/python bench/peers.py [--steps 500] [--rounds 3]
+    python3.11 -m venv /work/venv-peers
+    /work/venv/bin/pip freeze | grep -v -e '^-e' -e harnessnb -e '^websockets==' > /tmp/c.txt
+    /work/venv-peers/bin/pip install -c /tmp/c.txt -e '.[bench]'
+    PYTHONPATH=$PWD /work/venv-peers/bin/python bench/peers.py [--steps 500] [--rounds 3]
 
 ``--child NAME`` (internal) runs one side once and prints its figures as JSON.
 """
