@@ -19,6 +19,14 @@ task's round trip through the scheduler, pickles, the claim): the target is at m
 3 ms a run (the median over rounds). The ratios' min/median/max come from
 ``bench/_report.py``, and the load average is printed at the start and the end.
 
+Where that CPU goes: per thread name (psutil, a dependency of distributed), column 2's
+threads here beside column 4's here and on the workers (``worker: MainThread`` is the
+Dask worker's event loop; ``worker: Dask-Default-Threads`` the task thread, which
+claims each run and waits for it; ``IO loop`` here the client's and the scheduler's
+loop). After each Dask round the workers are left idle for as long as the round took
+(at most 3 s, scaled): their CPU doing nothing (heartbeats, monitors, the loop's tick),
+which is paid by the wall clock, not per run, is printed as a part of the overhead.
+
 Then the readers on the last round's runs: ``store.runs(sweep=...)`` and
 ``SweepResult.failure_rates()``, and the same through ``Store.combine`` of the Dask
 sweep's shards. pandas is imported and one frame built before any timing (the first
@@ -30,6 +38,7 @@ Run: python bench/sweep.py [N] [ROUNDS]   (default 300 runs, 3 rounds; needs das
 from __future__ import annotations
 
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -50,16 +59,42 @@ def provider() -> hn.ScriptedProvider:
 
 
 class Took:
-    """One column's round: wall seconds and CPU seconds."""
+    """One column's round: wall seconds and CPU seconds (of them, the workers'), CPU
+    per thread name (this process's, and the workers' as ``worker: NAME``), and the
+    workers' idle CPU over as long as the round took."""
 
     def __init__(self, wall: float, cpu: float) -> None:
-        self.wall, self.cpu = wall, cpu
+        self.wall, self.cpu, self.workers, self.idle = wall, cpu, 0.0, 0.0
+        self.threads: dict[str, float] = {}
+
+
+def thread_cpu() -> dict[str, float]:
+    """This process's CPU seconds so far per thread name (numbers dropped: the
+    ``asyncio_3`` of ``to_thread`` and Dask's ``0-Dask-Default-Threads`` pooled)."""
+    import threading
+
+    import psutil  # distributed's dependency
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for t in psutil.Process().threads():
+        name = names.get(t.id, "not Python (DuckDB's)").split(":")[0]
+        name = name.strip("0123456789-_ ") or name
+        out[name] = out.get(name, 0.0) + t.user_time + t.system_time
+    return out
+
+
+def minus(after: dict[str, float], before: dict[str, float], prefix: str = "") -> dict[str, float]:
+    return {prefix + k: v - before.get(k, 0.0) for k, v in after.items()}
 
 
 async def measured(work: Callable[[], Awaitable[Any]]) -> tuple[Took, Any]:
+    threads = thread_cpu()
     cpu, wall = time.process_time(), time.perf_counter()
     out = await work()
-    return Took(time.perf_counter() - wall, time.process_time() - cpu), out
+    took = Took(time.perf_counter() - wall, time.process_time() - cpu)
+    took.threads = minus(thread_cpu(), threads)
+    return took, out
 
 
 async def sequential(store: hn.Store, ws: Path, n: int) -> None:
@@ -78,14 +113,23 @@ def workers_cpu(client: Any) -> float:
 
 
 async def on_dask(client: Any, ws: Path, shards: Path, n: int) -> tuple[Took, hn.SweepResult]:
-    before = workers_cpu(client)
+    before, threads = workers_cpu(client), client.run(thread_cpu)
     tasks = [f"task {i}" for i in range(n)]
     took, result = await measured(
         lambda: hn.sweep(
             tasks, [provider()], workspace=ws, concurrency=8, executor=client, shards=shards
         )
     )
-    took.cpu += workers_cpu(client) - before
+    took.workers = workers_cpu(client) - before
+    took.cpu += took.workers
+    for address, after in client.run(thread_cpu).items():
+        for name, used in minus(after, threads[address], "worker: ").items():
+            took.threads[name] = took.threads.get(name, 0.0) + used
+    # What the two workers cost doing nothing for as long (heartbeats, monitors, ticks).
+    idle_s = min(took.wall, 3.0)
+    before = workers_cpu(client)
+    await asyncio.sleep(idle_s)
+    took.idle = (workers_cpu(client) - before) / idle_s * took.wall
     return took, result
 
 
@@ -139,7 +183,17 @@ async def main(n: int = 300, rounds: int = 3) -> None:
     for key, name in names.items():
         walls, cpus = [t.wall for t in columns[key]], [t.cpu for t in columns[key]]
         print(f"  {name:27} wall {per_run(walls, n)}   CPU {per_run(cpus, n)}")
+    workers = [t.workers for t in columns["dask"]]
+    here = [t.cpu - t.workers for t in columns["dask"]]
+    print(f"  of Dask's CPU: workers {per_run(workers, n)}; client, scheduler and nannies "
+          f"{per_run(here, n)}")  # fmt: skip
     print(f"  the last Dask sweep: {done} finished, {files} shard files")
+    print("  CPU per thread, ms/run (medians): sweep concurrency=1 here | Dask")
+    for name in sorted({k for t in columns["c1"] + columns["dask"] for k in t.threads}):
+        here1 = statistics.median(t.threads.get(name, 0.0) for t in columns["c1"]) / n * 1000
+        there = statistics.median(t.threads.get(name, 0.0) for t in columns["dask"]) / n * 1000
+        if max(abs(here1), abs(there)) >= 0.05:
+            print(f"    {name:40} {here1:7.2f} | {there:7.2f}")
     cpu = {key: [t.cpu for t in took] for key, took in columns.items()}
     wall = {key: [t.wall for t in took] for key, took in columns.items()}
     print(
@@ -153,6 +207,12 @@ async def main(n: int = 300, rounds: int = 3) -> None:
     print(f"Dask overhead per run (CPU, Dask - sweep concurrency=1)  {mid:.2f} ms "
           f"(min {low:.2f}, max {high:.2f} over {rounds} rounds)  "
           f"target <= {DASK_OVERHEAD_TARGET_MS:.2f} ms  {met}")  # fmt: skip
+    idle = [t.idle / n * 1000 for t in columns["dask"]]
+    net = [o - i for o, i in zip(overhead, idle, strict=True)]
+    low, mid, high = spread(idle)
+    rest = statistics.median(net)
+    print(f"  of it, the 2 workers idle as long as the sweep took: {mid:.2f} ms/run "
+          f"(min {low:.2f}, max {high:.2f}); the rest {rest:.2f} ms/run")  # fmt: skip
     print(f"  store.runs(sweep=...) of {n} runs among {3 * rounds * n}: {runs_ms:.1f} ms; "
           f"SweepResult.failure_rates(): {rates_ms:.1f} ms (pandas warm)")  # fmt: skip
     print(f"  through Store.combine of {files} shards: runs(sweep=...) {combined_runs_ms:.1f} ms;"
