@@ -99,7 +99,8 @@ def test_a_chunk_size_comes_from_the_runs_the_threads_and_the_concurrency() -> N
     assert chunk_size(1000, 2, 100) == 50
     assert chunk_size(6, 2, 8) == 1  # a small sweep: a run a task
     assert chunk_size(10, 4, 2) == 1  # fewer runs submitted than threads
-    assert chunk_size(1000, 0, 8) == 8  # no worker yet: as for one thread
+    assert chunk_size(1000, 0, 8) == 1  # no worker yet (adaptive): a run a task
+    assert chunk_size(1000, 1, 8) == 8
 
 
 async def test_a_sweep_on_the_cluster_sends_its_runs_in_chunks(

@@ -7,7 +7,7 @@ chunk) is shared by them. The chunk size (``chunk_size``) gives about
 ``CHUNKS_PER_THREAD`` chunks to each worker thread over the sweep (a slow chunk at the
 end leaves the others little to wait for) and at most ``concurrency`` over the threads
 (each thread can hold a chunk while at most ``concurrency`` runs are submitted); a
-sweep of few runs is a run a task. A worker process writes its own shard store,
+sweep of few runs, or on a cluster with no worker yet, is a run a task. A worker process writes its own shard store,
 ``<shards>/<host>-<pid>.duckdb``, opened once per process and kept (DuckDB lets one
 process write a file at a time, so no two processes share one) until the Dask worker
 closes (a worker plugin's ``teardown`` closes it once no run uses it: ``_sweep_worker``),
@@ -340,19 +340,21 @@ def chunk_size(runs: int, threads: int, concurrency: int) -> int:
     """How many runs one task makes: about ``CHUNKS_PER_THREAD`` chunks per worker
     thread over the sweep (so a slow chunk at the end leaves the others little to wait
     for), at most ``concurrency`` over the threads (every thread can hold a chunk while at
-    most ``concurrency`` runs are submitted), at least one."""
-    threads = max(1, threads)
+    most ``concurrency`` runs are submitted), at least one; one while the cluster has no
+    worker yet (an adaptive one: the workers it starts each get a run)."""
+    if threads < 1:
+        return 1
     per_thread = max(1, concurrency // threads)
     return max(1, min(-(-runs // (CHUNKS_PER_THREAD * threads)), per_thread))
 
 
 def _threads(client: Any) -> int:
-    """The cluster's worker threads now (1 while it has none: a chunk of one run)."""
+    """The cluster's worker threads now (0 when it cannot say)."""
     try:
-        return sum(client.nthreads().values()) or 1
-    except Exception:  # a scheduler that cannot say: chunks as for one thread
+        return sum(client.nthreads().values())
+    except Exception:  # a scheduler that cannot say: a run a task, as with no worker
         _log.debug("sweep: the cluster's threads unknown", exc_info=True)
-        return 1
+        return 0
 
 
 def _rows_of(future: Any, chunk: list[tuple[int, WorkerJob]]) -> list[SweepRun]:
