@@ -38,6 +38,7 @@ Run: python bench/sweep.py [N] [ROUNDS]   (default 300 runs, 3 rounds; needs das
 from __future__ import annotations
 
 import asyncio
+import runpy
 import statistics
 import sys
 import tempfile
@@ -48,8 +49,13 @@ from typing import Any
 
 import harnessnb as hn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import load_line, ratio_line, ratios, spread
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK for whatever imports it later in the same process.
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
+ratios = _report["ratios"]
+spread = _report["spread"]
 
 DASK_OVERHEAD_TARGET_MS = 3.0
 

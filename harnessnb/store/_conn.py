@@ -106,6 +106,9 @@ class SharedDb:
         self._checked: tuple[int, int] | None = None
         # Appenders of the open connection, reused by every batch (they die with it).
         self._appenders: dict[str, duckdb.Appender] = {}
+        # Leases known current at the open connection's last commit (``Batch.leases``):
+        # forgotten when it closes or is lent to any use but a batch.
+        self._leases: dict[str, int] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
         self._queue: deque[tuple[WriteOp[Any], Future[Any], float]] = deque()
         # When the oldest lingering op of the queue was queued (``WriteOp.linger_s``).
@@ -133,6 +136,7 @@ class SharedDb:
         """
         with _interrupts(), self._lock:
             con = self._con if self._con is not None else self._open(busy_timeout_s)
+            self._leases.clear()  # any SQL may run on it (``Store.sql``)
             try:
                 yield con
             except duckdb.Error as exc:
@@ -274,7 +278,7 @@ class SharedDb:
                 path=self.path,
             )
         con = self._con if self._con is not None else self._open(busy_timeout_s)
-        batch = Batch(self._appenders, single=len(ops) == 1, path=self.path)
+        batch = Batch(self._appenders, path=self.path, leases=self._leases)
         try:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -285,6 +289,7 @@ class SharedDb:
                     results.append(op.apply(con, batch))
                 batch.flush(con)
                 con.execute("COMMIT")
+                batch.committed()
             except BaseException:
                 batch.discard()
                 with contextlib.suppress(duckdb.Error):
@@ -445,6 +450,7 @@ class SharedDb:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._appenders = {}
+        self._leases = {}
         # The parent's writer thread does not exist here; its queued writes are its own.
         self._queue = deque()
         self._queue_lock = threading.Lock()
@@ -453,6 +459,7 @@ class SharedDb:
 
     def _drop(self) -> None:
         self._appenders.clear()
+        self._leases.clear()
         con, self._con = self._con, None
         if con is not None:
             with contextlib.suppress(duckdb.Error):
