@@ -170,8 +170,9 @@ async def throughput(
     reading its SSE minimally (``raw_streamed``), and ``n`` concurrent one-step runs
     (streamed, as runs are by default; their rows in the file store). Each round
     times ``batches`` batches of each side, the side that goes first alternating."""
+    import httpx2
+
     from harnessnb.loop._conversation import initial_messages
-    from harnessnb.providers import _http
     from harnessnb.tools._builtin import builtin_tools
 
     proc, url = chaos_process()
@@ -180,7 +181,14 @@ async def throughput(
         contract = hn.TaskContract("say hi", ws, max_steps=1)
         specs = [t.spec() for t in builtin_tools()]
         body = provider._request_body(initial_messages(contract), specs, None, True)
-        client = _http.new_client()  # harnessnb's client configuration, its own pool
+        # A plain httpx2 client configured as harnessnb's is (no redirects, only connect
+        # bounded, the same pool limits); harnessnb's own also polls idle connections'
+        # sockets itself (providers/_client.py), which raw httpx2 does not.
+        client = httpx2.AsyncClient(
+            follow_redirects=False,
+            timeout=httpx2.Timeout(None, connect=10.0),
+            limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+        )
         target = url + "/v1/chat/completions"
 
         async def raw_batch() -> float:

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,14 +65,24 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
+def raw_client() -> httpx2.AsyncClient:
+    """A plain httpx2 client configured as harnessnb's is (no redirects, only connect
+    bounded, the same pool limits), so the ratio is the cost of harnessnb's layer
+    (httpx2's default 5 s timeouts cost more). Plain: harnessnb's own client polls idle
+    connections' sockets itself (providers/_client.py), which raw httpx2 does not."""
+    return httpx2.AsyncClient(
+        follow_redirects=False,
+        timeout=httpx2.Timeout(None, connect=10.0),
+        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+    )
+
+
 async def clients(url: str, api: str = "chat") -> dict[str, Call]:
     if api == "responses":
         return await responses_clients(url)
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base)
-    # The baseline gets harnessnb's own client configuration, so the ratio is the
-    # cost of harnessnb's layer alone (httpx2's default 5 s timeouts cost more).
-    raw = _http.new_client()
+    raw = raw_client()
     sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "messages": MESSAGES}
 
@@ -159,7 +170,7 @@ async def responses_clients(url: str) -> dict[str, Call]:
     """The same four clients, speaking OpenAI's Responses API."""
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base, api="responses")
-    raw = _http.new_client()
+    raw = raw_client()
     sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "input": MESSAGES}
 

@@ -3,6 +3,14 @@
 went out on had been closed by the server while idle; reading a response's body to a
 size, and draining it so its connection is reused.
 
+The client's connection pool asks each idle connection whether the server closed it
+(its socket readable) every time a request joins or leaves the pool; httpcore2's
+anyio stream answers by building a dict of socket attributes and calling
+``getpeername`` before it polls. With 100 calls in flight that was a third of a call's
+CPU, so the pool's connections are made through ``_ProbedBackend``, whose streams keep
+their socket and poll it directly (the same answer, ``httpcore2``'s own
+``is_socket_readable``).
+
 Split from ``providers/_http.py``, which is its only user (it re-exports
 ``shared_client`` and ``aclose_client``); the two files are all that knows httpx2.
 """
@@ -16,7 +24,10 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
+import httpcore2
 import httpx2
+from httpcore2._backends.auto import AutoBackend
+from httpcore2._utils import is_socket_readable
 
 from ..rules._errors import ProviderErrorKind
 from ..rules._secrets import scrub_loggers
@@ -104,14 +115,84 @@ async def _close_at_loop_shutdown(client: httpx2.AsyncClient) -> AsyncIterator[N
         await client.aclose()
 
 
+# Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
+_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
 def new_client() -> httpx2.AsyncClient:
+    transport = httpx2.AsyncHTTPTransport(limits=_LIMITS)  # as AsyncClient makes its own
+    pool = getattr(transport, "_pool", None)
+    if isinstance(pool, httpcore2.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
+        # Read as each connection is made (tests/test_providers.py checks it still is).
+        pool._network_backend = _ProbedBackend()
     return httpx2.AsyncClient(
         follow_redirects=False,  # a redirect is classified as a request error, never followed
         # The deadline is enforced per attempt with asyncio; httpx2 only bounds connect.
         timeout=httpx2.Timeout(None, connect=_CONNECT_TIMEOUT),
-        # Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
-        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+        limits=_LIMITS,
+        transport=transport,
     )
+
+
+class _ProbedStream(httpcore2.AsyncNetworkStream):
+    """httpcore2's stream, its socket kept so the pool's "closed by the server?" probe
+    polls it directly (see the module's docstring); everything else is the stream's."""
+
+    __slots__ = ("_socket", "_stream")
+
+    def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
+        self._stream = stream
+        self._socket = stream.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        return _ProbedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable" and self._socket is not None:
+            return is_socket_readable(self._socket)
+        return self._stream.get_extra_info(info)
+
+
+class _ProbedBackend(httpcore2.AsyncNetworkBackend):
+    """httpcore2's own backend (anyio under asyncio), its streams ``_ProbedStream``."""
+
+    def __init__(self) -> None:
+        self._backend = AutoBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        return _ProbedStream(stream)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._backend.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return _ProbedStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
 
 
 async def aclose_client() -> None:
