@@ -161,15 +161,26 @@ async def raw_streamed(client: Any, url: str, body: dict[str, Any]) -> str:
     return "".join(text)
 
 
+class Sides:
+    """Each side's figures per round: calls (or runs) per second, and per call the
+    process's CPU and the main thread's (the rest is other threads: the store's writer)."""
+
+    def __init__(self) -> None:
+        self.rate: list[float] = []
+        self.cpu_ms: list[float] = []
+        self.main_ms: list[float] = []
+
+
 async def throughput(
     store: hn.Store, ws: Path, n: int = 100, rounds: int = 5, batches: int = 2
-) -> tuple[list[float], list[float]]:
-    """Calls/s of each round's two sides against the chaos server in its own process:
-    ``n`` concurrent raw httpx2 calls sending the very streamed request a one-step run
-    sends (system prompt, task, the built-in tool specs, ``stream`` with usage) and
-    reading its SSE minimally (``raw_streamed``), and ``n`` concurrent one-step runs
-    (streamed, as runs are by default; their rows in the file store). Each round
-    times ``batches`` batches of each side, the side that goes first alternating."""
+) -> dict[str, Sides]:
+    """Each round's figures of three sides against the chaos server in its own process:
+    ``raw``, ``n`` concurrent raw httpx2 calls sending the very streamed request a
+    one-step run sends (system prompt, task, the built-in tool specs, ``stream`` with
+    usage) and reading its SSE minimally (``raw_streamed``); ``complete``, harnessnb's
+    ``provider.complete`` of the same request (the run's call without the run); ``runs``,
+    ``n`` concurrent one-step runs (streamed, as runs are by default; their rows in the
+    file store). Each round times ``batches`` batches of each side, in rotated order."""
     import httpx2
 
     from harnessnb.loop._conversation import initial_messages
@@ -179,8 +190,9 @@ async def throughput(
     try:
         provider = hn.OpenAI("bench", base_url=url + "/v1")
         contract = hn.TaskContract("say hi", ws, max_steps=1)
+        messages = initial_messages(contract)
         specs = [t.spec() for t in builtin_tools()]
-        body = provider._request_body(initial_messages(contract), specs, None, True)
+        body = provider._request_body(messages, specs, None, True)
         # A plain httpx2 client configured as harnessnb's is (no redirects, only connect
         # bounded, the same pool limits); harnessnb's own also polls idle connections'
         # sockets itself (providers/_client.py), which raw httpx2 does not.
@@ -191,56 +203,88 @@ async def throughput(
         )
         target = url + "/v1/chat/completions"
 
-        async def raw_batch() -> float:
-            t0 = time.perf_counter()
+        async def raw() -> None:
             said = await asyncio.gather(*(raw_streamed(client, target, body) for _ in range(n)))
-            took = time.perf_counter() - t0
             assert all(said), said[:3]
-            return took
 
-        async def runs_batch() -> float:
-            t0 = time.perf_counter()
+        async def complete() -> None:
+            done = await asyncio.gather(
+                *(provider.complete(messages, tools=specs) for _ in range(n))
+            )
+            assert all(c.text for c in done), done[:3]
+
+        async def runs() -> None:
             results = await asyncio.gather(
                 *(hn.run(contract, provider, store=store) for _ in range(n))
             )
-            took = time.perf_counter() - t0
             assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
-            return took
 
-        await raw_batch()  # warm both: connections, imports, the server
-        await runs_batch()
-        raw_rates: list[float] = []
-        run_rates: list[float] = []
+        sides = {"raw": raw, "complete": complete, "runs": runs}
+        for side in sides.values():  # warm each: connections, imports, the server
+            await side()
+        figures = {name: Sides() for name in sides}
+        names = list(sides)
         for r in range(rounds):
-            raw_s = runs_s = 0.0
+            took = dict.fromkeys(names, 0.0)
+            cpu = dict.fromkeys(names, 0.0)
+            main = dict.fromkeys(names, 0.0)
             for b in range(batches):
-                if (r + b) % 2:
-                    raw_s += await raw_batch()
-                    runs_s += await runs_batch()
-                else:
-                    runs_s += await runs_batch()
-                    raw_s += await raw_batch()
-            raw_rates.append(n * batches / raw_s)
-            run_rates.append(n * batches / runs_s)
+                turn = (r * batches + b) % len(names)
+                for name in names[turn:] + names[:turn]:
+                    t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+                    await sides[name]()
+                    took[name] += time.perf_counter() - t0
+                    cpu[name] += time.process_time() - c0
+                    main[name] += time.thread_time() - m0
+            for name in names:
+                figures[name].rate.append(n * batches / took[name])
+                figures[name].cpu_ms.append(cpu[name] / (n * batches) * 1000)
+                figures[name].main_ms.append(main[name] / (n * batches) * 1000)
         await client.aclose()
-        return raw_rates, run_rates
+        return figures
     finally:
         proc.terminate()
         proc.wait(timeout=5)
 
 
 async def concurrent_runs(store: hn.Store, ws: Path, n: int = 100, rounds: int = 5) -> None:
-    """Part 2, printed: the two sides' calls/s and each round's ratio (target >= 0.70x)."""
+    """Part 2, printed: each side's calls/s and CPU per call, and each round's ratio of
+    runs to raw throughput (target >= 0.70x), with where the runs' extra CPU goes."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _report import ratio_line, ratios
 
-    raw, runs = await throughput(store, ws, n, rounds)
+    fig = await throughput(store, ws, n, rounds)
+    med = statistics.median
+    print(f"{n} concurrent one-step runs (streamed), the chaos server in its own process:")
+    for name, label in (
+        ("raw", "raw httpx2 streamed  "),
+        ("complete", "harnessnb complete() "),
+        ("runs", "one-step runs        "),
+    ):
+        f = fig[name]
+        print(
+            f"  {label} {med(f.rate):6.0f}/s  CPU per call {med(f.cpu_ms):.2f} ms "
+            f"(main thread {med(f.main_ms):.2f}, other threads "
+            f"{med(f.cpu_ms) - med(f.main_ms):.2f})"
+        )
     print(
-        f"{n} concurrent one-step runs (streamed), chaos server in its own process: "
-        f"raw httpx2 streamed median {statistics.median(raw):.0f}/s, "
-        f"runs median {statistics.median(runs):.0f}/s"
+        ratio_line(
+            "  runs / raw streamed throughput",
+            ratios(fig["runs"].rate, fig["raw"].rate),
+            0.70,
+            at_least=True,
+        )
     )
-    print(ratio_line("  runs / raw streamed throughput", ratios(runs, raw), 0.70, at_least=True))
+    print(
+        ratio_line(
+            "  complete() / raw streamed throughput", ratios(fig["complete"].rate, fig["raw"].rate)
+        )
+    )
+    print(
+        ratio_line(
+            "  runs / raw streamed CPU per call", ratios(fig["runs"].cpu_ms, fig["raw"].cpu_ms)
+        )
+    )
 
 
 async def run_per_step(store: hn.Store, ws: Path, steps: int, tracer_provider: Any) -> float:
