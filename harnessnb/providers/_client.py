@@ -8,8 +8,8 @@ The client's connection pool asks each idle connection whether the server closed
 anyio stream answers by building a dict of socket attributes and calling
 ``getpeername`` before it polls. With 100 calls in flight that was a third of a call's
 CPU, so the pool's connections are made through ``_ProbedBackend``, whose streams keep
-their socket and poll it directly (the same answer, ``httpcore2``'s own
-``is_socket_readable``).
+their socket and poll it directly (``_readable``: the same answer as httpcore2's own
+probe).
 
 Split from ``providers/_http.py``, which is its only user (it re-exports
 ``shared_client`` and ``aclose_client``); the two files are all that knows httpx2.
@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import socket
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -26,8 +28,6 @@ from typing import Any, NamedTuple
 
 import httpcore2
 import httpx2
-from httpcore2._backends.auto import AutoBackend
-from httpcore2._utils import is_socket_readable
 
 from ..rules._errors import ProviderErrorKind
 from ..rules._secrets import scrub_loggers
@@ -160,15 +160,29 @@ class _ProbedStream(httpcore2.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable" and self._socket is not None:
-            return is_socket_readable(self._socket)
+            return _readable(self._socket)
         return self._stream.get_extra_info(info)
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Whether a read on ``sock`` would return at once (data, or the end a server's close
+    left): httpcore2's test, polled without waiting. A socket without a descriptor any
+    more reads as readable, as there."""
+    fd = sock.fileno()
+    if fd < 0:
+        return True
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
+
+
 class _ProbedBackend(httpcore2.AsyncNetworkBackend):
-    """httpcore2's own backend (anyio under asyncio), its streams ``_ProbedStream``."""
+    """httpcore2's own backend under asyncio (anyio's), its streams ``_ProbedStream``."""
 
     def __init__(self) -> None:
-        self._backend = AutoBackend()
+        self._backend = httpcore2.AnyIOBackend()
 
     async def connect_tcp(
         self,
