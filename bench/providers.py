@@ -10,8 +10,8 @@ compare whole answers (``stream=False``, as the raw POST and the SDK ask); the
 events minimally (lines iterated, each ``data:`` JSON-loaded, the content and tool-call
 deltas accumulated, ``[DONE]`` ending the answer). Targets, on the median of the rounds'
 CPU-per-call ratios: harnessnb streamed <= 1.15x raw streamed, whole answer <= 1.10x raw.
-Raw httpx2's and harnessnb's pools are made anew before each sequential measurement
-(``Pools``), so those sequential figures are the calls' own, on one kept connection.
+The sequential calls run on a loop and clients of their own (``SequentialLoop``), so
+their pools never hold the concurrent bursts' idle connections.
 
 ``--api responses`` measures OpenAI's Responses API the same way (``OpenAI(api="responses")``,
 a raw POST to ``/responses``, the SDK's ``responses.create``).
@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -79,33 +80,37 @@ def raw_client() -> httpx2.AsyncClient:
     )
 
 
-class Pools:
-    """The clients whose connection pools the calls go through; raw httpx2's and
-    harnessnb's are made anew before each sequential measurement (``renew``): after a
-    concurrent phase a pool keeps 100 idle connections, and httpcore2 probes each of
-    them whenever a request joins or leaves the pool, which would make the sequential
-    figures measure the pool, not the call."""
+class SequentialLoop:
+    """A second event loop, on a thread of its own, where the sequential calls run
+    through clients of their own: their pools never see the concurrent bursts, whose
+    100 idle connections httpcore2 would probe on every request joining or leaving the
+    pool (raw httpx2 and the SDK do so expensively, harnessnb cheaply: see
+    providers/_client.py), so the sequential figures are the calls' own, on one kept
+    connection. The main loop waits, idle, while it runs."""
 
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.raw = raw_client()
-        self.sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
+    def __init__(self, url: str, api: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.calls = self.run(clients(url, api))
 
-    async def renew(self) -> None:
-        # The SDK's client is kept as it was: made anew like these, its calls ran 3-4x
-        # slower in wall time after the other clients' bursts (not investigated), so
-        # its figures stay measured as they always were.
-        await self.raw.aclose()
-        await _http.aclose_client()  # harnessnb's shared client: the next call makes one
-        self.raw = raw_client()
+    def run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.run(_http.aclose_client())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
-async def clients(url: str, api: str = "chat") -> tuple[dict[str, Call], Pools]:
-    base = url + "/v1"
-    pools = Pools(base)
+async def clients(url: str, api: str = "chat") -> dict[str, Call]:
     if api == "responses":
-        return await responses_clients(url, pools), pools
+        return await responses_clients(url)
+    base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base)
+    raw = raw_client()
+    sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "messages": MESSAGES}
 
     async def harness() -> str:
@@ -115,19 +120,19 @@ async def clients(url: str, api: str = "chat") -> tuple[dict[str, Call], Pools]:
         return (await provider.complete(MESSAGES)).text
 
     async def raw_post() -> str:
-        r = await pools.raw.post(base + "/chat/completions", json=body)
+        r = await raw.post(base + "/chat/completions", json=body)
         r.raise_for_status()
         return str(r.json()["choices"][0]["message"]["content"])
 
     async def official() -> str:
-        r = await pools.sdk.chat.completions.create(model="bench-model", messages=MESSAGES)  # type: ignore[arg-type]
+        r = await sdk.chat.completions.create(model="bench-model", messages=MESSAGES)  # type: ignore[arg-type]
         return str(r.choices[0].message.content)
 
     # The very body harnessnb streams with (usage asked for at the end).
     stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
 
     async def raw_streamed() -> str:
-        return await read_sse_minimally(pools.raw, base + "/chat/completions", stream_body)
+        return await read_sse_minimally(raw, base + "/chat/completions", stream_body)
 
     gemini = hn.Gemini("bench-model", api_key="unused", base_url=url)
     gemini_url = url + "/v1/models/bench-model:generateContent"
@@ -141,7 +146,7 @@ async def clients(url: str, api: str = "chat") -> tuple[dict[str, Call], Pools]:
         return (await gemini.complete(MESSAGES, stream=False)).text
 
     async def gemini_raw() -> str:
-        r = await pools.raw.post(gemini_url, json=gemini_body, headers=key)
+        r = await raw.post(gemini_url, json=gemini_body, headers=key)
         r.raise_for_status()
         return str(r.json()["candidates"][0]["content"]["parts"][0]["text"])
 
@@ -153,7 +158,7 @@ async def clients(url: str, api: str = "chat") -> tuple[dict[str, Call], Pools]:
         "raw stream": raw_streamed,
         "gemini": gemini_harness,
         "gemini raw": gemini_raw,
-    }, pools
+    }
 
 
 async def read_sse_minimally(
@@ -188,10 +193,12 @@ async def read_sse_minimally(
     return "".join(text)
 
 
-async def responses_clients(url: str, pools: Pools) -> dict[str, Call]:
+async def responses_clients(url: str) -> dict[str, Call]:
     """The same four clients, speaking OpenAI's Responses API."""
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base, api="responses")
+    raw = raw_client()
+    sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "input": MESSAGES}
 
     async def harness() -> str:
@@ -201,7 +208,7 @@ async def responses_clients(url: str, pools: Pools) -> dict[str, Call]:
         return (await provider.complete(MESSAGES)).text
 
     async def raw_post() -> str:
-        r = await pools.raw.post(base + "/responses", json=body)
+        r = await raw.post(base + "/responses", json=body)
         r.raise_for_status()
         items = r.json()["output"]
         return "".join(
@@ -213,7 +220,7 @@ async def responses_clients(url: str, pools: Pools) -> dict[str, Call]:
         )
 
     async def official() -> str:
-        r = await pools.sdk.responses.create(model="bench-model", input=MESSAGES)  # type: ignore[arg-type]
+        r = await sdk.responses.create(model="bench-model", input=MESSAGES)  # type: ignore[arg-type]
         return r.output_text
 
     return {
@@ -249,10 +256,12 @@ async def main(seq_n: int, conc_n: int, rounds: int, api: str = "chat") -> None:
     print(load_line())
     proc, url = start_server()
     try:
-        calls, pools = await clients(url, api)
+        calls = await clients(url, api)
+        seq = SequentialLoop(url, api)
         print(f"API: {api}")
-        for call in calls.values():  # warm up pools, imports and the server
+        for name, call in calls.items():  # warm up pools, imports and the server
             assert (await call()).startswith("Say hello")
+            assert seq.run(seq.calls[name]()).startswith("Say hello")
             await concurrent(call, 200)
         results: dict[str, dict[str, list[float]]] = {
             name: {"seq": [], "conc": [], "cpu": []} for name in calls
@@ -263,17 +272,15 @@ async def main(seq_n: int, conc_n: int, rounds: int, api: str = "chat") -> None:
             # collector runs first so one client's garbage is not timed on the next.
             turn = r % len(names)
             for name in names[turn:] + names[:turn]:
-                await pools.renew()  # one connection, not the 100 the last burst left
-                await calls[name]()  # ...opened untimed
                 gc.collect()
-                wall, cpu = await sequential(calls[name], seq_n)
+                wall, cpu = seq.run(sequential(seq.calls[name], seq_n))
                 results[name]["seq"].append(wall)
                 results[name]["cpu"].append(cpu)
                 gc.collect()
                 results[name]["conc"].append(await concurrent(calls[name], conc_n))
         report(results, seq_n, conc_n, rounds)
         print(load_line())
-        await pools.renew()
+        seq.close()
         await _http.aclose_client()
     finally:
         proc.terminate()
