@@ -251,8 +251,9 @@ async def concurrent_runs(store: hn.Store, ws: Path, n: int = 100, rounds: int =
     """Part 2, printed: each side's calls/s and CPU per call, and each round's ratio of
     runs to raw throughput (target >= 0.70x), with where the runs' extra CPU goes."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _report import ratio_line, ratios
+    from _report import load_line, ratio_line, ratios
 
+    print(load_line())
     fig = await throughput(store, ws, n, rounds)
     med = statistics.median
     print(f"{n} concurrent one-step runs (streamed), the chaos server in its own process:")
@@ -285,6 +286,7 @@ async def concurrent_runs(store: hn.Store, ws: Path, n: int = 100, rounds: int =
             "  runs / raw streamed CPU per call", ratios(fig["runs"].cpu_ms, fig["raw"].cpu_ms)
         )
     )
+    print(load_line())
 
 
 async def run_per_step(store: hn.Store, ws: Path, steps: int, tracer_provider: Any) -> float:
