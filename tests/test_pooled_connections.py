@@ -13,7 +13,10 @@ import asyncio
 import contextlib
 import json
 import select
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -282,3 +285,51 @@ async def test_the_pools_probe_of_idle_connections_builds_no_socket_attributes(
             await provider.complete(HI)
         assert srv.connections == opened  # no connection made: only probes ran
         assert built == []
+
+
+class TLSServer(RawServer):
+    """``RawServer`` over TLS (its certificate made for 127.0.0.1)."""
+
+    def __init__(self, plan: list[str], context: ssl.SSLContext) -> None:
+        self._context = context
+        super().__init__(plan)
+        self.url = self.url.replace("http://", "https://")
+
+    def _converse(self, conn: socket.socket, number: int) -> None:
+        try:
+            wrapped = self._context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        super()._converse(wrapped, number)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_probed_connections_speak_tls_and_are_reused(
+    stream: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harnessnb's client makes its connections through its own backend
+    (``_client._ProbedBackend``): a TLS connection's stream is wrapped after its
+    handshake too, kept in the pool, probed and used again."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read as the client is made
+    await _http.aclose_client()
+    server = TLSServer([], context)
+    try:
+        provider = hn.OpenAI("m", base_url=server.url, stream=stream)
+        for _ in range(3):
+            assert (await provider.complete(HI)).text == "hi"
+        assert server.connections == 1 and len(server.seen) == 3
+    finally:
+        server.close()
