@@ -8,7 +8,7 @@ The client's connection pool asks each idle connection whether the server closed
 anyio stream answers by building a dict of socket attributes and calling
 ``getpeername`` before it polls. With 100 calls in flight that was a third of a call's
 CPU, so the pool's connections are made through ``_ProbedBackend``, whose streams keep
-their socket and poll it directly (``_readable``: the same answer as httpcore2's own
+their socket and poll it directly (``_Readable``: the same answer as httpcore2's own
 probe).
 
 Split from ``providers/_http.py``, which is its only user (it re-exports
@@ -138,11 +138,12 @@ class _ProbedStream(httpcore2.AsyncNetworkStream):
     """httpcore2's stream, its socket kept so the pool's "closed by the server?" probe
     polls it directly (see the module's docstring); everything else is the stream's."""
 
-    __slots__ = ("_socket", "_stream")
+    __slots__ = ("_readable", "_stream")
 
     def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
         self._stream = stream
-        self._socket = stream.get_extra_info("socket")
+        sock = stream.get_extra_info("socket")
+        self._readable = None if sock is None else _Readable(sock)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return await self._stream.read(max_bytes, timeout)
@@ -159,23 +160,34 @@ class _ProbedStream(httpcore2.AsyncNetworkStream):
         return _ProbedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable" and self._socket is not None:
-            return _readable(self._socket)
+        if info == "is_readable" and self._readable is not None:
+            return self._readable()
         return self._stream.get_extra_info(info)
 
 
-def _readable(sock: socket.socket) -> bool:
-    """Whether a read on ``sock`` would return at once (data, or the end a server's close
-    left): httpcore2's test, polled without waiting. A socket without a descriptor any
-    more reads as readable, as there."""
-    fd = sock.fileno()
-    if fd < 0:
-        return True
-    if not hasattr(select, "poll"):  # Windows
-        return bool(select.select([fd], [], [], 0)[0])
-    poll = select.poll()
-    poll.register(fd, select.POLLIN)
-    return bool(poll.poll(0))
+class _Readable:
+    """Whether a read on a socket would return at once (data, or the end a server's
+    close left): httpcore2's test, polled without waiting, through one poll object
+    registered once per socket (a pool probes each idle one ~100 times a call with 100
+    in flight). A socket without a descriptor any more reads as readable, as there."""
+
+    __slots__ = ("_poll", "_socket")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
+        self._poll: Any = None
+        fd = sock.fileno()
+        if hasattr(select, "poll") and fd >= 0:  # not on Windows: select there
+            self._poll = select.poll()
+            self._poll.register(fd, select.POLLIN)
+
+    def __call__(self) -> bool:
+        fd = self._socket.fileno()
+        if fd < 0:  # closed: its number may belong to another socket by now
+            return True
+        if self._poll is None:
+            return bool(select.select([fd], [], [], 0)[0])
+        return bool(self._poll.poll(0))
 
 
 class _ProbedBackend(httpcore2.AsyncNetworkBackend):
