@@ -1,20 +1,20 @@
 """``hn.sweep(..., executor=client, shards=folder)``: the runs of a sweep on a Dask cluster.
 
 The runs go in chunks: one task (``_sweep_worker.run_chunk_on_worker``, a module-level
-function the workers import) makes several runs one after another, so Dask's cost per task (the
-round trip through the scheduler, the pickles: the provider and options once per
-chunk) is shared by them. The chunk size (``chunk_size``) gives about
+function the workers import) makes several runs one after another, so Dask's cost per
+task (the round trip through the scheduler, the pickles: the provider and options once
+per chunk) is shared by them. The chunk size (``chunk_size``) gives about
 ``CHUNKS_PER_THREAD`` chunks to each worker thread over the sweep (a slow chunk at the
 end leaves the others little to wait for) and at most ``concurrency`` over the threads
-(each thread can hold a chunk while at most ``concurrency`` runs are submitted); a
-sweep of few runs, or on a cluster with no worker yet, is a run a task. A worker process writes its own shard store,
-``<shards>/<host>-<pid>.duckdb``, opened once per process and kept (DuckDB lets one
-process write a file at a time, so no two processes share one) until the Dask worker
-closes (a worker plugin's ``teardown`` closes it once no run uses it: ``_sweep_worker``),
-and drives ``hn.run`` on harnessnb's loop thread in a private copy of the workspace, as
-the local sweep does. The client keeps at most ``concurrency`` runs submitted (so
-``max_cost_usd`` can stop launching, and a cancel has little to take back), and calls
-``on_run`` on its loop for each run's row as its chunk comes back
+(each thread can hold a chunk while at most ``concurrency`` runs are submitted); a sweep
+of few runs, or on a cluster with no worker yet, is a run a task. A worker process
+writes its own shard store, ``<shards>/<host>-<pid>.duckdb``, opened once per process
+and kept (DuckDB lets one process write a file at a time, so no two processes share one)
+until the Dask worker closes (a worker plugin's ``teardown`` closes it once no run uses
+it: ``_sweep_worker``), and drives ``hn.run`` on harnessnb's loop thread in a private
+copy of the workspace, as the local sweep does. The client keeps at most ``concurrency``
+runs submitted (so ``max_cost_usd`` can stop launching, and a cancel has little to take
+back), and calls ``on_run`` on its loop for each run's row as its chunk comes back
 (``distributed.as_completed``, waited on in a thread: the event loop never blocks). The
 result's store is ``Store.combine(shards)``.
 
