@@ -236,3 +236,42 @@ def test_a_reader_keeps_the_file_warm_until_another_process_waits_for_its_turn(
         assert reads > 0
         assert len(db.waits) > opens  # handed over to the writer, then reopened
         assert len(store.runs()) == 2
+
+
+# A program that takes no turn: plain DuckDB, retrying its lock until it gets the file.
+_PLAIN_DUCKDB = """
+import sys, time, duckdb
+deadline = time.monotonic() + 60
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1])
+    except duckdb.IOException:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.01)
+        continue
+    print(con.execute("SELECT count(*) FROM run_rows").fetchone()[0], flush=True)
+    con.close()
+    break
+"""
+
+
+def test_a_reader_kept_warm_still_lets_a_program_that_takes_no_turn_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A program on DuckDB's lock alone cannot be seen waiting: a reader that never idles
+    # past its linger lets the file go at least every _MAX_HOLD_UNSEEN_S (10 s; 0.3 s
+    # here, to keep the test short), so such a program gets in while it reads.
+    from harnessnb.store import _conn
+
+    monkeypatch.setattr(_conn, "_MAX_HOLD_UNSEEN_S", 0.3)
+    path = tmp_path / "plain.duckdb"
+    with Store(path, linger_s=30.0) as store:
+        store_writer(store).create_run(run_row("r1"))
+        other = child(_PLAIN_DUCKDB, str(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while other.poll() is None and time.monotonic() < deadline:
+            store.failure_rates()  # never idle: only the hold limit lets the file go
+        out, err = other.communicate(timeout=60)
+        assert (other.returncode, out.strip()) == (0, "1"), err
+        assert len(store.runs()) == 1
