@@ -16,15 +16,18 @@ Run: python bench/gil.py
 
 from __future__ import annotations
 
+import runpy
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from loop import floor_statements
+# bench/loop.py by its path (this folder on sys.path would let bench/mcp.py shadow
+# the MCP SDK for whatever imports it later in the same process).
+floor_statements = runpy.run_path(str(Path(__file__).resolve().with_name("loop.py")))[
+    "floor_statements"
+]
 
 
 def commits_per_second(path: Path, busy: bool, seconds: float = 1.0) -> tuple[float, float]:

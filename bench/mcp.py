@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
 import io
 import pstats
 import statistics
@@ -47,6 +48,18 @@ from harnessnb.mcp._toolset import ToolServers
 from harnessnb.tools._executor import ToolExecutor
 from harnessnb.tools._workspace import Workspace
 
+
+def _load_report() -> Any:
+    """bench/_report.py, by its path (this folder is off sys.path, see above)."""
+    path = Path(__file__).resolve().with_name("_report.py")
+    spec = importlib.util.spec_from_file_location("bench_report", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_report = _load_report()
 TOOL = "get_current_time"
 ARGS: dict[str, Any] = {"timezone": "UTC"}
 SERVER_ARGS = ["-m", "mcp_server_time"]
@@ -149,6 +162,7 @@ def ms(seconds: float) -> str:
 
 
 async def run(calls: int, rounds: int, show_profile: bool) -> int:
+    print(_report.load_line())
     per_round = max(1, calls // rounds)
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
@@ -184,13 +198,14 @@ async def run(calls: int, rounds: int, show_profile: bool) -> int:
             f"per call (calls only): harnessnb median {ms(h_med)}, bare median {ms(b_med)}, "
             f"ratio {ratio:.2f}x  target <= 1.3x  {'OK' if ratio <= 1.3 else 'MISS'}"
         )
-        print(f"  the {rounds} rounds' own ratios: {min(ratios):.2f}x to {max(ratios):.2f}x")
+        print(_report.ratio_line("  per call, each round's medians harnessnb/bare", ratios, 1.3))
         print(
             f"one start-up and {total} calls: {with_start:.2f}x "
             f"(start-up ratio {hs_med / bs_med:.2f}x)"
         )
         if show_profile:
             print(await profile(ws, per_round))
+    print(_report.load_line())
     return 0
 
 

@@ -5,8 +5,13 @@ server's ``generateContent``. All call the same healthy chaos server, which runs
 own process so that its CPU time does not share the client's GIL: the numbers measure
 the clients. The ratios
 compare whole answers (``stream=False``, as the raw POST and the SDK ask); the
-``harnessnb stream`` row is the default, streamed ``complete()``, and its ratio to
-``harnessnb`` is what streaming costs per call.
+``harnessnb stream`` row is the default, streamed ``complete()``, measured against
+``raw stream``: httpx2 sending the same streamed request and reading its server-sent
+events minimally (lines iterated, each ``data:`` JSON-loaded, the content and tool-call
+deltas accumulated, ``[DONE]`` ending the answer). Targets, on the median of the rounds'
+CPU-per-call ratios: harnessnb streamed <= 1.15x raw streamed, whole answer <= 1.10x raw.
+The sequential calls run on a loop and clients of their own (``SequentialLoop``), so
+their pools never hold the concurrent bursts' idle connections.
 
 ``--api responses`` measures OpenAI's Responses API the same way (``OpenAI(api="responses")``,
 a raw POST to ``/responses``, the SDK's ``responses.create``).
@@ -20,20 +25,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import harnessnb as hn  # noqa: E402
+from bench._report import load_line, ratio_line, ratios  # noqa: E402
 from harnessnb.providers import _http  # noqa: E402
 
 MESSAGES: list[dict[str, Any]] = [
@@ -59,14 +68,48 @@ def start_server() -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
+def raw_client() -> httpx2.AsyncClient:
+    """A plain httpx2 client configured as harnessnb's is (no redirects, only connect
+    bounded, the same pool limits), so the ratio is the cost of harnessnb's layer
+    (httpx2's default 5 s timeouts cost more). Plain: harnessnb's own client polls idle
+    connections' sockets itself (providers/_client.py), which raw httpx2 does not."""
+    return httpx2.AsyncClient(
+        follow_redirects=False,
+        timeout=httpx2.Timeout(None, connect=10.0),
+        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+    )
+
+
+class SequentialLoop:
+    """A second event loop, on a thread of its own, where the sequential calls run
+    through clients of their own: their pools never see the concurrent bursts, whose
+    100 idle connections httpcore2 would probe on every request joining or leaving the
+    pool (raw httpx2 and the SDK do so expensively, harnessnb cheaply: see
+    providers/_client.py), so the sequential figures are the calls' own, on one kept
+    connection. The main loop waits, idle, while it runs."""
+
+    def __init__(self, url: str, api: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.calls = self.run(clients(url, api))
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.run(_http.aclose_client())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
 async def clients(url: str, api: str = "chat") -> dict[str, Call]:
     if api == "responses":
         return await responses_clients(url)
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base)
-    # The baseline gets harnessnb's own client configuration, so the ratio is the
-    # cost of harnessnb's layer alone (httpx2's default 5 s timeouts cost more).
-    raw = _http.new_client()
+    raw = raw_client()
     sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "messages": MESSAGES}
 
@@ -84,6 +127,12 @@ async def clients(url: str, api: str = "chat") -> dict[str, Call]:
     async def official() -> str:
         r = await sdk.chat.completions.create(model="bench-model", messages=MESSAGES)  # type: ignore[arg-type]
         return str(r.choices[0].message.content)
+
+    # The very body harnessnb streams with (usage asked for at the end).
+    stream_body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+    async def raw_streamed() -> str:
+        return await read_sse_minimally(raw, base + "/chat/completions", stream_body)
 
     gemini = hn.Gemini("bench-model", api_key="unused", base_url=url)
     gemini_url = url + "/v1/models/bench-model:generateContent"
@@ -106,16 +155,49 @@ async def clients(url: str, api: str = "chat") -> dict[str, Call]:
         "raw httpx2": raw_post,
         "openai SDK": official,
         "harnessnb stream": streamed,
+        "raw stream": raw_streamed,
         "gemini": gemini_harness,
         "gemini raw": gemini_raw,
     }
+
+
+async def read_sse_minimally(
+    client: Any, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> str:
+    """A streamed chat completion read the least a client can: its lines iterated, each
+    ``data:`` line JSON-loaded until ``[DONE]``, the content deltas and the tool calls'
+    fragments (keyed by index) accumulated. The body is read to its end, so the
+    connection goes back to the pool as harnessnb's does."""
+    text: list[str] = []
+    calls: dict[int, list[str]] = {}
+    done = False
+    async with client.stream("POST", url, json=body, headers=headers) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if done or not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                continue
+            for choice in json.loads(data).get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    text.append(delta["content"])
+                for frag in delta.get("tool_calls") or ():
+                    call = calls.setdefault(frag.get("index", 0), ["", ""])
+                    fn = frag.get("function") or {}
+                    call[0] += fn.get("name") or ""
+                    call[1] += fn.get("arguments") or ""
+    assert done, "stream ended before [DONE]"
+    return "".join(text)
 
 
 async def responses_clients(url: str) -> dict[str, Call]:
     """The same four clients, speaking OpenAI's Responses API."""
     base = url + "/v1"
     provider = hn.OpenAI("bench-model", base_url=base, api="responses")
-    raw = _http.new_client()
+    raw = raw_client()
     sdk = openai.AsyncOpenAI(api_key="unused", base_url=base, max_retries=0)
     body = {"model": "bench-model", "input": MESSAGES}
 
@@ -171,12 +253,15 @@ async def concurrent(call: Call, n: int, width: int = 100) -> float:
 
 
 async def main(seq_n: int, conc_n: int, rounds: int, api: str = "chat") -> None:
+    print(load_line())
     proc, url = start_server()
     try:
         calls = await clients(url, api)
+        seq = SequentialLoop(url, api)
         print(f"API: {api}")
-        for call in calls.values():  # warm up pools, imports and the server
+        for name, call in calls.items():  # warm up pools, imports and the server
             assert (await call()).startswith("Say hello")
+            assert seq.run(seq.calls[name]()).startswith("Say hello")
             await concurrent(call, 200)
         results: dict[str, dict[str, list[float]]] = {
             name: {"seq": [], "conc": [], "cpu": []} for name in calls
@@ -188,12 +273,14 @@ async def main(seq_n: int, conc_n: int, rounds: int, api: str = "chat") -> None:
             turn = r % len(names)
             for name in names[turn:] + names[:turn]:
                 gc.collect()
-                wall, cpu = await sequential(calls[name], seq_n)
+                wall, cpu = seq.run(sequential(seq.calls[name], seq_n))
                 results[name]["seq"].append(wall)
                 results[name]["cpu"].append(cpu)
                 gc.collect()
                 results[name]["conc"].append(await concurrent(calls[name], conc_n))
         report(results, seq_n, conc_n, rounds)
+        print(load_line())
+        seq.close()
         await _http.aclose_client()
     finally:
         proc.terminate()
@@ -205,8 +292,8 @@ def report(
 ) -> None:
     # Best of the rounds: the machine is shared, and noise only ever adds time.
     med = {n: {k: min(v) for k, v in r.items()} for n, r in results.items()}
-    raw, hnb, sdk = med["raw httpx2"], med["harnessnb"], med["openai SDK"]
     print(f"best of {rounds} rounds; sequential {seq_n} calls, concurrent {conc_n} calls x100\n")
+    raw, hnb, sdk = med["raw httpx2"], med["harnessnb"], med["openai SDK"]
     print(
         f"{'client':<12} {'seq us/call':>12} {'seq calls/s':>12} {'conc calls/s':>13} "
         f"{'seq vs raw':>11} {'conc vs raw':>12} {'seq cpu us/call':>16}"
@@ -239,6 +326,27 @@ def report(
         f"conc {st['conc'] / hnb['conc']:.2f}x, seq CPU {st['cpu'] / hnb['cpu']:.2f}x   "
         "(what streaming costs per complete())"
     )
+    print("\nCPU per call, each round's ratio (the two sides measured in the same round):")
+    cpu = {name: r["cpu"] for name, r in results.items()}
+    if "raw stream" in cpu:
+        print(
+            ratio_line(
+                "harnessnb streamed / raw streamed",
+                ratios(cpu["harnessnb stream"], cpu["raw stream"]),
+                1.15,
+            )
+        )
+    print(
+        ratio_line(
+            "harnessnb whole / raw whole      ", ratios(cpu["harnessnb"], cpu["raw httpx2"]), 1.10
+        )
+    )
+    if "gemini" in cpu:
+        print(
+            ratio_line(
+                "hn.Gemini whole / raw whole      ", ratios(cpu["gemini"], cpu["gemini raw"])
+            )
+        )
 
 
 if __name__ == "__main__":

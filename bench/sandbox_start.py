@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK in whatever imports this script (tests/test_bench_scripts.py).
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
+ratios = _report["ratios"]
 
 from harnessnb.rules._errors import ConfigError  # noqa: E402
 from harnessnb.rules._policy import Policy  # noqa: E402
@@ -77,6 +84,10 @@ def report(title: str, times: dict[str, list[float]]) -> None:
         med = statistics.median(samples)
         p90 = sorted(samples)[int(len(samples) * 0.9) - 1]
         print(f"{name:<14}{med * 1000:>11.1f}{p90 * 1000:>9.1f}{med / base:>8.2f}x")
+    # Each run's pair (measured one after the other): its ratio, min/median/max.
+    for name, samples in times.items():
+        if name != "none":
+            print(ratio_line(f"  {name} / none, run by run", ratios(samples, times["none"])))
 
 
 def main() -> None:
@@ -84,6 +95,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--files", type=int, default=200)
     args = parser.parse_args()
+    print(load_line())
     backends = available()
     with tempfile.TemporaryDirectory() as folder:
         ws = Path(folder) / "ws"
@@ -102,6 +114,7 @@ def main() -> None:
     print(f"{args.runs} runs of `true`, workspace of {args.files} files beside a .env")
     report("run_argv(['true']) per call (confine + start + wait):", calls)
     report("the start alone (subprocess.run of the confined argv):", starts)
+    print(load_line())
 
 
 if __name__ == "__main__":

@@ -1,9 +1,23 @@
-"""Benchmark the DuckDB store: step commits, bulk appends, failure_rates vs pandas/SQLite,
-and many processes on one file.
+"""Benchmark the DuckDB store: step commits, bulk appends, failure_rates vs pandas/SQLite
+and against the same SQL in bare DuckDB, and many processes on one file.
 
 Run: ``python bench/store.py`` (from the repository root); ``python bench/store.py
-processes`` runs only the many-processes part. Prints one table; the numbers in
+processes`` runs only the many-processes part, ``python bench/store.py failure_rates
+[--rounds N]`` only the failure_rates parts. Prints one table; the numbers in
 bench/RESULTS-store.md and BENCHMARKS.md come from this script.
+
+failure_rates at the SQL floor (#31), over 1M attempts, the two sides measured
+alternately round by round (their order swapped each round), each round's ratio
+reported (min/median/max over rounds, judged on the median):
+
+- warm: ``store.failure_rates()`` on a store whose connection is open, against the
+  same query text (``failure_sql``, the one the store runs) on a bare ``duckdb``
+  connection to a byte-for-byte copy of the file, held open, with ``.df()`` at the
+  end: target <= 1.15x.
+- after the linger: the store idle past its ``linger_s`` (its connection closed,
+  checked), so ``failure_rates`` takes its turn and reopens the file; against a bare
+  ``duckdb.connect(copy)``, the same query and ``.df()``, and ``close()``, after the
+  same idle wait: target <= 1.5x.
 
 Many processes: 8 writer processes, each driving 10 runs through ``hn.run_sync`` (two
 read-tool steps and an answer, a scripted provider), and 2 reader processes
@@ -30,8 +44,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import duckdb
 import pandas as pd
 
+from bench._report import load_line, ratio_line, ratios
+from harnessnb.store._failures import failure_sql
 from harnessnb.store._store import Store
 from harnessnb.store._writer import store_writer
 
@@ -175,27 +192,114 @@ ORDER BY p.provider, p.failures DESC
 """
 
 
-def bench_failure_rates(root: Path, frame: pd.DataFrame) -> dict[str, float]:
-    """Median ms of the same aggregation in the store, pandas and SQLite."""
+def bench_failure_rates(root: Path, frame: pd.DataFrame) -> None:
+    """The same aggregation in the store, pandas and SQLite, alternately round by round;
+    prints each one's ratio to the store. Leaves the store file ``big.duckdb`` (closed)
+    for ``bench_floor``."""
     store = Store(root / "big.duckdb")
     store_writer(store).add_attempts("x", frame.drop(columns=["run_id"]).to_dict("records"))
     sqlite = sqlite3.connect(root / "big.sqlite")
     cols = ["run_id", "step", "attempt", "provider", "kind", "retry_after_s"]
     frame[cols].to_sql("attempts", sqlite, index=False)
-    out = {
-        "duckdb": statistics.median(timed(lambda: store.failure_rates(), 5)),
-        "pandas": statistics.median(timed(lambda: pandas_failure_rates(frame), 5)),
-        "sqlite": statistics.median(
-            timed(lambda: sqlite.execute(SQLITE_SQL).fetchall() and None, 3)
-        ),
-    }
     duck = store.failure_rates()
     theirs = pandas_failure_rates(frame)
+    assert "nan" not in set(duck["kind"].dropna().astype(str)), duck  # missing is NULL (#31)
     assert len(duck) == len(theirs), (duck, theirs)
     assert int(duck["failures"].sum()) == int(theirs["failures"].sum())
+    mine, in_pandas = _pairs(lambda: store.failure_rates(), lambda: pandas_failure_rates(frame),
+                             7, 1)  # fmt: skip
+    mine_s, in_sqlite = _pairs(
+        lambda: store.failure_rates(), lambda: sqlite.execute(SQLITE_SQL).fetchall(), 3, 1
+    )
     store.close()
     sqlite.close()
-    return out
+    print(
+        f"failure_rates 1M attempts : store {statistics.median(mine):7.1f} ms | pandas "
+        f"{statistics.median(in_pandas):7.1f} ms | sqlite {statistics.median(in_sqlite):7.1f} ms"
+    )
+    print("  " + ratio_line("pandas / store", ratios(in_pandas, mine), 5.0, at_least=True))
+    print("  " + ratio_line("sqlite / store", ratios(in_sqlite, mine_s), 5.0, at_least=True))
+
+
+def _timed_once(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def _pairs(
+    store_side: Callable[[], object],
+    bare_side: Callable[[], object],
+    rounds: int,
+    calls: int,
+    before: Callable[[], None] = lambda: None,
+) -> tuple[list[float], list[float]]:
+    """Per round, each side's total ms over ``calls`` calls, the sides taking turns call
+    by call (which goes first swapped each round); ``before`` runs before each call."""
+    mine: list[float] = []
+    bare: list[float] = []
+    for i in range(rounds):
+        totals = [0.0, 0.0]
+        for _ in range(calls):
+            for side in (0, 1) if i % 2 == 0 else (1, 0):
+                before()
+                totals[side] += _timed_once(store_side if side == 0 else bare_side)
+        mine.append(totals[0])
+        bare.append(totals[1])
+    return mine, bare
+
+
+def bench_floor(root: Path, rounds: int, linger_rounds: int) -> None:
+    """failure_rates against the same SQL in bare DuckDB, warm and after the linger
+    (module docstring); ``big.duckdb`` is the closed store ``bench_failure_rates`` made."""
+    path = root / "big.duckdb"
+    copy = root / "bare.duckdb"
+    copy.write_bytes(path.read_bytes())
+    query = failure_sql(("provider", "kind"))  # what failure_rates() runs by default
+    linger_s = 0.5
+    store = Store(path, linger_s=linger_s)
+    bare = duckdb.connect(str(copy))
+    try:
+        expected = store.failure_rates()
+        got = bare.execute(query, {}).df()
+        # The query computes every column (the interval too; before #31 pandas added it).
+        assert set(got.columns) <= set(expected.columns), (got.columns, expected.columns)
+        assert got["failures"].sum() == expected["failures"].sum()
+        db = store._db
+        assert db is not None
+        opens = len(db.waits)
+        mine, theirs = _pairs(
+            lambda: store.failure_rates(), lambda: bare.execute(query, {}).df(), rounds, 3
+        )
+        print(
+            f"failure_rates warm     : store {statistics.median(mine) / 3:6.1f} ms | bare "
+            f"duckdb {statistics.median(theirs) / 3:6.1f} ms (held connection, same query, "
+            f".df(); 3 calls a side a round; the store let the file go and reopened it "
+            f"{len(db.waits) - opens} times)"
+        )
+        print("  " + ratio_line("store / bare, warm", ratios(mine, theirs), 1.15))
+        bare.close()
+        opens = len(db.waits)
+
+        def idle() -> None:
+            time.sleep(linger_s + 0.25)  # past the linger: the store lets the file go
+
+        def fresh() -> None:
+            with duckdb.connect(str(copy)) as con:
+                con.execute(query, {}).df()
+
+        mine, theirs = _pairs(lambda: store.failure_rates(), fresh, linger_rounds, 1, idle)
+        reopened = len(db.waits) - opens
+        assert reopened >= linger_rounds, f"the store reopened {reopened} times"
+        print(
+            f"failure_rates idle     : store {statistics.median(mine):6.1f} ms | bare "
+            f"duckdb {statistics.median(theirs):6.1f} ms (connect, same query, .df(), "
+            f"close; store reopened {reopened} times)"
+        )
+        print("  " + ratio_line("store / bare, after linger", ratios(mine, theirs), 1.5))
+    finally:
+        bare.close()
+        store.close()
 
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -305,37 +409,46 @@ def bench_processes(root: Path, writers: int = 8, runs: int = 10, readers: int =
 
 
 def main() -> None:
-    """Run every benchmark and print the results."""
-    if sys.argv[1:] == ["processes"]:
-        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-            bench_processes(Path(tmp))
-        return
+    """Run every benchmark (or the part named) and print the results."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("part", nargs="?", choices=["all", "processes", "failure_rates"],
+                        default="all")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=31, help="warm failure_rates rounds")
+    parser.add_argument(
+        "--linger-rounds", type=int, default=11, help="failure_rates rounds after the linger"
+    )
+    args = parser.parse_args()
+    print(load_line())
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        held = bench_commits(root, reopen=False, n=500)
-        reopened = bench_commits(root, reopen=True, n=100)
+        if args.part == "processes":
+            bench_processes(root)
+            print(load_line())
+            return
+        if args.part == "all":
+            held = bench_commits(root, reopen=False, n=500)
+            reopened = bench_commits(root, reopen=True, n=100)
+            print(
+                f"step commit, file held    : median {statistics.median(held):6.2f} ms  "
+                f"p99 {pct(held, 0.99):6.2f} ms  (n=500, target median < 5 ms)"
+            )
+            print(
+                f"step commit, file reopened: median {statistics.median(reopened):6.2f} ms  "
+                f"p99 {pct(reopened, 0.99):6.2f} ms  (n=100, no target)"
+            )
+            bulk = bench_bulk(root, attempts_frame(100_000))
+            print(f"bulk append 100k attempts : {bulk:6.3f} s  (target < 1 s)")
+        bench_failure_rates(root, attempts_frame(1_000_000))
+        bench_floor(root, args.rounds, args.linger_rounds)
+        if args.part == "all":
+            bench_processes(root)
         print(
-            f"step commit, file held    : median {statistics.median(held):6.2f} ms  "
-            f"p99 {pct(held, 0.99):6.2f} ms  (n=500, target median < 5 ms)"
-        )
-        print(
-            f"step commit, file reopened: median {statistics.median(reopened):6.2f} ms  "
-            f"p99 {pct(reopened, 0.99):6.2f} ms  (n=100, no target)"
-        )
-        bulk = bench_bulk(root, attempts_frame(100_000))
-        print(f"bulk append 100k attempts : {bulk:6.3f} s  (target < 1 s)")
-        rates = bench_failure_rates(root, attempts_frame(1_000_000))
-        duck = rates["duckdb"]
-        print(
-            f"failure_rates 1M attempts : store {duck:7.1f} ms | pandas {rates['pandas']:7.1f} ms "
-            f"({rates['pandas'] / duck:4.1f}x) | sqlite {rates['sqlite']:7.1f} ms "
-            f"({rates['sqlite'] / duck:4.1f}x)  (target >= 5x each)"
-        )
-        bench_processes(root)
-        print(
-            f"python {sys.version.split()[0]}, duckdb {__import__('duckdb').__version__}, "
+            f"python {sys.version.split()[0]}, duckdb {duckdb.__version__}, "
             f"pandas {pd.__version__}, sqlite {sqlite3.sqlite_version}, cpus {os.cpu_count()}"
         )
+    print(load_line())
 
 
 if __name__ == "__main__":

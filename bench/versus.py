@@ -15,7 +15,13 @@ round by round so that machine drift hits both alike, and prints new/old ratios
 Only the public API is used, so any two revisions can be compared. The old tree is a
 ``git worktree`` of ``--base`` made in a temporary folder and removed afterwards.
 
-Run: ``python bench/versus.py [--base REV] [--rounds 5]``
+Each measure prints the best of each side, then each round's new/old ratio (min,
+median, max over the rounds: ``bench/_report.py``); the step's is judged against the
+speed issue's target (a step at most 0.5x the old one, with ``--base`` that issue's
+start). ``--only step`` (or ``complete``, ``runs``; repeatable) measures only those.
+The load average is printed at the start and the end.
+
+Run: ``python bench/versus.py [--base REV] [--rounds 5] [--only step]``
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import runpy
 import shutil
 import statistics
 import subprocess
@@ -34,6 +41,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# bench/_report.py by its path: putting this folder on sys.path would let bench/mcp.py
+# shadow the MCP SDK for whatever imports it later in the same process.
+_report = runpy.run_path(str(Path(__file__).resolve().with_name("_report.py")))
+load_line = _report["load_line"]
+ratio_line = _report["ratio_line"]
+ratios = _report["ratios"]
+
+MEASURES = ("complete", "step", "runs")
+# The speed issue's target for a measure, as a new/old ratio (at most).
+TARGETS: dict[str, float] = {"step median (s)": 0.5}
 MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a benchmark."},
     {"role": "user", "content": "Say hello in a sentence of moderate length, please."},
@@ -106,15 +123,18 @@ async def _runs(url: str, folder: Path, n: int) -> dict[str, float]:
     return {"100 runs (s)": elapsed}
 
 
-def child(url: str, seq_n: int, conc_n: int, steps: int) -> None:
+def child(url: str, seq_n: int, conc_n: int, steps: int, only: list[str]) -> None:
     import harnessnb as hn
 
     hn.set_testing(True)
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        out.update(asyncio.run(_complete(url, seq_n, conc_n)))
-        out.update(asyncio.run(_step(Path(tmp), steps)))
-        out.update(asyncio.run(_runs(url, Path(tmp), 100)))
+        if "complete" in only:
+            out.update(asyncio.run(_complete(url, seq_n, conc_n)))
+        if "step" in only:
+            out.update(asyncio.run(_step(Path(tmp), steps)))
+        if "runs" in only:
+            out.update(asyncio.run(_runs(url, Path(tmp), 100)))
     print(json.dumps(out))
 
 
@@ -150,6 +170,7 @@ def _measure(tree: Path, url: str, args: argparse.Namespace) -> dict[str, float]
             str(args.concurrent),
             "--steps",
             str(args.steps),
+            *(f"--only={m}" for m in args.only),
         ],
         env=env,
         cwd=tree,
@@ -170,11 +191,14 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=300)
     parser.add_argument("--concurrent", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--only", action="append", choices=MEASURES, help="measure only this")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.only = args.only or list(MEASURES)
     if args.child:
-        child(args.child, args.sequential, args.concurrent, args.steps)
+        child(args.child, args.sequential, args.concurrent, args.steps, args.only)
         return
+    print(load_line())
     holder = Path(tempfile.mkdtemp(prefix="harnessnb-versus-"))
     old = holder / "old"
     subprocess.run(
@@ -205,6 +229,11 @@ def report(results: dict[str, list[dict[str, float]]], args: argparse.Namespace)
         o, n = best["old"][key], best["new"][key]
         print(f"{key:<20} {o:>10.4f} {n:>10.4f} {n / o:>7.2f}x")
     print("(a ratio above 1 is slower; within about +-10 % is noise on this machine)")
+    print("each round's new/old (old and new of a round measured one after the other):")
+    for key in best["old"]:
+        per_round = ratios([r[key] for r in results["new"]], [r[key] for r in results["old"]])
+        print("  " + ratio_line(key, per_round, TARGETS.get(key)))
+    print(load_line())
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,69 @@ def test_the_report_judges_a_target_on_the_median_of_round_ratios() -> None:
     assert report.load_line().startswith("load average: ")
     with pytest.raises(ValueError):
         report.ratios([1.0], [])
+
+
+def _bench_module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}_pure", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_peers_bench_skips_a_side_not_installed_and_rotates_its_order() -> None:
+    """bench/peers.py: a side whose modules are absent is named missing (skipped with a
+    note), a present one is not; no side always goes first; the fifths of the steps."""
+    peers = _bench_module("peers")
+    assert peers.missing("harnessnb") == []
+    peers.NEEDS["absent"] = ("harnessnb", "no_such_peer_pkg", "no_such_peer_pkg.sub")
+    assert peers.missing("absent") == ["no_such_peer_pkg", "no_such_peer_pkg.sub"]
+    names = ["a", "b", "c"]
+    assert [peers.rotated(names, r)[0] for r in range(4)] == ["a", "b", "c", "a"]
+    assert peers.fifths([1.0] * 5 + [2.0] * 10 + [9.0] * 5) == (1.0, 9.0)
+
+
+def test_the_peers_bench_times_harnessnb_one_step_a_model_call() -> None:
+    """bench/peers.py --child harnessnb: a real run in a fresh process, each step a read
+    of the small file committed to a file store, timed between the model's calls."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "peers.py"), "--child", "harnessnb", "--steps", "6"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(out) == {
+        "step_ms",
+        "cpu_step_ms",
+        "first_fifth_ms",
+        "last_fifth_ms",
+        "loop_s",
+        "peak_rss_mb",
+    }
+    assert all(value > 0 for value in out.values())
+
+
+def test_the_import_bench_times_imports_with_their_bytecode_compiled(tmp_path: Path) -> None:
+    """bench/import_time.py where no bytecode is written and none exists yet (a fresh
+    PYTHONPYCACHEPREFIX): it compiles first, so no timed child imports from source."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "import_time.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert "bytecode: compiled first" in done.stdout, done.stderr[-2000:]
+    assert "modules imported without bytecode: 0" in done.stdout
+    assert done.stdout.startswith("load average: ")

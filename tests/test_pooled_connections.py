@@ -9,13 +9,18 @@ the request opened itself, or after any byte of an answer, stays ``transport``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import select
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,15 +56,18 @@ class RawServer:
     ``stale-eof``: the same, but the bytes are taken off the socket unanswered first,
     so the close is an orderly end of stream (not in ``seen``);
     ``drop``: read the request, send the answer's head and part of its body, close;
+    ``answer-fin``: answer (keep-alive), then close the connection at once, while idle;
     ``close``: read the request, close without a byte of an answer.
 
-    ``seen`` lists ``(connection number, path)`` for every request read.
+    ``seen`` lists ``(connection number, path)`` for every request read; ``closed``
+    counts the connections the server has closed.
     """
 
     def __init__(self, plan: list[str]) -> None:
         self.plan = list(plan)
         self.seen: list[tuple[int, str]] = []
         self.connections = 0
+        self.closed = 0
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -91,6 +99,13 @@ class RawServer:
             threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
+        try:
+            self._converse(conn, number)
+        finally:
+            with self._lock:
+                self.closed += 1
+
+    def _converse(self, conn: socket.socket, number: int) -> None:
         with conn:
             served = 0
             while True:
@@ -111,7 +126,7 @@ class RawServer:
                 if action == "close":
                     return
                 conn.sendall(_response(stream, cut=action == "drop"))
-                if action == "drop":
+                if action in ("drop", "answer-fin"):
                     return
                 served += 1
 
@@ -219,3 +234,102 @@ async def test_a_run_over_a_dropped_pooled_connection_has_one_attempt_row_per_ca
         rates = store.failure_rates(by="provider")
         assert rates[["provider", "attempts", "failures"]].values.tolist() == [["openai", 2, 0]]
         assert len(srv.seen) == 2 and srv.connections == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_pool_finds_a_connection_the_server_closed_while_idle_before_using_it(
+    stream: bool,
+) -> None:
+    """The pool's probe of idle connections (harnessnb polls their sockets itself:
+    ``_client._ProbedStream``) sees the server's close: the next request goes on a new
+    pooled connection of the shared client (the third reuses it), not on the dead one
+    and not through the stale-connection resend (a client used once)."""
+    with raw_server("answer-fin", "answer", "answer") as srv:
+        provider = hn.OpenAI("m", base_url=srv.url, stream=stream)
+        assert (await provider.complete(HI)).text == "hi"
+        for _ in range(500):  # until the server has closed it (loopback: its FIN is here)
+            if srv.closed:
+                break
+            await asyncio.sleep(0.01)
+        assert srv.closed == 1
+        for _ in range(2):
+            done = await provider.complete(HI)
+            assert [(a.kind, a.status) for a in done.attempts] == [(None, 200)]
+        assert [n for n, _ in srv.seen] == [1, 2, 2] and srv.connections == 2
+
+
+async def test_the_pools_probe_of_idle_connections_builds_no_socket_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each request joining or leaving the pool probes every idle connection; anyio's
+    stream answered by building its dict of socket attributes (``getpeername``
+    included) per probe, a third of a call's CPU with 100 in flight. harnessnb's
+    streams poll their socket directly: once the connections are made, calls build
+    none."""
+    from anyio.abc._sockets import _SocketProvider
+
+    built: list[int] = []
+    attributes = _SocketProvider.extra_attributes
+
+    def counted(self: Any) -> Any:
+        built.append(1)
+        return attributes.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(_SocketProvider, "extra_attributes", property(counted))
+    with raw_server() as srv:
+        provider = hn.OpenAI("m", base_url=srv.url)
+        await asyncio.gather(*(provider.complete(HI) for _ in range(8)))  # 8 connections
+        opened = srv.connections
+        built.clear()
+        for _ in range(10):  # each probes the idle connections twice (joining, leaving)
+            await provider.complete(HI)
+        assert srv.connections == opened  # no connection made: only probes ran
+        assert built == []
+
+
+class TLSServer(RawServer):
+    """``RawServer`` over TLS (its certificate made for 127.0.0.1)."""
+
+    def __init__(self, plan: list[str], context: ssl.SSLContext) -> None:
+        self._context = context
+        super().__init__(plan)
+        self.url = self.url.replace("http://", "https://")
+
+    def _converse(self, conn: socket.socket, number: int) -> None:
+        try:
+            wrapped = self._context.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return
+        super()._converse(wrapped, number)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_probed_connections_speak_tls_and_are_reused(
+    stream: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """harnessnb's client makes its connections through its own backend
+    (``_client._ProbedBackend``): a TLS connection's stream is wrapped after its
+    handshake too, kept in the pool, probed and used again."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read as the client is made
+    await _http.aclose_client()
+    server = TLSServer([], context)
+    try:
+        provider = hn.OpenAI("m", base_url=server.url, stream=stream)
+        for _ in range(3):
+            assert (await provider.complete(HI)).text == "hi"
+        assert server.connections == 1 and len(server.seen) == 3
+    finally:
+        server.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -132,3 +133,102 @@ def test_a_run_does_not_import_pandas(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_a_frame_made_from_arrays_is_the_frame_made_from_df(tmp_path: Path) -> None:
+    # #31: ``frame`` builds each column from DuckDB's arrays at once (the readers'
+    # types) rather than converting ``result.df()`` column by column; the frame must be
+    # the same, dtype for dtype and missing value for missing value, in every column
+    # type it handles, NULLs and a NaN included, and for an empty result.
+    import duckdb
+
+    from harnessnb.store import _frames
+
+    query = (
+        "SELECT * FROM (VALUES "
+        "(1::BIGINT, 2::INTEGER, 3::UINTEGER, 1.5::DOUBLE, true, 'a', 'server', 'finished', "
+        "TIMESTAMP '2024-01-01 00:00:01.5', 'x'), "
+        "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'y'), "
+        "(-4, 5, 6, 'nan'::DOUBLE, false, '', 'not_installed', 'cancelled', "
+        "TIMESTAMP '1970-01-01', NULL)"
+        ") t(big, i, u, f, b, s, kind, outcome, ts, a) "
+    )
+    con = duckdb.connect()
+    try:
+        for where in ("", "WHERE false"):
+            made = _frames.frame(con.execute(query + where))
+            result = con.execute(query + where)
+            types = [str(d[1]) for d in result.description or []]
+            converted = _frames._converted(result.df(), types)
+            pd.testing.assert_frame_equal(made, converted)
+            assert [str(t) for t in made.dtypes] == [
+                "Int64", "Int64", "Int64", "Float64", "boolean", "string", "category",
+                "category", "datetime64[us, UTC]", "string",
+            ]  # fmt: skip
+        made = _frames.frame(con.execute(query))
+        assert made["f"].isna().tolist() == [False, True, True]  # NaN is missing, as before
+        assert made["kind"].isna().tolist() == [False, True, False]
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("of", "by"),
+    [("attempts", ("provider", "kind")), ("attempts", "provider"), ("attempts", ()),
+     ("tool_calls", ("tool", "kind")), ("tool_calls", "tool")],
+)  # fmt: skip
+def test_the_interval_computed_in_sql_is_the_wilson_interval_of_the_frame(
+    store: Store, of: str, by: tuple[str, ...] | str
+) -> None:
+    # #31: the 95% interval is computed in the query; it must be what ``with_intervals``
+    # (the pandas computation, still used for frames made by hand) gives on the rates.
+    from harnessnb.store._frames import with_intervals
+
+    writer = store_writer(store)
+    for seq, status in enumerate(["ok", "error", "refused", "ok", "intent"]):
+        writer.record_intent("r1", {"step": 1, "seq": seq, "tool": "read_file", "effect": "read",
+                                    "args": {}, "at": AT})  # fmt: skip
+        if status != "intent":
+            writer.settle_tool_call("r1", 1, seq, status=status)
+    rates = store.failure_rates(by, of=of)
+    assert len(rates) > 0
+    total = "attempts" if of == "attempts" else "calls"
+    names = list(rates.columns)
+    at = names.index("failure_rate")
+    assert names[at + 1 : at + 3] == ["failure_rate_low", "failure_rate_high"]
+    again = with_intervals(rates.drop(columns=["failure_rate_low", "failure_rate_high"]), total)
+    assert list(again.columns) == names
+    for column in ("failure_rate_low", "failure_rate_high"):
+        assert str(rates[column].dtype) == "Float64"
+        assert rates[column].tolist() == pytest.approx(again[column].tolist(), abs=1e-12)
+
+
+def test_readers_run_on_every_core_and_writes_on_one_thread_in_any_order(
+    tmp_path: Path,
+) -> None:
+    # #31: a reader no longer sets threads back to 1 after itself (two SETs a read);
+    # the write that follows a reader sets it, so a write still runs on one thread.
+    import os
+
+    from harnessnb.store._batch import WriteOp
+
+    def threads_now(con: Any, batch: Any) -> int:
+        return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+
+    def read_threads(s: Store) -> int:
+        return int(s.sql("SELECT current_setting('threads') AS t")["t"].iloc[0])
+
+    cores = os.cpu_count() or 1
+    with Store(tmp_path / "threads.duckdb") as s:
+        writes = [s._write(WriteOp("threads", threads_now))]
+        reads = [read_threads(s)]
+        s.failure_rates()
+        reads.append(read_threads(s))
+        writes.append(s._write(WriteOp("threads", threads_now)))
+        writes.append(s._submit(WriteOp("threads", threads_now)).result(timeout=30))
+        reads.append(read_threads(s))
+        s._shared().close()  # a reopened connection starts on one thread again
+        writes.append(s._write(WriteOp("threads", threads_now)))
+        reads.append(read_threads(s))
+    assert writes == [1, 1, 1, 1]
+    assert reads == [cores] * 4

@@ -191,3 +191,87 @@ def test_the_file_is_let_go_after_the_linger(tmp_path: Path) -> None:
     con = duckdb.connect(str(path))
     assert con.execute("SELECT count(*) FROM runs").fetchone() == (1,)
     con.close()
+
+
+# A child that writes one run to the store in its turn, then lets go.
+_WRITE_ONE = """
+import sys
+from harnessnb import Store
+from harnessnb.store._writer import store_writer
+from tests.store_helpers import run_row
+store = Store(sys.argv[1], busy_timeout_s=30)
+store_writer(store).create_run(run_row(sys.argv[2]))
+store.close()
+print("wrote", flush=True)
+"""
+
+
+def test_a_reader_keeps_the_file_warm_until_another_process_waits_for_its_turn(
+    tmp_path: Path,
+) -> None:
+    # #31: readers in a row handed the file over every MAX_HOLD_S (1 s) though nobody
+    # waited, each reopen a cold cache (~2x a warm failure_rates). With the turn held,
+    # the file is kept while nobody waits, and handed over once another process waits
+    # for its turn: that process writes while this one goes on reading.
+    path = tmp_path / "warm.duckdb"
+    with Store(path, linger_s=5.0) as store:
+        store_writer(store).create_run(run_row("r1"))
+        db = store._db
+        assert db is not None
+        opens = len(db.waits)
+        until = time.monotonic() + 1.5  # past MAX_HOLD_S
+        while time.monotonic() < until:
+            store.failure_rates()
+            store.runs()
+        assert len(db.waits) == opens  # never reopened: nobody waited
+        writer = child(_WRITE_ONE, str(path), "r2", stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)  # fmt: skip
+        reads = 0
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline:
+            store.failure_rates()  # this process keeps reading, in its turns
+            reads += 1
+        out, err = writer.communicate(timeout=60)
+        assert (writer.returncode, out.strip()) == (0, "wrote"), err
+        assert reads > 0
+        assert len(db.waits) > opens  # handed over to the writer, then reopened
+        assert len(store.runs()) == 2
+
+
+# A program that takes no turn: plain DuckDB, retrying its lock until it gets the file.
+_PLAIN_DUCKDB = """
+import sys, time, duckdb
+deadline = time.monotonic() + 60
+while True:
+    try:
+        con = duckdb.connect(sys.argv[1])
+    except duckdb.IOException:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.01)
+        continue
+    print(con.execute("SELECT count(*) FROM run_rows").fetchone()[0], flush=True)
+    con.close()
+    break
+"""
+
+
+def test_a_reader_kept_warm_still_lets_a_program_that_takes_no_turn_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A program on DuckDB's lock alone cannot be seen waiting: a reader that never idles
+    # past its linger lets the file go at least every _MAX_HOLD_UNSEEN_S (10 s; 0.3 s
+    # here, to keep the test short), so such a program gets in while it reads.
+    from harnessnb.store import _conn
+
+    monkeypatch.setattr(_conn, "_MAX_HOLD_UNSEEN_S", 0.3)
+    path = tmp_path / "plain.duckdb"
+    with Store(path, linger_s=30.0) as store:
+        store_writer(store).create_run(run_row("r1"))
+        other = child(_PLAIN_DUCKDB, str(path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while other.poll() is None and time.monotonic() < deadline:
+            store.failure_rates()  # never idle: only the hold limit lets the file go
+        out, err = other.communicate(timeout=60)
+        assert (other.returncode, out.strip()) == (0, "1"), err
+        assert len(store.runs()) == 1

@@ -90,6 +90,44 @@ async def test_a_stalled_stream_rate_is_cut_by_the_idle_timeout(ws: Path, store:
 
 
 @PROTOCOLS
+async def test_the_timers_a_stream_arms_do_not_grow_with_its_events(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle timeout is one lazy timer: an event only notes the time (moving the
+    attempt's timer on each one scheduled a timer handle per event). A stream of ~80
+    events arms as many timer handles as one of ~5."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, *args: Any, **kw: Any) -> asyncio.TimerHandle:
+        armed.append(when)
+        return call_at(when, *args, **kw)
+
+    def calls(n: int) -> Reply:
+        return Reply(
+            tool_calls=[{"name": "read_file", "arguments": {"path": f"{i}"}} for i in range(n)]
+        )
+
+    handles: dict[int, int] = {}
+    asked = [1]
+    with ChaosServer(responder=lambda _: calls(asked[0])) as srv:
+        # An idle limit no stream here comes near, so a slow machine re-arms nothing.
+        provider = make(protocol, srv, idle_timeout_s=30.0)
+        for n in (1, 20, 1):  # the first warms the connection
+            asked[0] = n
+            monkeypatch.setattr(loop, "call_at", counting)
+            armed.clear()
+            completion = await provider.complete([{"role": "user", "content": "go"}])
+            monkeypatch.setattr(loop, "call_at", call_at)
+            assert len(completion.tool_calls) == n
+            handles[n] = len(armed)
+    assert handles[20] == handles[1], handles
+
+
+@PROTOCOLS
 async def test_every_streamed_attempt_stores_its_time_to_first_token(
     protocol: str, ws: Path, store: hn.Store
 ) -> None:

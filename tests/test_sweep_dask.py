@@ -24,7 +24,7 @@ import harnessnb as hn
 from harnessnb.demo import demo_server
 from harnessnb.demo._chaos import ChaosServer, Fault
 from harnessnb.demo._model import provider_for
-from harnessnb.sweeps._sweep_dask import cancel_marker
+from harnessnb.sweeps._sweep_dask import cancel_marker, chunk_size
 from harnessnb.tools._approval import PromptApprover
 from tests.files_helpers import folder
 
@@ -91,6 +91,88 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
         pd.testing.assert_frame_equal(merged.runs(), remote.store.runs())
         pd.testing.assert_frame_equal(merged.attempts(), remote.store.attempts())
         pd.testing.assert_frame_equal(merged.failure_rates(sweep=remote.sweep_id), local_rates)
+
+
+def test_a_chunk_size_comes_from_the_runs_the_threads_and_the_concurrency() -> None:
+    assert chunk_size(16, 2, 8) == 2  # about four chunks per worker thread
+    assert chunk_size(1000, 2, 8) == 4  # at most concurrency over the threads
+    assert chunk_size(1000, 2, 100) == 50
+    assert chunk_size(6, 2, 8) == 1  # a small sweep: a run a task
+    assert chunk_size(10, 4, 2) == 1  # fewer runs submitted than threads
+    assert chunk_size(1000, 0, 8) == 1  # no worker yet (adaptive): a run a task
+    assert chunk_size(1000, 1, 8) == 8
+
+
+async def test_a_sweep_on_the_cluster_sends_its_runs_in_chunks(
+    client: Any, ws: Path, tmp_path: Path
+) -> None:
+    """16 runs, concurrency 8, two one-thread workers: 8 tasks of 2 runs each, every
+    run still its own row (in plan order, told to on_run as its chunk comes back),
+    claimed once, in the shard of the worker that made it."""
+    fine = hn.ScriptedProvider(lambda m: "done", name="fine")
+    shards = tmp_path / "shards"
+    seen: list[hn.SweepRun] = []
+    tasks = [f"t{i}" for i in range(16)]
+    with distributed.get_task_stream(client) as stream:
+        result = await hn.sweep(tasks, [fine], workspace=ws, executor=client, shards=shards,
+                                on_run=seen.append)  # fmt: skip
+    ours = [t for t in stream.data if str(t["key"]).startswith("harnessnb-")]
+    assert len(ours) == 8
+    assert [r.task for r in result.records] == tasks
+    assert set(result.runs["outcome"]) == {"finished"} and result.runs["run_id"].is_unique
+    assert sorted(r.run_id or "" for r in seen) == sorted(result.runs["run_id"])
+    claims = sorted(p.name for p in (shards / "claims").iterdir())
+    assert claims == sorted(result.runs["run_id"])
+    files = {str(p) for p in shards.glob("*.duckdb")}
+    assert {r.shard for r in result.records} == files and len(files) == 2
+    stored = hn.Store.combine(shards).runs(sweep=result.sweep_id)
+    assert sorted(stored["run_id"]) == claims and set(stored["outcome"]) == {"finished"}
+
+
+def _shards_held() -> list[tuple[str, int, str]]:
+    """On a worker: the shard stores its process holds (path, object id, repr)."""
+    from harnessnb.sweeps import _sweep_worker
+
+    return [(s.path, id(s), repr(s)) for s in _sweep_worker._SHARDS.values()]
+
+
+def _has_plugin(dask_worker: Any) -> bool:
+    return "harnessnb-shards" in dask_worker.plugins
+
+
+async def _remove_plugin(dask_worker: Any) -> None:
+    """What a closing worker does with each of its plugins (``Worker.close``)."""
+    await dask_worker.plugin_remove("harnessnb-shards")
+
+
+def test_a_worker_opens_its_shard_once_and_closes_it_as_it_closes(ws: Path, tmp_path: Path) -> None:
+    """One store per worker process for every task and sweep on a folder, closed by
+    the worker plugin's teardown, which Dask runs as the worker closes (here: the plugin
+    removed, as the worker's close does); a later task opens the shard again."""
+    shards = tmp_path / "shards"
+    fine = hn.ScriptedProvider(lambda m: "done", name="fine")
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as one:  # fmt: skip
+        one.run(lambda: hn.set_testing(True) and None)
+        common: dict[str, Any] = {"workspace": ws, "executor": one, "shards": shards}
+        first = hn.sweep_sync([f"a{i}" for i in range(12)], [fine], **common)
+        (held,) = one.run(_shards_held).values()
+        (path, _, state) = held[0]
+        assert len(held) == 1 and state.endswith("open)") and first.records[0].shard == path
+        second = hn.sweep_sync(["b0", "b1"], [fine], **common)
+        assert list(one.run(_shards_held).values()) == [held]  # the same store object
+        assert list(one.run(_has_plugin).values()) == [True]
+        one.run(_remove_plugin)  # its teardown, as the worker's close runs it
+        assert list(one.run(_shards_held).values()) == [[]]
+        third = hn.sweep_sync(["c0"], [fine], **common)
+        ((again,),) = one.run(_shards_held).values()
+        assert again[0] == path and again[2].endswith("open)")  # opened anew, one file
+        assert list(one.run(_has_plugin).values()) == [True]  # and closed at the end
+    rows = first.records + second.records + third.records
+    assert {r.outcome for r in rows} == {"finished"} and {r.shard for r in rows} == {path}
+    with hn.Store(path) as store:
+        assert len(store.runs()) == 15
 
 
 def _holds_its_file(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
@@ -195,14 +277,17 @@ def _slow_second_step(gate: str) -> Any:
     return reply
 
 
+@pytest.mark.parametrize("n", [6, 16], ids=["a run a task", "chunks of two"])
 async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
-    client: Any, ws: Path, tmp_path: Path
+    client: Any, ws: Path, tmp_path: Path, n: int
 ) -> None:
+    """The killed worker's task goes to the other worker: its run begun is reported
+    ``unfinished`` (never run again), the runs of its chunk not begun yet run there."""
     gate = tmp_path / "gate"
     gate.mkdir()
     slow = hn.ScriptedProvider(_slow_second_step(str(gate)), name="slow")
     shards = tmp_path / "shards"
-    sweep = asyncio.create_task(hn.sweep([f"t{i}" for i in range(6)], [slow], workspace=ws,
+    sweep = asyncio.create_task(hn.sweep([f"t{i}" for i in range(n)], [slow], workspace=ws,
                                          executor=client, shards=shards))  # fmt: skip
     for _ in range(1500):
         started = sorted(gate.glob("started-*"))
@@ -214,7 +299,7 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
     os.kill(victim, signal.SIGKILL)
     (gate / "go").touch()
     result = await asyncio.wait_for(sweep, 60)
-    assert all(r.outcome is not None for r in result.records) and len(result.records) == 6
+    assert all(r.outcome is not None for r in result.records) and len(result.records) == n
     lost = result.unfinished
     assert [r.error_kind for r in lost] == ["worker_lost"]
     (run,) = lost
@@ -227,25 +312,27 @@ async def test_a_worker_killed_mid_sweep_loses_no_committed_row(
         assert shard.get_run(run.run_id or "")["outcome"] is None  # type: ignore[index]
         assert len(shard.steps(run.run_id)) == 1
     stored = combined.runs(sweep=result.sweep_id)
-    assert len(stored) == 6 and stored["run_id"].is_unique
+    assert len(stored) == n and stored["run_id"].is_unique
     # Resumable from its shard (the dead worker's lease is taken over).
     done = hn.ScriptedProvider(lambda m: "done", name="slow")
     resumed = hn.resume_sync(run.run_id or "", done, store=run.shard)
     assert resumed.outcome == hn.RunOutcome.FINISHED
     assert combined.get_run(run.run_id or "")["outcome"] == "finished"  # type: ignore[index]
     finished = result.runs[result.runs["outcome"] == "finished"]
-    assert len(finished) == 5 and run.run_id not in set(finished["run_id"])
+    assert len(finished) == n - 1 and run.run_id not in set(finished["run_id"])
 
 
+@pytest.mark.parametrize("n", [8, 16], ids=["a run a task", "chunks of two"])
 async def test_cancelling_a_sweep_on_the_cluster_stops_the_runs_begun(
-    client: Any, ws: Path, tmp_path: Path
+    client: Any, ws: Path, tmp_path: Path, n: int
 ) -> None:
     """Both workers in a run hanging on the provider: the cancel records both runs
     ``cancelled`` in their shards within seconds (leases released, workspace copies
     removed), starts no other, and leaves each worker free for a next task; a new
-    sweep on the same folder, and one reusing the cancelled sweep's id, run to their end."""
+    sweep on the same folder, and one reusing the cancelled sweep's id, run to their end.
+    In chunks, a chunk's runs after the one cancelled are not started."""
     shards = tmp_path / "shards"
-    tasks = [hn.TaskContract(f"t{i}", ws, max_time_s=600) for i in range(8)]
+    tasks = [hn.TaskContract(f"t{i}", ws, max_time_s=600) for i in range(n)]
     with ChaosServer() as srv:
         srv.set_default(Fault.hang(seconds=120))
         hangs = hn.OpenAI("m", api_key="sk-test", base_url=srv.openai_url)

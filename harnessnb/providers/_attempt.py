@@ -202,7 +202,6 @@ class Attempt:
         timer: asyncio.Timeout,
         deadline: float,
     ) -> None:
-        loop = asyncio.get_running_loop()
         idle = self.p.idle_timeout
         frames = SSEFrames()
         sink = self.on_text
@@ -212,29 +211,34 @@ class Attempt:
         # Progress is a complete event, never a byte: a server that trickles bytes or
         # comments is silent. The first event may take long (a reasoning model thinks).
         self.headers_seen = True
-        timer.reschedule(min(deadline, loop.time() + self.p.first_event_timeout))
-        async for chunk in chunks:
-            received += len(chunk)
-            if received > MAX_STREAM_BYTES:
-                raise WireError.malformed(f"stream larger than the {MAX_STREAM_BYTES} byte cap")
-            events = frames.feed(chunk)
-            if events:
-                self.events_seen = True
-                timer.reschedule(min(deadline, loop.time() + idle))
-            for event, data in events:
-                if acc.feed(event, data) and self.ttft_ms is None:
-                    self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
-                self.streamed_chars += len(acc.fresh)
-                if sink is not None and acc.fresh:
-                    # A listener's failure is its own (the loop's logs it), never the answer's.
-                    with contextlib.suppress(Exception):
-                        await sink(acc.fresh, not shown)
-                    shown = True
-                if acc.done:
-                    # The answer is complete: its own deadline no longer applies.
-                    timer.reschedule(None)
-                    await drain(chunks)
-                    return
+        silence = _Silence(timer, deadline, self.p.first_event_timeout)
+        try:
+            async for chunk in chunks:
+                received += len(chunk)
+                if received > MAX_STREAM_BYTES:
+                    raise WireError.malformed(f"stream larger than the {MAX_STREAM_BYTES} byte cap")
+                events = frames.feed(chunk)
+                if events:
+                    self.events_seen = True
+                    silence.progress(idle)
+                for event, data in events:
+                    if acc.feed(event, data) and self.ttft_ms is None:
+                        self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+                    self.streamed_chars += len(acc.fresh)
+                    if sink is not None and acc.fresh:
+                        # A listener's failure is its own (the loop's logs it), never the
+                        # answer's.
+                        with contextlib.suppress(Exception):
+                            await sink(acc.fresh, not shown)
+                        shown = True
+                    if acc.done:
+                        # The answer is complete: its own deadline no longer applies.
+                        silence.stop()
+                        timer.reschedule(None)
+                        await drain(chunks)
+                        return
+        finally:
+            silence.stop()
         if (last := frames.last()) is not None:  # a last event without its blank line
             acc.feed(*last)
 
@@ -358,6 +362,64 @@ class Attempt:
             base_url=p.base_url,
         )
         return dataclasses.replace(completion, attempts=(record,))
+
+
+class _Silence:
+    """A stream's first-event and idle timeouts as one lazy timer on the attempt's own.
+
+    Progress (a complete event) only notes the time: moving the attempt's timer on
+    every event would cancel and schedule a timer handle per event. The handle armed
+    here comes due at the last progress plus the limit; when progress came since it
+    was armed it is armed again for the new time, else the stream was silent that
+    long and the attempt's timer is fired at that very time (``when()`` before the
+    deadline says which timeout it was). A shorter limit (idle after the first event's)
+    arms it again at once; a limit that reaches past the deadline arms nothing: the
+    deadline comes first.
+    """
+
+    __slots__ = ("_armed", "_deadline", "_handle", "_limit", "_loop", "_since", "_timer")
+
+    def __init__(self, timer: asyncio.Timeout, deadline: float, limit: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._timer = timer
+        self._deadline = deadline
+        self._limit = limit
+        self._since = self._loop.time()
+        self._armed = 0.0  # when the armed handle comes due
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        self._handle = None
+        due = self._since + self._limit
+        if due < self._deadline:
+            self._armed = due
+            self._handle = self._loop.call_at(due, self._due)
+
+    def _due(self) -> None:
+        self._handle = None
+        if self._timer.expired():  # the deadline came first, in the same turn of the loop
+            return
+        due = self._since + self._limit
+        if due > self._armed:  # progress since it was armed: not silent that long
+            self._arm()
+        else:
+            self._timer.reschedule(due)
+
+    def progress(self, limit: float) -> None:
+        """A complete event arrived: the next one is due within ``limit`` seconds."""
+        self._since = now = self._loop.time()
+        self._limit = limit
+        if self._handle is None:  # nothing armed: the limit may now end before the deadline
+            self._arm()
+        elif now + limit < self._armed:  # a shorter limit (the first event's, then idle)
+            self._handle.cancel()
+            self._arm()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def _read_answer(response: httpx2.Response) -> bytes:

@@ -3,6 +3,14 @@
 went out on had been closed by the server while idle; reading a response's body to a
 size, and draining it so its connection is reused.
 
+The client's connection pool asks each idle connection whether the server closed it
+(its socket readable) every time a request joins or leaves the pool; httpcore2's
+anyio stream answers by building a dict of socket attributes and calling
+``getpeername`` before it polls. With 100 calls in flight that was a third of a call's
+CPU, so the pool's connections are made through ``_ProbedBackend``, whose streams keep
+their socket and poll it directly (``_Readable``: the same answer as httpcore2's own
+probe).
+
 Split from ``providers/_http.py``, which is its only user (it re-exports
 ``shared_client`` and ``aclose_client``); the two files are all that knows httpx2.
 """
@@ -11,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import socket
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, NamedTuple
 
+import httpcore2
 import httpx2
 
 from ..rules._errors import ProviderErrorKind
@@ -104,14 +115,110 @@ async def _close_at_loop_shutdown(client: httpx2.AsyncClient) -> AsyncIterator[N
         await client.aclose()
 
 
+# Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
+_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
 def new_client() -> httpx2.AsyncClient:
+    transport = httpx2.AsyncHTTPTransport(limits=_LIMITS)  # as AsyncClient makes its own
+    pool = getattr(transport, "_pool", None)
+    if isinstance(pool, httpcore2.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
+        # Read as each connection is made (tests/test_providers.py checks it still is).
+        pool._network_backend = _ProbedBackend()
     return httpx2.AsyncClient(
         follow_redirects=False,  # a redirect is classified as a request error, never followed
         # The deadline is enforced per attempt with asyncio; httpx2 only bounds connect.
         timeout=httpx2.Timeout(None, connect=_CONNECT_TIMEOUT),
-        # Room for 100+ concurrent calls to one host (the SDKs use the same numbers).
-        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100),
+        limits=_LIMITS,
+        transport=transport,
     )
+
+
+class _ProbedStream(httpcore2.AsyncNetworkStream):
+    """httpcore2's stream, its socket kept so the pool's "closed by the server?" probe
+    polls it directly (see the module's docstring); everything else is the stream's."""
+
+    __slots__ = ("_readable", "_stream")
+
+    def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
+        self._stream = stream
+        sock = stream.get_extra_info("socket")
+        self._readable = None if sock is None else _Readable(sock)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        return _ProbedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable" and self._readable is not None:
+            return self._readable()
+        return self._stream.get_extra_info(info)
+
+
+class _Readable:
+    """Whether a read on a socket would return at once (data, or the end a server's
+    close left): httpcore2's test, polled without waiting, through one poll object
+    registered once per socket (a pool probes each idle one ~100 times a call with 100
+    in flight). A socket without a descriptor any more reads as readable, as there."""
+
+    __slots__ = ("_poll", "_socket")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
+        self._poll: Any = None
+        fd = sock.fileno()
+        if hasattr(select, "poll") and fd >= 0:  # not on Windows: select there
+            self._poll = select.poll()
+            self._poll.register(fd, select.POLLIN)
+
+    def __call__(self) -> bool:
+        fd = self._socket.fileno()
+        if fd < 0:  # closed: its number may belong to another socket by now
+            return True
+        if self._poll is None:
+            return bool(select.select([fd], [], [], 0)[0])
+        return bool(self._poll.poll(0))
+
+
+class _ProbedBackend(httpcore2.AsyncNetworkBackend):
+    """httpcore2's own backend under asyncio (anyio's), its streams ``_ProbedStream``."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        return _ProbedStream(stream)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore2.AsyncNetworkStream:
+        stream = await self._backend.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return _ProbedStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
 
 
 async def aclose_client() -> None:

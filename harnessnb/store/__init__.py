@@ -12,7 +12,8 @@
 - ``_open``: which store an entry point opens, for every face (``open_store``, kept
   per file with ``keep=True``; ``default_store``: ``$HARNESSNB_STORE`` or ./runs.duckdb);
 - ``_failures``: the SQL of ``failure_rates`` and its allowed groups;
-- ``_batch``: ``WriteOp`` and group commit's merged statements;
+- ``_batch``: ``WriteOp`` and group commit's merged statements; the leases the
+  connection knows current (no lease statement per step);
 - ``_conn``: one shared connection per file, busy retry, the idle linger, the writer
   thread;
 - ``_threads``: the store's threads and the interpreter's exit;

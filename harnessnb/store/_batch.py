@@ -4,8 +4,18 @@ Every DuckDB statement costs 0.3-0.9 ms here whatever its size, and a COMMIT abo
 much again, so concurrent runs that each commit their own small transaction serialise
 on statement overhead. A ``WriteOp`` describes one store write; ``Batch`` lets the
 ops of one transaction defer their appends and their run-row updates so that the ops
-of many runs become one append per table, one guarded INSERT of step rows (the lease
-check rides on it) and one UPDATE per kind of run change.
+of many runs become one append per table, one INSERT of step rows and one UPDATE per
+kind of run change.
+
+A lease is fenced without a statement of its own per step: while this process has the
+file open no other process can write it (DuckDB's lock), and every lease write goes
+through a batch on the shared connection, so a batch knows which leases were current
+and unreleased at its connection's last commit (``Batch.leases``, kept by the
+connection, emptied when it closes or is lent to any other use). A step under a lease
+known current is a plain insert; the first under a lease not known carries the check
+(``INSERT ... SELECT ... FROM leases WHERE``), and its commit makes the lease known.
+A lease taken or given up in a batch is forgotten at once and known (or not) only once
+that batch committed: a rolled-back batch leaves nothing known that was not true.
 
 A batch must end as if its ops had run one after another. Ops that read or overwrite
 (``direct``) flush what earlier ops deferred before they run; deferred ops of one
@@ -26,7 +36,7 @@ from typing import Any, Final, Generic, TypeVar
 import duckdb
 
 from ..rules._errors import StoreError
-from ._leases import check_lease
+from ._leases import Lease, acquire, check_lease
 from ._schema import COLUMNS, quote
 
 __all__ = [
@@ -94,8 +104,13 @@ class Batch:
     """Work deferred by the ops of one transaction, applied by ``flush``."""
 
     appenders: dict[str, duckdb.Appender] = field(default_factory=dict)
-    single: bool = False
     path: str | None = None  # the store's file, named by the errors an op raises
+    # run_id -> the lease generation known current and unreleased at the connection's
+    # last commit (kept by the connection, see the module docstring).
+    leases: dict[str, int] = field(default_factory=dict)
+    # What this batch learnt of leases, applied to ``leases`` once it committed:
+    # run_id -> the generation now current, or None (released, or not known).
+    _learnt: dict[str, int | None] = field(default_factory=dict)
     _appends: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
     # update -> run_id -> (values, lease generation or None, lease holder)
     _updates: dict[_RunUpdate, dict[str, _Pending]] = field(default_factory=dict)
@@ -119,6 +134,8 @@ class Batch:
     ) -> None:
         """Defer an update of ``run_id``'s row, applied only while ``generation`` (if
         given) is its current, unreleased lease."""
+        if self.lease_known(run_id, generation):
+            generation = None  # no guard needed (see the module docstring)
         pending = self._updates.setdefault(update, {})
         if run_id in pending:  # the same run twice: keep the order, apply the first now
             self.flush(con)
@@ -136,14 +153,63 @@ class Batch:
 
     def release(self, run_id: str, generation: int) -> None:
         """Defer marking a lease released (after every update of this batch)."""
+        self.lease_changed(run_id, None)
         self._releases.append((run_id, generation))
+
+    def acquire(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        run_id: str,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        owner_alive: Callable[[str], bool] | None,
+    ) -> Lease:
+        """``_leases.acquire`` in this batch: the lease forgotten, known once committed."""
+        lease = acquire(con, run_id, owner, ttl_s, now, owner_alive)
+        self.lease_changed(run_id, lease.generation)
+        return lease
+
+    def lease_known(self, run_id: str, generation: int | None) -> bool:
+        """True when ``generation`` is known to be ``run_id``'s current, unreleased
+        lease: it was at the connection's last commit and no op of this batch has
+        touched that lease since (a guard on it would pass)."""
+        return generation is not None and self.leases.get(run_id) == generation
+
+    def lease_changed(self, run_id: str, generation: int | None) -> None:
+        """An op of this batch took ``run_id``'s lease as ``generation`` (None: gave it
+        up): forgotten now, known as that once the batch committed."""
+        self.leases.pop(run_id, None)
+        self._learnt[run_id] = generation
+
+    def lease_checked(self, run_id: str, generation: int) -> None:
+        """A guard of this batch found ``generation`` current: known once committed
+        (unless an op of this batch changed that lease)."""
+        self._learnt.setdefault(run_id, generation)
+
+    def check_lease(self, con: duckdb.DuckDBPyConnection, run_id: str, lease: Lease | None) -> None:
+        """Raise ``ConflictError`` unless ``lease`` (if any) is ``run_id``'s current one
+        (``_leases.check_lease``; no statement for a lease known current)."""
+        if lease is None or self.lease_known(run_id, lease.generation):
+            return
+        check_lease(con, run_id, lease.generation, lease.owner)
+        self.lease_checked(run_id, lease.generation)
+
+    def committed(self) -> None:
+        """The batch's transaction committed: what it learnt of leases is known."""
+        learnt, self._learnt = self._learnt, {}
+        for run_id, generation in learnt.items():
+            if generation is None:
+                self.leases.pop(run_id, None)
+            else:
+                self.leases[run_id] = generation
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
         """Apply the deferred work: appends, step rows, run updates, lease releases.
 
         Raises:
             BatchRetry: a merged update missed a run (stale lease or unknown run).
-            ConflictError, StoreError: an op alone (``single``) failed its check.
+            ConflictError, StoreError: an op's check failed (its statement missed).
         """
         appends, self._appends = self._appends, {}
         updates, self._updates = self._updates, {}
@@ -152,7 +218,7 @@ class Batch:
         for table, rows in appends.items():
             append_rows(con, table, rows, self.appenders)
         if steps:
-            _insert_steps(con, steps)
+            _insert_steps(con, steps, self)
         for update, runs in updates.items():
             _apply_updates(con, update, runs)
         if len(releases) == 1:
@@ -174,6 +240,7 @@ class Batch:
         self._updates.clear()
         self._releases.clear()
         self._steps.clear()
+        self._learnt.clear()
         for appender in self.appenders.values():
             appender.clear()
 
@@ -240,7 +307,12 @@ _STEP_BY_RUN: Final = (
 )
 
 
-def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None:
+def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending], batch: Batch) -> None:
+    known = [batch.lease_known(values[0], generation) for values, generation, _ in steps]
+    if all(known):
+        # Every lease known current: plain rows, no guard (see the module docstring).
+        append_rows(con, "steps", [values for values, _, _ in steps], batch.appenders)
+        return
     if len(steps) == 1:
         # One step: the plain statement, whose miss can say exactly what went wrong.
         ((values, generation, holder),) = steps
@@ -251,6 +323,8 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
             found = con.execute(_STEP_BY_LEASE, [*values, run_id, generation]).fetchone()
         if not found or found[0] == 0:
             raise _missed(con, run_id, generation, holder)
+        if generation is not None:
+            batch.lease_checked(run_id, generation)
         return
     names = tuple(f"c{i}" for i in range(len(_STEP_TYPES)))
     table = [(*values, generation) for values, generation, _ in steps]
@@ -273,6 +347,9 @@ def _insert_steps(con: duckdb.DuckDBPyConnection, steps: list[_Pending]) -> None
         raise BatchRetry(
             f"{len(steps) - (found[0] if found else 0)} of {len(steps)} steps did not apply"
         )
+    for values, generation, _ in steps:
+        if generation is not None:
+            batch.lease_checked(values[0], generation)
 
 
 def _unnest(

@@ -5,11 +5,12 @@ lock on file". So a process opens the file only while it works, and only in its 
 (``_turn``: a blocking OS lock on ``<store>.lock``, waited for in the kernel, no
 polling): it keeps the connection while operations come fast, closes it after
 ``linger_s`` idle (a provider call takes seconds, which leaves other processes room),
-and hands it over once another process waits for it and it has held it for
-``_MIN_HOLD_S`` (at most ``MAX_HOLD_S`` whoever waits). A turn that does not come
-within ``busy_timeout_s`` is ``StoreError(kind="busy")``, which is retryable. Where
-there is no turn to take (a read-only folder), or a program other than harnessnb
-holds the file, DuckDB's lock is retried with jittered, bounded backoff instead.
+and hands it over once another process waits for its turn and it has held it for
+``_MIN_HOLD_S``; a program that takes no turn cannot be seen waiting: the file is let go
+for it every ``_MAX_HOLD_UNSEEN_S`` (``MAX_HOLD_S`` with no turn). A turn that does not
+come within ``busy_timeout_s`` is ``StoreError(kind="busy")``, which is retryable. Where
+there is no turn to take (a read-only folder), or a program other than harnessnb holds
+the file, DuckDB's lock is retried with jittered, bounded backoff instead.
 
 Within a process every ``Store`` on the same real path shares one ``SharedDb`` whose
 lock serialises all statements: concurrent runs in one kernel funnel through it. Writes
@@ -60,7 +61,10 @@ __all__ = [
 ]
 
 MEMORY: Final = ":memory:"
+# The longest hold without a turn, and with one for a program that takes none (a reopen
+# costs the next read a cold cache, ~2x a warm ``failure_rates``: not paid for nobody).
 MAX_HOLD_S: Final = 1.0
+_MAX_HOLD_UNSEEN_S: Final = 10.0
 # Hand the file over to a waiting process after holding it this long: an open and a
 # close cost ~30 ms on a quiet machine (~130 ms on a loaded one), so a shorter turn
 # would spend more on opening than on writing.
@@ -106,6 +110,9 @@ class SharedDb:
         self._checked: tuple[int, int] | None = None
         # Appenders of the open connection, reused by every batch (they die with it).
         self._appenders: dict[str, duckdb.Appender] = {}
+        # Leases known current at the open connection's last commit (``Batch.leases``):
+        # forgotten when it closes or is lent to any use but a batch.
+        self._leases: dict[str, int] = {}
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
         self._queue: deque[tuple[WriteOp[Any], Future[Any], float]] = deque()
         # When the oldest lingering op of the queue was queued (``WriteOp.linger_s``).
@@ -133,6 +140,7 @@ class SharedDb:
         """
         with _interrupts(), self._lock:
             con = self._con if self._con is not None else self._open(busy_timeout_s)
+            self._leases.clear()  # any SQL may run on it (``Store.sql``)
             try:
                 yield con
             except duckdb.Error as exc:
@@ -274,8 +282,9 @@ class SharedDb:
                 path=self.path,
             )
         con = self._con if self._con is not None else self._open(busy_timeout_s)
-        batch = Batch(self._appenders, single=len(ops) == 1, path=self.path)
+        batch = Batch(self._appenders, path=self.path, leases=self._leases)
         try:
+            single_threaded(con)
             con.execute("BEGIN TRANSACTION")
             try:
                 results = []
@@ -285,6 +294,7 @@ class SharedDb:
                     results.append(op.apply(con, batch))
                 batch.flush(con)
                 con.execute("COMMIT")
+                batch.committed()
             except BaseException:
                 batch.discard()
                 with contextlib.suppress(duckdb.Error):
@@ -301,9 +311,7 @@ class SharedDb:
     def _open(self, busy_timeout_s: float) -> duckdb.DuckDBPyConnection:
         con = connect(MEMORY) if self.memory else self._open_file(busy_timeout_s)
         try:
-            # One thread: small writes skip the task scheduler's hand-offs (~20% faster
-            # per statement); analytic reads raise it for their duration (``parallel``).
-            con.execute("SET threads = 1")
+            con.execute("SET threads = 1")  # for writes; a reader raises it (``parallel``)
             identity = None if self.memory else file_identity(self.path)
             whole = identity is None or identity != self._checked
             if not self.read_only:
@@ -324,6 +332,7 @@ class SharedDb:
             self._turn.give()  # the migrated copy lives in memory: the file is not used
         self._checked = identity
         self._con = con
+        _THREADS[id(con)] = 0 if self._copy else 1  # the migrated copy: not set yet
         self._opened_at = time.monotonic()
         return con
 
@@ -408,9 +417,10 @@ class SharedDb:
         now = time.monotonic()
         self._last_used = now
         held = now - self._opened_at
-        if held > MAX_HOLD_S or (held > _MIN_HOLD_S and self._turn.wanted()):
-            # Another process waits (or may: without a turn nobody can tell), so the
-            # file is handed over rather than held through a long burst.
+        cap = _MAX_HOLD_UNSEEN_S if self._turn.held else MAX_HOLD_S
+        if held > cap or (held > _MIN_HOLD_S and self._turn.wanted()):
+            # Another process waits (or may: one that takes no turn cannot be seen), so
+            # the file is handed over rather than held through a long burst.
             self._hand_over()
             return
         self._idle.notify_all()
@@ -445,6 +455,7 @@ class SharedDb:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._appenders = {}
+        self._leases = {}
         # The parent's writer thread does not exist here; its queued writes are its own.
         self._queue = deque()
         self._queue_lock = threading.Lock()
@@ -453,8 +464,10 @@ class SharedDb:
 
     def _drop(self) -> None:
         self._appenders.clear()
+        self._leases.clear()
         con, self._con = self._con, None
         if con is not None:
+            _THREADS.pop(id(con), None)
             with contextlib.suppress(duckdb.Error):
                 con.close()
         self._turn.give()
@@ -462,14 +475,27 @@ class SharedDb:
 
 @contextlib.contextmanager
 def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Run an analytic query on every core, then return to one thread for writes (unless
-    the connection was closed meanwhile: a Ctrl-C's, say, which then leaves as it was)."""
-    con.execute(f"SET threads = {os.cpu_count() or 1}")
-    try:
-        yield con
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            con.execute("SET threads = 1")
+    """An analytic query on every core, kept for the next until a write (``single_threaded``)."""
+    _set_threads(con, os.cpu_count() or 1)
+    yield con
+
+
+def single_threaded(con: duckdb.DuckDBPyConnection) -> None:
+    """One thread for writes: they skip the scheduler's hand-offs (~20% faster each)."""
+    _set_threads(con, 1)
+
+
+# ``threads`` of each connection a ``SharedDb`` holds, by ``id`` (0: not set yet), so a
+# ``SET`` (~0.2 ms) is said only when it changes; any other connection is set each time.
+_THREADS: dict[int, int] = {}
+
+
+def _set_threads(con: duckdb.DuckDBPyConnection, threads: int) -> None:
+    known = _THREADS.get(id(con))
+    if known != threads:
+        con.execute(f"SET threads = {threads}")
+        if known is not None:
+            _THREADS[id(con)] = threads
 
 
 @contextlib.contextmanager

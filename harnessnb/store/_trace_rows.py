@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -92,14 +91,10 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
         run = _rows(con, "SELECT * FROM run_rows WHERE run_id = ?", run_id)
         if not run:
             raise StoreError(f"no run {run_id!r} in this store", kind="missing")
-        attempts = _rows(
-            con,
-            f"SELECT {_ATTEMPTS} FROM attempts WHERE run_id = ? ORDER BY started_at, attempt",
-            run_id,
-        )
-        tools = _rows(
-            con, f"SELECT {_TOOL_CALLS} FROM tool_calls WHERE run_id = ? ORDER BY step, seq", run_id
-        )
+        # No ORDER BY: a sort in DuckDB cost as much as its scan; the few rows of one
+        # run are put in order here.
+        attempts = _rows(con, f"SELECT {_ATTEMPTS} FROM attempts WHERE run_id = ?", run_id)
+        tools = _rows(con, f"SELECT {_TOOL_CALLS} FROM tool_calls WHERE run_id = ?", run_id)
         # Stalls and markers, mostly none, in one statement (each costs its round trip).
         noted = _rows(
             con,
@@ -110,7 +105,7 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
         which = "true" if content else "tool_calls > 0"
         steps = con.execute(
             f'SELECT step, tokens, "at", CASE WHEN {which} THEN checkpoint END '
-            "FROM steps WHERE run_id = ? ORDER BY step",
+            "FROM steps WHERE run_id = ?",
             [run_id],
         ).fetchall()
     stalls = sorted(_only(noted, "stall", _MARKER_ONLY), key=lambda r: (_when(r), r["step"] or 0))
@@ -128,6 +123,7 @@ def read_run(reader: Reading, run_id: str, *, content: bool = False) -> RunRows:
     for timed in (*tools, *stalls, *markers):
         timed["at_ns"] = timed["at_ns"] or base
     attempts.sort(key=lambda a: (a["started_at_ns"], a["attempt"] or 0))
+    tools.sort(key=lambda t: (t["step"], t["seq"]))
     for key in ("contract", "error", "extras"):
         row[key] = _json(row[key])
     checkpoints = {int(step): json.loads(state) for step, _, _, state in steps if state}
@@ -204,22 +200,17 @@ def _as_the_view(
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: str, run_id: str) -> list[dict[str, Any]]:
+    """The rows as dicts, each time column also as ``<name>_ns``."""
     cur = con.execute(query, [run_id])
     names = [d[0] for d in cur.description or []]
-    return [dict(_timed(zip(names, found, strict=True))) for found in cur.fetchall()]
-
-
-def _timed(pairs: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-    """A row's values, each time column also as ``<name>_ns``."""
-    for name, value in pairs:
-        yield name, value
-        if isinstance(value, dt.datetime) or name in (
-            "at",
-            "started_at",
-            "finished_at",
-            "updated_at",
-        ):
-            yield f"{name}_ns", ns(value)
+    timed = [(i, f"{name}_ns") for i, name in enumerate(names) if name in _TIME_COLUMNS]
+    out = []
+    for found in cur.fetchall():
+        row = dict(zip(names, found, strict=True))
+        for i, key in timed:
+            row[key] = ns(found[i])
+        out.append(row)
+    return out
 
 
 def _json(text: str | None) -> Any:

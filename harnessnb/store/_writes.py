@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..rules._errors import StoreError
 from ..rules._text import clip
 from ._batch import Batch, WriteOp, append_rows, run_update
-from ._leases import LEASE_TTL_S, Lease, acquire, check_lease_of, renew
+from ._leases import LEASE_TTL_S, Lease, renew
 from ._row_types import (
     AttemptRow,
     Finish,
@@ -116,20 +116,23 @@ def start_run(
     run_id = str(run["run_id"])
     at = time.time() if now is None else now
 
+    def careful(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
+        append_rows(con, "run_rows", [values])
+        append_rows(con, "markers", cut)
+        return batch.acquire(con, run_id, owner, ttl_s, at, owner_alive)
+
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> Lease:
-        if batch.single:
-            append_rows(con, "run_rows", [values])
-            append_rows(con, "markers", cut)
-            return acquire(con, run_id, owner, ttl_s, at, owner_alive)
-        # A new run has no lease row: a plain append of generation 1. A stray row
-        # makes the batch fail, and this op alone then takes the path above.
+        # A new run has no lease row: a plain append of generation 1 (no SELECT, no
+        # upsert). A row already there (the run, a stray lease) fails the append; the
+        # careful path then says which (``duplicate``, ``ConflictError``) or takes over.
         batch.append("run_rows", [values])
         batch.append("markers", cut)
         batch.append("leases", [(run_id, owner, 1, to_ts(at), to_ts(at),
                                  to_ts(at + ttl_s), False)])  # fmt: skip
+        batch.lease_changed(run_id, 1)
         return Lease(run_id, owner, 1, at + ttl_s)
 
-    return WriteOp("start_run", apply, direct=False)
+    return WriteOp("start_run", apply, direct=False, fallback=WriteOp("start_run", careful))
 
 
 def commit_step(
@@ -301,7 +304,7 @@ def record_intent(
                   to_ts(tool_call.get("at") or time.time())]  # fmt: skip
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-        check_lease_of(con, run_id, lease)
+        batch.check_lease(con, run_id, lease)
         # The intent replaces a row left at its place (step, seq) by an earlier try.
         con.execute(
             "DELETE FROM tool_calls WHERE run_id = ? AND step = ? AND seq = ?",
@@ -334,7 +337,7 @@ def keep_begun_step(
     answer = [run_id, step, dumps(pending, text=False), to_ts(time.time())]
 
     def apply(con: duckdb.DuckDBPyConnection, batch: Batch) -> None:
-        check_lease_of(con, run_id, lease)
+        batch.check_lease(con, run_id, lease)
         con.execute("DELETE FROM tool_calls WHERE run_id = ? AND step = ?", [run_id, step])
         append_rows(con, "tool_calls", rows)
         con.execute("INSERT OR REPLACE INTO pending_steps VALUES (?, ?, ?, ?)", answer)
@@ -395,8 +398,10 @@ def acquire_lease(
     The previous holder's next commit then fails with ``ConflictError``.
     """
     at = time.time() if now is None else now
+
     return WriteOp(
-        "acquire_lease", lambda con, batch: acquire(con, run_id, owner, ttl_s, at, owner_alive)
+        "acquire_lease",
+        lambda con, batch: batch.acquire(con, run_id, owner, ttl_s, at, owner_alive),
     )
 
 

@@ -1,7 +1,8 @@
 """Sweeps: many runs of tasks across providers, tagged with one id, and what they come to.
 
 - ``_sweep``: ``hn.sweep``/``sweep_sync``; ``_sweep_run``: one run of a sweep in its own
-  copy of the workspace; ``_sweep_dask``: a sweep on a Dask cluster;
+  copy of the workspace; ``_sweep_dask``: a sweep on a Dask cluster (the client's side);
+  ``_sweep_worker``: its runs on a Dask worker, in chunks, in the process's shard;
   ``_sweep_result``: ``SweepResult`` and ``SweepRun``; ``_sample``: ``Sample``, ``Score``,
   the ``Scorer`` type and the outcomes that are infrastructure failures (never scored);
   ``_samples_io``: ``hn.samples``, samples from a CSV or JSONL file, a DataFrame or dicts;

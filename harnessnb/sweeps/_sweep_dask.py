@@ -1,24 +1,34 @@
 """``hn.sweep(..., executor=client, shards=folder)``: the runs of a sweep on a Dask cluster.
 
-Each run is a task (``run_on_worker``, a module-level function the workers import). A
-worker process writes its own shard store, ``<shards>/<host>-<pid>.duckdb``, opened
-once per process and kept (DuckDB lets one process write a file at a time, so no two
-processes share one), and drives ``hn.run`` on harnessnb's loop thread in a private
-copy of the workspace, as the local sweep does. The client keeps at most
-``concurrency`` runs submitted (so ``max_cost_usd`` can stop launching, and a cancel
-has little to take back), and calls ``on_run`` on its loop as each run's row comes
-back (``distributed.as_completed``, waited on in a thread: the event loop never
-blocks). The result's store is ``Store.combine(shards)``.
+The runs go in chunks: one task (``_sweep_worker.run_chunk_on_worker``, a module-level
+function the workers import) makes several runs one after another, so Dask's cost per
+task (the round trip through the scheduler, the pickles: the provider and options once
+per chunk) is shared by them. The chunk size (``chunk_size``) gives about
+``CHUNKS_PER_THREAD`` chunks to each worker thread over the sweep (a slow chunk at the
+end leaves the others little to wait for) and at most ``concurrency`` over the threads
+(each thread can hold a chunk while at most ``concurrency`` runs are submitted); a sweep
+of few runs, or on a cluster with no worker yet, is a run a task. A worker process
+writes its own shard store, ``<shards>/<host>-<pid>.duckdb``, opened once per process
+and kept (DuckDB lets one process write a file at a time, so no two processes share one)
+until the Dask worker closes (a worker plugin's ``teardown`` closes it once no run uses
+it: ``_sweep_worker``), and drives ``hn.run`` on harnessnb's loop thread in a private
+copy of the workspace, as the local sweep does. The client keeps at most ``concurrency``
+runs submitted (so ``max_cost_usd`` can stop launching, and a cancel has little to take
+back), and calls ``on_run`` on its loop for each run's row as its chunk comes back
+(``distributed.as_completed``, waited on in a thread: the event loop never blocks). The
+result's store is ``Store.combine(shards)``.
 
-A run is claimed before it starts: ``<shards>/claims/<run_id>`` made with ``O_EXCL``,
-holding the shard's path. Dask reschedules the tasks of a worker that died; a task
-that finds its run claimed returns an ``unfinished`` row naming the shard (where the
-run's committed steps are, for ``hn.resume(run_id, store=shard)``) and never runs it
-again, so no run is in two shards. An unfinished run that did end before its worker
-died is reported with its stored outcome.
+A run is claimed as it starts: ``<shards>/claims/<run_id>`` made with ``O_EXCL``,
+holding the shard's path. Dask reschedules the tasks of a worker that died; a chunk
+that finds one of its runs claimed returns an ``unfinished`` row for it naming the
+shard (where the run's committed steps are, for ``hn.resume(run_id, store=shard)``)
+and never runs it again, so no run is in two shards; the chunk's runs not claimed yet
+run. An unfinished run that did end before its worker died is reported with its
+stored outcome.
 
 Providers travel to the workers by pickle (their keys with them, as they must); a
-task's key is ``harnessnb-<run_id>``, never anything of the provider. Events
+task's key is ``harnessnb-<run_id>`` of its chunk's first run, never anything of the
+provider. Events
 (``on_event``) and an approver that asks a person cannot cross to a worker: both are
 refused with an executor.
 
@@ -29,8 +39,8 @@ harnessnb's loop thread while Dask's thread waits for it, and that waiting threa
 looks for the marker every ``CANCEL_POLL_S`` (one ``stat``; the loop pays nothing):
 seen, it cancels the run, which records itself ``cancelled`` in the shard (its lease
 released, its workspace copy removed) as ``hn.run`` does, and the worker is free for
-its next task. A task that finds the marker before it claims its run does not start
-it. The marker lives in the shards folder because the client and every worker see
+its next task. A chunk that finds the marker before it claims a run starts none of
+its runs left. The marker lives in the shards folder because the client and every worker see
 that folder already (Dask's ``Event`` would need each task to reach the scheduler);
 it is named by the sweep's id, so an old cancelled sweep never stops a new one (a
 sweep given the id of a cancelled one removes its marker first).
@@ -41,7 +51,8 @@ finished slot's row is its stored run, with its stored scores and the shard its 
 names. The combined store takes no writes, so a scorer that a finished run has no
 stored row of is refused before any run (``hn.rescore`` scores a merged copy).
 
-Dask is imported here only, on first use; ``import harnessnb`` does not load it.
+Dask is imported here and in ``_sweep_worker`` only, on first use; ``import harnessnb``
+does not load it.
 """
 
 from __future__ import annotations
@@ -49,74 +60,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
-import socket
-import string
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from ..loop._contract import RunOutcome, TaskContract
+from ..loop._contract import TaskContract
 from ..loop._driver import new_id
-from ..loop._tracing import Nested, parent_from
-from ..rules._errors import ConfigError, wrap_unknown
+from ..rules._errors import ConfigError
 from ._rescore import finished_slots, scorers_lacking, stored_run
 from ._sample import Sample
 from ._sweep_result import UNFINISHED, SweepRun
-from ._sweep_run import NamedScorer, crashed, one_run
+from ._sweep_run import NamedScorer
+from ._sweep_worker import (
+    WorkerJob,
+    cancel_marker,
+    failed,
+    holder,
+    run_chunk_on_worker,
+)
 
 if TYPE_CHECKING:
     from ..providers._completion import Provider
     from ..store._store import Store
 
 __all__ = [
-    "CANCEL_POLL_S",
+    "CHUNKS_PER_THREAD",
     "Job",
     "cancel_marker",
     "check_cluster_options",
-    "run_on_worker",
+    "chunk_size",
     "sweep_on_cluster",
 ]
 
 _log = logging.getLogger("harnessnb.sweep")
-CANCEL_POLL_S: Final = 0.25
-"""How often a task on a worker looks for its sweep's cancel marker."""
+CHUNKS_PER_THREAD: Final = 4
+"""About how many tasks (chunks of runs) a sweep hands each worker thread."""
 _INSTALL: Final = "pip install 'harnessnb[dask]'"
-# The shard store of this worker process, per shards folder (opened once, kept).
-_SHARDS: dict[str, Store] = {}
-_SHARDS_LOCK = threading.Lock()
 
 Job: TypeAlias = "tuple[TaskContract, str, Provider, int, Sample]"
 """One planned run of a sweep: contract, the sweep's name of the provider, the
 provider, the repeat, the sample."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerJob:
-    """What one run on a worker needs (pickled to it)."""
-
-    contract: TaskContract
-    name: str
-    provider: Provider
-    repeat: int
-    run_id: str
-    shards: str
-    keep: bool
-    options: dict[str, Any]
-    sample: Sample
-    scorers: tuple[NamedScorer, ...] = ()
-
-    def unstarted(self) -> SweepRun:
-        """The row of this run not started (cancelled before it began)."""
-        return SweepRun(
-            self.contract.task,
-            self.name,
-            self.provider.model,
-            self.repeat,
-            sample_id=self.sample.id,
-        )
 
 
 def check_cluster_options(
@@ -182,8 +169,6 @@ async def sweep_on_cluster(
     finished in the shards already there (a resumed sweep): that is its stored row; the
     rows in plan order and the combined store of the shards."""
     loop = asyncio.get_running_loop()
-    stop = threading.Event()
-    submitted: dict[Any, tuple[int, WorkerJob]] = {}
     rows = await _finished(jobs, folder, options, scorers)
 
     def delivered(row: SweepRun) -> None:  # on the loop, as the local sweep does
@@ -193,55 +178,93 @@ async def sweep_on_cluster(
             except Exception:  # a display's fault must not orphan the other runs
                 _log.exception("sweep %s: on_run raised; the sweep goes on", options["sweep_id"])
 
-    def drive() -> None:
-        import distributed
-
-        pending = iter([(i, job) for i, job in enumerate(jobs) if i not in rows])
-        done: Any = getattr(distributed, "as_completed")()  # noqa: B009 (untyped)
-        spent = [sum(row.spend for row in rows.values())]  # a resumed sweep's, as here
-
-        def launch() -> None:
-            if stop.is_set() or over_budget(spent[0]):
-                return
-            nxt = next(pending, None)
-            if nxt is None:
-                return
-            i, (contract, name, provider, repeat, sample) = nxt
-            where = (new_id("run"), folder, keep, options, sample, scorers)
-            job = WorkerJob(contract, name, provider, repeat, *where)
-            future = client.submit(run_on_worker, job, key=f"harnessnb-{job.run_id}", pure=False)
-            submitted[future] = (i, job)
-            done.add(future)
-
-        for _ in range(concurrency):
-            launch()
-        for future in done:
-            i, job = submitted.pop(future)
-            row = _row_of(future, job)
-            if row.outcome is None:
-                continue  # cancelled before it started
-            rows[i] = row
-            spent[0] += row.spend
-            loop.call_soon_threadsafe(delivered, row)
-            launch()
-
+    chunks = _Chunks(client, folder, concurrency, (keep, options, scorers), over_budget)
     for i in sorted(rows):  # the finished slots of a resumed sweep, told first
         delivered(rows[i])
     marker = cancel_marker(folder, options["sweep_id"])
     with contextlib.suppress(FileNotFoundError):  # this id's earlier sweep was cancelled
         os.unlink(marker)
+
+    def deliver(row: SweepRun) -> None:  # from the thread to the loop
+        loop.call_soon_threadsafe(delivered, row)
+
     try:
-        await asyncio.to_thread(drive)
+        await asyncio.to_thread(chunks.drive, jobs, rows, deliver)
     except asyncio.CancelledError:
-        stop.set()
+        chunks.stop.set()
         _mark(marker)  # the runs begun stop (their tasks watch for it)
-        client.cancel(list(submitted))  # the runs not begun are dropped
+        client.cancel(list(chunks.submitted))  # the runs not begun are dropped
         raise
     store = await asyncio.to_thread(_combined, folder)
     found = await asyncio.to_thread(
         _settle, [r for r in rows.values() if r.outcome == UNFINISHED], store
     )
     return [_in_plan(job, rows.get(i), found) for i, job in enumerate(jobs)], store
+
+
+class _Chunks:
+    """The client's side of a sweep on a cluster, in a thread: the jobs submitted in
+    chunks (``chunk_size``) while at most ``concurrency`` runs are out and the spend
+    allows, each chunk's rows taken back as it ends (``distributed.as_completed``)."""
+
+    def __init__(
+        self,
+        client: Any,
+        folder: str,
+        concurrency: int,
+        each: tuple[bool, dict[str, Any], tuple[NamedScorer, ...]],
+        over_budget: Callable[[float], bool],
+    ) -> None:
+        self.client, self.folder, self.concurrency = client, folder, concurrency
+        self.each, self.over_budget = each, over_budget
+        self.stop = threading.Event()
+        self.submitted: dict[Any, list[tuple[int, WorkerJob]]] = {}
+        self.out = 0  # runs submitted whose rows have not come back
+        self.spent = 0.0
+
+    def drive(
+        self, jobs: Sequence[Job], rows: dict[int, SweepRun], deliver: Callable[[SweepRun], None]
+    ) -> None:
+        """Every job not in ``rows`` run, its row put there and delivered."""
+        import distributed
+
+        pending = [(i, job) for i, job in enumerate(jobs) if i not in rows]
+        size = chunk_size(len(pending), _threads(self.client), self.concurrency)
+        todo = iter(pending)
+        done: Any = getattr(distributed, "as_completed")()  # noqa: B009 (untyped)
+        self.spent = sum(row.spend for row in rows.values())  # a resumed sweep's, as here
+        while self.out + size <= self.concurrency and self._launch(todo, size, done):
+            pass
+        for future in done:
+            chunk = self.submitted.pop(future)
+            self.out -= len(chunk)
+            for (i, _), row in zip(chunk, _rows_of(future, chunk), strict=True):
+                if row.outcome is None:
+                    continue  # cancelled before it started
+                rows[i] = row
+                self.spent += row.spend
+                deliver(row)
+            while self.out + size <= self.concurrency and self._launch(todo, size, done):
+                pass
+
+    def _launch(self, todo: Iterator[tuple[int, Job]], size: int, done: Any) -> bool:
+        """The next chunk submitted; False when none is (none left, stopped, spent)."""
+        if self.stop.is_set() or self.over_budget(self.spent):
+            return False
+        keep, options, scorers = self.each
+        chunk = []
+        for i, (contract, name, provider, repeat, sample) in itertools.islice(todo, size):
+            where = (new_id("run"), self.folder, keep, options, sample, scorers)
+            chunk.append((i, WorkerJob(contract, name, provider, repeat, *where)))
+        if not chunk:
+            return False
+        batch = tuple(job for _, job in chunk)
+        key = f"harnessnb-{batch[0].run_id}"  # its first run's: nothing of the provider
+        future = self.client.submit(run_chunk_on_worker, batch, key=key, pure=False)
+        self.submitted[future] = chunk
+        self.out += len(chunk)
+        done.add(future)
+        return True
 
 
 async def _finished(
@@ -300,8 +323,8 @@ async def _stored_rows(
     rows = {}
     for i, slot in mine.items():
         row = await stored_run(store, slot, scorers, options, every=False)
-        holder = await asyncio.to_thread(_holder, folder, row.run_id or "")
-        rows[i] = dataclasses.replace(row, shard=holder)
+        held = await asyncio.to_thread(holder, folder, row.run_id or "")
+        rows[i] = dataclasses.replace(row, shard=held)
     return rows
 
 
@@ -313,32 +336,38 @@ def _in_plan(job: Job, row: SweepRun | None, found: dict[str, SweepRun]) -> Swee
     return found.get(row.run_id or "", row)
 
 
-def _row_of(future: Any, job: WorkerJob) -> SweepRun:
-    """The row a task handed back; a task that failed (its worker died too often) is the
-    run unfinished in the shard its claim names, or, never claimed, a crashed row."""
-    if future.cancelled():
-        return job.unstarted()
+def chunk_size(runs: int, threads: int, concurrency: int) -> int:
+    """How many runs one task makes: about ``CHUNKS_PER_THREAD`` chunks per worker
+    thread over the sweep (so a slow chunk at the end leaves the others little to wait
+    for), at most ``concurrency`` over the threads (every thread can hold a chunk while at
+    most ``concurrency`` runs are submitted), at least one; one while the cluster has no
+    worker yet (an adaptive one: the workers it starts each get a run)."""
+    if threads < 1:
+        return 1
+    per_thread = max(1, concurrency // threads)
+    return max(1, min(-(-runs // (CHUNKS_PER_THREAD * threads)), per_thread))
+
+
+def _threads(client: Any) -> int:
+    """The cluster's worker threads now (0 when it cannot say)."""
     try:
-        row: SweepRun = future.result()
-        return row
+        return sum(client.nthreads().values())
+    except Exception:  # a scheduler that cannot say: a run a task, as with no worker
+        _log.debug("sweep: the cluster's threads unknown", exc_info=True)
+        return 0
+
+
+def _rows_of(future: Any, chunk: list[tuple[int, WorkerJob]]) -> list[SweepRun]:
+    """The rows a task handed back, one per run of its chunk; a task that failed (its
+    worker died too often) is, per run, the run unfinished in the shard its claim
+    names, or, never claimed, a crashed row."""
+    if future.cancelled():
+        return [job.unstarted() for _, job in chunk]
+    try:
+        rows: list[SweepRun] = future.result()
+        return rows
     except Exception as exc:
-        holder = _claim_holder(job)
-        if holder is not None:
-            return _unfinished(job, holder, type(exc).__name__)
-        row = crashed(
-            job.contract, job.name, job.provider, job.repeat, job.run_id, wrap_unknown(exc)
-        )
-        return dataclasses.replace(row, sample_id=job.sample.id)
-
-
-def cancel_marker(folder: str, sweep_id: str) -> str:
-    """``<folder>/cancel/<sweep_id>`` (the id's bytes other than ``A-Za-z0-9_-`` as
-    ``%XX``: any id is one file name there)."""
-    name = "".join(chr(b) if chr(b) in _NAME_SAFE else f"%{b:02X}" for b in sweep_id.encode())
-    return os.path.join(folder, "cancel", name)
-
-
-_NAME_SAFE: Final = frozenset(string.ascii_letters + string.digits + "_-")
+        return [failed(job, exc) for _, job in chunk]
 
 
 def _mark(marker: str) -> None:
@@ -377,97 +406,3 @@ def _settle(unfinished: list[SweepRun], store: Store) -> dict[str, SweepRun]:
                 error_kind=None,
             )
     return found
-
-
-# ----------------------------------------------------------------- on a worker
-
-
-def shard_store(folder: str) -> Store:
-    """This worker process's shard in ``folder`` (opened on first use, then kept)."""
-    from ..store._store import Store
-
-    with _SHARDS_LOCK:
-        store = _SHARDS.get(folder)
-        if store is None:
-            path = os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}.duckdb")
-            store = _SHARDS[folder] = Store(path)
-        return store
-
-
-def run_on_worker(job: WorkerJob) -> SweepRun:
-    """One run of a sweep on a Dask worker, in the process's shard; ``unfinished`` if
-    another attempt of this task claimed the run first (its worker died)."""
-    from ..loop._bridge import run_blocking
-
-    marker = cancel_marker(job.shards, job.options["sweep_id"])
-    if os.path.exists(marker):  # the sweep was cancelled before this task began
-        return job.unstarted()
-    store = shard_store(job.shards)
-    claim = os.path.join(job.shards, "claims", job.run_id)
-    try:
-        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return _unfinished(job, _claim_holder(job) or "?", "worker_lost")
-    try:
-        os.write(fd, store.path.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    options = {**job.options, "store": store}
-    parent = parent_from(options.pop("trace_parent", {}))  # the client's sweep span
-    if parent is not None:  # handed to the run with the worker's provider (factory)
-        options["tracer_provider"] = Nested(options.get("tracer_provider"), parent)
-    work = one_run(
-        job.contract,
-        job.name,
-        job.provider,
-        job.repeat,
-        job.keep,
-        options,
-        run_id=job.run_id,
-        sample=job.sample,
-        scorers=job.scorers,
-    )
-    try:
-        row = run_blocking(work, poll_s=CANCEL_POLL_S, cancel_if=lambda: os.path.exists(marker))
-    except asyncio.CancelledError:  # recorded ``cancelled`` in the shard by now
-        row = SweepRun(
-            job.contract.task,
-            job.name,
-            job.provider.model,
-            job.repeat,
-            RunOutcome.CANCELLED.value,
-            run_id=job.run_id,
-            sample_id=job.sample.id,
-        )
-    return dataclasses.replace(row, shard=store.path)
-
-
-def _claim_holder(job: WorkerJob) -> str | None:
-    return _holder(job.shards, job.run_id)
-
-
-def _holder(folder: str, run_id: str) -> str | None:
-    """The shard a run's claim names, or None (no claim; a run id from a store that
-    is no file name of the claims folder)."""
-    if not run_id or run_id in (".", "..") or "/" in run_id or os.sep in run_id:
-        return None
-    try:
-        with open(os.path.join(folder, "claims", run_id), encoding="utf-8") as fh:
-            return fh.read() or "?"
-    except OSError:
-        return None
-
-
-def _unfinished(job: WorkerJob, shard: str, why: str) -> SweepRun:
-    return SweepRun(
-        job.contract.task,
-        job.name,
-        job.provider.model,
-        job.repeat,
-        UNFINISHED,
-        error_kind=why,
-        run_id=job.run_id,
-        shard=shard,
-        sample_id=job.sample.id,
-    )
