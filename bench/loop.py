@@ -23,7 +23,8 @@
    step costs what it does (DuckDB's per-statement cost), and what a one-statement
    layout would save.
 
-Run: python bench/loop.py [--step | --otel | --layouts]  (``--step``: part 1 only)
+Run: python bench/loop.py [--step | --runs | --otel | --layouts]  (``--step``: part 1 only,
+``--runs``: part 2 only)
 """
 
 from __future__ import annotations
@@ -500,6 +501,11 @@ async def main() -> None:
         ws.mkdir()
         (ws / "a.txt").write_text("a\n")
         store = hn.Store(Path(tmp) / "runs.duckdb")
+        if "--runs" in sys.argv[1:]:  # --runs: part 2 only
+            await concurrent_runs(store, ws)
+            store.close()
+            print(load_line())
+            return
         await per_step(store, ws, 20)  # warm up: imports, the file, the writer thread
         bare_floor(Path(tmp) / "bare.duckdb", 20)
         times: list[float] = []

@@ -266,3 +266,44 @@ async def test_an_old_style_callback_reading_data_still_works_on_a_real_run(
     with pytest.warns(DeprecationWarning):
         await hn.run(contract(ws), hn.ScriptedProvider(script), store=store, on_event=old_style)
     assert seen == [("tool_call", "read_file"), ("finished", "finished")]
+
+
+class _NotingSinks(hn.ScriptedProvider):
+    """A scripted provider that notes the text sink each call was handed, and streams
+    its answer through it in two pieces when it has one."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda messages: "hello there")
+        self.sinks: list[object] = []
+
+    async def _answer(self, call: Any) -> Any:
+        self.sinks.append(call.on_text)
+        if call.on_text is not None:
+            await call.on_text("hello ", True)
+            await call.on_text("there", False)
+        return await super()._answer(call)
+
+
+async def test_a_run_nobody_listens_to_makes_no_delta_events_and_records_the_same(
+    ws: Path, store: hn.Store
+) -> None:
+    """Streamed text becomes ``delta`` events only for an ``on_event`` listener: a run
+    without one hands its provider no text sink (nothing made for nobody), and its
+    result and rows are those of a listened-to run."""
+    quiet, heard = _NotingSinks(), _NotingSinks()
+    events: list[AnyEvent] = []
+    alone = await hn.run(contract(ws, max_steps=1), quiet, store=store)
+    watched = await hn.run(contract(ws, max_steps=1), heard, store=store, on_event=events.append)
+    assert quiet.sinks == [None]
+    assert len(heard.sinks) == 1 and heard.sinks[0] is not None
+    assert "".join(e.text for e in of(events, DeltaEvent)) == "hello there"
+    assert {e.run_id for e in events} == {watched.run_id}  # still stamped for a listener
+    for result in (alone, watched):
+        assert (result.outcome, result.text, result.steps) == (
+            hn.RunOutcome.FINISHED, "hello there", 1)  # fmt: skip
+    steps = store.sql(
+        "SELECT run_id, decision FROM steps WHERE run_id IN (?, ?) ORDER BY run_id",
+        [alone.run_id, watched.run_id],
+    )
+    assert sorted(steps["run_id"]) == sorted([alone.run_id, watched.run_id])
+    assert list(steps["decision"]) == ["answer", "answer"]

@@ -288,6 +288,32 @@ def test_provider_layer_is_replaced_not_stacked() -> None:
     assert policy.explain("net", "a.example").denied
 
 
+def test_the_policy_a_provider_derives_is_made_once_per_hosts_and_judges_only_them() -> None:
+    """Every run of a provider derives the same policy from the same one (immutable):
+    made once per (policy, hosts), so its verdicts are kept from run to run; other
+    hosts (the cache's key) derive another, which allows those and only those. The
+    default policy is one value for the process, every layer and default as before."""
+    base = Policy.default()
+    assert base is Policy.default()
+    assert [layer.name for layer in base.layers] == ["secrets"]
+    assert base.defaults == {"read": "allow", "write": "ask", "exec": "ask", "net": "deny"}
+    a = base.with_provider_hosts(["a.example"])
+    assert base.with_provider_hosts(["a.example"]) is a
+    assert base.with_provider_hosts(iter(["a.example"])) is a  # hosts as any iterable
+    b = base.with_provider_hosts(["b.example"])
+    assert b is not a
+    assert a.explain("net", "a.example").effect == "allow"
+    assert a.explain("net", "b.example").denied
+    assert b.explain("net", "b.example").effect == "allow"
+    assert b.explain("net", "a.example").denied
+    both = base.with_provider_hosts(["a.example", "b.example"])
+    assert both not in (a, b) and not both.explain("net", "b.example").denied
+    # A policy built apart (another value) derives its own: a caller's deny still wins.
+    strict = base.layer("app").deny_net("a.example").with_provider_hosts(["a.example"])
+    assert strict is not a and strict.explain("net", "a.example").denied
+    assert base.with_provider_hosts([]) is base
+
+
 # ---------------------------------------------------------------- merge
 
 TARGETS = {

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -472,6 +473,9 @@ def test_sanitize_strips_credential_keys_at_any_depth() -> None:
         "headers": {"content-type": "application/json"},
         "body": {"messages": [{"content": "hi"}]},
     }
+    # Any mapping and sequence, not only dict and list; keys as text.
+    other = {1: types.MappingProxyType({"API_KEY": "k", "n": (2, {"x-api-key": "k"})})}
+    assert sanitize(other) == {"1": {"n": [2, {}]}}
 
 
 def test_scrub_text_masks_bearer_tokens_and_keys() -> None:

@@ -162,6 +162,11 @@ class Driver:
         """The tools offered to the model."""
         return self.executor.specs()
 
+    @property
+    def listening(self) -> bool:
+        """Whether the run's events are taken (an ``on_event`` callback)."""
+        return self.events.listening
+
     def use_executor(self, executor: ToolExecutor) -> None:
         """Run the tool calls through ``executor`` (the replay's recorded answers)."""
         self.executor = self.tools.executor = executor

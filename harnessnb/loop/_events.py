@@ -159,6 +159,12 @@ class EventSink:
         self._warned = False
         self._raw = bool(getattr(callback, "__harnessnb_unscrubbed__", False))
 
+    @property
+    def listening(self) -> bool:
+        """Whether anything takes the events (an ``on_event`` callback): a run with no
+        listener neither stamps its events nor makes ``delta`` events of streamed text."""
+        return self._callback is not None
+
     async def emit(self, event: AnyEvent) -> None:
         if self._callback is None:
             return

@@ -160,6 +160,11 @@ class CallingRun(Protocol):
         """The tools offered to the model."""
 
     @property
+    def listening(self) -> bool:
+        """Whether the run's events are taken (an ``on_event`` callback): streamed text
+        becomes ``delta`` events only then."""
+
+    @property
     def state(self) -> RunState:
         """The run's state: the calls count into its ``calls``."""
 
@@ -373,7 +378,8 @@ class ModelCalls:
         call_start = self.clock.time()
         real_start = time.time()
         result: Completion | HarnessError
-        deltas = TextDeltas(self.emit)
+        # Streamed text becomes delta events only for a listener: none, no sink at all.
+        deltas = TextDeltas(self.emit) if self.run.listening else None
         call = self._call(messages, deltas)
         records: tuple[AttemptRecord, ...] = ()
         try:
@@ -406,7 +412,7 @@ class ModelCalls:
             raise
         except Exception as exc:  # a custom provider's bug: typed, with its cause
             result = wrap_unknown(exc, f"the provider raised {type(exc).__name__}: {exc}")
-        if isinstance(result, Completion):
+        if isinstance(result, Completion) and deltas is not None:
             await deltas.flush()  # the answer's last words, held by the throttle
         if not records:  # a provider that reports nothing still gets its attempt row
             records = (_synthetic_record(self.provider, result, real_start),)
@@ -431,7 +437,7 @@ class ModelCalls:
                 )
         return result
 
-    def _call(self, messages: list[dict[str, Any]], deltas: TextDeltas) -> Call:
+    def _call(self, messages: list[dict[str, Any]], deltas: TextDeltas | None) -> Call:
         """The call for ``messages``: a typed run's mode adds its part."""
         run_id, typed = self.rows.run_id, self.typed
         if typed is None:

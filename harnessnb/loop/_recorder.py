@@ -101,7 +101,9 @@ class RunRecorder:
 
     async def emit(self, event: AnyEvent, step: int, /) -> None:
         """Send one event of the run, stamped with its run, ``step`` and time, to the
-        caller's callback."""
+        caller's callback (none to make when nobody listens)."""
+        if not self.events.listening:
+            return
         await self.events.emit(stamped(event, self.run_id, step, self.clock.time()))
 
     async def start(self, row: RunRow) -> None:

@@ -96,6 +96,9 @@ _DEFAULTS: dict[Act, EffectName] = {"read": "allow", "write": "ask", "exec": "as
 _BUILT_IN = "built-in"
 # Verdicts a policy keeps (see ``Policy._explain_one``).
 _VERDICTS_KEPT = 4096
+_HOSTED_KEPT = 64
+# ``Policy.default()``, made once (immutable).
+_default: Policy | None = None
 _USER_LAYER = "user"
 _FORMAT_VERSION = 2  # 2: the built-in secrets layer by name and version
 
@@ -165,7 +168,7 @@ class Policy:
     when none was chosen).
     """
 
-    __slots__ = ("_by_act", "_current", "_defaults", "_layers", "_verdicts")
+    __slots__ = ("_by_act", "_current", "_defaults", "_hosted", "_layers", "_verdicts")
 
     #: The secrets layer's patterns, denied for read and write (see the module docstring).
     SECRET_PATTERNS: ClassVar[tuple[str, ...]] = SECRET_PATTERNS
@@ -189,13 +192,21 @@ class Policy:
         # step asks the same few questions again and again (list_dir, read_file...).
         self._by_act: dict[str, list[tuple[str, Rule]]] = {}
         self._verdicts: dict[tuple[str, str], Verdict] = {}
+        # ``with_provider_hosts`` per hosts: every run of a provider derives the same
+        # policy, and keeps its verdicts from one run to the next. Bounded.
+        self._hosted: dict[tuple[str, ...], Policy] = {}
 
     # ------------------------------------------------------------ presets
 
     @classmethod
     def default(cls) -> Policy:
         """Read allow, write ask, exec ask, net deny, and the ``secrets`` layer."""
-        return cls([_secrets_layer()])
+        if cls is not Policy:
+            return cls([_secrets_layer()])
+        global _default
+        if _default is None:  # immutable: one for the process, its verdicts shared
+            _default = cls([_secrets_layer()])
+        return _default
 
     @classmethod
     def permissive(cls, *, secrets: bool = True) -> Policy:
@@ -409,11 +420,19 @@ class Policy:
         The layer goes first, so it only names the verdict when no caller rule matched;
         an explicit ``deny_net`` (or ``ask_net``) of a provider host still wins.
         """
-        rules = tuple(Rule("net", "allow", h.lower()) for h in dict.fromkeys(hosts) if h)
+        key = tuple(hosts)
+        derived = self._hosted.get(key)
+        if derived is not None:
+            return derived
+        rules = tuple(Rule("net", "allow", h.lower()) for h in dict.fromkeys(key) if h)
         if not rules:
             return self
         kept = [layer for layer in self._layers if layer.name != "provider"]
-        return Policy([Layer("provider", rules), *kept], self._defaults, current=self._current)
+        derived = Policy([Layer("provider", rules), *kept], self._defaults, current=self._current)
+        if len(self._hosted) >= _HOSTED_KEPT:
+            self._hosted.clear()
+        self._hosted[key] = derived
+        return derived
 
     def at_least_as_strict_as(self, other: Policy) -> bool:
         """True when this policy allows nothing ``other`` would not (a sound check).

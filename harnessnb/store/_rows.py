@@ -80,6 +80,14 @@ def _sanitize(value: Any, clean: Callable[[str], str]) -> Any:
         return clean(value)
     if value is None or kind is int or kind is float or kind is bool:
         return value
+    if kind is dict:  # the common containers by exact type: an ABC isinstance is slow
+        return {
+            k if type(k) is str else str(k): _sanitize(v, clean)
+            for k, v in value.items()
+            if (k if type(k) is str else str(k)).lower() not in SECRET_KEYS
+        }
+    if kind is list:
+        return [_sanitize(v, clean) for v in value]
     if isinstance(value, Mapping):
         return {
             str(k): _sanitize(v, clean)
@@ -108,7 +116,7 @@ def dumps(value: Any, *, text: bool = True) -> str | None:
         return None
     clean = sanitize(value, text=text)
     out = json.dumps(clean, default=str, ensure_ascii=False)
-    if _SURROGATE.search(out):
+    if not out.isascii() and _SURROGATE.search(out):
         out = json.dumps(clean, default=str, ensure_ascii=True)
     return out
 
