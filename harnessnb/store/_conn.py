@@ -45,7 +45,7 @@ from ..rules._errors import StoreError
 from ._batch import Batch, WriteOp
 from ._files import check_header, check_kind, file_identity, has_content, writable
 from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
-from ._threads import start_thread
+from ._threads import single_threaded, start_thread, threads_known
 from ._turn import FileTurn
 
 T = TypeVar("T")
@@ -55,7 +55,6 @@ __all__ = [
     "MEMORY",
     "SharedDb",
     "acquire_shared",
-    "parallel",
     "release_shared",
     "store_error",
 ]
@@ -332,7 +331,7 @@ class SharedDb:
             self._turn.give()  # the migrated copy lives in memory: the file is not used
         self._checked = identity
         self._con = con
-        _THREADS[id(con)] = 0 if self._copy else 1  # the migrated copy: not set yet
+        threads_known(con, 0 if self._copy else 1)  # the migrated copy: not set yet
         self._opened_at = time.monotonic()
         return con
 
@@ -467,35 +466,10 @@ class SharedDb:
         self._leases.clear()
         con, self._con = self._con, None
         if con is not None:
-            _THREADS.pop(id(con), None)
+            threads_known(con, None)
             with contextlib.suppress(duckdb.Error):
                 con.close()
         self._turn.give()
-
-
-@contextlib.contextmanager
-def parallel(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An analytic query on every core, kept for the next until a write (``single_threaded``)."""
-    _set_threads(con, os.cpu_count() or 1)
-    yield con
-
-
-def single_threaded(con: duckdb.DuckDBPyConnection) -> None:
-    """One thread for writes: they skip the scheduler's hand-offs (~20% faster each)."""
-    _set_threads(con, 1)
-
-
-# ``threads`` of each connection a ``SharedDb`` holds, by ``id`` (0: not set yet), so a
-# ``SET`` (~0.2 ms) is said only when it changes; any other connection is set each time.
-_THREADS: dict[int, int] = {}
-
-
-def _set_threads(con: duckdb.DuckDBPyConnection, threads: int) -> None:
-    known = _THREADS.get(id(con))
-    if known != threads:
-        con.execute(f"SET threads = {threads}")
-        if known is not None:
-            _THREADS[id(con)] = threads
 
 
 @contextlib.contextmanager

@@ -28,7 +28,6 @@ __all__ = [
     "SECRET_KEYS",
     "dumps",
     "from_ts",
-    "insert_records",
     "insert_rows",
     "output_of",
     "row",
@@ -291,9 +290,6 @@ def _converter(column: str, table: str) -> Callable[[str, Any], Any]:
     return _json if column in _JSON_COLUMNS else _plain
 
 
-# Columns a large batch converts value by value (the rest are plain values, handed over).
-_CONVERTED: Final = frozenset({*_TS_COLUMNS, *_JSON_COLUMNS, "error", "answer"})
-
 # Per table: (column, its converter) in column order, chosen once.
 _CONVERTERS: Final = {
     table: tuple((c, _converter(c, table)) for c in columns) for table, columns in COLUMNS.items()
@@ -389,56 +385,6 @@ def insert_rows(
         con.execute(sql, [v for r in rows for v in r])
         return
     _insert_frame(con, table, columns, {c: [r[i] for r in rows] for i, c in enumerate(columns)})
-
-
-def insert_records(
-    con: duckdb.DuckDBPyConnection,
-    table: str,
-    records: Sequence[Mapping[str, Any]],
-    **fixed: Any,
-) -> None:
-    """Append dicts (``fixed`` values override theirs); large batches built column-wise."""
-    if len(records) <= _VALUES_MAX_ROWS:
-        insert_rows(con, table, [row(table, r, **fixed) for r in records])
-        return
-    for record in records:
-        if not record.keys() <= _KNOWN[table] or not _REQUIRED[table] <= record.keys():
-            _refuse(table, record, fixed)
-    columns = COLUMNS[table]
-    _insert_frame(con, table, columns, {c: _column(table, c, records, fixed) for c in columns})
-
-
-_PLAIN: Final = (str, int, float, bool)
-
-
-def _column(
-    table: str, column: str, records: Sequence[Mapping[str, Any]], fixed: Mapping[str, Any]
-) -> Any:
-    """One column of a large batch, converted in bulk where the values allow it."""
-    if column in fixed:
-        return [_convert(table, column, fixed[column])] * len(records)
-    values = [r.get(column) for r in records]
-    if column in _TS_COLUMNS and all(v is None or type(v) in (int, float) for v in values):
-        import pandas as pd
-
-        # Vectorised: ~100x faster than a datetime per value for 100k rows.
-        return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s")
-    if column in _CONVERTED or (column == "output" and table == "run_rows"):
-        return [_convert(table, column, v) for v in values]
-    # One pass decides: plain values DuckDB can hold are handed over as they are.
-    bound = _INT32 if column in _INT_COLUMNS else _INT64
-    if any(
-        v is not None
-        and (
-            type(v) not in _PLAIN
-            or (type(v) is float and v != v)  # NaN: missing, NULL (``_missing``)
-            or (type(v) is str and not v.isascii())
-            or (type(v) is int and not -bound <= v < bound)
-        )
-        for v in values
-    ):
-        return [_convert(table, column, v) for v in values]
-    return values
 
 
 def _insert_frame(

@@ -26,10 +26,11 @@ import duckdb
 from ..rules._errors import StoreError
 from ._batch import WriteOp
 from ._combine import merge_into, read_only_error, shard_paths, shards_as_one
-from ._conn import MEMORY, SharedDb, acquire_shared, parallel, release_shared
+from ._conn import MEMORY, SharedDb, acquire_shared, release_shared
 from ._failures import failure_groups, failure_sql
 from ._rows import from_ts
 from ._schema import SCHEMA_VERSION
+from ._threads import parallel
 from ._writer import StoreWriter
 
 if TYPE_CHECKING:

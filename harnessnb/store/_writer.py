@@ -22,8 +22,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from . import _writes
-from ._conn import parallel
 from ._rows import from_ts
+from ._threads import parallel
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
