@@ -657,7 +657,7 @@ def test_a_query_block_whose_connection_was_closed_leaves_with_its_own_error() -
     # the connection first (the store drops a broken one), and the KeyboardInterrupt must
     # leave as it was, not as the closed connection's error (nor, when the block is never
     # ended, as an "exception ignored" at garbage collection).
-    from harnessnb.store._conn import parallel
+    from harnessnb.store._threads import parallel
 
     con = duckdb.connect(":memory:")
     with pytest.raises(KeyboardInterrupt), parallel(con):
