@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..rules._errors import MCPError
 from ..rules._policy import Policy
 from ..rules._secrets import scrub_loggers
+from ..tools._process import confine_off_loop
 from ..tools._protocol import OUTPUT_LIMIT, bound_output
-from ..tools._sandbox import Confined, confine
+from ..tools._sandbox import Confined
 from ._failures import Context, classify, tool_error
 from ._server import MCPServer, require_sdk
 from ._stderr import StderrPipe, watched
@@ -263,8 +264,7 @@ class Connection:
         if server.transport == "http":
             return Client(self._http_transport(), **common)
         net = None if server.network else False
-        confined = await asyncio.to_thread(
-            confine,
+        confined = await confine_off_loop(
             [server.command or "", *server.args],
             workspace=self._workspace,
             policy=self._policy,
