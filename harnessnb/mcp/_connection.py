@@ -174,14 +174,21 @@ class Connection:
                     future.cancel()
             if ready.done() and not ready.cancelled() and ready.exception() is None:
                 return
-            failure: BaseException | None = self._dead if self._owner.done() else None
-            if failure is None and self._pipe is not None and self._pipe.exited.is_set():
-                failure = EOFError("the server exited")
-            if failure is None:
-                failure = TimeoutError() if self._stream_error is None else self._stream_error
-            err = await self._failure(failure, "start", None)
-            await self._stop()
-            self._owner = None  # a failed start may be tried again
+            owner, pipe = self._owner, self._pipe
+            try:
+                if not owner.done() and pipe is not None and pipe.exited.is_set():
+                    # It exited: the owner says why, if it can (a refused handshake, a
+                    # bad answer), before the exit alone is taken for the reason.
+                    await asyncio.wait({owner}, timeout=_EXIT_WAIT_S)
+                failure: BaseException | None = self._dead if owner.done() else None
+                if failure is None and pipe is not None and pipe.exited.is_set():
+                    failure = EOFError("the server exited")
+                if failure is None:
+                    failure = TimeoutError() if self._stream_error is None else self._stream_error
+                err = await self._failure(failure, "start", None)
+            finally:  # a cancel meanwhile leaves no server either
+                await self._stop()
+                self._owner = None  # a failed start may be tried again
             raise err
 
     async def restart(self) -> None:

@@ -149,6 +149,17 @@ async def test_garbage_on_stdout_is_protocol(connect: Connect, hostile: Hostile)
     assert caught.value.kind is MCPErrorKind.PROTOCOL
 
 
+async def test_a_protocol_version_mismatch_is_protocol_and_ends_the_server(
+    connect: Connect, hostile: Hostile
+) -> None:
+    conn = connect(hostile("old-version", timeout_s=10.0))
+    with pytest.raises(hn.MCPError) as caught:
+        await conn.start()
+    assert caught.value.kind is MCPErrorKind.PROTOCOL and not caught.value.retryable
+    assert "1999-01-01" in str(caught.value)
+    assert conn.pid is not None and _gone(conn.pid)
+
+
 async def test_a_slow_tool_times_out_and_the_connection_stays_usable(
     connect: Connect, hostile: Hostile
 ) -> None:
