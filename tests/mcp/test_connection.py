@@ -273,6 +273,9 @@ async def test_a_sandboxed_server_cannot_read_secrets_write_outside_or_connect(
     assert "net:denied" in report
     assert "inside:written" in report and (workspace / "inside.txt").exists()
     assert f"cwd:{workspace.resolve()}" in report
+    # network=True under the default policy (no network): still none.
+    asked = connect(hostile("probe", timeout_s=15.0, network=True))
+    assert "net:denied" in (await asked.call("probe", {"outside": [], "port": port})).text
     # With network=True and a policy that allows it, the same listener is reachable.
     opened = connect(hostile("probe", timeout_s=15.0, network=True), policy=policy)
     again = await opened.call("probe", {"outside": [], "port": port})
