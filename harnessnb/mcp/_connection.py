@@ -255,6 +255,9 @@ class Connection:
             if not ready.done():
                 ready.cancel()
             if self._confined is not None:
+                # Its process group first: a server still ending (npx writing its log
+                # in HOME) would write into the scratch folder while it is removed.
+                self._kill_group()
                 await asyncio.to_thread(self._confined.close)
                 self._confined = None
 

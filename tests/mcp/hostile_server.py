@@ -8,7 +8,9 @@ then serves), ``garbage`` (non-JSON on stdout, never answers), ``big`` (a tool r
 (tool lists that differ), ``old-version`` (answers ``initialize`` with a protocol
 version no client supports, any other request with "method not found"), ``probe`` (a
 tool that tries to read ``.env``, write outside the workspace and connect to
-127.0.0.1:PORT, and reports), ``ok`` (echo, and a tool that reports an error).
+127.0.0.1:PORT, and reports), ``linger`` (a child in its process group that ignores
+SIGTERM and keeps writing into ``$TMPDIR`` and ``$HOME``, as a server's helper writing its
+logs on the way out would), ``ok`` (echo, and a tool that reports an error).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ if MODE in ("hang", "garbage"):
             sys.stdout.write("<html>still not json</html>\n")
             sys.stdout.flush()
     sys.exit(0)
+
+if MODE == "linger" and os.fork() == 0:  # the child: writes until killed
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for n in range(30_000):
+        for folder in (os.environ.get("TMPDIR", "/tmp"), os.environ.get("HOME", "/tmp")):
+            with contextlib.suppress(OSError):
+                Path(folder, f"linger-{n}").write_text("still here")
+        time.sleep(0.001)
+    os._exit(0)
 
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from mcp.types import ToolAnnotations  # noqa: E402

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -221,6 +222,22 @@ async def test_a_ten_megabyte_answer_is_cut_to_the_output_limit(
 ) -> None:
     called = await connect(hostile("big", timeout_s=20.0)).call("big", {})
     assert len(called.text) <= OUTPUT_LIMIT + 200 and called.text.startswith("BBBB")
+
+
+async def test_a_closed_server_leaves_no_scratch_folder_though_its_child_still_writes(
+    connect: Connect, hostile: Hostile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server's helper still writing into its HOME or TMPDIR (npx writes its log there on
+    # the way out) must be ended before the scratch folder holding both is removed: a
+    # removal racing a writer leaves the folder behind.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    conn = connect(hostile("linger", timeout_s=20.0))
+    assert (await conn.call("echo", {"text": "up"})).text == "up"
+    assert list(temp.glob("harnessnb-cmd-*"))  # the scratch folder, written into
+    await conn.aclose()
+    assert not list(temp.glob("harnessnb-cmd-*"))
 
 
 async def test_tool_lists_that_differ(connect: Connect, hostile: Hostile) -> None:
