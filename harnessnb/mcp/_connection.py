@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..rules._errors import MCPError
 from ..rules._policy import Policy
 from ..rules._secrets import scrub_loggers
+from ..tools._process import confine_off_loop
 from ..tools._protocol import OUTPUT_LIMIT, bound_output
-from ..tools._sandbox import Confined, confine
+from ..tools._sandbox import Confined
 from ._failures import Context, classify, tool_error
 from ._server import MCPServer, require_sdk
 from ._stderr import StderrPipe, watched
@@ -173,14 +174,21 @@ class Connection:
                     future.cancel()
             if ready.done() and not ready.cancelled() and ready.exception() is None:
                 return
-            failure: BaseException | None = self._dead if self._owner.done() else None
-            if failure is None and self._pipe is not None and self._pipe.exited.is_set():
-                failure = EOFError("the server exited")
-            if failure is None:
-                failure = TimeoutError() if self._stream_error is None else self._stream_error
-            err = await self._failure(failure, "start", None)
-            await self._stop()
-            self._owner = None  # a failed start may be tried again
+            owner, pipe = self._owner, self._pipe
+            try:
+                if not owner.done() and pipe is not None and pipe.exited.is_set():
+                    # It exited: the owner says why, if it can (a refused handshake, a
+                    # bad answer), before the exit alone is taken for the reason.
+                    await asyncio.wait({owner}, timeout=_EXIT_WAIT_S)
+                failure: BaseException | None = self._dead if owner.done() else None
+                if failure is None and pipe is not None and pipe.exited.is_set():
+                    failure = EOFError("the server exited")
+                if failure is None:
+                    failure = TimeoutError() if self._stream_error is None else self._stream_error
+                err = await self._failure(failure, "start", None)
+            finally:  # a cancel meanwhile leaves no server either
+                await self._stop()
+                self._owner = None  # a failed start may be tried again
             raise err
 
     async def restart(self) -> None:
@@ -247,6 +255,9 @@ class Connection:
             if not ready.done():
                 ready.cancel()
             if self._confined is not None:
+                # Its process group first: a server still ending (npx writing its log
+                # in HOME) would write into the scratch folder while it is removed.
+                self._kill_group()
                 await asyncio.to_thread(self._confined.close)
                 self._confined = None
 
@@ -263,8 +274,7 @@ class Connection:
         if server.transport == "http":
             return Client(self._http_transport(), **common)
         net = None if server.network else False
-        confined = await asyncio.to_thread(
-            confine,
+        confined = await confine_off_loop(
             [server.command or "", *server.args],
             workspace=self._workspace,
             policy=self._policy,

@@ -7,7 +7,8 @@
 * ``mcp.MCPError``: -32000 "Connection closed" is ``exited`` when the process is known
   to have ended (its exit code), else ``connection_closed``; -32001 is ``timeout``;
   -32600/-32700, -32601 and a protocol-version mismatch are ``protocol``; "Unknown tool"
-  is ``unknown_tool``.
+  is ``unknown_tool``. The SDK's own refusal of a server's protocol version (a
+  ``RuntimeError``) is ``protocol`` on either transport.
 * Our own bound (``TimeoutError``): ``timeout``.
 * httpx2's errors, matched by class module and name (harnessnb's one httpx2 module is
   ``providers/_client.py``; this layer may not import it): ``transport``, with the status
@@ -143,6 +144,8 @@ def _kind(exc: BaseException, ctx: Context) -> tuple[MCPErrorKind, str, int | No
     if isinstance(exc, asyncio.CancelledError):
         kind = MCPErrorKind.TRANSPORT if ctx.transport == "http" else MCPErrorKind.CONNECTION_CLOSED
         return kind, f"{name}: the connection was torn down ({ctx.what})", None, None
+    if any(w in str(exc).lower() for w in _PROTOCOL_WORDS):  # the SDK's RuntimeError
+        return MCPErrorKind.PROTOCOL, f"{name}: {said}", None, None
     if isinstance(exc, ConnectionError | EOFError | BrokenPipeError) or (
         type(exc).__module__.startswith("anyio")
     ):

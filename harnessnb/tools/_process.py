@@ -14,7 +14,9 @@ left the tree can hold them open.
 
 Reading is bounded: stdout goes to a ``Sink`` (``BoundedCapture`` keeps head and tail,
 the agent drivers split lines), stderr is merged into stdout or captured head and tail.
-``run_argv`` is the ``run_command`` / ``hn.Command`` face of ``run_process``.
+``run_argv`` is the ``run_command`` / ``hn.Command`` face of ``run_process``;
+``confine_off_loop`` (also a stdio MCP server's) asks ``tools/_sandbox`` how to start the
+child, in a thread, so a cancel there leaves no scratch folder behind.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ import contextlib
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..rules._errors import ToolError
 from ..rules._secrets import scrub_values
 from ._landlock_exec import descendants
-from ._sandbox import confine
+from ._sandbox import Confined, confine
 
 if TYPE_CHECKING:
     from ..rules._policy import Policy
@@ -43,6 +46,7 @@ __all__ = [
     "CommandResult",
     "ProcessExit",
     "Sink",
+    "confine_off_loop",
     "kill_group",
     "kill_tree",
     "run_argv",
@@ -296,6 +300,38 @@ async def _drain(readers: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*readers, return_exceptions=True)
 
 
+async def confine_off_loop(argv: Sequence[str], **options: Any) -> Confined:
+    """``confine(argv, **options)`` run in a worker thread, its scratch folder never lost.
+
+    A caller cancelled while ``confine`` runs (a run cancelled, an MCP start timed out)
+    never receives the ``Confined``, so it cannot ``close`` it: whichever side comes
+    last removes its ``harnessnb-cmd-*`` folder instead, the thread when it finishes
+    after the cancel, the cancelled caller when the thread had already finished. Only a
+    ``threading.Lock`` is shared with the thread (no asyncio object is touched there).
+    """
+    lock = threading.Lock()
+    made: list[Confined] = []
+    abandoned: list[bool] = []
+
+    def work() -> Confined:
+        confined = confine(argv, **options)
+        with lock:
+            if abandoned:
+                confined.close()
+            else:
+                made.append(confined)
+        return confined
+
+    try:
+        return await asyncio.to_thread(work)
+    except asyncio.CancelledError:
+        with lock:
+            abandoned.append(True)
+            for confined in made:
+                confined.close()
+        raise
+
+
 # ------------------------------------------------------------------ run_command's face
 
 
@@ -331,7 +367,7 @@ async def run_argv(
         raise ToolError("argv needs at least the program to run", code="TOOL_ARGS")
     capture = BoundedCapture(limit_bytes)
     try:
-        child = await asyncio.to_thread(confine, argv, workspace=cwd, policy=policy, env=env)
+        child = await confine_off_loop(argv, workspace=cwd, policy=policy, env=env)
         try:
             end = await run_process(
                 child.argv,

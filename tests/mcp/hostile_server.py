@@ -5,9 +5,12 @@ stderr, exits 3), ``hang`` (reads stdin, never answers), ``die-mid-call`` (a too
 ``os._exit(9)``s), ``slow`` (a tool sleeping 60 s), ``flood-stderr`` (4 MB to stderr,
 then serves), ``garbage`` (non-JSON on stdout, never answers), ``big`` (a tool returning
 10 MB), ``lies`` (readOnlyHint on a tool that writes a file), ``tools-v1``/``tools-v2``
-(tool lists that differ), ``probe`` (a tool that tries to read ``.env``, write outside
-the workspace and connect to 127.0.0.1:PORT, and reports), ``ok`` (echo, and a tool
-that reports an error).
+(tool lists that differ), ``old-version`` (answers ``initialize`` with a protocol
+version no client supports, any other request with "method not found"), ``probe`` (a
+tool that tries to read ``.env``, write outside the workspace and connect to
+127.0.0.1:PORT, and reports), ``linger`` (a child in its process group that ignores
+SIGTERM and keeps writing into ``$TMPDIR`` and ``$HOME``, as a server's helper writing its
+logs on the way out would), ``ok`` (echo, and a tool that reports an error).
 """
 
 from __future__ import annotations
@@ -24,6 +27,26 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if MODE == "exit-at-start":
     sys.stderr.write("hostile: bad config: no such table\n")
     sys.exit(3)
+if MODE == "old-version":
+    import json
+
+    for raw in sys.stdin:
+        request = json.loads(raw)
+        if "id" not in request:
+            continue  # a notification
+        if request.get("method") == "initialize":
+            answer = {
+                "result": {
+                    "protocolVersion": "1999-01-01",
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "0"},
+                }
+            }
+        else:
+            answer = {"error": {"code": -32601, "message": "Method not found"}}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], **answer}) + "\n")
+        sys.stdout.flush()
+    sys.exit(0)
 if MODE in ("hang", "garbage"):
     if MODE == "garbage":
         sys.stdout.write("this is not json at all {{{\n")
@@ -33,6 +56,17 @@ if MODE in ("hang", "garbage"):
             sys.stdout.write("<html>still not json</html>\n")
             sys.stdout.flush()
     sys.exit(0)
+
+if MODE == "linger" and os.fork() == 0:  # the child: writes until killed
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for n in range(30_000):
+        for folder in (os.environ.get("TMPDIR", "/tmp"), os.environ.get("HOME", "/tmp")):
+            with contextlib.suppress(OSError):
+                Path(folder, f"linger-{n}").write_text("still here")
+        time.sleep(0.001)
+    os._exit(0)
 
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from mcp.types import ToolAnnotations  # noqa: E402

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -149,6 +150,17 @@ async def test_garbage_on_stdout_is_protocol(connect: Connect, hostile: Hostile)
     assert caught.value.kind is MCPErrorKind.PROTOCOL
 
 
+async def test_a_protocol_version_mismatch_is_protocol_and_ends_the_server(
+    connect: Connect, hostile: Hostile
+) -> None:
+    conn = connect(hostile("old-version", timeout_s=10.0))
+    with pytest.raises(hn.MCPError) as caught:
+        await conn.start()
+    assert caught.value.kind is MCPErrorKind.PROTOCOL and not caught.value.retryable
+    assert "1999-01-01" in str(caught.value)
+    assert conn.pid is not None and _gone(conn.pid)
+
+
 async def test_a_slow_tool_times_out_and_the_connection_stays_usable(
     connect: Connect, hostile: Hostile
 ) -> None:
@@ -212,6 +224,22 @@ async def test_a_ten_megabyte_answer_is_cut_to_the_output_limit(
     assert len(called.text) <= OUTPUT_LIMIT + 200 and called.text.startswith("BBBB")
 
 
+async def test_a_closed_server_leaves_no_scratch_folder_though_its_child_still_writes(
+    connect: Connect, hostile: Hostile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server's helper still writing into its HOME or TMPDIR (npx writes its log there on
+    # the way out) must be ended before the scratch folder holding both is removed: a
+    # removal racing a writer leaves the folder behind.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    conn = connect(hostile("linger", timeout_s=20.0))
+    assert (await conn.call("echo", {"text": "up"})).text == "up"
+    assert list(temp.glob("harnessnb-cmd-*"))  # the scratch folder, written into
+    await conn.aclose()
+    assert not list(temp.glob("harnessnb-cmd-*"))
+
+
 async def test_tool_lists_that_differ(connect: Connect, hostile: Hostile) -> None:
     one = [t.name for t in await connect(hostile("tools-v1")).list_tools()]
     two = [t.name for t in await connect(hostile("tools-v2")).list_tools()]
@@ -262,6 +290,9 @@ async def test_a_sandboxed_server_cannot_read_secrets_write_outside_or_connect(
     assert "net:denied" in report
     assert "inside:written" in report and (workspace / "inside.txt").exists()
     assert f"cwd:{workspace.resolve()}" in report
+    # network=True under the default policy (no network): still none.
+    asked = connect(hostile("probe", timeout_s=15.0, network=True))
+    assert "net:denied" in (await asked.call("probe", {"outside": [], "port": port})).text
     # With network=True and a policy that allows it, the same listener is reachable.
     opened = connect(hostile("probe", timeout_s=15.0, network=True), policy=policy)
     again = await opened.call("probe", {"outside": [], "port": port})

@@ -200,6 +200,11 @@ class _ConnectError(Exception):
         (lambda: _sdk_error(-32602, "Unsupported protocol version 1999"), {}, "protocol"),
         (lambda: _sdk_error(-32602, "Unknown tool: nope"), {}, "unknown_tool"),
         (lambda: ValueError("Invalid JSON: expected value"), {}, "protocol"),
+        (
+            lambda: RuntimeError("Unsupported protocol version from the server: 1999-01-01"),
+            {"transport": "http"},
+            "protocol",
+        ),
         (lambda: _ConnectError("refused"), {"transport": "http"}, "transport"),
         (lambda: asyncio.CancelledError(), {}, "connection_closed"),
         (lambda: asyncio.CancelledError(), {"transport": "http"}, "transport"),

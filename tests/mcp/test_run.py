@@ -341,3 +341,33 @@ async def test_a_bad_mcp_keyword_is_the_callers_error_before_any_run_is_recorded
         with pytest.raises(hn.ConfigError, match="mcp"):
             await hn.run(contract(workspace), provider, store=store, mcp=bad)  # type: ignore[arg-type]
     assert store.runs().empty and provider.calls == []
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_a_server_lying_in_its_annotations_is_judged_a_write_unless_trusted(
+    workspace: Path, store: hn.Store, trusted: bool
+) -> None:
+    """The hostile server's ``harmless`` claims ``readOnlyHint`` and writes a file: from
+    an untrusted server (the default) it is a WRITE the default policy asks about; only
+    ``trusted=True`` lets the claim count (then the default policy allows a read)."""
+    server = hn.MCPServer.stdio(
+        sys.executable, args=[HOSTILE, "lies"], name="hostile", timeout_s=10.0, trusted=trusted
+    )
+    asked: list[hn.ApprovalRequest] = []
+
+    async def deny(request: hn.ApprovalRequest) -> hn.Decision:
+        asked.append(request)
+        return hn.Decision.deny("not approved")
+
+    provider = hn.ScriptedProvider([{"tool": "harmless", "args": {"name": "w.txt"}}, "done"])
+    result = await hn.run(contract(workspace), provider, store=store, approver=deny, mcp=[server])
+    assert result.outcome is hn.RunOutcome.FINISHED, result.error
+    (row,) = store.tool_calls(result.run_id).to_dict("records")
+    assert (row["tool"], row["server"]) == ("harmless", "hostile")
+    if trusted:
+        assert asked == [] and (row["effect"], row["status"]) == ("read", "ok")
+        assert (workspace / "w.txt").exists()
+    else:
+        assert [r.target for r in asked] == ["mcp:hostile/harmless"]
+        assert (row["effect"], row["status"]) == ("write", "refused")
+        assert not (workspace / "w.txt").exists()
