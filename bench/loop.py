@@ -23,13 +23,15 @@
    step costs what it does (DuckDB's per-statement cost), and what a one-statement
    layout would save.
 
-Run: python bench/loop.py [--step | --runs | --otel | --layouts]  (``--step``: part 1 only,
-``--runs``: part 2 only)
+Run: python bench/loop.py [--step | --runs | --otel | --layouts] [--rounds N]  (``--step``:
+part 1 only, ``--runs``: part 2 only, ``--rounds``: part 2's rounds, 5 by default; part 2
+also prints each side's cyclic GC time per call and a run's CPU beyond its model call)
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import runpy
 import statistics
 import sys
@@ -306,12 +308,29 @@ async def raw_streamed(client: Any, url: str, body: dict[str, Any]) -> str:
 
 class Sides:
     """Each side's figures per round: calls (or runs) per second, and per call the
-    process's CPU and the main thread's (the rest is other threads: the store's writer)."""
+    process's CPU, the main thread's (the rest is other threads: the store's writer) and
+    the cyclic GC's CPU (whichever thread it ran in: part of the process's)."""
 
     def __init__(self) -> None:
         self.rate: list[float] = []
         self.cpu_ms: list[float] = []
         self.main_ms: list[float] = []
+        self.gc_ms: list[float] = []
+
+
+class GCTime:
+    """CPU seconds the cyclic garbage collector has taken since installed (``gc.callbacks``;
+    the CPU of the thread it ran in, from its start to its stop: no other thread's)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.total += time.thread_time() - self._began
 
 
 async def throughput(
@@ -323,12 +342,14 @@ async def throughput(
     usage) and reading its SSE minimally (``raw_streamed``); ``complete``, harnessnb's
     ``provider.complete`` of the same request (the run's call without the run); ``runs``,
     ``n`` concurrent one-step runs (streamed, as runs are by default; their rows in the
-    file store). Each round times ``batches`` batches of each side, in rotated order."""
+    file store); ``scripted``, the same runs answered by a scripted model (no HTTP: the
+    run's own cost). Each round times ``batches`` batches of each side, in rotated order."""
     import httpx2
 
     from harnessnb.loop._conversation import initial_messages
     from harnessnb.tools._builtin import builtin_tools
 
+    collected = GCTime()
     proc, url = chaos_process()
     try:
         provider = hn.OpenAI("bench", base_url=url + "/v1")
@@ -362,37 +383,53 @@ async def throughput(
             )
             assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
 
-        sides = {"raw": raw, "complete": complete, "runs": runs}
+        async def scripted() -> None:  # the same runs without HTTP: a run's own cost
+            answer = hn.ScriptedProvider(lambda messages: "hi")
+            results = await asyncio.gather(
+                *(hn.run(contract, answer, store=store) for _ in range(n))
+            )
+            assert all(r.outcome is hn.RunOutcome.FINISHED for r in results), results[:3]
+
+        sides = {"raw": raw, "complete": complete, "runs": runs, "scripted": scripted}
         for side in sides.values():  # warm each: connections, imports, the server
             await side()
         figures = {name: Sides() for name in sides}
         names = list(sides)
+        gc.callbacks.append(collected)
         for r in range(rounds):
             took = dict.fromkeys(names, 0.0)
             cpu = dict.fromkeys(names, 0.0)
             main = dict.fromkeys(names, 0.0)
+            gcs = dict.fromkeys(names, 0.0)
             for b in range(batches):
                 turn = (r * batches + b) % len(names)
                 for name in names[turn:] + names[:turn]:
                     t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
+                    g0 = collected.total
                     await sides[name]()
                     took[name] += time.perf_counter() - t0
                     cpu[name] += time.process_time() - c0
                     main[name] += time.thread_time() - m0
+                    gcs[name] += collected.total - g0
             for name in names:
+                per_call_ms = 1000 / (n * batches)
                 figures[name].rate.append(n * batches / took[name])
-                figures[name].cpu_ms.append(cpu[name] / (n * batches) * 1000)
-                figures[name].main_ms.append(main[name] / (n * batches) * 1000)
+                figures[name].cpu_ms.append(cpu[name] * per_call_ms)
+                figures[name].main_ms.append(main[name] * per_call_ms)
+                figures[name].gc_ms.append(gcs[name] * per_call_ms)
         await client.aclose()
         return figures
     finally:
+        if collected in gc.callbacks:
+            gc.callbacks.remove(collected)
         proc.terminate()
         proc.wait(timeout=5)
 
 
 async def concurrent_runs(store: hn.Store, ws: Path, n: int = 100, rounds: int = 5) -> None:
-    """Part 2, printed: each side's calls/s and CPU per call, and each round's ratio of
-    runs to raw throughput (target >= 0.70x), with where the runs' extra CPU goes."""
+    """Part 2, printed: each side's calls/s and CPU per call (the cyclic GC's share),
+    each round's ratio of runs to raw throughput (target >= 0.70x), and where a run's
+    CPU beyond its model call goes. ``--rounds N`` sets the rounds (5)."""
     print(load_line())
     fig = await throughput(store, ws, n, rounds)
     med = statistics.median
@@ -401,13 +438,21 @@ async def concurrent_runs(store: hn.Store, ws: Path, n: int = 100, rounds: int =
         ("raw", "raw httpx2 streamed  "),
         ("complete", "harnessnb complete() "),
         ("runs", "one-step runs        "),
+        ("scripted", "runs, scripted model "),
     ):
         f = fig[name]
         print(
             f"  {label} {med(f.rate):6.0f}/s  CPU per call {med(f.cpu_ms):.2f} ms "
             f"(main thread {med(f.main_ms):.2f}, other threads "
-            f"{med(f.cpu_ms) - med(f.main_ms):.2f})"
+            f"{med(f.cpu_ms) - med(f.main_ms):.2f}; cyclic GC {med(f.gc_ms):.2f} of it)"
         )
+    runs, call = fig["runs"], fig["complete"]
+    print(
+        "  a run's CPU beyond its complete() call (medians, ms): main thread "
+        f"{med(runs.main_ms) - med(call.main_ms):.2f}, other threads "
+        f"{med(runs.cpu_ms) - med(runs.main_ms) - med(call.cpu_ms) + med(call.main_ms):.2f}, "
+        f"cyclic GC {med(runs.gc_ms) - med(call.gc_ms):.2f} (in those)"
+    )
     print(
         ratio_line(
             "  runs / raw streamed throughput",
@@ -486,6 +531,17 @@ async def otel(rounds: int = 21, steps: int = 20) -> None:
     print(load_line())
 
 
+def part2_rounds() -> int:
+    """``--rounds N``: part 2's rounds (5 unless given; more where the load is high)."""
+    args = sys.argv[1:]
+    if "--rounds" not in args:
+        return 5
+    at = args.index("--rounds") + 1
+    if at >= len(args) or not args[at].isdigit() or int(args[at]) < 1:
+        raise SystemExit("--rounds takes a whole number of rounds, at least 1")
+    return int(args[at])
+
+
 async def main() -> None:
     if "--otel" in sys.argv[1:]:
         await otel()
@@ -502,7 +558,7 @@ async def main() -> None:
         (ws / "a.txt").write_text("a\n")
         store = hn.Store(Path(tmp) / "runs.duckdb")
         if "--runs" in sys.argv[1:]:  # --runs: part 2 only
-            await concurrent_runs(store, ws)
+            await concurrent_runs(store, ws, rounds=part2_rounds())
             store.close()
             print(load_line())
             return
@@ -525,7 +581,7 @@ async def main() -> None:
         print(f"bare one-row DuckDB transaction (BEGIN, 10-column INSERT, COMMIT): {floor:.2f} ms")
         print(ratio_line("step / bare transaction", rounds, 2.4))
         if "--step" not in sys.argv[1:]:  # --step: part 1 only
-            await concurrent_runs(store, ws)
+            await concurrent_runs(store, ws, rounds=part2_rounds())
         store.close()
     print(load_line())
 

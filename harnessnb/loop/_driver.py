@@ -362,11 +362,7 @@ class Driver:
         await self._announce(resumed=True)
         return await self.drive(pending)
 
-    async def finish(
-        self,
-        outcome: RunOutcome,
-        error: HarnessError | None = None,
-    ) -> RunResult:
+    async def finish(self, outcome: RunOutcome, error: HarnessError | None = None) -> RunResult:
         await self.recorder.finish(outcome, error)
         return await self.finished(outcome, error)
 
@@ -572,6 +568,14 @@ async def _driven(driver: Driver, given: Store | str | os.PathLike[str] | None) 
             raise err from exc
     finally:
         await close_opened(driver.store, given)  # opened from a path or the default: closed
+        _untie(driver)
+
+
+def _untie(driver: Driver) -> None:
+    """Free an ended run's parts by reference counting: the bound methods the driver and
+    its recorder hand their collaborators tie them in cycles only the cyclic GC frees, late."""
+    vars(driver.recorder).clear()
+    vars(driver).clear()
 
 
 _approver_factory: Any = None
