@@ -20,8 +20,8 @@ task's round trip through the scheduler, pickles, the claim): the target is at m
 3 ms a run, at most 1.00x). The ratios' min/median/max come from ``bench/_report.py``,
 and the load average is printed at the start and the end.
 
-Where that CPU goes: per thread name (psutil, a dependency of distributed), column 2's
-threads here beside column 4's here and on the workers (``worker: MainThread`` is the
+Where that CPU goes: per thread name (psutil, a dependency of distributed), columns 1
+and 2's threads here beside column 4's here and on the workers (``worker: MainThread`` is the
 Dask worker's event loop; ``worker: Dask-Default-Threads`` the task thread, which
 claims each run and waits for it; ``IO loop`` here the client's and the scheduler's
 loop). After each Dask round the workers are left idle for as long as the round took
@@ -211,12 +211,13 @@ async def main(n: int = 300, rounds: int = 3) -> None:
     size = chunk_size(n, 2, 8, spend_limited=False)
     print(f"  the last Dask sweep: {done} finished, {files} shard files, "
           f"{-(-n // size)} tasks of up to {size} runs")  # fmt: skip
-    print("  CPU per thread, ms/run (medians): sweep concurrency=1 here | Dask")
-    for name in sorted({k for t in columns["c1"] + columns["dask"] for k in t.threads}):
-        here1 = statistics.median(t.threads.get(name, 0.0) for t in columns["c1"]) / n * 1000
-        there = statistics.median(t.threads.get(name, 0.0) for t in columns["dask"]) / n * 1000
-        if max(abs(here1), abs(there)) >= 0.05:
-            print(f"    {name:40} {here1:7.2f} | {there:7.2f}")
+    print("  CPU per thread, ms/run (medians): sequential here | sweep concurrency=1 here | Dask")
+    seen = columns["seq"] + columns["c1"] + columns["dask"]
+    for name in sorted({k for t in seen for k in t.threads}):
+        used = [statistics.median(t.threads.get(name, 0.0) for t in columns[key]) / n * 1000
+                for key in ("seq", "c1", "dask")]  # fmt: skip
+        if max(abs(u) for u in used) >= 0.05:
+            print(f"    {name:40} {used[0]:7.2f} | {used[1]:7.2f} | {used[2]:7.2f}")
     cpu = {key: [t.cpu for t in took] for key, took in columns.items()}
     wall = {key: [t.wall for t in took] for key, took in columns.items()}
     print(

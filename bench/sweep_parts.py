@@ -17,8 +17,10 @@ Each column's CPU per run: the workers' (every thread) and this process's (clien
 schedulers and nannies of both clusters: the idle one's too, so compare the workers'
 column), and the workers' event loop (``MainThread``) per second of the sweep's wall
 time, the cost paid by the clock rather than per run. Then, in this process: a new shard
-store's CPU (a sweep on a new shards folder makes one per worker) and a run's claim
-(``O_EXCL`` file, written, ``fsync``) with and without its ``fsync``.
+store's CPU (a sweep on a new shards folder makes one per worker), a run's claim
+(``O_EXCL`` file, written, ``fsync``) with and without its ``fsync``, and the write a
+sweep adds to every run, here or on a worker (``add_sweep_run``: the run's slot, sample
+and final files in a transaction of its own), with five files and with none.
 
 Run: python bench/sweep_parts.py [N] [ROUNDS]   (default 300 runs, 3 rounds; needs
 dask[distributed])
@@ -92,6 +94,25 @@ def claim_cpu(folder: Path, sync: bool, times: int = 300) -> float:
     return (time.thread_time() - cpu) / times * 1000
 
 
+def sweep_run_write_cpu(folder: Path, files: int, times: int = 200) -> float:
+    """CPU ms of the write a sweep adds to each run (``add_sweep_run``: its slot, its
+    sample and its final files, in a transaction of its own), ``files`` files of 200 B."""
+    from harnessnb.store._writer import store_writer
+    from harnessnb.store._writes import add_sweep_run
+
+    kept: list[Any] = [{"path": f"file{i}.md", "content": b"x" * 200, "size": 200}
+                       for i in range(files)]  # fmt: skip
+    sample = {"input": "task", "target": None, "id": "s", "metadata": {}}
+    with hn.Store(folder / f"writes{files}.duckdb") as store:
+        writer = store_writer(store)
+        cpu = time.process_time()
+        for i in range(times):
+            slot: Any = {"sweep_id": "sweep", "run_id": f"run_{i}", "sample_id": f"s{i}"}
+            slot |= {"provider": "p", "repeat": 0, "sample": sample, "files_cut": None}
+            writer.write(add_sweep_run(slot, kept))
+        return (time.process_time() - cpu) / times * 1000
+
+
 def cluster(profile: bool) -> tuple[Any, Any]:
     import dask
     from distributed import Client, LocalCluster
@@ -139,6 +160,7 @@ async def main(n: int = 300, rounds: int = 3) -> None:
             claims = Path(tmp) / "claims"
             claims.mkdir()
             synced, unsynced = claim_cpu(claims, True), claim_cpu(claims, False)
+            writes = {k: sweep_run_write_cpu(Path(tmp), k) for k in (5, 0)}
     finally:
         for closing in (with_profile, plain, without_profile, bare):
             closing.close()
@@ -156,6 +178,8 @@ async def main(n: int = 300, rounds: int = 3) -> None:
     print(f"  a new shard store (schema made): {shard_s * 1000:.1f} ms CPU, "
           f"{2 * shard_s / n * 1000:.2f} ms/run for the sweep's two")  # fmt: skip
     print(f"  a run's claim: {synced:.3f} ms CPU with its fsync, {unsynced:.3f} ms without")
+    print(f"  local too: the sweep's own write per run (add_sweep_run): {writes[5]:.2f} ms CPU "
+          f"with 5 files, {writes[0]:.2f} ms with none")  # fmt: skip
     print(load_line())
 
 
