@@ -94,6 +94,13 @@ async def test_the_same_sweep_locally_and_on_the_cluster(
 
 
 def test_a_chunk_size_comes_from_the_runs_the_threads_and_the_concurrency() -> None:
+    # No spend limit: about four chunks per thread the sweep can use, however many runs.
+    assert chunk_size(16, 2, 8, spend_limited=False) == 2
+    assert chunk_size(1000, 2, 8, spend_limited=False) == 125
+    assert chunk_size(1000, 2, 1, spend_limited=False) == 250  # one chunk out at a time
+    assert chunk_size(6, 2, 8, spend_limited=False) == 1  # a small sweep: a run a task
+    assert chunk_size(1000, 0, 8, spend_limited=False) == 1  # no worker yet (adaptive)
+    # A spend limit: at most concurrency over the threads (it stops within concurrency runs).
     assert chunk_size(16, 2, 8) == 2  # about four chunks per worker thread
     assert chunk_size(1000, 2, 8) == 4  # at most concurrency over the threads
     assert chunk_size(1000, 2, 100) == 50
@@ -103,22 +110,27 @@ def test_a_chunk_size_comes_from_the_runs_the_threads_and_the_concurrency() -> N
     assert chunk_size(1000, 1, 8) == 8
 
 
+@pytest.mark.parametrize(("limit", "tasks"), [(None, 8), (100.0, 16)])
 async def test_a_sweep_on_the_cluster_sends_its_runs_in_chunks(
-    client: Any, ws: Path, tmp_path: Path
+    client: Any, ws: Path, tmp_path: Path, limit: float | None, tasks: int
 ) -> None:
-    """16 runs, concurrency 8, two one-thread workers: 8 tasks of 2 runs each, every
-    run still its own row (in plan order, told to on_run as its chunk comes back),
-    claimed once, in the shard of the worker that made it."""
-    fine = hn.ScriptedProvider(lambda m: "done", name="fine")
+    """16 runs, concurrency 2, two one-thread workers: with no spend limit 8 tasks of 2
+    runs each (at most 2 chunks out, each one run at a time); with one, a run a task (at
+    most 2 runs out, so the limit stops launching within 2 runs of it). Every run still
+    its own row (in plan order, told to on_run as its chunk comes back), claimed once, in
+    the shard of the worker that made it."""
+    fine = hn.ScriptedProvider(lambda m: "done", name="fine", model="free")
     shards = tmp_path / "shards"
     seen: list[hn.SweepRun] = []
-    tasks = [f"t{i}" for i in range(16)]
+    plan = [f"t{i}" for i in range(16)]
+    free = hn.Prices({"free": (0.0, 0.0)})  # priced: a spend the limit can check
     with distributed.get_task_stream(client) as stream:
-        result = await hn.sweep(tasks, [fine], workspace=ws, executor=client, shards=shards,
+        result = await hn.sweep(plan, [fine], workspace=ws, executor=client, shards=shards,
+                                concurrency=2, max_cost_usd=limit, prices=free,
                                 on_run=seen.append)  # fmt: skip
     ours = [t for t in stream.data if str(t["key"]).startswith("harnessnb-")]
-    assert len(ours) == 8
-    assert [r.task for r in result.records] == tasks
+    assert len(ours) == tasks
+    assert [r.task for r in result.records] == plan and result.stopped is None
     assert set(result.runs["outcome"]) == {"finished"} and result.runs["run_id"].is_unique
     assert sorted(r.run_id or "" for r in seen) == sorted(result.runs["run_id"])
     claims = sorted(p.name for p in (shards / "claims").iterdir())

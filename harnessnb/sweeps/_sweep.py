@@ -216,7 +216,8 @@ async def _on_cluster(plan: _Plan, cluster: tuple[Any, ...]) -> SweepResult:
     options["tracer_provider"] = factory = worker_factory(options["tracer_provider"])
     async with sweep_traced(tracer_provider_of(factory), options["sweep_id"]) as parent:
         options["trace_parent"] = parent_carrier(parent) if parent is not None else {}
-        rows, combined = await sweep_on_cluster(plan.jobs, plan.spent_reaches, *cluster)
+        limit = plan.spent_reaches if plan.max_cost_usd is not None else None
+        rows, combined = await sweep_on_cluster(plan.jobs, limit, *cluster)
     the_id = options["sweep_id"]
     return SweepResult(the_id, combined, tuple(rows), plan.stopped, plan.aliases, plan.tags())
 

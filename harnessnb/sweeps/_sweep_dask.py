@@ -4,19 +4,21 @@ The runs go in chunks: one task (``_sweep_worker.run_chunk_on_worker``, a module
 function the workers import) makes several runs one after another, so Dask's cost per
 task (the round trip through the scheduler, the pickles: the provider and options once
 per chunk) is shared by them. The chunk size (``chunk_size``) gives about
-``CHUNKS_PER_THREAD`` chunks to each worker thread over the sweep (a slow chunk at the
-end leaves the others little to wait for) and at most ``concurrency`` over the threads
-(each thread can hold a chunk while at most ``concurrency`` runs are submitted); a sweep
-of few runs, or on a cluster with no worker yet, is a run a task. A worker process
+``CHUNKS_PER_THREAD`` chunks to each worker thread the sweep can use over the sweep (a
+slow chunk at the end leaves the others little to wait for); a chunk makes one run at a
+time, so at most ``concurrency`` chunks out keep at most ``concurrency`` runs going. With
+a spend limit (``max_cost_usd``) a chunk is at most ``concurrency`` over the threads and
+at most ``concurrency`` runs are submitted, so the limit stops the launches within
+``concurrency`` runs of it. A sweep of few runs, or on a cluster with no worker yet, is
+a run a task. A worker process
 writes its own shard store, ``<shards>/<host>-<pid>.duckdb``, opened once per process
 and kept (DuckDB lets one process write a file at a time, so no two processes share one)
 until the Dask worker closes (a worker plugin's ``teardown`` closes it once no run uses
 it: ``_sweep_worker``), and drives ``hn.run`` on harnessnb's loop thread in a private
 copy of the workspace, as the local sweep does. The client keeps at most ``concurrency``
-runs submitted (so ``max_cost_usd`` can stop launching, and a cancel has little to take
-back), and calls ``on_run`` on its loop for each run's row as its chunk comes back
-(``distributed.as_completed``, waited on in a thread: the event loop never blocks). The
-result's store is ``Store.combine(shards)``.
+chunks submitted (runs, with a spend limit), and calls ``on_run`` on its loop for each
+run's row as its chunk comes back (``distributed.as_completed``, waited on in a thread:
+the event loop never blocks). The result's store is ``Store.combine(shards)``.
 
 A run is claimed as it starts: ``<shards>/claims/<run_id>`` made with ``O_EXCL``,
 holding the shard's path. Dask reschedules the tasks of a worker that died; a chunk
@@ -156,7 +158,7 @@ def check_cluster_options(
 
 async def sweep_on_cluster(
     jobs: Sequence[Job],
-    over_budget: Callable[[float], bool],
+    over_budget: Callable[[float], bool] | None,
     client: Any,
     folder: str,
     concurrency: int,
@@ -167,7 +169,8 @@ async def sweep_on_cluster(
 ) -> tuple[list[SweepRun], Store]:
     """Every job as a task on ``client``'s cluster, but a job whose slot the sweep
     finished in the shards already there (a resumed sweep): that is its stored row; the
-    rows in plan order and the combined store of the shards."""
+    rows in plan order and the combined store of the shards. ``over_budget`` (None: no
+    spend limit) says, given the finished runs' spend, when to stop launching."""
     loop = asyncio.get_running_loop()
     rows = await _finished(jobs, folder, options, scorers)
 
@@ -204,8 +207,9 @@ async def sweep_on_cluster(
 
 class _Chunks:
     """The client's side of a sweep on a cluster, in a thread: the jobs submitted in
-    chunks (``chunk_size``) while at most ``concurrency`` runs are out and the spend
-    allows, each chunk's rows taken back as it ends (``distributed.as_completed``)."""
+    chunks (``chunk_size``) while at most ``concurrency`` chunks are out (a chunk makes
+    one run at a time), or, with a spend limit, ``concurrency`` runs, and the spend
+    allows; each chunk's rows taken back as it ends (``distributed.as_completed``)."""
 
     def __init__(
         self,
@@ -213,13 +217,14 @@ class _Chunks:
         folder: str,
         concurrency: int,
         each: tuple[bool, dict[str, Any], tuple[NamedScorer, ...]],
-        over_budget: Callable[[float], bool],
+        over_budget: Callable[[float], bool] | None,
     ) -> None:
         self.client, self.folder, self.concurrency = client, folder, concurrency
         self.each, self.over_budget = each, over_budget
         self.stop = threading.Event()
         self.submitted: dict[Any, list[tuple[int, WorkerJob]]] = {}
         self.out = 0  # runs submitted whose rows have not come back
+        self.cap = concurrency  # how many runs may be out (a spend limit's; else per chunk)
         self.spent = 0.0
 
     def drive(
@@ -229,11 +234,13 @@ class _Chunks:
         import distributed
 
         pending = [(i, job) for i, job in enumerate(jobs) if i not in rows]
-        size = chunk_size(len(pending), _threads(self.client), self.concurrency)
+        limited = self.over_budget is not None
+        size = chunk_size(len(pending), _threads(self.client), self.concurrency, limited)
+        self.cap = self.concurrency if limited else self.concurrency * size
         todo = iter(pending)
         done: Any = getattr(distributed, "as_completed")()  # noqa: B009 (untyped)
         self.spent = sum(row.spend for row in rows.values())  # a resumed sweep's, as here
-        while self.out + size <= self.concurrency and self._launch(todo, size, done):
+        while self.out + size <= self.cap and self._launch(todo, size, done):
             pass
         for future in done:
             chunk = self.submitted.pop(future)
@@ -244,12 +251,12 @@ class _Chunks:
                 rows[i] = row
                 self.spent += row.spend
                 deliver(row)
-            while self.out + size <= self.concurrency and self._launch(todo, size, done):
+            while self.out + size <= self.cap and self._launch(todo, size, done):
                 pass
 
     def _launch(self, todo: Iterator[tuple[int, Job]], size: int, done: Any) -> bool:
         """The next chunk submitted; False when none is (none left, stopped, spent)."""
-        if self.stop.is_set() or self.over_budget(self.spent):
+        if self.stop.is_set() or (self.over_budget and self.over_budget(self.spent)):
             return False
         keep, options, scorers = self.each
         chunk = []
@@ -336,14 +343,18 @@ def _in_plan(job: Job, row: SweepRun | None, found: dict[str, SweepRun]) -> Swee
     return found.get(row.run_id or "", row)
 
 
-def chunk_size(runs: int, threads: int, concurrency: int) -> int:
+def chunk_size(runs: int, threads: int, concurrency: int, spend_limited: bool = True) -> int:
     """How many runs one task makes: about ``CHUNKS_PER_THREAD`` chunks per worker
-    thread over the sweep (so a slow chunk at the end leaves the others little to wait
-    for), at most ``concurrency`` over the threads (every thread can hold a chunk while at
-    most ``concurrency`` runs are submitted), at least one; one while the cluster has no
-    worker yet (an adaptive one: the workers it starts each get a run)."""
+    thread the sweep can use (``concurrency`` of them at most) over the sweep, so a slow
+    chunk at the end leaves the others little to wait for; at least one; one while the
+    cluster has no worker yet (an adaptive one: the workers it starts each get a run).
+    With a spend limit (``spend_limited``), at most ``concurrency`` over the threads: every
+    thread can hold a chunk while at most ``concurrency`` runs are submitted, so the
+    limit stops the launches within ``concurrency`` runs of it."""
     if threads < 1:
         return 1
+    if not spend_limited:
+        return max(1, -(-runs // (CHUNKS_PER_THREAD * min(threads, concurrency))))
     per_thread = max(1, concurrency // threads)
     return max(1, min(-(-runs // (CHUNKS_PER_THREAD * threads)), per_thread))
 
