@@ -189,3 +189,47 @@ def test_kept_symlinks_are_made_only_when_they_stay_inside(
     hn.rescore_sync(result.sweep_id, [links], store=path).store.close()
     assert seen == {"inside": "README.md", "abs": None, "up": None, "sub/up": None,
                     "sub/ok": "../README.md"}  # fmt: skip
+
+
+async def test_a_rescore_cancelled_while_files_are_written_removes_them_after_not_during(
+    swept: tuple[Path, hn.SweepResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept files are written into a temporary folder in a thread a cancel cannot
+    stop: the folder is removed once that thread is done with it, never under it, and
+    nothing is left."""
+    import asyncio
+    import threading
+
+    from harnessnb.sweeps import _rescore
+
+    path, result = swept
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    entered, release = threading.Event(), threading.Event()
+    intact: list[bool] = []
+    real = _rescore.materialise
+
+    def held(store: hn.Store, run_id: str, folder: str) -> None:
+        entered.set()
+        release.wait(10)  # until the rescore was cancelled
+        intact.append(os.path.isdir(folder))
+        real(store, run_id, folder)
+
+    monkeypatch.setattr(_rescore, "materialise", held)
+
+    def other(run: hn.RunResult, sample: hn.Sample, workspace: Path) -> hn.Score:
+        return hn.Score(1.0, "never reached")
+
+    task = asyncio.create_task(hn.rescore(result.sweep_id, [other], store=path))
+    assert await asyncio.to_thread(entered.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    for _ in range(500):  # the thread ends on its own; bounded
+        if intact and not list(temp.glob("harnessnb-rescore-*")):
+            break
+        await asyncio.sleep(0.02)
+    assert intact == [True]  # not removed while it was being written
+    assert list(temp.glob("harnessnb-rescore-*")) == []

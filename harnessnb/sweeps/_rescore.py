@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import os
 import posixpath
@@ -41,6 +42,7 @@ from ..loop._store_wait import open_patiently
 from ..rules._errors import ConfigError, ProviderError, StoreError
 from ..rules._outcomes import RunOutcome
 from ..rules._retry import SystemClock
+from ..tools._process import made_in_thread
 from ._sample import INFRA_OUTCOMES, Sample, Scorer
 from ._sweep_result import SweepResult, SweepRun
 from ._sweep_run import NamedScorer, finished_row, judged, named_scorers
@@ -174,15 +176,14 @@ async def stored_run(
     kind = _infra_kind(result, slot)
     folder = None
     try:
-        if missing and kind is None:
-            folder = tempfile.mkdtemp(prefix="harnessnb-rescore-")
-            await asyncio.to_thread(materialise, store, run_id, folder)
+        if missing and kind is None:  # a cancel meanwhile: the thread removes its folder
+            folder = await made_in_thread(functools.partial(_materialised, store, run_id), _rmtree)
         row = _row(slot, result)
         workspace = Path(folder) if folder is not None else None
         judged_row = await judged(row, result, sample, workspace, missing, kind, options)
     finally:
         if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+            _rmtree(folder)
     by_name = {(s.scorer, s.scorer_version): s for s in judged_row.scores}
     kept = tuple(by_name.get((s.name, s.version)) or stored[(s.name, s.version)] for s in scorers)
     return dataclasses.replace(judged_row, scores=kept)
@@ -290,6 +291,21 @@ def kept_path(path: str, store_path: str) -> str:
             path=store_path,
         )
     return path
+
+
+def _materialised(store: Store, run_id: str) -> str:
+    """A new temporary folder holding the kept files of ``run_id`` (removed if that fails)."""
+    folder = tempfile.mkdtemp(prefix="harnessnb-rescore-")
+    try:
+        materialise(store, run_id, folder)
+    except BaseException:
+        _rmtree(folder)
+        raise
+    return folder
+
+
+def _rmtree(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def materialise(store: Store, run_id: str, folder: str) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -52,7 +53,7 @@ from ..rules._secrets import scrub
 from ..rules._text import clip
 from ..store._writes import MAX_EXPLANATION
 from ..tools._blocking import run_blocking
-from ..tools._process import TERM_GRACE_S
+from ..tools._process import TERM_GRACE_S, made_in_thread
 from ._sample import INFRA_OUTCOMES, KeepsBesideRun, Sample, Score, Scorer
 from ._sweep_result import MAX_GRID_STEPS, MAX_GRID_TEXT, RunScore, SweepRun
 
@@ -437,17 +438,11 @@ def _error_kind(error: HarnessError | None) -> str | None:
 async def _copied(template: str) -> str:
     """``_copy_workspace`` in a thread; cancelled while it copies, the copy is removed
     once made (the thread cannot be stopped; nothing would remove it otherwise)."""
-    copying = asyncio.ensure_future(asyncio.to_thread(_copy_workspace, template))
-    try:
-        return await asyncio.shield(copying)
-    except asyncio.CancelledError:
-        copying.add_done_callback(_drop_copy)
-        raise
+    return await made_in_thread(functools.partial(_copy_workspace, template), _removed)
 
 
-def _drop_copy(copying: asyncio.Future[str]) -> None:
-    if not copying.cancelled() and copying.exception() is None:
-        shutil.rmtree(copying.result(), ignore_errors=True)
+def _removed(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def unfit_template_entry(template: str) -> str | None:

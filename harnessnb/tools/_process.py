@@ -16,7 +16,8 @@ Reading is bounded: stdout goes to a ``Sink`` (``BoundedCapture`` keeps head and
 the agent drivers split lines), stderr is merged into stdout or captured head and tail.
 ``run_argv`` is the ``run_command`` / ``hn.Command`` face of ``run_process``;
 ``confine_off_loop`` (also a stdio MCP server's) asks ``tools/_sandbox`` how to start the
-child, in a thread, so a cancel there leaves no scratch folder behind.
+child, in a thread, through ``made_in_thread``: what a thread makes (a scratch folder, a
+sweep's workspace copy) is removed, not lost, when its caller is cancelled meanwhile.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..rules._errors import ToolError
 from ..rules._secrets import scrub_values
@@ -49,10 +51,13 @@ __all__ = [
     "confine_off_loop",
     "kill_group",
     "kill_tree",
+    "made_in_thread",
     "run_argv",
     "run_process",
     "stop_group",
 ]
+
+T = TypeVar("T")
 
 # After SIGTERM, how long the leader has to exit before the group gets SIGKILL; also
 # how long pipes are drained after that. Read at call time (tests shorten it).
@@ -300,36 +305,43 @@ async def _drain(readers: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*readers, return_exceptions=True)
 
 
-async def confine_off_loop(argv: Sequence[str], **options: Any) -> Confined:
-    """``confine(argv, **options)`` run in a worker thread, its scratch folder never lost.
+async def made_in_thread(make: Callable[[], T], drop: Callable[[T], None]) -> T:
+    """``make()`` run in a worker thread, what it made never lost to a cancel.
 
-    A caller cancelled while ``confine`` runs (a run cancelled, an MCP start timed out)
-    never receives the ``Confined``, so it cannot ``close`` it: whichever side comes
-    last removes its ``harnessnb-cmd-*`` folder instead, the thread when it finishes
-    after the cancel, the cancelled caller when the thread had already finished. Only a
-    ``threading.Lock`` is shared with the thread (no asyncio object is touched there).
+    A caller cancelled while ``make`` runs (a run cancelled, an MCP start timed out)
+    never receives what it made (a scratch folder, a workspace copy), so it cannot
+    remove it: whichever side comes last calls ``drop`` on it instead, the thread when
+    it finishes after the cancel, the cancelled caller when the thread had already
+    finished. Only a ``threading.Lock`` is shared with the thread (no asyncio object is
+    touched there). ``make`` cleans up after itself when it raises.
     """
     lock = threading.Lock()
-    made: list[Confined] = []
+    made: list[T] = []
     abandoned: list[bool] = []
 
-    def work() -> Confined:
-        confined = confine(argv, **options)
+    def work() -> T:
+        value = make()
         with lock:
             if abandoned:
-                confined.close()
+                drop(value)
             else:
-                made.append(confined)
-        return confined
+                made.append(value)
+        return value
 
     try:
         return await asyncio.to_thread(work)
     except asyncio.CancelledError:
         with lock:
             abandoned.append(True)
-            for confined in made:
-                confined.close()
+            for value in made:
+                drop(value)
         raise
+
+
+async def confine_off_loop(argv: Sequence[str], **options: Any) -> Confined:
+    """``confine(argv, **options)`` in a worker thread (``made_in_thread``): a cancel
+    meanwhile leaves no ``harnessnb-cmd-*`` scratch folder behind."""
+    return await made_in_thread(functools.partial(confine, argv, **options), Confined.close)
 
 
 # ------------------------------------------------------------------ run_command's face
