@@ -71,12 +71,7 @@ _FINISHED: Final = run_update(
     "outcome = v.c0, finished_at = v.c1, error = v.c2, updated_at = v.c3, "
     "output_mode = coalesce(v.c4, run_rows.output_mode), "
     "output = coalesce(v.c5, run_rows.output)",
-    "VARCHAR",
-    "TIMESTAMP",
-    "VARCHAR",
-    "TIMESTAMP",
-    "VARCHAR",
-    "VARCHAR",
+    *("VARCHAR", "TIMESTAMP", "VARCHAR", "TIMESTAMP", "VARCHAR", "VARCHAR"),
 )
 
 # ------------------------------------------------------------------------ runs
@@ -519,10 +514,9 @@ def add_scores(scores: Sequence[ScoreRow]) -> WriteOp[None]:
 
 
 def add_sweep_run(slot: SweepRunRow, files: Sequence[RunFileRow]) -> WriteOp[None]:
-    """Write which slot of its sweep a run filled, its sample, and its final workspace
-    files (``run_files``), in one transaction, replacing what that run had (written
-    again). The sample's text is kept verbatim but for known secret values (as a
-    contract's task is); file contents are bytes, as the run left them."""
+    """Write which slot of its sweep a run filled, its sample (verbatim but for known
+    secret values, as a contract's task) and its final workspace files (``run_files``, the
+    bytes the run left), in one transaction, replacing what that run had (written again)."""
     slot_row = row("sweep_runs", slot, at=slot.get("at") or time.time())
     run_id = str(slot["run_id"])
     file_rows = [row("run_files", f, run_id=run_id) for f in files]
@@ -538,11 +532,9 @@ def add_sweep_run(slot: SweepRunRow, files: Sequence[RunFileRow]) -> WriteOp[Non
         batch.append("sweep_runs", [slot_row])
         batch.append("run_files", file_rows)
 
-    # A run's first slot row is appended with other writes (group commit, one statement
-    # a table: a DELETE, an upsert and an INSERT a file cost 3-6 ms); a run written again
-    # makes the append fail on sweep_runs' key, and this op alone then replaces.
-    replacing = WriteOp("add_sweep_run", replace)
-    return WriteOp("add_sweep_run", append, False, fallback=replacing)
+    # Appended with other writes (group commit); a run written again clashes on
+    # sweep_runs' key, and this op alone then replaces (a DELETE, an upsert, a row a file).
+    return WriteOp("add_sweep_run", append, False, fallback=WriteOp("add_sweep_run", replace))
 
 
 # ----------------------------------------------------------------- MCP servers
