@@ -49,10 +49,10 @@ asyncio.run(hn.run(contract, hn.ScriptedProvider(reply), store=hn.Store(store)))
 def _killed_run(path: Path, ws: Path, kill_at: int, pythonpath: Path = ROOT) -> None:
     ws.mkdir(exist_ok=True)
     (ws / "a.txt").write_text("a\n")
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}  # cwd not the checkout: -c puts it first
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(ws), str(kill_at)],
-        env=env, capture_output=True, text=True, check=False, timeout=120,
+        env=env, cwd=ws, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     assert done.returncode == -signal.SIGKILL, done.stderr
 
