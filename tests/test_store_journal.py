@@ -152,6 +152,33 @@ def test_a_read_only_opener_reads_the_journaled_rows_through_a_settled_copy(
         shutil.rmtree(shared)
 
 
+@pytest.mark.parametrize(
+    "journal",
+    [
+        '{"attempts": 5}',
+        "[1, 2]",
+        "not json",
+        '{"tool_calls": [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]]}',
+    ],
+)
+def test_a_journal_harnessnb_did_not_write_is_refused_and_the_file_kept(
+    tmp_path: Path, journal: str
+) -> None:
+    path = tmp_path / "runs.duckdb"
+    _killed_run(path, tmp_path / "ws", kill_at=3)
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE steps SET journal = ? WHERE step = 2", [journal])
+    con.close()
+    before = path.read_bytes()
+    with pytest.raises(hn.StoreError) as refused:
+        hn.Store(path).runs()
+    assert refused.value.kind == "foreign" and "journal" in refused.value.message
+    assert path.read_bytes() == before  # nothing written
+    with pytest.raises(hn.StoreError) as combined:
+        hn.Store.combine([path]).runs()
+    assert combined.value.kind == "foreign"
+
+
 def _harnessnb_before_14(into: Path) -> Path:
     """The package as it was just before schema 14 (the parent of the commit that made
     it), from this repository's history; skipped where there is none."""

@@ -122,7 +122,7 @@ def shards_as_one(
         for path, name in zip(paths, names, strict=True):
             if name is not None:
                 _check_shard(con, path, name, turns)
-        names = [None if name is None else _settled(con, name) for name in names]
+        names = [n if n is None else _settled(con, p, n) for p, n in zip(paths, names, strict=True)]
         _union_views(con, [n for n in names if n is not None])
         _refuse_duplicates(con, paths, names)
         yield con
@@ -221,7 +221,7 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: str, name: str) -> None:
     _CHECKED[path] = state
 
 
-def _settled(con: duckdb.DuckDBPyConnection, name: str) -> str:
+def _settled(con: duckdb.DuckDBPyConnection, path: str, name: str) -> str:
     """Shard ``name``, or where its writer was killed with steps still journaled (their
     attempt and tool-call rows not yet in their tables, ``_journal``), an in-memory
     copy of it with them settled: read, never written."""
@@ -232,7 +232,7 @@ def _settled(con: duckdb.DuckDBPyConnection, name: str) -> str:
     con.execute(f"COPY FROM DATABASE {name} TO {copy}")
     con.execute(f"USE {copy}")
     try:
-        recover(con)
+        recover(con, path)
     finally:
         con.execute("USE memory")
     return copy

@@ -345,13 +345,13 @@ class SharedDb:
             whole = identity is None or identity != self._checked
             if not self.read_only:
                 ensure_schema(con, self.path, functions=whole)
-                recover(con)  # steps journaled by a process killed before it settled
+                recover(con, self.path)  # steps journaled by a process killed before it settled
             elif stored_version(con, self.path, functions=whole) < SCHEMA_VERSION or (
                 journal_left(con)
             ):
                 con.close()
                 con = migrated_copy(self.path)
-                recover(con)
+                recover(con, self.path)
                 self._copy = True
         except duckdb.Error as exc:
             con.close()

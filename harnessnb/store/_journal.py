@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import duckdb
 
+from ..rules._errors import StoreError
 from ._batch import APPEND_COLUMNS, JOURNALED, Journal, append_rows
 
 __all__ = ["JOURNAL_IDLE_S", "JOURNAL_MAX", "journal_left", "materialize", "recover", "settle"]
@@ -93,17 +94,30 @@ def journal_left(con: duckdb.DuckDBPyConnection) -> bool:
     )
 
 
-def recover(con: duckdb.DuckDBPyConnection) -> int:
-    """Settle the journals left in the file; return how many steps had one."""
+def recover(con: duckdb.DuckDBPyConnection, path: str) -> int:
+    """Settle the journals left in the file; return how many steps had one.
+
+    Raises:
+        StoreError: ``foreign`` for a journal harnessnb did not write (nothing written).
+    """
     found = con.execute(
         "SELECT run_id, step, journal FROM steps WHERE journal IS NOT NULL"
     ).fetchall()
     journal = Journal()
     for run_id, step, text in found:
         journal.keys.append((run_id, step))
-        for table, rows in json.loads(text).items():
-            if table in JOURNALED:
-                journal.rows.setdefault(table, []).extend(_decode(table, row) for row in rows)
+        try:
+            for table, rows in json.loads(text).items():
+                if table in JOURNALED:
+                    journal.rows.setdefault(table, []).extend(_decode(table, r) for r in rows)
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            raise StoreError(
+                f"the store {path} is not as harnessnb writes it (the journal of run "
+                f"{run_id!r} step {step} is not one harnessnb wrote: {type(exc).__name__}); "
+                "it was left as it is",
+                kind="foreign",
+                path=path,
+            ) from exc
     settle(con, journal)
     return len(found)
 
@@ -111,6 +125,8 @@ def recover(con: duckdb.DuckDBPyConnection) -> int:
 def _decode(table: str, values: list[Any]) -> tuple[Any, ...]:
     """A journaled row as its table's tuple: times parsed, later columns NULL."""
     columns = APPEND_COLUMNS[table]
+    if not isinstance(values, list) or len(values) > len(columns):
+        raise TypeError(f"a {table} row is a list of at most {len(columns)} values")
     values = values + [None] * (len(columns) - len(values))
     return tuple(
         dt.datetime.fromisoformat(v) if c in _TIMES and isinstance(v, str) else v
