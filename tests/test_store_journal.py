@@ -7,6 +7,7 @@ migrates, and its run resumes."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import shutil
@@ -97,6 +98,30 @@ def test_steps_journaled_by_a_killed_process_are_settled_once_by_the_next_opener
         assert result.outcome == "finished"
         assert _per_step(s, "attempts") == [(step, 1) for step in range(1, 6)]
         assert _per_step(s, "tool_calls") == [(step, 1) for step in range(1, 5)]
+
+
+def test_concurrent_runs_steps_journaled_together_are_each_read_once(tmp_path: Path) -> None:
+    # Many runs' steps commit in one batch (group commit): their journals go in one
+    # append of step rows; settled, every attempt and tool call is there exactly once.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+
+    def reply(messages: object) -> dict[str, object]:
+        return {"tool": "list_dir", "args": {"path": "."}}
+
+    async def many(store: hn.Store) -> None:
+        contract = hn.TaskContract("many", ws, max_steps=4, stall=hn.StallPolicy(window=0))
+        await asyncio.gather(
+            *(hn.run(contract, hn.ScriptedProvider(reply), store=store) for _ in range(30))
+        )
+
+    with hn.Store(tmp_path / "runs.duckdb") as s:
+        asyncio.run(many(s))
+        for table in ("attempts", "tool_calls"):
+            counts = s.sql(f"SELECT run_id, step, count(*) AS n FROM {table} GROUP BY ALL")
+            assert len(counts) == 30 * 4 and set(counts["n"]) == {1}, table
+        assert len(s.steps()) == 30 * 4
 
 
 def test_a_shard_left_with_journals_is_read_whole_by_combine_and_left_as_it_was(

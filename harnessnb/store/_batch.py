@@ -319,8 +319,20 @@ class Batch:
                 self._journaled.keys.append(key)
             text = json.dumps(own, default=_encode, separators=(",", ":")) if own else None
             rows.append((*values, text))
-        marks = "(" + ",".join("?" * (len(COLUMNS["steps"]) + 1)) + ")"
-        con.execute(_JOURNAL_STEP + ",".join([marks] * len(rows)), [v for r in rows for v in r])
+        if len(rows) <= _VALUES_MAX_ROWS:
+            marks = "(" + ",".join("?" * (len(COLUMNS["steps"]) + 1)) + ")"
+            con.execute(_JOURNAL_STEP + ",".join([marks] * len(rows)), [v for r in rows for v in r])
+            return
+        appender = self.appenders.get("steps+journal")  # many runs' steps: an appender
+        if appender is None:
+            appender = con.appender("steps", columns=[*COLUMNS["steps"], "journal"])
+            self.appenders["steps+journal"] = appender
+        try:
+            appender.append_rows(rows)
+            appender.flush()
+        except BaseException:
+            appender.clear()
+            raise
 
     def discard(self) -> None:
         """Forget deferred work and buffered appender rows (after a rollback)."""
