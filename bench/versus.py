@@ -98,9 +98,17 @@ async def _step(folder: Path, steps: int) -> dict[str, float]:
 
     store = hn.Store(folder / "step.duckdb")
     contract = hn.TaskContract("bench", ws, max_steps=steps, stall=hn.StallPolicy(window=0))
-    await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    result = await hn.run(contract, hn.ScriptedProvider(reply), store=store)
+    # A read: since schema 14 it settles the steps still journaled, a cost of the steps
+    # (the medians skip the 1-in-32 settle; the mean counts it, and this read's).
+    t0 = time.perf_counter()
+    store.get_run(result.run_id)
+    settle = time.perf_counter() - t0
     store.close()
-    return {"step median (s)": statistics.median(times[1:])}
+    return {
+        "step median (s)": statistics.median(times[1:]),
+        "step mean, settles included (s)": (sum(times[1:]) + settle) / len(times[1:]),
+    }
 
 
 async def _runs(url: str, folder: Path, n: int) -> dict[str, float]:

@@ -57,7 +57,7 @@ def test_import_harnessnb_does_not_import_duckdb_or_pandas() -> None:
 
 def test_hn_store_is_the_store_class() -> None:
     assert hn.Store is Store
-    assert Store.schema_version == SCHEMA_VERSION == 13
+    assert Store.schema_version == SCHEMA_VERSION == 14
 
 
 def test_new_store_has_every_table_and_a_version_row(tmp_path: Path) -> None:

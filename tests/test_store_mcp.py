@@ -62,7 +62,7 @@ def test_a_version_11_store_gains_the_mcp_columns_and_table_keeping_its_rows(
 
     with hn.Store(path) as s:
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 13
+        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 14
         _mcp_step(s, "old", 2, [{"tool": "git_status", "server": "git"},
                                 {"tool": "git_log", "server": "git", "status": "error",
                                  "error_kind": "timeout"}])  # fmt: skip

@@ -59,7 +59,7 @@ def test_a_version_12_store_gains_the_typed_answer_columns_keeping_its_rows(
 
     with hn.Store(path) as s:
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 13
+        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 14
         runs = s.runs()
         assert list(runs.columns) == list(COLUMNS["runs"])
         assert list(runs.columns)[-2:] == ["output_mode", "output"]
@@ -129,7 +129,7 @@ def test_a_harnessnb_from_before_schema_13_refuses_a_schema_13_store(tmp_path: P
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and all(line.startswith("newer ") for line in lines), lines
-    assert "schema version 13, newer than the 12" in lines[0]
+    assert f"schema version {SCHEMA_VERSION}, newer than the 12" in lines[0]
     with hn.Store(path) as s:  # refused, and left as it was
         assert s.runs()["output_mode"].tolist() == ["native"]
 

@@ -215,7 +215,7 @@ def test_a_version_9_store_gains_the_scores_table_keeping_its_runs(tmp_path: Pat
                                      "scorer_version": "1", "value": 1.0,
                                      "infra_failure": False}])  # fmt: skip
         versions = s.sql("SELECT version FROM schema_version ORDER BY 1")["version"].tolist()
-        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 13
+        assert versions == list(range(1, SCHEMA_VERSION + 1)) and SCHEMA_VERSION == 14
         assert s.get_run("old") is not None
         assert s.scores(sweep_id="sw")["value"].tolist() == [1.0]
 

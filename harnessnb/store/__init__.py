@@ -16,8 +16,11 @@
   connection knows current (no lease statement per step);
 - ``_conn``: one shared connection per file, busy retry, the idle linger, the writer
   thread;
+- ``_journal``: the step journal: a step's record in one statement, its attempt and
+  tool-call rows settled into their tables in batches, recovered after a crash;
 - ``_threads``: the store's threads and the interpreter's exit;
-- ``_files``: what a store path may be; ``_turn``: whose turn it is to open a file;
+- ``_files``: what a store path may be, driver errors typed; ``_turn``: whose turn it
+  is to open a file;
 - ``_schema``: tables, views and ordered migrations; ``_row_types``: the typed row
   each write takes, one per table; ``_rows``: turning values into rows (an unknown or
   missing column refused, named);

@@ -28,7 +28,9 @@ error (say ``ConflictError``) reaches only its own caller.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -41,8 +43,10 @@ from ._schema import COLUMNS, quote
 
 __all__ = [
     "APPEND_COLUMNS",
+    "JOURNALED",
     "Batch",
     "BatchRetry",
+    "Journal",
     "WriteOp",
     "append_rows",
     "run_update",
@@ -60,6 +64,42 @@ APPEND_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
 # Up to this many rows a VALUES insert beats an appender: VALUES costs ~100 us a row
 # to bind, an appender ~0.3 ms once (reused) plus ~2 us a row (bench/store.py).
 _VALUES_MAX_ROWS: Final = 2
+
+
+# The tables whose rows of a step committed in this batch ride in its steps row's
+# ``journal`` (schema 14, ``_journal``) instead of statements of their own.
+JOURNALED: Final = ("attempts", "tool_calls")
+# The steps row with its journal: the columns the writers fill, then ``journal``.
+_JOURNAL_STEP: Final = (
+    f"INSERT INTO steps ({','.join(quote(c) for c in (*COLUMNS['steps'], 'journal'))}) VALUES "
+)
+
+
+@dataclass
+class Journal:
+    """Rows committed in steps' journals and not yet in their tables (kept by the
+    connection): the steps (run_id, step) and their rows per table."""
+
+    keys: list[tuple[str, int]] = field(default_factory=list)
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def extend(self, other: Journal) -> None:
+        self.keys.extend(other.keys)
+        for table, rows in other.rows.items():
+            self.rows.setdefault(table, []).extend(rows)
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.rows.clear()
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"no JSON for {type(value).__name__}")
 
 
 class BatchRetry(Exception):
@@ -117,6 +157,10 @@ class Batch:
     _releases: list[tuple[str, int]] = field(default_factory=list)
     # step rows, each with its run's lease generation (or None) and lease holder
     _steps: list[_Pending] = field(default_factory=list)
+    # The connection's rows waiting in journals (None: no journal on this connection),
+    # and what this batch adds to it, once committed.
+    journal: Journal | None = None
+    _journaled: Journal = field(default_factory=Journal)
 
     def append(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         """Defer appending ``rows`` (tuples in ``APPEND_COLUMNS[table]`` order)."""
@@ -198,6 +242,9 @@ class Batch:
     def committed(self) -> None:
         """The batch's transaction committed: what it learnt of leases is known."""
         learnt, self._learnt = self._learnt, {}
+        if self.journal is not None:
+            self.journal.extend(self._journaled)
+        self._journaled = Journal()
         for run_id, generation in learnt.items():
             if generation is None:
                 self.leases.pop(run_id, None)
@@ -215,6 +262,13 @@ class Batch:
         updates, self._updates = self._updates, {}
         releases, self._releases = self._releases, []
         steps, self._steps = self._steps, []
+        if (
+            steps
+            and self.journal is not None
+            and all(self.lease_known(values[0], generation) for values, generation, _ in steps)
+        ):
+            self._journal_steps(con, steps, appends)
+            steps = []
         for table, rows in appends.items():
             append_rows(con, table, rows, self.appenders)
         if steps:
@@ -234,8 +288,55 @@ class Batch:
                 params,
             )
 
+    def _journal_steps(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        steps: list[_Pending],
+        appends: dict[str, list[tuple[Any, ...]]],
+    ) -> None:
+        """Insert ``steps`` (every lease known current) each carrying its attempt and
+        tool-call rows of ``appends`` as its ``journal``, taken out of ``appends``: one
+        statement for the step's whole record. Committed, they wait in ``journal``."""
+        carried: dict[tuple[str, int], dict[str, list[tuple[Any, ...]]]] = {
+            (values[0], values[1]): {} for values, _, _ in steps
+        }
+        for table in JOURNALED:
+            kept = []
+            for values in appends.get(table, ()):
+                found = carried.get((values[0], values[1]))
+                if found is None:
+                    kept.append(values)
+                else:
+                    found.setdefault(table, []).append(values)
+                    self._journaled.rows.setdefault(table, []).append(values)
+            if table in appends:
+                appends[table] = kept
+        rows = []
+        for values, _, _ in steps:
+            key = (values[0], values[1])
+            own = carried[key]
+            if own:
+                self._journaled.keys.append(key)
+            text = json.dumps(own, default=_encode, separators=(",", ":")) if own else None
+            rows.append((*values, text))
+        if len(rows) <= _VALUES_MAX_ROWS:
+            marks = "(" + ",".join("?" * (len(COLUMNS["steps"]) + 1)) + ")"
+            con.execute(_JOURNAL_STEP + ",".join([marks] * len(rows)), [v for r in rows for v in r])
+            return
+        appender = self.appenders.get("steps+journal")  # many runs' steps: an appender
+        if appender is None:
+            appender = con.appender("steps", columns=[*COLUMNS["steps"], "journal"])
+            self.appenders["steps+journal"] = appender
+        try:
+            appender.append_rows(rows)
+            appender.flush()
+        except BaseException:
+            appender.clear()
+            raise
+
     def discard(self) -> None:
         """Forget deferred work and buffered appender rows (after a rollback)."""
+        self._journaled = Journal()
         self._appends.clear()
         self._updates.clear()
         self._releases.clear()

@@ -36,6 +36,7 @@ import duckdb
 from ..rules._errors import ConfigError, StoreError
 from ._conn import MEMORY, acquire_shared, release_shared, store_error
 from ._files import check_header
+from ._journal import recover
 from ._schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -121,6 +122,7 @@ def shards_as_one(
         for path, name in zip(paths, names, strict=True):
             if name is not None:
                 _check_shard(con, path, name, turns)
+        names = [n if n is None else _settled(con, p, n) for p, n in zip(paths, names, strict=True)]
         _union_views(con, [n for n in names if n is not None])
         _refuse_duplicates(con, paths, names)
         yield con
@@ -217,6 +219,23 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: str, name: str) -> None:
     state = _file_state(path)
     check_catalog(con, path, version, name, functions=_CHECKED.get(path) != state)
     _CHECKED[path] = state
+
+
+def _settled(con: duckdb.DuckDBPyConnection, path: str, name: str) -> str:
+    """Shard ``name``, or where its writer was killed with steps still journaled (their
+    attempt and tool-call rows not yet in their tables, ``_journal``), an in-memory
+    copy of it with them settled: read, never written."""
+    if not con.execute(f"SELECT 1 FROM {name}.steps WHERE journal IS NOT NULL LIMIT 1").fetchone():
+        return name
+    copy = f"{name}_settled"
+    con.execute(f"ATTACH ':memory:' AS {copy}")
+    con.execute(f"COPY FROM DATABASE {name} TO {copy}")
+    con.execute(f"USE {copy}")
+    try:
+        recover(con, path)
+    finally:
+        con.execute("USE memory")
+    return copy
 
 
 def _file_state(path: str) -> tuple[tuple[int, ...], ...]:

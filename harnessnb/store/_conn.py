@@ -42,8 +42,17 @@ from typing import Any, Final, TypeVar
 import duckdb
 
 from ..rules._errors import StoreError
-from ._batch import Batch, WriteOp
-from ._files import check_header, check_kind, file_identity, has_content, writable
+from ._batch import Batch, Journal, WriteOp
+from ._files import (
+    check_header,
+    check_kind,
+    file_identity,
+    has_content,
+    is_fatal,
+    store_error,
+    writable,
+)
+from ._journal import JOURNAL_IDLE_S, JOURNAL_MAX, journal_left, materialize, recover, settle
 from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
 from ._threads import single_threaded, start_thread, threads_known
 from ._turn import FileTurn
@@ -112,6 +121,8 @@ class SharedDb:
         # Leases known current at the open connection's last commit (``Batch.leases``):
         # forgotten when it closes or is lent to any use but a batch.
         self._leases: dict[str, int] = {}
+        # Rows of committed steps still in their journals (``_journal``).
+        self._journal = Journal()
         # Group commit: writes waiting for the writer thread, guarded by _queue_lock.
         self._queue: deque[tuple[WriteOp[Any], Future[Any], float]] = deque()
         # When the oldest lingering op of the queue was queued (``WriteOp.linger_s``).
@@ -141,9 +152,10 @@ class SharedDb:
             con = self._con if self._con is not None else self._open(busy_timeout_s)
             self._leases.clear()  # any SQL may run on it (``Store.sql``)
             try:
+                settle(con, self._journal, self._appenders)  # reads see every row
                 yield con
             except duckdb.Error as exc:
-                if _is_fatal(exc):
+                if is_fatal(exc):
                     self._drop()
                 raise store_error(exc, self.path) from exc
             finally:
@@ -195,14 +207,25 @@ class SharedDb:
     def _write_queued(self) -> None:
         try:
             while True:
+                items = []
                 with self._queue_lock:
                     while not self._queue:
-                        if not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
+                        if self._journal:  # idle a moment with steps journaled: settle
+                            if not self._queued.wait(JOURNAL_IDLE_S) and not self._queue:
+                                break
+                        elif not self._queued.wait(_WRITER_IDLE_S) and not self._queue:
                             self._writer = None  # under the lock: a submit starts another
                             return
-                    self._linger()
-                    items = list(self._queue)
-                    self._queue.clear()
+                    if self._queue:
+                        self._linger()
+                        items = list(self._queue)
+                        self._queue.clear()
+                if not items:  # idle: the journal settled off the critical path
+                    with self._lock, contextlib.suppress(StoreError):
+                        if self._con is not None:
+                            with self.connection(0.0):
+                                pass
+                    continue
                 self._write_items(items)
         finally:
             with self._queue_lock:
@@ -281,11 +304,16 @@ class SharedDb:
                 path=self.path,
             )
         con = self._con if self._con is not None else self._open(busy_timeout_s)
-        batch = Batch(self._appenders, path=self.path, leases=self._leases)
+        batch = Batch(self._appenders, self.path, self._leases, journal=self._journal)
+        # Enough steps journaled, or an op that reads: settled in this transaction.
+        settled = self._journal if len(self._journal) >= JOURNAL_MAX or any(
+            op.direct for op in ops) else None  # fmt: skip
         try:
             single_threaded(con)
             con.execute("BEGIN TRANSACTION")
             try:
+                if settled:
+                    materialize(con, settled, self._appenders)
                 results = []
                 for op in ops:
                     if op.direct:
@@ -293,6 +321,8 @@ class SharedDb:
                     results.append(op.apply(con, batch))
                 batch.flush(con)
                 con.execute("COMMIT")
+                if settled:
+                    settled.clear()
                 batch.committed()
             except BaseException:
                 batch.discard()
@@ -300,7 +330,7 @@ class SharedDb:
                     con.execute("ROLLBACK")
                 raise
         except duckdb.Error as exc:
-            if _is_fatal(exc):
+            if is_fatal(exc):
                 self._drop()
             raise store_error(exc, self.path) from exc
         return results
@@ -315,9 +345,13 @@ class SharedDb:
             whole = identity is None or identity != self._checked
             if not self.read_only:
                 ensure_schema(con, self.path, functions=whole)
-            elif stored_version(con, self.path, functions=whole) < SCHEMA_VERSION:
+                recover(con, self.path)  # steps journaled by a process killed before it settled
+            elif stored_version(con, self.path, functions=whole) < SCHEMA_VERSION or (
+                journal_left(con)
+            ):
                 con.close()
                 con = migrated_copy(self.path)
+                recover(con, self.path)
                 self._copy = True
         except duckdb.Error as exc:
             con.close()
@@ -455,6 +489,7 @@ class SharedDb:
         self._idle = threading.Condition(self._lock)
         self._appenders = {}
         self._leases = {}
+        self._journal = Journal()  # the parent's to settle
         # The parent's writer thread does not exist here; its queued writes are its own.
         self._queue = deque()
         self._queue_lock = threading.Lock()
@@ -462,9 +497,13 @@ class SharedDb:
         self._writer = None
 
     def _drop(self) -> None:
+        con, self._con = self._con, None
+        if con is not None and self._journal:
+            with contextlib.suppress(duckdb.Error):  # else the next opener recovers them
+                settle(con, self._journal, self._appenders)
+        self._journal.clear()
         self._appenders.clear()
         self._leases.clear()
-        con, self._con = self._con, None
         if con is not None:
             threads_known(con, None)
             with contextlib.suppress(duckdb.Error):
@@ -482,47 +521,6 @@ def _interrupts() -> Iterator[None]:
         if str(exc) != "Query interrupted":
             raise
         raise KeyboardInterrupt from exc
-
-
-def store_error(exc: duckdb.Error, path: str) -> StoreError:
-    """The typed error for a driver error (the driver's text kept, no traceback)."""
-    text = str(exc)
-    lower = text.lower()
-    if "could not set lock" in lower or "conflicting lock" in lower:
-        kind = "busy"
-    elif any(word in lower for word in _FULL_WORDS):
-        kind = "full"
-        text = f"the disk of the store {path} is full (the transaction was rolled back): {text}"
-    elif "read-only mode" in lower:
-        kind = "read_only"  # ``Store.sql`` asked to write to a store opened read-only
-    elif "corrupt" in lower or "not a valid duckdb" in lower or "checksum" in lower:
-        kind = "corrupt"
-        text = f"the store {path} is corrupt and was left untouched: {text}"
-    elif isinstance(exc, duckdb.ConstraintException):
-        kind = "duplicate"
-    elif isinstance(
-        exc,
-        duckdb.ParserException
-        | duckdb.BinderException
-        | duckdb.CatalogException
-        | duckdb.InvalidInputException,
-    ):
-        kind = "query"
-    elif isinstance(exc, duckdb.IOException):
-        kind = "io"
-    else:
-        kind = "internal"
-    return StoreError(text, kind=kind, path=path)
-
-
-# strerror of ENOSPC, EDQUOT and EFBIG (a file size limit): a write that may succeed
-# once space is freed.
-_FULL_WORDS: Final = ("no space left on device", "disk quota exceeded", "file too large")
-
-
-def _is_fatal(exc: duckdb.Error) -> bool:
-    # After these DuckDB may have invalidated the database; reopening is the cure.
-    return isinstance(exc, duckdb.IOException | duckdb.FatalException | duckdb.InternalException)
 
 
 # ---------------------------------------------------------------- process registry

@@ -3,7 +3,7 @@ is a DuckDB database. Checked before DuckDB, or the store's turn, touches the pa
 a folder, a device such as ``/dev/null``, a pipe or a socket is refused and left as
 it is; a file of another format is refused untouched. Also what the connection asks
 of the path before it opens it: is anything there, may it be written, which file
-it is."""
+it is; and a driver error on it as the typed ``StoreError`` it is (``store_error``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import stat
 from collections.abc import Callable
 from typing import Final
 
+import duckdb
+
 from ..rules._errors import StoreError
 
 __all__ = [
@@ -21,6 +23,8 @@ __all__ = [
     "file_identity",
     "has_content",
     "io_error",
+    "is_fatal",
+    "store_error",
     "writable",
 ]
 
@@ -130,3 +134,44 @@ def writable(path: str) -> bool:
     """Whether the file and its folder (where DuckDB puts its WAL) can be written."""
     folder = os.path.dirname(os.path.abspath(path))
     return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
+def store_error(exc: duckdb.Error, path: str) -> StoreError:
+    """The typed error for a driver error (the driver's text kept, no traceback)."""
+    text = str(exc)
+    lower = text.lower()
+    if "could not set lock" in lower or "conflicting lock" in lower:
+        kind = "busy"
+    elif any(word in lower for word in _FULL_WORDS):
+        kind = "full"
+        text = f"the disk of the store {path} is full (the transaction was rolled back): {text}"
+    elif "read-only mode" in lower:
+        kind = "read_only"  # ``Store.sql`` asked to write to a store opened read-only
+    elif "corrupt" in lower or "not a valid duckdb" in lower or "checksum" in lower:
+        kind = "corrupt"
+        text = f"the store {path} is corrupt and was left untouched: {text}"
+    elif isinstance(exc, duckdb.ConstraintException):
+        kind = "duplicate"
+    elif isinstance(
+        exc,
+        duckdb.ParserException
+        | duckdb.BinderException
+        | duckdb.CatalogException
+        | duckdb.InvalidInputException,
+    ):
+        kind = "query"
+    elif isinstance(exc, duckdb.IOException):
+        kind = "io"
+    else:
+        kind = "internal"
+    return StoreError(text, kind=kind, path=path)
+
+
+# strerror of ENOSPC, EDQUOT and EFBIG (a file size limit): a write that may succeed
+# once space is freed.
+_FULL_WORDS: Final = ("no space left on device", "disk quota exceeded", "file too large")
+
+
+def is_fatal(exc: duckdb.Error) -> bool:
+    # After these DuckDB may have invalidated the database; reopening is the cure.
+    return isinstance(exc, duckdb.IOException | duckdb.FatalException | duckdb.InternalException)

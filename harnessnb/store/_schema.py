@@ -51,7 +51,7 @@ __all__ = [
     "stored_version",
 ]
 
-SCHEMA_VERSION: Final = 13
+SCHEMA_VERSION: Final = 14
 
 # Every connection harnessnb opens: no query reads a file or reaches the network
 # (``read_text``, ``read_csv``, an http URL...) and no extension is fetched or loaded on
@@ -313,10 +313,17 @@ _V13: Final = [
         FROM attempts GROUP BY run_id) a ON a.run_id = r.run_id""",
 ]
 
+# Version 14: a committed step's attempt and tool-call rows ride in its steps row as
+# JSON text (``journal``: one statement per step) until the writer moves them into their
+# tables in a batch (``_journal``): before any read, when enough are pending, when idle,
+# before the file is handed over and at close; a file left with journals by a killed
+# process is settled by its next writer (a read-only opener reads a settled copy).
+_V14: Final = ["ALTER TABLE steps ADD COLUMN journal VARCHAR"]
+
 # version -> statements that take a store from version-1 to version. Append only.
 MIGRATIONS: Final[dict[int, list[str]]] = {
     1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10,
-    11: _V11, 12: _V12, 13: _V13,
+    11: _V11, 12: _V12, 13: _V13, 14: _V14,
 }  # fmt: skip
 
 # Column order of each table (and of the ``runs`` view) at SCHEMA_VERSION, as the

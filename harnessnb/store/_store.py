@@ -437,7 +437,7 @@ class Store:
     def _table(self, table: str, run_id: str | None) -> pd.DataFrame:
         where = "" if run_id is None else " WHERE run_id = ?"
         # The checkpoint (all messages so far) is for resume, not for a table view.
-        columns = "* EXCLUDE (checkpoint)" if table == "steps" else "*"
+        columns = "* EXCLUDE (checkpoint, journal)" if table == "steps" else "*"
         query = f"SELECT {columns} FROM {table}{where} ORDER BY {_ORDER[table]}"
         with self._connection() as con, parallel(con):
             return frame(con.execute(query, [] if run_id is None else [run_id]))
