@@ -18,7 +18,8 @@
   thread;
 - ``_journal``: the step journal: a step's record in one statement, its attempt and
   tool-call rows settled into their tables in batches, recovered after a crash;
-- ``_threads``: the store's threads and the interpreter's exit;
+- ``_threads``: the store's threads and the interpreter's exit; ``_interrupt``: a
+  Ctrl-C during a query on the main thread ends the query at once;
 - ``_files``: what a store path may be, driver errors typed; ``_turn``: whose turn it
   is to open a file;
 - ``_schema``: tables, views and ordered migrations; ``_row_types``: the typed row

@@ -52,6 +52,7 @@ from ._files import (
     store_error,
     writable,
 )
+from ._interrupt import interruptible
 from ._journal import JOURNAL_IDLE_S, JOURNAL_MAX, journal_left, materialize, recover, settle
 from ._schema import SCHEMA_VERSION, connect, ensure_schema, migrated_copy, stored_version
 from ._threads import single_threaded, start_thread, threads_known
@@ -153,7 +154,8 @@ class SharedDb:
             self._leases.clear()  # any SQL may run on it (``Store.sql``)
             try:
                 settle(con, self._journal, self._appenders)  # reads see every row
-                yield con
+                with interruptible(con):
+                    yield con
             except duckdb.Error as exc:
                 if is_fatal(exc):
                     self._drop()
