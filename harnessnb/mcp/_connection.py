@@ -39,7 +39,7 @@ from ..rules._secrets import scrub_loggers
 from ..tools._process import confine_off_loop
 from ..tools._protocol import OUTPUT_LIMIT, bound_output
 from ..tools._sandbox import Confined
-from ._failures import Context, classify, tool_error
+from ._failures import Context, classify, leaf, tool_error
 from ._server import MCPServer, require_sdk
 from ._stderr import StderrPipe, watched
 
@@ -176,12 +176,18 @@ class Connection:
                 return
             owner, pipe = self._owner, self._pipe
             try:
-                if not owner.done() and pipe is not None and pipe.exited.is_set():
-                    # It exited: the owner says why, if it can (a refused handshake, a
-                    # bad answer), before the exit alone is taken for the reason.
+                if not owner.done() and (
+                    ready.done() or (pipe is not None and pipe.exited.is_set())
+                ):
+                    # It exited, or the owner is ending (it gave up ``ready`` and removes
+                    # the scratch folder): the owner says why, if it can (a refused
+                    # handshake, a bad answer), before the exit alone is taken for it.
                     await asyncio.wait({owner}, timeout=_EXIT_WAIT_S)
                 failure: BaseException | None = self._dead if owner.done() else None
-                if failure is None and pipe is not None and pipe.exited.is_set():
+                # The exit is the reason unless the owner learnt a better one (a refused
+                # handshake): a timeout the SDK met on the way out is not one.
+                vague = failure is None or isinstance(leaf(failure), TimeoutError)
+                if vague and pipe is not None and await self._exited(pipe, owner.done()):
                     failure = EOFError("the server exited")
                 if failure is None:
                     failure = TimeoutError() if self._stream_error is None else self._stream_error
@@ -190,6 +196,14 @@ class Connection:
                 await self._stop()
                 self._owner = None  # a failed start may be tried again
             raise err
+
+    @staticmethod
+    async def _exited(pipe: StderrPipe, ended: bool) -> bool:
+        """Whether the server's command ended; after the owner ``ended`` (the SDK gave
+        up on a closing pipe), its exit may still be on its way from the watcher."""
+        if pipe.exited.is_set() or not ended:
+            return pipe.exited.is_set()
+        return await asyncio.to_thread(pipe.wait_exited, _EXIT_WAIT_S)
 
     async def restart(self) -> None:
         """Close (whatever state it is in) and start again: a dead stdio server revived."""
