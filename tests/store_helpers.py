@@ -204,3 +204,31 @@ print(reads, flush=True)
 
 # A child that keeps one core busy until killed (CPU load for the tests that need it).
 BURN = "while True: pass"
+
+
+def harnessnb_before(version: int, into: Path) -> Path:
+    """The package as it was just before schema ``version`` (the parent of the commit
+    that made it), from this repository's history, unpacked into ``into``; the test is
+    skipped where there is none (a shallow clone, an unpacked sdist)."""
+    import io
+    import tarfile
+
+    import pytest
+
+    found = subprocess.run(
+        ["git", "log", "--format=%H", "-S", f"SCHEMA_VERSION: Final = {version}", "--",
+         "harnessnb/store/_schema.py"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    commits = found.stdout.split()
+    if found.returncode != 0 or not commits:
+        pytest.skip(f"no git history holding the commit that made schema {version}")
+    packed = subprocess.run(
+        ["git", "archive", "--format=tar", f"{commits[-1]}^", "harnessnb"],
+        cwd=ROOT, capture_output=True, check=False,
+    )  # fmt: skip
+    if packed.returncode != 0:
+        pytest.skip(f"git archive failed: {packed.stderr.decode(errors='replace')[:200]}")
+    with tarfile.open(fileobj=io.BytesIO(packed.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into

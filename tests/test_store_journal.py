@@ -8,13 +8,11 @@ migrates, and its run resumes."""
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import pytest
 
 import harnessnb as hn
 from harnessnb.store._schema import SCHEMA_VERSION
-from tests.store_helpers import ROOT
+from tests.store_helpers import ROOT, harnessnb_before
 
 # A run of READ steps on a file store, killed (SIGKILL) by its own model when asked for
 # its KILL_AT-th answer: the steps before it are committed (each commit is awaited
@@ -210,32 +208,10 @@ def test_a_journal_harnessnb_did_not_write_is_refused_and_the_file_kept(
     assert combined.value.kind == "foreign"
 
 
-def _harnessnb_before_14(into: Path) -> Path:
-    """The package as it was just before schema 14 (the parent of the commit that made
-    it), from this repository's history; skipped where there is none."""
-    found = subprocess.run(
-        ["git", "log", "--format=%H", "-S", "SCHEMA_VERSION: Final = 14", "--",
-         "harnessnb/store/_schema.py"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    commits = found.stdout.split()
-    if found.returncode != 0 or not commits:
-        pytest.skip("no git history holding the commit that made schema 14")
-    packed = subprocess.run(
-        ["git", "archive", "--format=tar", f"{commits[-1]}^", "harnessnb"],
-        cwd=ROOT, capture_output=True, check=False,
-    )  # fmt: skip
-    if packed.returncode != 0:
-        pytest.skip(f"git archive failed: {packed.stderr.decode(errors='replace')[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(packed.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def test_a_schema_13_store_made_by_the_old_code_migrates_and_its_run_resumes(
     tmp_path: Path,
 ) -> None:
-    old = _harnessnb_before_14(tmp_path / "old")
+    old = harnessnb_before(14, tmp_path / "old")
     path = tmp_path / "runs.duckdb"
     _killed_run(path, tmp_path / "ws", kill_at=4, pythonpath=old)  # three steps, no journal
     assert _raw(path, "SELECT max(version) FROM schema_version")[0][0] == 13

@@ -6,12 +6,10 @@ output mode, against real DuckDB files."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,15 @@ from harnessnb.store._row_types import AttemptRow
 from harnessnb.store._rows import MAX_ANSWER_CHARS, MAX_OUTPUT_BYTES
 from harnessnb.store._schema import COLUMNS, MIGRATIONS, SCHEMA_VERSION
 from harnessnb.store._writer import store_writer
-from tests.store_helpers import AT, ROOT, altered, attempt, old_store, run_row, step_kwargs
+from tests.store_helpers import (
+    AT,
+    altered,
+    attempt,
+    harnessnb_before,
+    old_store,
+    run_row,
+    step_kwargs,
+)
 
 KEY = "sk-proj-TYPEDSECRET0123456789abcdef"
 HIDDEN = scrub(KEY)  # what the one scrubber leaves of it
@@ -86,31 +92,8 @@ def test_a_version_12_store_gains_the_typed_answer_columns_keeping_its_rows(
         assert new["output_mode"] == "native" and new["output"] == {"city": "Paris"}
 
 
-def _harnessnb_before_13(into: Path) -> Path:
-    """The package as it was just before schema 13 (the parent of the commit that made
-    it), from this repository's history; the test is skipped where there is none (a
-    shallow clone, an unpacked sdist)."""
-    found = subprocess.run(
-        ["git", "log", "--format=%H", "-S", "SCHEMA_VERSION: Final = 13", "--",
-         "harnessnb/store/_schema.py"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    commits = found.stdout.split()
-    if found.returncode != 0 or not commits:
-        pytest.skip("no git history holding the commit that made schema 13")
-    packed = subprocess.run(
-        ["git", "archive", "--format=tar", f"{commits[-1]}^", "harnessnb"],
-        cwd=ROOT, capture_output=True, check=False,
-    )  # fmt: skip
-    if packed.returncode != 0:
-        pytest.skip(f"git archive failed: {packed.stderr.decode(errors='replace')[:200]}")
-    with tarfile.open(fileobj=io.BytesIO(packed.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def test_a_harnessnb_from_before_schema_13_refuses_a_schema_13_store(tmp_path: Path) -> None:
-    old = _harnessnb_before_13(tmp_path / "old")
+    old = harnessnb_before(13, tmp_path / "old")
     path = tmp_path / "runs.duckdb"
     with hn.Store(path) as s:
         store_writer(s).create_run(run_row("r1", output_mode="native"))

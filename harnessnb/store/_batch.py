@@ -323,16 +323,8 @@ class Batch:
             marks = "(" + ",".join("?" * (len(COLUMNS["steps"]) + 1)) + ")"
             con.execute(_JOURNAL_STEP + ",".join([marks] * len(rows)), [v for r in rows for v in r])
             return
-        appender = self.appenders.get("steps+journal")  # many runs' steps: an appender
-        if appender is None:
-            appender = con.appender("steps", columns=[*COLUMNS["steps"], "journal"])
-            self.appenders["steps+journal"] = appender
-        try:
-            appender.append_rows(rows)
-            appender.flush()
-        except BaseException:
-            appender.clear()
-            raise
+        columns = [*COLUMNS["steps"], "journal"]  # many runs' steps: an appender
+        _append_with(con, self.appenders, "steps+journal", "steps", columns, rows)
 
     def discard(self) -> None:
         """Forget deferred work and buffered appender rows (after a rollback)."""
@@ -524,10 +516,23 @@ def append_rows(
     if len(rows) <= _VALUES_MAX_ROWS or appenders is None:
         con.execute(_values_sql(table, len(rows)), [v for r in rows for v in r])
         return
-    appender = appenders.get(table)
+    _append_with(con, appenders, table, table, list(APPEND_COLUMNS[table]), rows)
+
+
+def _append_with(
+    con: duckdb.DuckDBPyConnection,
+    appenders: dict[str, duckdb.Appender],
+    key: str,
+    table: str,
+    columns: list[str],
+    rows: list[tuple[Any, ...]],
+) -> None:
+    """``rows`` through the appender kept as ``appenders[key]`` (made on first use),
+    flushed now; one that failed is left empty for its next use."""
+    appender = appenders.get(key)
     if appender is None:
-        appender = con.appender(table, columns=list(APPEND_COLUMNS[table]))
-        appenders[table] = appender
+        appender = con.appender(table, columns=columns)
+        appenders[key] = appender
     try:
         appender.append_rows(rows)
         appender.flush()
